@@ -1,0 +1,131 @@
+//! The `bolt` command line.
+
+use anyhow::{bail, Context, Result};
+use bolt::cases::{self, ExpectedFailures, Tolerance, Verdict};
+use bolt::compile::{self, DimBindings};
+use clap::{Parser, Subcommand};
+use rayon::prelude::*;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "bolt", version, about = "Compile the GEMM/Conv-centric parts of ONNX models to CUTLASS kernels")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Import a model, validate it, run the CPU reference and summarise what Bolt will compile.
+    /// With no MODEL, uses the built-in default model (a small CNN + MLP).
+    Compile {
+        model: Option<PathBuf>,
+        /// Size of a symbolic dim for the reference run, e.g. --dim N=8 (repeatable; default 1).
+        #[arg(long = "dim", value_name = "NAME=SIZE", value_parser = parse_binding)]
+        dims: Vec<(String, usize)>,
+        /// Skip the reference run.
+        #[arg(long)]
+        no_run: bool,
+        /// Print the summary as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run ONNX test cases (model.onnx + test_data_set_*/) through the reference executor and
+    /// compare with their expected outputs.
+    Check {
+        /// Case directories, or directories holding them.
+        paths: Vec<PathBuf>,
+        /// Only cases whose name contains this.
+        #[arg(long)]
+        filter: Option<String>,
+        #[arg(long, default_value_t = Tolerance::ONNX_BACKEND.rtol)]
+        rtol: f64,
+        #[arg(long, default_value_t = Tolerance::ONNX_BACKEND.atol)]
+        atol: f64,
+        /// File listing known failures with their reasons; unlisted failures fail the command.
+        #[arg(long)]
+        expected_failures: Option<PathBuf>,
+    },
+}
+
+fn parse_binding(s: &str) -> Result<(String, usize), String> {
+    let (k, v) = s.split_once('=').ok_or_else(|| format!("'{s}' is not NAME=SIZE"))?;
+    let v = v.parse().map_err(|_| format!("'{v}' is not a size"))?;
+    Ok((k.to_string(), v))
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_env("BOLT_LOG"))
+        .with_writer(std::io::stderr)
+        .init();
+    match run(Cli::parse()) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
+    match cli.command {
+        Command::Compile { model, dims, no_run, json } => {
+            let graph = match &model {
+                Some(p) => bolt::import::load(p)?.graph,
+                None => bolt::models::default_model()?,
+            };
+            let bindings: DimBindings = dims.into_iter().collect();
+            let summary = compile::summarize(&graph, &bindings, !no_run)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&summary)?);
+            } else {
+                if model.is_none() {
+                    println!("(no model given: using the built-in default model)\n");
+                }
+                print!("{summary}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Check { paths, filter, rtol, atol, expected_failures } => {
+            if paths.is_empty() {
+                bail!("give at least one case directory");
+            }
+            let mut dirs = Vec::new();
+            for p in &paths {
+                if !p.exists() {
+                    bail!("{}: no such directory", p.display());
+                }
+                dirs.extend(cases::find_cases(p));
+            }
+            if let Some(f) = &filter {
+                dirs.retain(|d| d.file_name().is_some_and(|n| n.to_string_lossy().contains(f.as_str())));
+            }
+            let expected = match &expected_failures {
+                Some(f) => ExpectedFailures::parse(&std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?)
+                    .map_err(|e| anyhow::anyhow!("{}: {e}", f.display()))?,
+                None => ExpectedFailures::default(),
+            };
+            let tol = Tolerance { rtol, atol };
+            let results: Vec<_> = dirs.par_iter().map(|d| cases::run_case(d, tol)).collect();
+            for r in &results {
+                let err = r.outputs.iter().map(|o| o.max_abs_err).fold(0.0, f64::max);
+                match r.reason() {
+                    None => println!("PASS {:<60} max abs err {err:.2e}  {:.2}s", r.name, r.seconds),
+                    Some(why) => println!("FAIL {:<60} {why}", r.name),
+                }
+            }
+            let v = Verdict::judge(&results, &expected);
+            println!(
+                "\n{} cases: {} passed, {} failed as expected (listed with a reason), {} failed unexpectedly, {} listed but passed",
+                results.len(),
+                v.passed.len(),
+                v.expected.len(),
+                v.unexpected.len(),
+                v.stale.len()
+            );
+            Ok(if expected_failures.is_none() || v.ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+        }
+    }
+}

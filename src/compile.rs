@@ -1,0 +1,200 @@
+//! The `bolt compile` driver. Today: import, validate, run the reference, summarise what the
+//! later stages (partition, plan, codegen) will take. Each stage extends this file's pipeline.
+
+use crate::error::{Error, Result};
+use crate::ir::{Dim, Graph, Op, Tensor};
+use rand::{rngs::StdRng, Rng, SeedableRng};
+use std::collections::HashMap;
+use std::time::Instant;
+
+/// Sizes for symbolic dims (`--dim N=8`); unnamed and unbound dims default to 1.
+pub type DimBindings = HashMap<String, usize>;
+
+/// Concrete shape of a declared input under the bindings.
+pub fn bind_shape(dims: &[Dim], bindings: &DimBindings) -> Vec<usize> {
+    dims.iter()
+        .map(|d| match d {
+            Dim::Known(n) => *n,
+            Dim::Sym(s) => bindings.get(s).copied().unwrap_or(1),
+            Dim::Unknown => 1,
+        })
+        .collect()
+}
+
+/// Seeded inputs for every graph input: uniform [-1, 1) for floats, zeros otherwise.
+pub fn synthetic_inputs(g: &Graph, bindings: &DimBindings, seed: u64) -> Result<HashMap<String, Tensor>> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut out = HashMap::new();
+    for name in &g.inputs {
+        let ty = g.types.get(name).ok_or_else(|| Error::tensor(name, "graph input has no type"))?;
+        let shape = ty.shape.as_ref().ok_or_else(|| Error::tensor(name, "graph input has no shape"))?;
+        let dims = bind_shape(&shape.0, bindings);
+        let n: usize = dims.iter().product();
+        let vals: Vec<f64> =
+            if ty.dtype.is_float() { (0..n).map(|_| rng.gen_range(-1.0..1.0)).collect() } else { vec![0.0; n] };
+        let t = Tensor::from_f64_as(ty.dtype, dims, &vals)
+            .ok_or_else(|| Error::tensor(name, format!("graph input of type {} cannot be synthesised", ty.dtype)))?;
+        out.insert(name.clone(), t);
+    }
+    Ok(out)
+}
+
+/// Floating-point operations of a GEMM/Conv anchor under the bindings (None if not one).
+pub fn anchor_flops(g: &Graph, node: &crate::ir::Node, bindings: &DimBindings) -> Option<f64> {
+    let shape = |i: usize| -> Option<Vec<usize>> {
+        let s = g.types.get(node.input(i)?)?.shape.as_ref()?;
+        Some(bind_shape(&s.0, bindings))
+    };
+    let out = {
+        let s = g.types.get(&node.outputs[0])?.shape.as_ref()?;
+        bind_shape(&s.0, bindings)
+    };
+    let out_elems: usize = out.iter().product();
+    match &node.op {
+        Op::MatMul => {
+            let a = shape(0)?;
+            Some(2.0 * out_elems as f64 * *a.last()? as f64)
+        }
+        Op::Gemm { trans_a, .. } => {
+            let a = shape(0)?;
+            let k = if *trans_a { a[0] } else { a[1] };
+            Some(2.0 * out_elems as f64 * k as f64)
+        }
+        Op::Conv { .. } => {
+            let w = shape(1)?;
+            let per_out: usize = w[1..].iter().product();
+            Some(2.0 * out_elems as f64 * per_out as f64)
+        }
+        _ => None,
+    }
+}
+
+/// What `bolt compile` reports.
+#[derive(Debug, serde::Serialize)]
+pub struct Summary {
+    pub model: String,
+    pub opset: i64,
+    pub nodes: usize,
+    pub ops: Vec<(String, usize)>,
+    pub inputs: Vec<(String, String)>,
+    pub outputs: Vec<(String, String)>,
+    /// GEMM/Conv anchors the partitioner will build kernels around.
+    pub anchors: Vec<Anchor>,
+    /// Nodes that must stay with the host framework, with the reason.
+    pub opaque: Vec<(String, String, String)>,
+    pub reference: Option<ReferenceRun>,
+}
+
+#[derive(Debug, serde::Serialize)]
+pub struct Anchor {
+    pub node: String,
+    pub op_type: String,
+    pub output_type: String,
+    pub gflops: Option<f64>,
+}
+
+#[derive(Debug, serde::Serialize)]
+pub struct ReferenceRun {
+    pub bindings: DimBindings,
+    pub seconds: f64,
+    pub outputs: Vec<(String, Vec<usize>, f64, f64)>,
+}
+
+/// Summarises `g` and, when `run` is set, executes it once with the reference executor.
+pub fn summarize(g: &Graph, bindings: &DimBindings, run: bool) -> Result<Summary> {
+    let ty = |n: &str| g.types.get(n).map(|t| t.to_string()).unwrap_or_else(|| "?".into());
+    let anchors = g
+        .nodes
+        .iter()
+        .filter(|n| matches!(n.op, Op::MatMul | Op::Gemm { .. } | Op::Conv { .. }))
+        .map(|n| Anchor {
+            node: n.name.clone(),
+            op_type: n.op.op_type().into(),
+            output_type: ty(&n.outputs[0]),
+            gflops: anchor_flops(g, n, bindings).map(|f| f / 1e9),
+        })
+        .collect();
+    let opaque = g
+        .nodes
+        .iter()
+        .filter_map(|n| match &n.op {
+            Op::Opaque { op_type, why, .. } => Some((n.name.clone(), op_type.clone(), why.to_string())),
+            _ => None,
+        })
+        .collect::<Vec<_>>();
+    let reference = if run && opaque.is_empty() {
+        let inputs = synthetic_inputs(g, bindings, 0)?;
+        let t0 = Instant::now();
+        let outs = crate::reference::run(g, &inputs)?;
+        let seconds = t0.elapsed().as_secs_f64();
+        let outputs = g
+            .outputs
+            .iter()
+            .map(|o| {
+                let t = &outs[o];
+                let v = t.to_f64_vec();
+                let mean = v.iter().sum::<f64>() / v.len().max(1) as f64;
+                let max_abs = v.iter().fold(0.0f64, |m, x| m.max(x.abs()));
+                (o.clone(), t.shape.clone(), mean, max_abs)
+            })
+            .collect();
+        Some(ReferenceRun { bindings: bindings.clone(), seconds, outputs })
+    } else {
+        None
+    };
+    Ok(Summary {
+        model: g.name.clone(),
+        opset: g.opset,
+        nodes: g.nodes.len(),
+        ops: g.op_histogram(),
+        inputs: g.inputs.iter().map(|n| (n.clone(), ty(n))).collect(),
+        outputs: g.outputs.iter().map(|n| (n.clone(), ty(n))).collect(),
+        anchors,
+        opaque,
+        reference,
+    })
+}
+
+impl std::fmt::Display for Summary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "model   {} (ai.onnx opset {}, {} nodes)", self.model, self.opset, self.nodes)?;
+        for (n, t) in &self.inputs {
+            writeln!(f, "input   {n}: {t}")?;
+        }
+        for (n, t) in &self.outputs {
+            writeln!(f, "output  {n}: {t}")?;
+        }
+        let ops: Vec<String> = self.ops.iter().map(|(o, c)| format!("{o} x{c}")).collect();
+        writeln!(f, "ops     {}", ops.join(", "))?;
+        let total: f64 = self.anchors.iter().filter_map(|a| a.gflops).sum();
+        writeln!(f, "\nGEMM/Conv anchors for Bolt kernels: {} ({total:.3} GFLOP per run)", self.anchors.len())?;
+        for a in &self.anchors {
+            let fl = a.gflops.map(|g| format!("{g:.4} GFLOP")).unwrap_or_else(|| "? GFLOP".into());
+            writeln!(f, "  {:<28} {:<7} -> {:<28} {fl}", a.node, a.op_type, a.output_type)?;
+        }
+        if self.opaque.is_empty() {
+            writeln!(f, "\nEvery node is a supported op.")?;
+        } else {
+            writeln!(f, "\nLeft to the host framework ({} nodes):", self.opaque.len())?;
+            for (n, o, why) in &self.opaque {
+                writeln!(f, "  {n} ({o}): {why}")?;
+            }
+        }
+        match &self.reference {
+            Some(r) => {
+                let mut b: Vec<String> = r.bindings.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                b.sort();
+                let b = if b.is_empty() { String::new() } else { format!(" with {}", b.join(", ")) };
+                writeln!(f, "\nReference run{b}: {:.3} s", r.seconds)?;
+                for (n, s, mean, max) in &r.outputs {
+                    writeln!(f, "  {n}: {s:?} mean {mean:.5} max|x| {max:.5}")?;
+                }
+            }
+            None if !self.opaque.is_empty() => {
+                writeln!(f, "\nReference run skipped: the host framework must run the nodes above.")?
+            }
+            None => {}
+        }
+        Ok(())
+    }
+}

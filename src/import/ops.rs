@@ -1,0 +1,228 @@
+//! NodeProto -> typed [`Op`]. Valid ONNX that Bolt does not compute (string constants, casts
+//! to float8, unknown op types, other domains) becomes [`Op::Opaque`] so the host runs it;
+//! malformed attributes are errors.
+
+use super::attrs::Attrs;
+use super::proto::NodeProto;
+use crate::ir::*;
+use std::sync::Arc;
+
+/// Outcome of parsing one node: a typed op, or an opaque one with the reason Bolt leaves it.
+pub enum Parsed {
+    Op(Op),
+    Opaque(&'static str),
+}
+
+/// The first default-domain opset whose version of `op_type` has the semantics Bolt
+/// implements. Older versions of these ops differ (Softmax coerced its input to 2-D; Squeeze
+/// and Unsqueeze took axes as an attribute), so nodes from older opsets stay with the host.
+fn semantics_since(op_type: &str) -> i64 {
+    match op_type {
+        "Softmax" | "Squeeze" | "Unsqueeze" => 13,
+        "HardSwish" => 14,
+        "LayerNormalization" => 17,
+        "Gelu" => 20,
+        _ => super::MIN_OPSET,
+    }
+}
+
+pub fn parse_op(node: &NodeProto, opset: i64) -> Result<Parsed, String> {
+    let domain = node.domain();
+    if !(domain.is_empty() || domain == "ai.onnx") {
+        return Ok(Parsed::Opaque("operator from a non-default domain"));
+    }
+    if opset < semantics_since(node.op_type()) {
+        return Ok(Parsed::Opaque("this opset's version of the operator has semantics Bolt does not implement"));
+    }
+    let a = Attrs::new(node);
+    let op = match node.op_type() {
+        "MatMul" => Op::MatMul,
+        "Gemm" => Op::Gemm {
+            alpha: a.float_or("alpha", 1.0)?,
+            beta: a.float_or("beta", 1.0)?,
+            trans_a: a.bool_or("transA", false)?,
+            trans_b: a.bool_or("transB", false)?,
+        },
+        "Conv" => {
+            let group = a.int_or("group", 1)?;
+            if group < 1 {
+                return Err(format!("group must be >= 1, found {group}"));
+            }
+            Op::Conv { window: window(&a)?, group: group as usize }
+        }
+        "ConvTranspose" => {
+            let group = a.int_or("group", 1)?;
+            if group < 1 {
+                return Err(format!("group must be >= 1, found {group}"));
+            }
+            Op::ConvTranspose {
+                window: window(&a)?,
+                group: group as usize,
+                output_padding: a.usizes("output_padding")?,
+                output_shape: a.usizes("output_shape")?,
+            }
+        }
+        "BatchNormalization" => Op::BatchNormalization {
+            epsilon: a.float_or("epsilon", 1e-5)?,
+            training_mode: a.bool_or("training_mode", false)?,
+        },
+        "Add" => Op::Binary(Binary::Add),
+        "Sub" => Op::Binary(Binary::Sub),
+        "Mul" => Op::Binary(Binary::Mul),
+        "Div" => Op::Binary(Binary::Div),
+        "Pow" => Op::Binary(Binary::Pow),
+        "Sqrt" => Op::Unary(Unary::Sqrt),
+        "Erf" => Op::Unary(Unary::Erf),
+        "Tanh" => Op::Unary(Unary::Tanh),
+        "Relu" => Op::Unary(Unary::Relu),
+        "Sigmoid" => Op::Unary(Unary::Sigmoid),
+        "Softplus" => Op::Unary(Unary::Softplus),
+        "HardSwish" => Op::Unary(Unary::HardSwish),
+        "LeakyRelu" => Op::Unary(Unary::LeakyRelu { alpha: a.float_or("alpha", 0.01)? }),
+        "HardSigmoid" => {
+            Op::Unary(Unary::HardSigmoid { alpha: a.float_or("alpha", 0.2)?, beta: a.float_or("beta", 0.5)? })
+        }
+        "Gelu" => {
+            let approximate = match a.string("approximate")?.as_deref() {
+                None | Some("none") => GeluApprox::None,
+                Some("tanh") => GeluApprox::Tanh,
+                Some(other) => return Err(format!("approximate must be 'none' or 'tanh', found '{other}'")),
+            };
+            Op::Unary(Unary::Gelu { approximate })
+        }
+        "Clip" => Op::Clip,
+        "Cast" => {
+            let to = a.int("to")?.ok_or("missing required attribute 'to'")?;
+            match DType::from_onnx(to as i32) {
+                DType::Other(_) => return Ok(Parsed::Opaque("Cast to an element type Bolt does not compute with")),
+                to => Op::Cast { to, saturate: a.bool_or("saturate", true)? },
+            }
+        }
+        "Transpose" => Op::Transpose { perm: a.usizes("perm")? },
+        "Reshape" => Op::Reshape { allowzero: a.bool_or("allowzero", false)? },
+        "Flatten" => Op::Flatten { axis: a.int_or("axis", 1)? },
+        "Squeeze" => Op::Squeeze,
+        "Unsqueeze" => Op::Unsqueeze,
+        "Concat" => Op::Concat { axis: a.int("axis")?.ok_or("missing required attribute 'axis'")? },
+        "Slice" => Op::Slice,
+        "Gather" => Op::Gather { axis: a.int_or("axis", 0)? },
+        "Shape" => Op::Shape { start: a.int_or("start", 0)?, end: a.int("end")? },
+        "Constant" => match constant_value(&a)? {
+            Some(t) => Op::Constant { value: Arc::new(t) },
+            None => return Ok(Parsed::Opaque("Constant holding strings or a sparse tensor")),
+        },
+        "Identity" => Op::Identity,
+        "MaxPool" => {
+            let storage_order = a.int_or("storage_order", 0)?;
+            Op::MaxPool { window: window(&a)?, ceil_mode: a.bool_or("ceil_mode", false)?, storage_order }
+        }
+        "AveragePool" => Op::AveragePool {
+            window: window(&a)?,
+            ceil_mode: a.bool_or("ceil_mode", false)?,
+            count_include_pad: a.bool_or("count_include_pad", false)?,
+        },
+        "GlobalAveragePool" => Op::GlobalAveragePool,
+        "Softmax" => Op::Softmax { axis: a.int_or("axis", -1)? },
+        "LayerNormalization" => {
+            let stash = a.int_or("stash_type", 1)?;
+            Op::LayerNormalization {
+                axis: a.int_or("axis", -1)?,
+                epsilon: a.float_or("epsilon", 1e-5)?,
+                stash_type: DType::from_onnx(stash as i32),
+            }
+        }
+        "ReduceMean" => Op::ReduceMean {
+            // Before opset 18 axes were an attribute; from 18 they are input 1.
+            axes: if opset < 18 { a.ints("axes")? } else { None },
+            keepdims: a.bool_or("keepdims", true)?,
+            noop_with_empty_axes: a.bool_or("noop_with_empty_axes", false)?,
+        },
+        "Resize" => Op::Resize(resize(&a)?),
+        _ => return Ok(Parsed::Opaque("operator outside Bolt's supported list")),
+    };
+    Ok(Parsed::Op(op))
+}
+
+fn window(a: &Attrs) -> Result<Window, String> {
+    let auto_pad = match a.string("auto_pad")?.as_deref() {
+        None | Some("NOTSET") => AutoPad::NotSet,
+        Some("SAME_UPPER") => AutoPad::SameUpper,
+        Some("SAME_LOWER") => AutoPad::SameLower,
+        Some("VALID") => AutoPad::Valid,
+        Some(other) => return Err(format!("unknown auto_pad '{other}'")),
+    };
+    Ok(Window {
+        kernel_shape: a.usizes("kernel_shape")?,
+        strides: a.usizes("strides")?,
+        pads: a.usizes("pads")?,
+        dilations: a.usizes("dilations")?,
+        auto_pad,
+    })
+}
+
+fn constant_value(a: &Attrs) -> Result<Option<Tensor>, String> {
+    if let Some(t) = a.tensor("value")? {
+        return Ok(Some(t));
+    }
+    if let Some(t) = a.ints("value_ints")? {
+        return Ok(Some(Tensor::from_i64(vec![t.len()], t)));
+    }
+    if let Some(v) = a.int("value_int")? {
+        return Ok(Some(Tensor::from_i64(vec![], vec![v])));
+    }
+    if let Some(v) = a.floats("value_floats")? {
+        return Ok(Some(Tensor::from_f32(vec![v.len()], v)));
+    }
+    if a.has("value_float") {
+        return Ok(Some(Tensor::scalar_f32(a.float_or("value_float", 0.0)?)));
+    }
+    if a.has("value_string") || a.has("value_strings") || a.has("sparse_value") {
+        return Ok(None);
+    }
+    Err("Constant has no value attribute".into())
+}
+
+fn resize(a: &Attrs) -> Result<ResizeAttrs, String> {
+    let s = |name: &str, default: &str| -> Result<String, String> {
+        Ok(a.string(name)?.unwrap_or_else(|| default.to_string()))
+    };
+    let mode = match s("mode", "nearest")?.as_str() {
+        "nearest" => ResizeMode::Nearest,
+        "linear" => ResizeMode::Linear,
+        "cubic" => ResizeMode::Cubic,
+        other => return Err(format!("unknown mode '{other}'")),
+    };
+    let coord = match s("coordinate_transformation_mode", "half_pixel")?.as_str() {
+        "half_pixel" => CoordTransform::HalfPixel,
+        "half_pixel_symmetric" => CoordTransform::HalfPixelSymmetric,
+        "pytorch_half_pixel" => CoordTransform::PytorchHalfPixel,
+        "align_corners" => CoordTransform::AlignCorners,
+        "asymmetric" => CoordTransform::Asymmetric,
+        "tf_crop_and_resize" => CoordTransform::TfCropAndResize,
+        other => return Err(format!("unknown coordinate_transformation_mode '{other}'")),
+    };
+    let nearest = match s("nearest_mode", "round_prefer_floor")?.as_str() {
+        "round_prefer_floor" => NearestMode::RoundPreferFloor,
+        "round_prefer_ceil" => NearestMode::RoundPreferCeil,
+        "floor" => NearestMode::Floor,
+        "ceil" => NearestMode::Ceil,
+        other => return Err(format!("unknown nearest_mode '{other}'")),
+    };
+    let aspect = match s("keep_aspect_ratio_policy", "stretch")?.as_str() {
+        "stretch" => AspectPolicy::Stretch,
+        "not_larger" => AspectPolicy::NotLarger,
+        "not_smaller" => AspectPolicy::NotSmaller,
+        other => return Err(format!("unknown keep_aspect_ratio_policy '{other}'")),
+    };
+    Ok(ResizeAttrs {
+        mode,
+        coord,
+        nearest,
+        cubic_coeff_a: a.float_or("cubic_coeff_a", -0.75)?,
+        exclude_outside: a.bool_or("exclude_outside", false)?,
+        extrapolation_value: a.float_or("extrapolation_value", 0.0)?,
+        antialias: a.bool_or("antialias", false)?,
+        axes: a.ints("axes")?,
+        aspect,
+    })
+}

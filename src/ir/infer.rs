@@ -1,0 +1,915 @@
+//! Shape and dtype inference for every supported op, with static and symbolic dims.
+//!
+//! Shape-computing subgraphs (`Shape -> Gather -> Concat -> Reshape`, as exporters write for
+//! dynamic batch) are followed through "shape values": 1-D integer tensors whose elements are
+//! known as [`Dim`]s. Nodes whose inputs are all small constants are folded with the reference
+//! executor, so constant shape arithmetic of any form resolves.
+
+use super::*;
+use crate::error::{Error, Result};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Largest constant (in elements) folded at import; bigger ones are weights, not shapes.
+const FOLD_LIMIT: usize = 1 << 16;
+
+/// What inference knows about one input of the node being inferred.
+#[derive(Clone, Copy)]
+pub struct InputInfo<'a> {
+    pub ty: Option<&'a TensorType>,
+    pub value: Option<&'a Tensor>,
+    pub dims: Option<&'a [Dim]>,
+}
+
+impl<'a> InputInfo<'a> {
+    pub fn shape(&self) -> Option<&'a Shape> {
+        self.ty.and_then(|t| t.shape.as_ref())
+    }
+}
+
+/// Infers the types of all node outputs, in place. `declared` holds the types the file
+/// records for intermediates and outputs; they fill dims inference cannot know and must agree
+/// with what it does know.
+pub fn infer_graph(graph: &mut Graph, declared: &HashMap<String, TensorType>) -> Result<()> {
+    let mut consts: HashMap<String, Arc<Tensor>> = graph.initializers.clone();
+    let mut shape_vals: HashMap<String, Vec<Dim>> = HashMap::new();
+    for i in 0..graph.nodes.len() {
+        let node = &graph.nodes[i];
+        let infos: Vec<Option<InputInfo>> = node
+            .inputs
+            .iter()
+            .map(|x| {
+                x.as_ref().map(|name| InputInfo {
+                    ty: graph.types.get(name),
+                    value: consts.get(name).map(|t| t.as_ref()),
+                    dims: shape_vals.get(name).map(|v| v.as_slice()),
+                })
+            })
+            .collect();
+
+        let folded = try_fold(node, &infos);
+        let mut out_types: Vec<Option<TensorType>> = match &folded {
+            Some(ts) => ts.iter().map(|t| Some(TensorType::new(t.dtype(), Shape::from_static(&t.shape)))).collect(),
+            None if node.op.is_opaque() => vec![None; node.outputs.len()],
+            None => infer_node(&node.op, &infos).map_err(|r| Error::node(node, r))?.into_iter().map(Some).collect(),
+        };
+        out_types.resize(node.outputs.len(), None);
+        let new_dims = if folded.is_none() { shape_value(&node.op, &infos) } else { None };
+
+        let node = graph.nodes[i].clone();
+        for (k, out) in node.outputs.iter().enumerate() {
+            if out.is_empty() {
+                continue;
+            }
+            let ty = merge_declared(out_types[k].take(), declared.get(out))
+                .map_err(|r| Error::node(&node, format!("output '{out}': {r}")))?;
+            if let Some(ty) = ty {
+                graph.types.insert(out.clone(), ty);
+            }
+        }
+        if let Some(ts) = folded {
+            for (out, t) in node.outputs.iter().zip(ts) {
+                if let Some(d) = t.as_i64_vec().filter(|_| t.rank() <= 1) {
+                    shape_vals.insert(out.clone(), d.iter().map(|&x| if x >= 0 { Dim::Known(x as usize) } else { Dim::Unknown }).collect());
+                }
+                consts.insert(out.clone(), Arc::new(t));
+            }
+        } else if let Some(d) = new_dims {
+            shape_vals.insert(node.outputs[0].clone(), d);
+        }
+    }
+    Ok(())
+}
+
+/// Evaluates a node whose inputs are all small constants.
+fn try_fold(node: &Node, infos: &[Option<InputInfo>]) -> Option<Vec<Tensor>> {
+    if node.op.is_opaque() {
+        return None;
+    }
+    if let Op::Constant { value } = &node.op {
+        return Some(vec![value.as_ref().clone()]);
+    }
+    let mut inputs = Vec::with_capacity(infos.len());
+    for info in infos {
+        match info {
+            None => inputs.push(None),
+            Some(i) => match i.value {
+                Some(t) if t.len() <= FOLD_LIMIT => inputs.push(Some(t)),
+                _ => return None,
+            },
+        }
+    }
+    // Shape of a static input is a constant even though the input is not.
+    crate::reference::eval_op(&node.op, &inputs).ok()
+}
+
+fn merge_declared(inferred: Option<TensorType>, declared: Option<&TensorType>) -> Result<Option<TensorType>, String> {
+    let (inf, dec) = match (inferred, declared) {
+        (None, d) => return Ok(d.cloned()),
+        (Some(i), None) => return Ok(Some(i)),
+        (Some(i), Some(d)) => (i, d),
+    };
+    if matches!(dec.dtype, DType::Other(0)) || inf.dtype == dec.dtype {
+        // ok
+    } else {
+        return Err(format!("inferred as {inf} but the model declares {dec}"));
+    }
+    let shape = match (inf.shape, &dec.shape) {
+        (None, d) => d.clone(),
+        (Some(s), None) => Some(s),
+        (Some(s), Some(d)) if d.rank() == 0 && s.rank() != 0 && d.0.is_empty() => Some(s),
+        (Some(s), Some(d)) => {
+            if s.rank() != d.rank() {
+                return Err(format!("inferred as {} but the model declares {}", TensorType { dtype: inf.dtype, shape: Some(s) }, dec));
+            }
+            let mut dims = Vec::with_capacity(s.rank());
+            for (a, b) in s.0.iter().zip(&d.0) {
+                if !a.compatible(b) {
+                    return Err(format!(
+                        "inferred shape {} but the model declares {}",
+                        s,
+                        d
+                    ));
+                }
+                dims.push(match (a, b) {
+                    (Dim::Known(_), _) => a.clone(),
+                    (_, Dim::Known(_)) | (Dim::Unknown, Dim::Sym(_)) => b.clone(),
+                    _ => a.clone(),
+                });
+            }
+            Some(Shape(dims))
+        }
+    };
+    Ok(Some(TensorType { dtype: inf.dtype, shape }))
+}
+
+/// Normalises a possibly negative axis against `rank` (`allow_end` permits `rank` itself).
+pub fn norm_axis(axis: i64, rank: usize, allow_end: bool) -> Result<usize, String> {
+    let a = if axis < 0 { axis + rank as i64 } else { axis };
+    let max = if allow_end { rank as i64 } else { rank as i64 - 1 };
+    if a < 0 || a > max {
+        return Err(format!("axis {axis} is out of range for rank {rank}"));
+    }
+    Ok(a as usize)
+}
+
+fn input<'a>(infos: &[Option<InputInfo<'a>>], i: usize) -> Result<InputInfo<'a>, String> {
+    infos.get(i).copied().flatten().ok_or_else(|| format!("missing required input {i}"))
+}
+
+fn ty<'a>(infos: &[Option<InputInfo<'a>>], i: usize) -> Result<&'a TensorType, String> {
+    input(infos, i)?.ty.ok_or_else(|| format!("type of input {i} is unknown"))
+}
+
+/// Integer contents of an optional constant input: Ok(None) when absent, Err when present but
+/// not constant (shape then depends on run-time values).
+fn const_ints(infos: &[Option<InputInfo>], i: usize) -> Result<Option<Vec<i64>>, ()> {
+    match infos.get(i).copied().flatten() {
+        None => Ok(None),
+        Some(info) => match info.value.and_then(|t| t.as_i64_vec()) {
+            Some(v) => Ok(Some(v)),
+            None => Err(()),
+        },
+    }
+}
+
+fn same(t: &TensorType) -> Vec<TensorType> {
+    vec![t.clone()]
+}
+
+fn unknown_dims(rank: usize) -> Shape {
+    Shape(vec![Dim::Unknown; rank])
+}
+
+/// Product of dims when all known; a symbol when exactly one symbol and the rest are 1.
+fn dim_product(dims: &[Dim]) -> Dim {
+    let mut known = 1usize;
+    let mut sym = None;
+    for d in dims {
+        match d {
+            Dim::Known(n) => known *= n,
+            Dim::Sym(_) if sym.is_none() => sym = Some(d.clone()),
+            _ => return Dim::Unknown,
+        }
+    }
+    match sym {
+        None => Dim::Known(known),
+        Some(s) if known == 1 => s,
+        Some(_) => Dim::Unknown,
+    }
+}
+
+/// Output types of one node from its inputs' types and constant values.
+pub fn infer_node(op: &Op, infos: &[Option<InputInfo>]) -> Result<Vec<TensorType>, String> {
+    let x = ty(infos, 0);
+    Ok(match op {
+        Op::MatMul => {
+            let (a, b) = (x?, ty(infos, 1)?);
+            if a.dtype != b.dtype {
+                return Err(format!("input types differ: {} vs {}", a.dtype, b.dtype));
+            }
+            let shape = match (&a.shape, &b.shape) {
+                (Some(sa), Some(sb)) => Some(matmul_shape(sa, sb)?),
+                _ => None,
+            };
+            vec![TensorType { dtype: a.dtype, shape }]
+        }
+        Op::Gemm { trans_a, trans_b, .. } => {
+            let (a, b) = (x?, ty(infos, 1)?);
+            let (sa, sb) = (a.shape.as_ref(), b.shape.as_ref());
+            let (m, ka) = match sa {
+                Some(s) if s.rank() == 2 => if *trans_a { (s.0[1].clone(), s.0[0].clone()) } else { (s.0[0].clone(), s.0[1].clone()) },
+                Some(s) => return Err(format!("A must be 2-D, has shape {s}")),
+                None => (Dim::Unknown, Dim::Unknown),
+            };
+            let (kb, n) = match sb {
+                Some(s) if s.rank() == 2 => if *trans_b { (s.0[1].clone(), s.0[0].clone()) } else { (s.0[0].clone(), s.0[1].clone()) },
+                Some(s) => return Err(format!("B must be 2-D, has shape {s}")),
+                None => (Dim::Unknown, Dim::Unknown),
+            };
+            if !ka.compatible(&kb) {
+                return Err(format!("inner dimensions differ: A gives K={ka}, B gives K={kb}"));
+            }
+            let out = Shape(vec![m, n]);
+            if let Some(c) = infos.get(2).copied().flatten().and_then(|c| c.shape()) {
+                match broadcast_shapes(c, &out) {
+                    Some(b) if b.rank() == 2 && b.0.iter().zip(&out.0).all(|(p, q)| p.compatible(q)) => {}
+                    _ => return Err(format!("C of shape {c} does not broadcast to the output {out}")),
+                }
+            }
+            vec![TensorType::new(a.dtype, out)]
+        }
+        Op::Conv { window, group } => {
+            let (xt, wt) = (x?, ty(infos, 1)?);
+            let shape = match (&xt.shape, &wt.shape) {
+                (Some(xs), Some(ws)) => Some(conv_shape(xs, ws, window, *group)?),
+                _ => None,
+            };
+            if let (Some(ws), Some(b)) = (&wt.shape, infos.get(2).copied().flatten().and_then(|b| b.shape())) {
+                if b.rank() != 1 || !b.0[0].compatible(&ws.0[0]) {
+                    return Err(format!("bias of shape {b} must be [M] = [{}]", ws.0[0]));
+                }
+            }
+            vec![TensorType { dtype: xt.dtype, shape }]
+        }
+        Op::ConvTranspose { window, group, output_padding, output_shape } => {
+            let (xt, wt) = (x?, ty(infos, 1)?);
+            let shape = match (&xt.shape, &wt.shape) {
+                (Some(xs), Some(ws)) => {
+                    if xs.rank() < 3 || ws.rank() != xs.rank() {
+                        return Err(format!("input {xs} and weight {ws} must have the same rank >= 3"));
+                    }
+                    if !xs.0[1].compatible(&ws.0[0]) {
+                        return Err(format!("input has {} channels but weight {ws} expects {}", xs.0[1], ws.0[0]));
+                    }
+                    let kernel: Vec<usize> = match &window.kernel_shape {
+                        Some(k) => k.clone(),
+                        None => ws.0[2..].iter().map(|d| d.known().ok_or("weight has symbolic spatial dims")).collect::<Result<_, _>>()?,
+                    };
+                    let channels = match ws.0[1] {
+                        Dim::Known(c) => Dim::Known(c * group),
+                        _ => Dim::Unknown,
+                    };
+                    let mut out = vec![xs.0[0].clone(), channels];
+                    match xs.0[2..].iter().map(Dim::known).collect::<Option<Vec<_>>>() {
+                        Some(sp) => out.extend(
+                            window.resolve_transposed(&sp, &kernel, output_padding.as_deref(), output_shape.as_deref())?.output.into_iter().map(Dim::Known),
+                        ),
+                        None => out.extend(std::iter::repeat(Dim::Unknown).take(kernel.len())),
+                    }
+                    Some(Shape(out))
+                }
+                _ => None,
+            };
+            vec![TensorType { dtype: xt.dtype, shape }]
+        }
+        Op::BatchNormalization { training_mode, .. } => {
+            let xt = x?;
+            if let Some(s) = &xt.shape {
+                if s.rank() < 2 {
+                    return Err(format!("input must have rank >= 2, has shape {s}"));
+                }
+                for i in 1..5 {
+                    if let Some(p) = infos.get(i).copied().flatten().and_then(|p| p.shape()) {
+                        if p.rank() != 1 || !p.0[0].compatible(&s.0[1]) {
+                            return Err(format!("input {i} has shape {p}, expected [C] = [{}]", s.0[1]));
+                        }
+                    }
+                }
+            }
+            let mut v = same(xt);
+            if *training_mode {
+                let c = xt.shape.as_ref().map(|s| Shape(vec![s.0[1].clone()]));
+                let stat_dtype = infos.get(3).copied().flatten().and_then(|m| m.ty).map(|t| t.dtype).unwrap_or(xt.dtype);
+                v.push(TensorType { dtype: stat_dtype, shape: c.clone() });
+                v.push(TensorType { dtype: stat_dtype, shape: c });
+            }
+            v
+        }
+        Op::Binary(b) => {
+            let (a, c) = (x?, ty(infos, 1)?);
+            if *b != Binary::Pow && a.dtype != c.dtype {
+                return Err(format!("input types differ: {} vs {}", a.dtype, c.dtype));
+            }
+            let shape = match (&a.shape, &c.shape) {
+                (Some(sa), Some(sc)) => {
+                    Some(broadcast_shapes(sa, sc).ok_or_else(|| format!("shapes {sa} and {sc} do not broadcast"))?)
+                }
+                _ => None,
+            };
+            vec![TensorType { dtype: a.dtype, shape }]
+        }
+        Op::Unary(_) | Op::Clip | Op::Identity | Op::Softmax { .. } => {
+            let t = x?;
+            if let Op::Softmax { axis } = op {
+                if let Some(s) = &t.shape {
+                    norm_axis(*axis, s.rank(), false)?;
+                }
+            }
+            same(t)
+        }
+        Op::Cast { to, .. } => vec![TensorType { dtype: *to, shape: x?.shape.clone() }],
+        Op::Transpose { perm } => {
+            let t = x?;
+            let shape = match &t.shape {
+                None => None,
+                Some(s) => {
+                    let p = match perm {
+                        Some(p) => {
+                            check_perm(p, s.rank())?;
+                            p.clone()
+                        }
+                        None => (0..s.rank()).rev().collect(),
+                    };
+                    Some(Shape(p.iter().map(|&i| s.0[i].clone()).collect()))
+                }
+            };
+            vec![TensorType { dtype: t.dtype, shape }]
+        }
+        Op::Reshape { allowzero } => {
+            let t = x?;
+            let target = input(infos, 1)?;
+            let shape = match target.dims {
+                Some(d) => Some(reshape_shape(t.shape.as_ref(), d, target.value, *allowzero)?),
+                None => target.shape().and_then(|s| s.0.first()).and_then(Dim::known).map(unknown_dims),
+            };
+            vec![TensorType { dtype: t.dtype, shape }]
+        }
+        Op::Flatten { axis } => {
+            let t = x?;
+            let shape = match &t.shape {
+                None => Some(unknown_dims(2)),
+                Some(s) => {
+                    let a = norm_axis(*axis, s.rank(), true)?;
+                    Some(Shape(vec![dim_product(&s.0[..a]), dim_product(&s.0[a..])]))
+                }
+            };
+            vec![TensorType { dtype: t.dtype, shape }]
+        }
+        Op::Squeeze => {
+            let t = x?;
+            let shape = match (&t.shape, const_ints(infos, 1)) {
+                (Some(s), Ok(Some(axes))) => {
+                    let mut drop = vec![false; s.rank()];
+                    for &a in &axes {
+                        let a = norm_axis(a, s.rank(), false)?;
+                        if let Dim::Known(n) = s.0[a] {
+                            if n != 1 {
+                                return Err(format!("cannot squeeze axis {a} of size {n}"));
+                            }
+                        }
+                        drop[a] = true;
+                    }
+                    Some(Shape(s.0.iter().zip(&drop).filter(|(_, &d)| !d).map(|(x, _)| x.clone()).collect()))
+                }
+                (Some(s), Ok(None)) if s.is_static() => Some(Shape(s.0.iter().filter(|d| **d != Dim::Known(1)).cloned().collect())),
+                _ => None,
+            };
+            vec![TensorType { dtype: t.dtype, shape }]
+        }
+        Op::Unsqueeze => {
+            let t = x?;
+            let shape = match (&t.shape, const_ints(infos, 1)) {
+                (Some(s), Ok(Some(axes))) => {
+                    let r = s.rank() + axes.len();
+                    let mut ins = vec![false; r];
+                    for &a in &axes {
+                        let a = norm_axis(a, r, false)?;
+                        if ins[a] {
+                            return Err(format!("axis {a} repeated"));
+                        }
+                        ins[a] = true;
+                    }
+                    let mut it = s.0.iter();
+                    Some(Shape(ins.iter().map(|&i| if i { Dim::Known(1) } else { it.next().cloned().unwrap_or(Dim::Unknown) }).collect()))
+                }
+                (_, Err(())) => None,
+                (None, _) => None,
+                (Some(_), Ok(None)) => return Err("missing required input 1 (axes)".into()),
+            };
+            vec![TensorType { dtype: t.dtype, shape }]
+        }
+        Op::Concat { axis } => {
+            let first = x?;
+            let mut shape: Option<Shape> = first.shape.clone();
+            let rank = first.shape.as_ref().map(|s| s.rank());
+            let a = match rank {
+                Some(r) => Some(norm_axis(*axis, r, false)?),
+                None => None,
+            };
+            for i in 1..infos.len() {
+                let t = ty(infos, i)?;
+                if t.dtype != first.dtype {
+                    return Err(format!("input {i} is {} but input 0 is {}", t.dtype, first.dtype));
+                }
+                shape = match (shape, &t.shape, a) {
+                    (Some(acc), Some(s), Some(a)) => {
+                        if s.rank() != acc.rank() {
+                            return Err(format!("input {i} has rank {}, input 0 has rank {}", s.rank(), acc.rank()));
+                        }
+                        let mut d = acc.0.clone();
+                        for k in 0..d.len() {
+                            if k == a {
+                                d[k] = match (&d[k], &s.0[k]) {
+                                    (Dim::Known(p), Dim::Known(q)) => Dim::Known(p + q),
+                                    _ => Dim::Unknown,
+                                };
+                            } else if !d[k].compatible(&s.0[k]) {
+                                return Err(format!("input {i} has shape {s}, incompatible with {acc} off the concat axis"));
+                            } else if d[k].known().is_none() {
+                                d[k] = s.0[k].clone();
+                            }
+                        }
+                        Some(Shape(d))
+                    }
+                    _ => None,
+                };
+            }
+            vec![TensorType { dtype: first.dtype, shape }]
+        }
+        Op::Slice => {
+            let t = x?;
+            let shape = match &t.shape {
+                None => None,
+                Some(s) => match slice_params(infos, s.rank()) {
+                    Some(p) => Some(Shape(
+                        s.0.iter()
+                            .enumerate()
+                            .map(|(i, d)| match (d, p.iter().find(|q| q.axis == i)) {
+                                (_, None) => d.clone(),
+                                (Dim::Known(n), Some(q)) => Dim::Known(q.resolve(*n).len),
+                                (_, Some(q)) if q.is_full() => d.clone(),
+                                _ => Dim::Unknown,
+                            })
+                            .collect(),
+                    )),
+                    None => Some(unknown_dims(s.rank())),
+                },
+            };
+            vec![TensorType { dtype: t.dtype, shape }]
+        }
+        Op::Gather { axis } => {
+            let (d, idx) = (x?, ty(infos, 1)?);
+            if !idx.dtype.is_integer() {
+                return Err(format!("indices must be integers, are {}", idx.dtype));
+            }
+            let shape = match (&d.shape, &idx.shape) {
+                (Some(ds), Some(is)) => {
+                    let a = norm_axis(*axis, ds.rank(), false)?;
+                    let mut v = ds.0[..a].to_vec();
+                    v.extend(is.0.iter().cloned());
+                    v.extend(ds.0[a + 1..].iter().cloned());
+                    Some(Shape(v))
+                }
+                _ => None,
+            };
+            vec![TensorType { dtype: d.dtype, shape }]
+        }
+        Op::Shape { start, end } => {
+            let t = x?;
+            let len = t.shape.as_ref().map(|s| {
+                let (b, e) = shape_range(s.rank(), *start, *end);
+                Dim::Known(e.saturating_sub(b))
+            });
+            vec![TensorType { dtype: DType::I64, shape: Some(Shape(vec![len.unwrap_or(Dim::Unknown)])) }]
+        }
+        Op::Constant { value } => vec![TensorType::new(value.dtype(), Shape::from_static(&value.shape))],
+        Op::MaxPool { window, ceil_mode, .. } | Op::AveragePool { window, ceil_mode, .. } => {
+            let t = x?;
+            let kernel = window.kernel_shape.as_ref().ok_or("missing required attribute 'kernel_shape'")?;
+            let shape = match &t.shape {
+                None => None,
+                Some(s) => {
+                    if s.rank() != kernel.len() + 2 {
+                        return Err(format!("input of shape {s} does not match a {}-D kernel", kernel.len()));
+                    }
+                    Some(window_shape(s, kernel, window, *ceil_mode, s.0[1].clone())?)
+                }
+            };
+            let mut v = vec![TensorType { dtype: t.dtype, shape: shape.clone() }];
+            if matches!(op, Op::MaxPool { .. }) {
+                v.push(TensorType { dtype: DType::I64, shape });
+            }
+            v
+        }
+        Op::GlobalAveragePool => {
+            let t = x?;
+            let shape = t.shape.as_ref().map(|s| {
+                Shape(s.0.iter().enumerate().map(|(i, d)| if i < 2 { d.clone() } else { Dim::Known(1) }).collect())
+            });
+            vec![TensorType { dtype: t.dtype, shape }]
+        }
+        Op::LayerNormalization { axis, stash_type, .. } => {
+            let t = x?;
+            let stat_shape = match &t.shape {
+                Some(s) => {
+                    let a = norm_axis(*axis, s.rank(), false)?;
+                    Some(Shape(s.0.iter().enumerate().map(|(i, d)| if i < a { d.clone() } else { Dim::Known(1) }).collect()))
+                }
+                None => None,
+            };
+            vec![same(t).remove(0), TensorType { dtype: *stash_type, shape: stat_shape.clone() }, TensorType { dtype: *stash_type, shape: stat_shape }]
+        }
+        Op::ReduceMean { axes, keepdims, noop_with_empty_axes } => {
+            let t = x?;
+            let axes = match axes {
+                Some(a) => Ok(Some(a.clone())),
+                None => const_ints(infos, 1),
+            };
+            let shape = match (&t.shape, axes) {
+                (Some(s), Ok(axes)) => {
+                    let axes = axes.unwrap_or_default();
+                    let mut reduce = vec![axes.is_empty() && !*noop_with_empty_axes; s.rank()];
+                    for a in axes {
+                        reduce[norm_axis(a, s.rank(), false)?] = true;
+                    }
+                    Some(Shape(
+                        s.0.iter()
+                            .zip(&reduce)
+                            .filter_map(|(d, &r)| if !r { Some(d.clone()) } else if *keepdims { Some(Dim::Known(1)) } else { None })
+                            .collect(),
+                    ))
+                }
+                (Some(s), Err(())) if *keepdims => Some(unknown_dims(s.rank())),
+                _ => None,
+            };
+            vec![TensorType { dtype: t.dtype, shape }]
+        }
+        Op::Resize(attrs) => {
+            let t = x?;
+            let shape = match &t.shape {
+                Some(s) if s.is_static() => {
+                    let dims = s.as_static().expect("static");
+                    let scales = infos.get(2).copied().flatten().map(|i| i.value.map(|v| v.to_f32_vec()));
+                    let sizes = const_ints(infos, 3);
+                    match (scales, sizes) {
+                        (Some(None), _) | (_, Err(())) => Some(unknown_dims(s.rank())),
+                        (scales, Ok(sizes)) => {
+                            let scales = scales.flatten().filter(|v| !v.is_empty());
+                            let (out, _) = resize_output(&dims, attrs, scales.as_deref(), sizes.as_deref())?;
+                            Some(Shape::from_static(&out))
+                        }
+                    }
+                }
+                Some(s) => Some(unknown_dims(s.rank())),
+                None => None,
+            };
+            vec![TensorType { dtype: t.dtype, shape }]
+        }
+        Op::Opaque { .. } => vec![],
+    })
+}
+
+fn check_perm(p: &[usize], rank: usize) -> Result<(), String> {
+    let mut seen = vec![false; rank];
+    if p.len() != rank {
+        return Err(format!("perm {p:?} has {} entries for rank {rank}", p.len()));
+    }
+    for &i in p {
+        if i >= rank || seen[i] {
+            return Err(format!("perm {p:?} is not a permutation of 0..{rank}"));
+        }
+        seen[i] = true;
+    }
+    Ok(())
+}
+
+/// Numpy matmul shape rules, including 1-D promotion.
+pub fn matmul_shape(a: &Shape, b: &Shape) -> Result<Shape, String> {
+    if a.rank() == 0 || b.rank() == 0 {
+        return Err("MatMul inputs must have rank >= 1".into());
+    }
+    let a2 = if a.rank() == 1 { Shape(vec![Dim::Known(1), a.0[0].clone()]) } else { a.clone() };
+    let b2 = if b.rank() == 1 { Shape(vec![b.0[0].clone(), Dim::Known(1)]) } else { b.clone() };
+    let (ra, rb) = (a2.rank(), b2.rank());
+    let k1 = &a2.0[ra - 1];
+    let k2 = &b2.0[rb - 2];
+    if !k1.compatible(k2) {
+        return Err(format!("inner dimensions differ: {a} x {b}"));
+    }
+    let batch = broadcast_shapes(&Shape(a2.0[..ra - 2].to_vec()), &Shape(b2.0[..rb - 2].to_vec()))
+        .ok_or_else(|| format!("batch dimensions of {a} and {b} do not broadcast"))?;
+    let mut out = batch.0;
+    if a.rank() > 1 {
+        out.push(a2.0[ra - 2].clone());
+    }
+    if b.rank() > 1 {
+        out.push(b2.0[rb - 1].clone());
+    }
+    Ok(Shape(out))
+}
+
+fn conv_shape(x: &Shape, w: &Shape, window: &Window, group: usize) -> Result<Shape, String> {
+    if x.rank() < 3 || w.rank() != x.rank() {
+        return Err(format!("input {x} and weight {w} must have the same rank >= 3"));
+    }
+    if let (Dim::Known(c), Dim::Known(cw)) = (&x.0[1], &w.0[1]) {
+        if *c != cw * group {
+            return Err(format!("input has {c} channels but weight {w} with group {group} expects {}", cw * group));
+        }
+    }
+    if let Dim::Known(m) = w.0[0] {
+        if m % group != 0 {
+            return Err(format!("{m} output channels are not divisible by group {group}"));
+        }
+    }
+    let kernel: Vec<usize> = match &window.kernel_shape {
+        Some(k) => k.clone(),
+        None => w.0[2..].iter().map(|d| d.known().ok_or_else(|| format!("weight {w} has symbolic spatial dims"))).collect::<Result<_, _>>()?,
+    };
+    if let Some(ws) = w.as_static() {
+        if ws[2..] != kernel[..] {
+            return Err(format!("kernel_shape {kernel:?} differs from weight {w}"));
+        }
+    }
+    window_shape(x, &kernel, window, false, w.0[0].clone())
+}
+
+fn window_shape(x: &Shape, kernel: &[usize], window: &Window, ceil_mode: bool, channels: Dim) -> Result<Shape, String> {
+    let mut out = vec![x.0[0].clone(), channels];
+    match x.0[2..].iter().map(Dim::known).collect::<Option<Vec<_>>>() {
+        Some(sp) => {
+            let r = window.resolve(&sp, kernel, ceil_mode)?;
+            out.extend(r.output.into_iter().map(Dim::Known));
+        }
+        None => out.extend(std::iter::repeat(Dim::Unknown).take(kernel.len())),
+    }
+    Ok(Shape(out))
+}
+
+/// Reshape target from its elements as dims (0 copies, -1 infers) and the input's shape.
+fn reshape_shape(input: Option<&Shape>, target: &[Dim], value: Option<&Tensor>, allowzero: bool) -> Result<Shape, String> {
+    let raw: Vec<i64> = match value.and_then(|t| t.as_i64_vec()) {
+        Some(v) => v,
+        // Symbolic target: elements are dims; no 0/-1 markers are possible in symbolic slots.
+        None => return Ok(Shape(target.to_vec())),
+    };
+    if raw.iter().filter(|&&v| v == -1).count() > 1 {
+        return Err(format!("shape {raw:?} has more than one -1"));
+    }
+    if let Some(&bad) = raw.iter().find(|&&v| v < -1) {
+        return Err(format!("shape {raw:?} has invalid entry {bad}"));
+    }
+    if allowzero && raw.contains(&0) && raw.contains(&-1) {
+        return Err(format!("shape {raw:?} mixes 0 and -1 with allowzero"));
+    }
+    let mut out: Vec<Dim> = Vec::with_capacity(raw.len());
+    for (i, &v) in raw.iter().enumerate() {
+        out.push(match v {
+            0 if !allowzero => match input {
+                Some(s) if i < s.rank() => s.0[i].clone(),
+                Some(s) => return Err(format!("shape {raw:?} copies dim {i} but the input {s} has rank {}", s.rank())),
+                None => Dim::Unknown,
+            },
+            -1 => Dim::Unknown,
+            v => Dim::Known(v as usize),
+        });
+    }
+    if let (Some(pos), Some(s)) = (raw.iter().position(|&v| v == -1), input) {
+        out[pos] = infer_minus_one(&s.0, &out, pos);
+    } else if let Some(s) = input.and_then(Shape::as_static) {
+        let total: usize = s.iter().product();
+        if let Some(o) = Shape(out.clone()).as_static() {
+            if o.iter().product::<usize>() != total {
+                return Err(format!("cannot reshape {s:?} ({total} elements) to {raw:?}"));
+            }
+        }
+    }
+    Ok(Shape(out))
+}
+
+/// The -1 entry of a reshape: cancels common factors (numbers and symbols) between the
+/// input's dims and the other target dims.
+fn infer_minus_one(input: &[Dim], target: &[Dim], pos: usize) -> Dim {
+    let mut num = 1usize;
+    let mut syms: Vec<&str> = Vec::new();
+    for d in input {
+        match d {
+            Dim::Known(n) => num *= n,
+            Dim::Sym(s) => syms.push(s),
+            Dim::Unknown => return Dim::Unknown,
+        }
+    }
+    let mut den = 1usize;
+    for (i, d) in target.iter().enumerate() {
+        if i == pos {
+            continue;
+        }
+        match d {
+            Dim::Known(n) => den *= n,
+            Dim::Sym(s) => match syms.iter().position(|x| x == s) {
+                Some(k) => {
+                    syms.remove(k);
+                }
+                None => return Dim::Unknown,
+            },
+            Dim::Unknown => return Dim::Unknown,
+        }
+    }
+    if den == 0 || num % den != 0 {
+        return Dim::Unknown;
+    }
+    match (num / den, syms.as_slice()) {
+        (n, []) => Dim::Known(n),
+        (1, [s]) => Dim::Sym(s.to_string()),
+        _ => Dim::Unknown,
+    }
+}
+
+/// Clamped [begin, end) of the Shape op's start/end attributes.
+pub fn shape_range(rank: usize, start: i64, end: Option<i64>) -> (usize, usize) {
+    let clamp = |v: i64| -> usize {
+        let v = if v < 0 { v + rank as i64 } else { v };
+        v.clamp(0, rank as i64) as usize
+    };
+    (clamp(start), clamp(end.unwrap_or(rank as i64)))
+}
+
+/// One axis of a Slice with its raw parameters.
+#[derive(Clone, Debug)]
+pub struct SliceAxis {
+    pub axis: usize,
+    pub start: i64,
+    pub end: i64,
+    pub step: i64,
+}
+
+/// A slice resolved against a concrete dim size.
+pub struct ResolvedSlice {
+    pub start: i64,
+    pub step: i64,
+    pub len: usize,
+}
+
+impl SliceAxis {
+    fn is_full(&self) -> bool {
+        self.start == 0 && self.step == 1 && self.end >= i32::MAX as i64
+    }
+
+    /// ONNX Slice clamping rules for a dim of size `n`.
+    pub fn resolve(&self, n: usize) -> ResolvedSlice {
+        let n = n as i64;
+        let norm = |v: i64| if v < 0 { v + n } else { v };
+        let (start, end) = (norm(self.start), norm(self.end));
+        let (start, end) = if self.step > 0 {
+            (start.clamp(0, n), end.clamp(0, n))
+        } else {
+            (start.clamp(0, n - 1), end.clamp(-1, n - 1))
+        };
+        let len = if self.step > 0 {
+            if end > start { (end - start + self.step - 1) / self.step } else { 0 }
+        } else if start > end {
+            (start - end + (-self.step) - 1) / (-self.step)
+        } else {
+            0
+        };
+        ResolvedSlice { start, step: self.step, len: len.max(0) as usize }
+    }
+}
+
+/// Slice parameters when starts/ends (and optional axes/steps) are constants.
+fn slice_params(infos: &[Option<InputInfo>], rank: usize) -> Option<Vec<SliceAxis>> {
+    let starts = const_ints(infos, 1).ok()??;
+    let ends = const_ints(infos, 2).ok()??;
+    let axes = const_ints(infos, 3).ok()?;
+    let steps = const_ints(infos, 4).ok()?;
+    slice_axes(rank, &starts, &ends, axes.as_deref(), steps.as_deref()).ok()
+}
+
+/// Validates and pairs Slice's inputs per axis.
+pub fn slice_axes(rank: usize, starts: &[i64], ends: &[i64], axes: Option<&[i64]>, steps: Option<&[i64]>) -> Result<Vec<SliceAxis>, String> {
+    let k = starts.len();
+    if ends.len() != k || axes.is_some_and(|a| a.len() != k) || steps.is_some_and(|s| s.len() != k) {
+        return Err("starts, ends, axes and steps must have the same length".into());
+    }
+    let mut seen = vec![false; rank];
+    (0..k)
+        .map(|i| {
+            let axis = match axes {
+                Some(a) => norm_axis(a[i], rank, false)?,
+                None if i < rank => i,
+                None => return Err(format!("{k} starts for rank {rank}")),
+            };
+            if std::mem::replace(&mut seen[axis], true) {
+                return Err(format!("axis {axis} repeated"));
+            }
+            let step = steps.map_or(1, |s| s[i]);
+            if step == 0 {
+                return Err("slice step cannot be 0".into());
+            }
+            Ok(SliceAxis { axis, start: starts[i], end: ends[i], step })
+        })
+        .collect()
+}
+
+/// Output sizes of Resize and the per-dim scales used for coordinate mapping.
+pub fn resize_output(input: &[usize], attrs: &ResizeAttrs, scales: Option<&[f32]>, sizes: Option<&[i64]>) -> Result<(Vec<usize>, Vec<f32>), String> {
+    let rank = input.len();
+    let axes: Vec<usize> = match &attrs.axes {
+        Some(a) => a.iter().map(|&x| norm_axis(x, rank, false)).collect::<Result<_, _>>()?,
+        None => (0..rank).collect(),
+    };
+    let mut out = input.to_vec();
+    let mut sc = vec![1.0f32; rank];
+    match (scales, sizes) {
+        (Some(s), None) => {
+            if s.len() != axes.len() {
+                return Err(format!("scales has {} entries for {} axes", s.len(), axes.len()));
+            }
+            for (&a, &v) in axes.iter().zip(s) {
+                if v <= 0.0 {
+                    return Err(format!("scale {v} must be positive"));
+                }
+                sc[a] = v;
+                out[a] = (input[a] as f32 * v).floor() as usize;
+            }
+        }
+        (None, Some(z)) => {
+            if z.len() != axes.len() {
+                return Err(format!("sizes has {} entries for {} axes", z.len(), axes.len()));
+            }
+            let mut target: Vec<f32> = axes.iter().zip(z).map(|(&a, &v)| v as f32 / input[a] as f32).collect();
+            if attrs.aspect != AspectPolicy::Stretch {
+                let pick = if attrs.aspect == AspectPolicy::NotLarger {
+                    target.iter().cloned().fold(f32::INFINITY, f32::min)
+                } else {
+                    target.iter().cloned().fold(0.0, f32::max)
+                };
+                target.iter_mut().for_each(|t| *t = pick);
+            }
+            for (i, &a) in axes.iter().enumerate() {
+                if z[i] < 0 {
+                    return Err(format!("size {} must be non-negative", z[i]));
+                }
+                sc[a] = target[i];
+                out[a] = if attrs.aspect == AspectPolicy::Stretch {
+                    z[i] as usize
+                } else {
+                    (input[a] as f32 * target[i]).round() as usize
+                };
+            }
+        }
+        (Some(_), Some(_)) => return Err("only one of scales and sizes may be given".into()),
+        (None, None) => return Err("one of scales and sizes must be given".into()),
+    }
+    Ok((out, sc))
+}
+
+/// Shape-value propagation: the elements of 1-D integer outputs as dims.
+fn shape_value(op: &Op, infos: &[Option<InputInfo>]) -> Option<Vec<Dim>> {
+    let first = infos.first().copied().flatten()?;
+    match op {
+        Op::Shape { start, end } => {
+            let s = first.shape()?;
+            let (b, e) = shape_range(s.rank(), *start, *end);
+            Some(s.0[b..e.max(b)].to_vec())
+        }
+        Op::Identity | Op::Cast { .. } | Op::Unsqueeze | Op::Squeeze | Op::Reshape { .. } | Op::Flatten { .. } => {
+            first.dims.map(|d| d.to_vec())
+        }
+        Op::Gather { axis: 0 } => {
+            let d = first.dims?;
+            let idx = infos.get(1).copied().flatten()?.value?.as_i64_vec()?;
+            idx.iter()
+                .map(|&i| {
+                    let i = if i < 0 { i + d.len() as i64 } else { i };
+                    d.get(usize::try_from(i).ok()?).cloned()
+                })
+                .collect()
+        }
+        Op::Concat { .. } => {
+            let mut v = Vec::new();
+            for info in infos {
+                v.extend_from_slice(info.as_ref()?.dims?);
+            }
+            Some(v)
+        }
+        Op::Slice => {
+            let d = first.dims?;
+            let p = slice_params(infos, 1)?;
+            let r = p.first()?.resolve(d.len());
+            Some((0..r.len).map(|k| d[(r.start + k as i64 * r.step) as usize].clone()).collect())
+        }
+        _ => None,
+    }
+}

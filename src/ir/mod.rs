@@ -1,0 +1,16 @@
+//! Bolt's graph IR: typed tensors (static and symbolic dims), typed operators, graphs, and
+//! shape/dtype inference.
+
+pub mod builder;
+mod dtype;
+mod graph;
+pub mod infer;
+mod op;
+mod shape;
+mod tensor;
+
+pub use dtype::DType;
+pub use graph::{Graph, Node};
+pub use op::*;
+pub use shape::{broadcast_shapes, broadcast_static, Dim, Shape, TensorType};
+pub use tensor::{strides, Element, Tensor, TensorData};

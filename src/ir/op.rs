@@ -1,0 +1,368 @@
+//! Operators with typed attributes. Import turns ONNX's attribute lists into these structs once,
+//! so later stages (inference, reference executor, partitioner) match on types, never on
+//! strings.
+
+use super::{DType, Tensor};
+use std::sync::Arc;
+
+/// How a convolution or pooling window pads when `auto_pad` is set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum AutoPad {
+    /// Explicit `pads` attribute.
+    NotSet,
+    /// Output size ceil(in / stride); odd padding goes at the end.
+    SameUpper,
+    /// Output size ceil(in / stride); odd padding goes at the beginning.
+    SameLower,
+    /// No padding.
+    Valid,
+}
+
+/// Sliding-window geometry shared by Conv, MaxPool and AveragePool. Vectors cover the spatial
+/// dims only; `pads` is [begin_0, begin_1, ..., end_0, end_1, ...] as in ONNX.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Window {
+    /// For Conv, `None` means "take it from the weight tensor".
+    pub kernel_shape: Option<Vec<usize>>,
+    pub strides: Option<Vec<usize>>,
+    pub pads: Option<Vec<usize>>,
+    pub dilations: Option<Vec<usize>>,
+    pub auto_pad: AutoPad,
+}
+
+impl Window {
+    /// Output spatial size and the effective begin/end pads for input spatial sizes `input`
+    /// with kernel `kernel`. `ceil_mode` only applies to pooling.
+    pub fn resolve(&self, input: &[usize], kernel: &[usize], ceil_mode: bool) -> Result<ResolvedWindow, String> {
+        let n = input.len();
+        if kernel.len() != n {
+            return Err(format!("kernel has {} spatial dims, input has {}", kernel.len(), n));
+        }
+        let strides = self.strides.clone().unwrap_or_else(|| vec![1; n]);
+        let dilations = self.dilations.clone().unwrap_or_else(|| vec![1; n]);
+        if strides.len() != n || dilations.len() != n {
+            return Err(format!("strides/dilations must have {n} entries"));
+        }
+        if strides.iter().chain(&dilations).any(|&s| s == 0) {
+            return Err("strides and dilations must be positive".into());
+        }
+        let mut begin = vec![0; n];
+        let mut end = vec![0; n];
+        let mut out = vec![0; n];
+        for i in 0..n {
+            let eff_k = dilations[i] * (kernel[i].max(1) - 1) + 1;
+            match self.auto_pad {
+                AutoPad::NotSet | AutoPad::Valid => {
+                    if self.auto_pad == AutoPad::NotSet {
+                        if let Some(p) = &self.pads {
+                            if p.len() != 2 * n {
+                                return Err(format!("pads must have {} entries, has {}", 2 * n, p.len()));
+                            }
+                            begin[i] = p[i];
+                            end[i] = p[i + n];
+                        }
+                    }
+                    let span = input[i] + begin[i] + end[i];
+                    if span < eff_k {
+                        return Err(format!(
+                            "window {eff_k} larger than padded input {span} on spatial dim {i}"
+                        ));
+                    }
+                    let num = span - eff_k;
+                    out[i] = if ceil_mode {
+                        let mut o = num.div_ceil(strides[i]) + 1;
+                        // The last window must start inside the input or its begin padding.
+                        if (o - 1) * strides[i] >= input[i] + begin[i] {
+                            o -= 1;
+                        }
+                        o
+                    } else {
+                        num / strides[i] + 1
+                    };
+                }
+                AutoPad::SameUpper | AutoPad::SameLower => {
+                    out[i] = input[i].div_ceil(strides[i]);
+                    let total = ((out[i] - 1) * strides[i] + eff_k).saturating_sub(input[i]);
+                    let small = total / 2;
+                    let large = total - small;
+                    if self.auto_pad == AutoPad::SameUpper {
+                        begin[i] = small;
+                        end[i] = large;
+                    } else {
+                        begin[i] = large;
+                        end[i] = small;
+                    }
+                }
+            }
+        }
+        Ok(ResolvedWindow { kernel: kernel.to_vec(), strides, dilations, pad_begin: begin, pad_end: end, output: out })
+    }
+}
+
+impl Window {
+    /// Geometry of a transposed convolution: output size and the begin/end pads cropped from
+    /// the full-size output, for input spatial sizes `input`. Follows the ONNX operator spec
+    /// (and its reference implementation) for auto_pad and output_shape.
+    pub fn resolve_transposed(
+        &self,
+        input: &[usize],
+        kernel: &[usize],
+        output_padding: Option<&[usize]>,
+        output_shape: Option<&[usize]>,
+    ) -> Result<ResolvedWindow, String> {
+        let n = input.len();
+        if kernel.len() != n {
+            return Err(format!("kernel has {} spatial dims, input has {}", kernel.len(), n));
+        }
+        let strides = self.strides.clone().unwrap_or_else(|| vec![1; n]);
+        let dilations = self.dilations.clone().unwrap_or_else(|| vec![1; n]);
+        let adj = output_padding.map(<[usize]>::to_vec).unwrap_or_else(|| vec![0; n]);
+        if strides.len() != n || dilations.len() != n || adj.len() != n {
+            return Err(format!("strides, dilations and output_padding must have {n} entries"));
+        }
+        if strides.iter().chain(&dilations).any(|&s| s == 0) {
+            return Err("strides and dilations must be positive".into());
+        }
+        // output_shape may include the batch and channel dims.
+        let out_req = match output_shape {
+            Some(o) if o.len() == n + 2 => Some(&o[2..]),
+            Some(o) if o.len() == n => Some(o),
+            Some(o) => return Err(format!("output_shape {o:?} does not match {n} spatial dims")),
+            None => None,
+        };
+        let (mut begin, mut end, mut out) = (vec![0; n], vec![0; n], vec![0; n]);
+        for i in 0..n {
+            let full = strides[i] * (input[i].max(1) - 1) + adj[i] + dilations[i] * (kernel[i].max(1) - 1) + 1;
+            let target = match (out_req, self.auto_pad) {
+                (Some(o), _) => Some(o[i]),
+                (None, AutoPad::SameUpper | AutoPad::SameLower) => Some(input[i] * strides[i]),
+                _ => None,
+            };
+            match target {
+                Some(t) => {
+                    let total = full.saturating_sub(t);
+                    let (small, large) = (total / 2, total - total / 2);
+                    (begin[i], end[i]) = if self.auto_pad == AutoPad::SameLower { (large, small) } else { (small, large) };
+                    out[i] = t;
+                }
+                None => {
+                    if self.auto_pad == AutoPad::NotSet {
+                        if let Some(p) = &self.pads {
+                            if p.len() != 2 * n {
+                                return Err(format!("pads must have {} entries, has {}", 2 * n, p.len()));
+                            }
+                            begin[i] = p[i];
+                            end[i] = p[i + n];
+                        }
+                    }
+                    out[i] = full
+                        .checked_sub(begin[i] + end[i])
+                        .ok_or_else(|| format!("pads exceed the output size {full} on spatial dim {i}"))?;
+                }
+            }
+        }
+        Ok(ResolvedWindow { kernel: kernel.to_vec(), strides, dilations, pad_begin: begin, pad_end: end, output: out })
+    }
+}
+
+/// A window with every parameter concrete, for one input size.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ResolvedWindow {
+    pub kernel: Vec<usize>,
+    pub strides: Vec<usize>,
+    pub dilations: Vec<usize>,
+    pub pad_begin: Vec<usize>,
+    pub pad_end: Vec<usize>,
+    pub output: Vec<usize>,
+}
+
+/// Element-wise functions of one tensor. Parameterised activations carry their constants;
+/// the same enum later describes fused epilogue activations.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub enum Unary {
+    Sqrt,
+    Erf,
+    Tanh,
+    Relu,
+    Sigmoid,
+    Softplus,
+    HardSwish,
+    LeakyRelu { alpha: f32 },
+    HardSigmoid { alpha: f32, beta: f32 },
+    Gelu { approximate: GeluApprox },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum GeluApprox {
+    /// Exact: x * Phi(x) with the error function.
+    None,
+    /// The tanh approximation.
+    Tanh,
+}
+
+/// Broadcasting binary arithmetic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum Binary {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Pow,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum ResizeMode {
+    Nearest,
+    Linear,
+    Cubic,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum CoordTransform {
+    HalfPixel,
+    HalfPixelSymmetric,
+    PytorchHalfPixel,
+    AlignCorners,
+    Asymmetric,
+    TfCropAndResize,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum NearestMode {
+    RoundPreferFloor,
+    RoundPreferCeil,
+    Floor,
+    Ceil,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum AspectPolicy {
+    Stretch,
+    NotLarger,
+    NotSmaller,
+}
+
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct ResizeAttrs {
+    pub mode: ResizeMode,
+    pub coord: CoordTransform,
+    pub nearest: NearestMode,
+    pub cubic_coeff_a: f32,
+    pub exclude_outside: bool,
+    pub extrapolation_value: f32,
+    pub antialias: bool,
+    pub axes: Option<Vec<i64>>,
+    pub aspect: AspectPolicy,
+}
+
+/// A generic ONNX attribute value, kept for opaque nodes so a host framework can run them.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AttrValue {
+    Float(f32),
+    Int(i64),
+    String(Vec<u8>),
+    Tensor(Arc<Tensor>),
+    Floats(Vec<f32>),
+    Ints(Vec<i64>),
+    Strings(Vec<Vec<u8>>),
+    /// Graphs, sparse tensors, type protos: carried by name only.
+    Unsupported(&'static str),
+}
+
+/// One operator with its attributes. Inputs and outputs live on the [`super::Node`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    MatMul,
+    Gemm { alpha: f32, beta: f32, trans_a: bool, trans_b: bool },
+    Conv { window: Window, group: usize },
+    /// Transposed convolution (the gradient of Conv w.r.t. its input), as decoders and
+    /// segmentation heads use for upsampling.
+    ConvTranspose { window: Window, group: usize, output_padding: Option<Vec<usize>>, output_shape: Option<Vec<usize>> },
+    BatchNormalization { epsilon: f32, training_mode: bool },
+    Binary(Binary),
+    Unary(Unary),
+    /// Clip with min/max as optional inputs 1 and 2.
+    Clip,
+    Cast { to: DType, saturate: bool },
+    Transpose { perm: Option<Vec<usize>> },
+    Reshape { allowzero: bool },
+    Flatten { axis: i64 },
+    /// Axes come from input 1 (opset >= 13).
+    Squeeze,
+    Unsqueeze,
+    Concat { axis: i64 },
+    /// starts, ends, axes, steps from inputs 1..=4.
+    Slice,
+    Gather { axis: i64 },
+    Shape { start: i64, end: Option<i64> },
+    Constant { value: Arc<Tensor> },
+    Identity,
+    MaxPool { window: Window, ceil_mode: bool, storage_order: i64 },
+    AveragePool { window: Window, ceil_mode: bool, count_include_pad: bool },
+    GlobalAveragePool,
+    Softmax { axis: i64 },
+    LayerNormalization { axis: i64, epsilon: f32, stash_type: DType },
+    /// `axes` from the attribute (opset < 18); from input 1 otherwise.
+    ReduceMean { axes: Option<Vec<i64>>, keepdims: bool, noop_with_empty_axes: bool },
+    /// roi, scales, sizes from inputs 1..=3.
+    Resize(ResizeAttrs),
+    /// Any other operator: imported as-is and left to the host framework.
+    Opaque { domain: String, op_type: String, attrs: Vec<(String, AttrValue)>, why: &'static str },
+}
+
+impl Op {
+    /// The ONNX op_type this operator came from.
+    pub fn op_type(&self) -> &str {
+        match self {
+            Op::MatMul => "MatMul",
+            Op::Gemm { .. } => "Gemm",
+            Op::Conv { .. } => "Conv",
+            Op::ConvTranspose { .. } => "ConvTranspose",
+            Op::BatchNormalization { .. } => "BatchNormalization",
+            Op::Binary(b) => match b {
+                Binary::Add => "Add",
+                Binary::Sub => "Sub",
+                Binary::Mul => "Mul",
+                Binary::Div => "Div",
+                Binary::Pow => "Pow",
+            },
+            Op::Unary(u) => match u {
+                Unary::Sqrt => "Sqrt",
+                Unary::Erf => "Erf",
+                Unary::Tanh => "Tanh",
+                Unary::Relu => "Relu",
+                Unary::Sigmoid => "Sigmoid",
+                Unary::Softplus => "Softplus",
+                Unary::HardSwish => "HardSwish",
+                Unary::LeakyRelu { .. } => "LeakyRelu",
+                Unary::HardSigmoid { .. } => "HardSigmoid",
+                Unary::Gelu { .. } => "Gelu",
+            },
+            Op::Clip => "Clip",
+            Op::Cast { .. } => "Cast",
+            Op::Transpose { .. } => "Transpose",
+            Op::Reshape { .. } => "Reshape",
+            Op::Flatten { .. } => "Flatten",
+            Op::Squeeze => "Squeeze",
+            Op::Unsqueeze => "Unsqueeze",
+            Op::Concat { .. } => "Concat",
+            Op::Slice => "Slice",
+            Op::Gather { .. } => "Gather",
+            Op::Shape { .. } => "Shape",
+            Op::Constant { .. } => "Constant",
+            Op::Identity => "Identity",
+            Op::MaxPool { .. } => "MaxPool",
+            Op::AveragePool { .. } => "AveragePool",
+            Op::GlobalAveragePool => "GlobalAveragePool",
+            Op::Softmax { .. } => "Softmax",
+            Op::LayerNormalization { .. } => "LayerNormalization",
+            Op::ReduceMean { .. } => "ReduceMean",
+            Op::Resize(_) => "Resize",
+            Op::Opaque { op_type, .. } => op_type,
+        }
+    }
+
+    pub fn is_opaque(&self) -> bool {
+        matches!(self, Op::Opaque { .. })
+    }
+}

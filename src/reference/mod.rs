@@ -1,0 +1,79 @@
+//! The CPU reference executor: Bolt's numerical oracle.
+//!
+//! Runs any imported graph made of the supported ops, in f32, f16 and bf16 (computed in f32
+//! or f64 and rounded once per op, as a GPU epilogue does), plus the integer and bool
+//! tensors that shape computations use. GEMM-like ops go through `matrixmultiply`; large
+//! loops use rayon.
+
+mod ops;
+
+use crate::error::{Error, Result};
+use crate::ir::{Graph, Op, Tensor};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+pub use ops::eval_op;
+
+/// Runs `graph` on `inputs` (by graph input name) and returns every graph output by name.
+pub fn run(graph: &Graph, inputs: &HashMap<String, Tensor>) -> Result<HashMap<String, Tensor>> {
+    let mut env: HashMap<&str, Arc<Tensor>> = HashMap::new();
+    for name in &graph.inputs {
+        let t = inputs.get(name).ok_or_else(|| Error::tensor(name, "graph input was not provided"))?;
+        if let Some(ty) = graph.types.get(name) {
+            if ty.dtype != t.dtype() {
+                return Err(Error::tensor(name, format!("graph input is declared {} but {} was provided", ty.dtype, t.dtype())));
+            }
+            if let Some(s) = &ty.shape {
+                if !s.admits(&t.shape) {
+                    return Err(Error::tensor(name, format!("graph input is declared {s} but shape {:?} was provided", t.shape)));
+                }
+            }
+        }
+        env.insert(name, Arc::new(t.clone()));
+    }
+    for (name, t) in &graph.initializers {
+        env.insert(name, t.clone());
+    }
+    // Free each intermediate after its last use: real models do not fit otherwise.
+    let mut last_use: HashMap<&str, usize> = HashMap::new();
+    for (i, n) in graph.nodes.iter().enumerate() {
+        for x in n.inputs.iter().flatten() {
+            last_use.insert(x, i);
+        }
+    }
+    for o in &graph.outputs {
+        last_use.insert(o, usize::MAX);
+    }
+
+    for (i, node) in graph.nodes.iter().enumerate() {
+        if let Op::Opaque { why, .. } = &node.op {
+            return Err(Error::node(node, format!("the reference executor cannot run it: {why}")));
+        }
+        let args: Vec<Option<Arc<Tensor>>> = node
+            .inputs
+            .iter()
+            .map(|x| x.as_ref().map(|name| env.get(name.as_str()).cloned().expect("sort_and_check guarantees producers")))
+            .collect();
+        let refs: Vec<Option<&Tensor>> = args.iter().map(|a| a.as_deref()).collect();
+        let outs = eval_op(&node.op, &refs).map_err(|r| Error::node(node, r))?;
+        drop(args);
+        for (name, t) in node.outputs.iter().zip(outs) {
+            if !name.is_empty() {
+                env.insert(name, Arc::new(t));
+            }
+        }
+        for x in node.inputs.iter().flatten() {
+            if last_use.get(x.as_str()) == Some(&i) && !graph.initializers.contains_key(x) {
+                env.remove(x.as_str());
+            }
+        }
+    }
+    graph
+        .outputs
+        .iter()
+        .map(|o| {
+            let t = env.get(o.as_str()).ok_or_else(|| Error::tensor(o, "graph output was not computed"))?;
+            Ok((o.clone(), Arc::unwrap_or_clone(t.clone())))
+        })
+        .collect()
+}
