@@ -50,12 +50,13 @@ mkdir -p testdata
 "$PY" tests/python/fetch_models.py --out testdata/models
 "$PY" tests/python/make_models.py --out testdata/models
 
-export BOLT_TESTDATA="$ROOT/testdata" BOLT_PYTHON="$PY"
+export BOLT_TESTDATA="$ROOT/testdata" BOLT_PYTHON="$PY" BOLT_REQUIRE_TESTDATA=1
 
 # --------------------------------------------------------------------------- 4. cargo
 section "cargo test --workspace --release $*"
 cargo_rc=0
-cargo test --workspace --release "$@" || cargo_rc=$?
+# --show-output prints the conformance report (passed / failed per op) and model errors.
+cargo test --workspace --release "$@" -- --show-output || cargo_rc=$?
 
 # -------------------------------------------------------------------------- 5. pytest
 section "pytest tests/python"

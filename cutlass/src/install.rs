@@ -148,7 +148,7 @@ pub(crate) fn install_component(
         .collect::<Result<Vec<_>>>()?;
 
     // Unpack next to `dest` and rename into place: `dest` is never half-written, and a crash
-    // leaves only a staging directory that the next install removes.
+    // leaves only a staging directory, which a later install removes.
     let parent = dest.parent().ok_or_else(|| Error::Io {
         path: dest.to_path_buf(),
         source: io::Error::new(
@@ -157,9 +157,12 @@ pub(crate) fn install_component(
         ),
     })?;
     fs::create_dir_all(parent).at(parent)?;
-    let dest_name = dest.file_name().unwrap_or_default().to_string_lossy();
-    let staging = parent.join(format!(".{dest_name}.staging-{}", std::process::id()));
-    remove_dir_if_exists(&staging)?;
+    let staging_prefix = format!(
+        ".{}.staging-",
+        dest.file_name().unwrap_or_default().to_string_lossy()
+    );
+    remove_dead_leftovers(parent, &staging_prefix);
+    let staging = parent.join(format!("{staging_prefix}{}", std::process::id()));
     fs::create_dir_all(&staging).at(&staging)?;
 
     report(
@@ -203,6 +206,25 @@ pub(crate) fn install_component(
         },
     );
     Ok(Some(bytes))
+}
+
+/// Removes `<prefix><pid>` entries left in `dir` by installs or downloads whose process died.
+/// Only where /proc tells which processes are alive; elsewhere leftovers just stay.
+fn remove_dead_leftovers(dir: &Path, prefix: &str) {
+    if !Path::new("/proc/self").exists() {
+        return;
+    }
+    for entry in fs::read_dir(dir).into_iter().flatten().flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix(prefix)) else {
+            continue;
+        };
+        if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
+            tracing::debug!("removing leftover {}", entry.path().display());
+            let path = entry.path();
+            let _ = fs::remove_dir_all(&path).or_else(|_| fs::remove_file(&path));
+        }
+    }
 }
 
 fn remove_dir_if_exists(dir: &Path) -> Result<()> {
@@ -279,11 +301,14 @@ fn download(url: &str, dest: &Path, expected_sha256: &str) -> Result<u64> {
     let response = http_agent().get(url).call().map_err(download_err)?;
     let mut body = response.into_body().into_reader();
 
-    let tmp = dest.with_file_name(format!(
-        "{}.part-{}",
-        dest.file_name().unwrap_or_default().to_string_lossy(),
-        std::process::id()
-    ));
+    let part_prefix = format!(
+        "{}.part-",
+        dest.file_name().unwrap_or_default().to_string_lossy()
+    );
+    if let Some(dir) = dest.parent() {
+        remove_dead_leftovers(dir, &part_prefix);
+    }
+    let tmp = dest.with_file_name(format!("{part_prefix}{}", std::process::id()));
     let result = (|| {
         let mut out = File::create(&tmp).at(&tmp)?;
         let mut hasher = Sha256::new();
@@ -588,6 +613,25 @@ mod tests {
         let mut moved = comp.clone();
         moved.version = "9.9.9".into();
         assert_eq!(install_state(&dest, &moved), InstallState::Stale);
+    }
+
+    #[test]
+    fn removes_leftovers_of_dead_processes_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let dead = dir.path().join(".x.staging-4294967295");
+        let alive = dir
+            .path()
+            .join(format!(".x.staging-{}", std::process::id()));
+        let part = dir.path().join("w.whl.part-4294967295");
+        fs::create_dir(&dead).unwrap();
+        fs::create_dir(&alive).unwrap();
+        fs::write(&part, "partial").unwrap();
+        remove_dead_leftovers(dir.path(), ".x.staging-");
+        remove_dead_leftovers(dir.path(), "w.whl.part-");
+        if Path::new("/proc/self").exists() {
+            assert!(!dead.exists() && !part.exists());
+        }
+        assert!(alive.exists());
     }
 
     #[test]

@@ -47,6 +47,19 @@ enum Command {
         #[arg(long)]
         expected_failures: Option<PathBuf>,
     },
+    /// Install or inspect the pinned CUDA (nvcc) + CUTLASS toolchain Bolt builds kernels with.
+    Toolchain {
+        #[command(subcommand)]
+        action: ToolchainAction,
+    },
+}
+
+#[derive(Subcommand)]
+enum ToolchainAction {
+    /// Install what is missing (from hash-checked PyPI wheels); no network if nothing is.
+    Install,
+    /// Show which nvcc and CUTLASS Bolt uses and the state of the pinned installs.
+    Status,
 }
 
 fn parse_binding(s: &str) -> Result<(String, usize), String> {
@@ -87,6 +100,21 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 print!("{summary}");
             }
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Toolchain { action } => {
+            let config = bolt_cutlass::Config::from_env();
+            match action {
+                ToolchainAction::Install => {
+                    let installed = bolt_cutlass::Toolchain::install(&config, &mut |p| println!("{p}"))?;
+                    print!("{installed}");
+                    Ok(ExitCode::SUCCESS)
+                }
+                ToolchainAction::Status => {
+                    let report = bolt_cutlass::status(&config)?;
+                    println!("{report}");
+                    Ok(if report.is_ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+                }
+            }
         }
         Command::Check { paths, filter, rtol, atol, expected_failures } => {
             if paths.is_empty() {

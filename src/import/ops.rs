@@ -64,6 +64,7 @@ pub fn parse_op(node: &NodeProto, opset: i64) -> Result<Parsed, String> {
         }
         "BatchNormalization" => Op::BatchNormalization {
             epsilon: a.float_or("epsilon", 1e-5)?,
+            momentum: a.float_or("momentum", 0.9)?,
             training_mode: a.bool_or("training_mode", false)?,
         },
         "Add" => Op::Binary(Binary::Add),

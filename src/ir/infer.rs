@@ -47,11 +47,19 @@ pub fn infer_graph(graph: &mut Graph, declared: &HashMap<String, TensorType>) ->
             })
             .collect();
 
-        let folded = try_fold(node, &infos);
+        let inferred: Vec<TensorType> =
+            if node.op.is_opaque() { vec![] } else { infer_node(&node.op, &infos).map_err(|r| Error::node(node, r))? };
+        // Fold only when inference proves every output small: a 10-element Resize input with
+        // scales of 1e9 must not allocate at import.
+        let small = matches!(node.op, Op::Constant { .. })
+            || !inferred.is_empty()
+            && inferred.iter().all(|t| {
+                t.shape.as_ref().and_then(Shape::as_static).is_some_and(|d| d.iter().try_fold(1usize, |a, &x| a.checked_mul(x)).is_some_and(|n| n <= FOLD_LIMIT))
+            });
+        let folded = if small { try_fold(node, &infos) } else { None };
         let mut out_types: Vec<Option<TensorType>> = match &folded {
             Some(ts) => ts.iter().map(|t| Some(TensorType::new(t.dtype(), Shape::from_static(&t.shape)))).collect(),
-            None if node.op.is_opaque() => vec![None; node.outputs.len()],
-            None => infer_node(&node.op, &infos).map_err(|r| Error::node(node, r))?.into_iter().map(Some).collect(),
+            None => inferred.into_iter().map(Some).collect(),
         };
         out_types.resize(node.outputs.len(), None);
         let new_dims = if folded.is_none() { shape_value(&node.op, &infos) } else { None };
@@ -822,50 +830,50 @@ pub fn slice_axes(rank: usize, starts: &[i64], ends: &[i64], axes: Option<&[i64]
         .collect()
 }
 
-/// Output sizes of Resize and the per-dim scales used for coordinate mapping.
-pub fn resize_output(input: &[usize], attrs: &ResizeAttrs, scales: Option<&[f32]>, sizes: Option<&[i64]>) -> Result<(Vec<usize>, Vec<f32>), String> {
+/// Output sizes of Resize and the per-dim scales used for coordinate mapping, in f64 as the
+/// ONNX reference implementation computes them. Empty `scales`/`sizes` count as absent.
+pub fn resize_output(input: &[usize], attrs: &ResizeAttrs, scales: Option<&[f32]>, sizes: Option<&[i64]>) -> Result<(Vec<usize>, Vec<f64>), String> {
     let rank = input.len();
     let axes: Vec<usize> = match &attrs.axes {
         Some(a) => a.iter().map(|&x| norm_axis(x, rank, false)).collect::<Result<_, _>>()?,
         None => (0..rank).collect(),
     };
+    if (1..axes.len()).any(|i| axes[..i].contains(&axes[i])) {
+        return Err(format!("axes {:?} has a repeated axis", attrs.axes));
+    }
     let mut out = input.to_vec();
-    let mut sc = vec![1.0f32; rank];
-    match (scales, sizes) {
+    let mut sc = vec![1.0f64; rank];
+    match (scales.filter(|s| !s.is_empty()), sizes.filter(|s| !s.is_empty())) {
         (Some(s), None) => {
             if s.len() != axes.len() {
                 return Err(format!("scales has {} entries for {} axes", s.len(), axes.len()));
             }
             for (&a, &v) in axes.iter().zip(s) {
-                if v <= 0.0 {
-                    return Err(format!("scale {v} must be positive"));
+                if !(v > 0.0 && v.is_finite()) {
+                    return Err(format!("scale {v} must be positive and finite"));
                 }
-                sc[a] = v;
-                out[a] = (input[a] as f32 * v).floor() as usize;
+                sc[a] = v as f64;
+                out[a] = (input[a] as f64 * v as f64).floor() as usize;
             }
         }
         (None, Some(z)) => {
             if z.len() != axes.len() {
                 return Err(format!("sizes has {} entries for {} axes", z.len(), axes.len()));
             }
-            let mut target: Vec<f32> = axes.iter().zip(z).map(|(&a, &v)| v as f32 / input[a] as f32).collect();
-            if attrs.aspect != AspectPolicy::Stretch {
-                let pick = if attrs.aspect == AspectPolicy::NotLarger {
-                    target.iter().cloned().fold(f32::INFINITY, f32::min)
-                } else {
-                    target.iter().cloned().fold(0.0, f32::max)
-                };
-                target.iter_mut().for_each(|t| *t = pick);
+            if let Some(v) = z.iter().find(|&&v| v < 0) {
+                return Err(format!("size {v} must be non-negative"));
             }
+            let target: Vec<f64> = axes.iter().zip(z).map(|(&a, &v)| v as f64 / input[a] as f64).collect();
+            let pick = match attrs.aspect {
+                AspectPolicy::Stretch => None,
+                AspectPolicy::NotLarger => Some(target.iter().copied().fold(f64::INFINITY, f64::min)),
+                AspectPolicy::NotSmaller => Some(target.iter().copied().fold(0.0, f64::max)),
+            };
             for (i, &a) in axes.iter().enumerate() {
-                if z[i] < 0 {
-                    return Err(format!("size {} must be non-negative", z[i]));
-                }
-                sc[a] = target[i];
-                out[a] = if attrs.aspect == AspectPolicy::Stretch {
-                    z[i] as usize
-                } else {
-                    (input[a] as f32 * target[i]).round() as usize
+                (sc[a], out[a]) = match pick {
+                    None => (target[i], z[i] as usize),
+                    // Rounds half up, as the reference implementation does.
+                    Some(p) => (p, (p * input[a] as f64 + 0.5).floor() as usize),
                 };
             }
         }

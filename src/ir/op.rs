@@ -140,9 +140,14 @@ impl Window {
             };
             match target {
                 Some(t) => {
+                    // The spec's pads for a requested size (explicit pads are then ignored):
+                    // SAME_UPPER puts the odd unit at the end, every other auto_pad (NOTSET and
+                    // VALID included) at the beginning; onnxruntime does the same. A size larger
+                    // than the full output (negative total padding) pads zeros at the end, as
+                    // onnxruntime and the onnx reference do for NOTSET.
                     let total = full.saturating_sub(t);
                     let (small, large) = (total / 2, total - total / 2);
-                    (begin[i], end[i]) = if self.auto_pad == AutoPad::SameLower { (large, small) } else { (small, large) };
+                    (begin[i], end[i]) = if self.auto_pad == AutoPad::SameUpper { (small, large) } else { (large, small) };
                     out[i] = t;
                 }
                 None => {
@@ -278,7 +283,8 @@ pub enum Op {
     /// Transposed convolution (the gradient of Conv w.r.t. its input), as decoders and
     /// segmentation heads use for upsampling.
     ConvTranspose { window: Window, group: usize, output_padding: Option<Vec<usize>>, output_shape: Option<Vec<usize>> },
-    BatchNormalization { epsilon: f32, training_mode: bool },
+    /// `momentum` only matters in training mode (running statistics).
+    BatchNormalization { epsilon: f32, momentum: f32, training_mode: bool },
     Binary(Binary),
     Unary(Unary),
     /// Clip with min/max as optional inputs 1 and 2.

@@ -55,7 +55,11 @@ pub fn run(graph: &Graph, inputs: &HashMap<String, Tensor>) -> Result<HashMap<St
             .map(|x| x.as_ref().map(|name| env.get(name.as_str()).cloned().expect("sort_and_check guarantees producers")))
             .collect();
         let refs: Vec<Option<&Tensor>> = args.iter().map(|a| a.as_deref()).collect();
-        let outs = eval_op(&node.op, &refs).map_err(|r| Error::node(node, r))?;
+        // A kernel bug must surface as an error naming the node, never abort the host
+        // process (the executor runs inside ONNX Runtime and TVM later).
+        let outs = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| eval_op(&node.op, &refs)))
+            .unwrap_or_else(|p| Err(format!("internal error in the reference kernel: {}", panic_message(&p))))
+            .map_err(|r| Error::node(node, r))?;
         drop(args);
         for (name, t) in node.outputs.iter().zip(outs) {
             if !name.is_empty() {
@@ -76,4 +80,11 @@ pub fn run(graph: &Graph, inputs: &HashMap<String, Tensor>) -> Result<HashMap<St
             Ok((o.clone(), Arc::unwrap_or_clone(t.clone())))
         })
         .collect()
+}
+
+fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panic".into())
 }

@@ -41,7 +41,7 @@ pub fn eval_op(op: &Op, inputs: &[Option<&Tensor>]) -> OpResult {
             output_padding.as_deref(),
             output_shape.as_deref(),
         ),
-        Op::BatchNormalization { epsilon, training_mode } => norm::batch_norm(inputs, *epsilon, *training_mode),
+        Op::BatchNormalization { epsilon, momentum, training_mode } => norm::batch_norm(inputs, *epsilon, *momentum, *training_mode),
         Op::Binary(b) => elementwise::binary(*b, req(inputs, 0)?, req(inputs, 1)?),
         Op::Unary(u) => elementwise::unary(*u, req(inputs, 0)?),
         Op::Clip => elementwise::clip(req(inputs, 0)?, opt(inputs, 1), opt(inputs, 2)),
