@@ -36,7 +36,7 @@ enum Command {
     Check {
         /// Case directories, or directories holding them.
         paths: Vec<PathBuf>,
-        /// Only cases whose name contains this.
+        /// Only cases whose name contains this (case-insensitive).
         #[arg(long)]
         filter: Option<String>,
         #[arg(long, default_value_t = Tolerance::ONNX_BACKEND.rtol)]
@@ -128,7 +128,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 dirs.extend(cases::find_cases(p));
             }
             if let Some(f) = &filter {
-                dirs.retain(|d| d.file_name().is_some_and(|n| n.to_string_lossy().contains(f.as_str())));
+                let f = f.to_lowercase();
+                dirs.retain(|d| d.file_name().is_some_and(|n| n.to_string_lossy().to_lowercase().contains(&f)));
             }
             let expected = match &expected_failures {
                 Some(f) => ExpectedFailures::parse(&std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?)

@@ -5,6 +5,7 @@ pub mod builder;
 mod dtype;
 mod graph;
 pub mod infer;
+pub mod precision;
 mod op;
 mod shape;
 mod tensor;

@@ -135,9 +135,10 @@ pub fn layer_norm(x: &Tensor, scale: &Tensor, bias: Option<&Tensor>, axis: i64, 
     let (scale, bias) = (&params[0], params.get(1));
     let size: usize = norm_shape.iter().product();
     let xs = x.to_f64_vec();
-    let rows = if size == 0 { 0 } else { xs.len() / size };
+    let rows: usize = x.shape[..a].iter().product();
     let mut y = vec![0.0; xs.len()];
-    let mut stats = vec![(0.0, 0.0); rows];
+    // Statistics of an empty normalised block are undefined.
+    let mut stats = vec![(f64::NAN, f64::NAN); rows];
     if size > 0 {
         y.par_chunks_mut(size).zip(xs.par_chunks(size)).zip(stats.par_iter_mut()).for_each(|((yr, xr), st)| {
             let mean = xr.iter().sum::<f64>() / size as f64;

@@ -12,7 +12,7 @@ use crate::ir::{CoordTransform, NearestMode, ResizeAttrs, ResizeMode, Tensor};
 use rayon::prelude::*;
 
 /// Beyond this many output elements Resize is refused rather than attempted.
-const MAX_OUTPUT: usize = 1 << 32;
+const MAX_OUTPUT: usize = 1 << 30;
 
 pub fn resize(x: &Tensor, roi: Option<&Tensor>, scales: Option<&Tensor>, sizes: Option<&Tensor>, a: &ResizeAttrs) -> OpResult {
     let dtype = x.dtype();
@@ -329,5 +329,24 @@ mod tests {
         assert!(resize(&t(&[2], &[1., 2.]), None, Some(&t(&[2], &[1., 2.])), None, &a).is_err());
         assert!(resize(&t(&[2], &[1., 2.]), None, Some(&t(&[1], &[-1.])), None, &a).is_err());
         assert!(resize(&t(&[0], &[]), None, None, Some(&Tensor::from_i64(vec![1], vec![3])), &a).is_err());
+    }
+}
+
+#[cfg(test)]
+mod dbg_tmp {
+    #[test]
+    #[ignore]
+    fn dump() {
+        let dir = std::path::Path::new(&std::env::var("CASE").unwrap()).to_path_buf();
+        let g = crate::import::load(&dir.join("model.onnx")).unwrap().graph;
+        let mut inputs = std::collections::HashMap::new();
+        for (i, name) in g.inputs.iter().enumerate() {
+            let (_, t) = crate::cases::read_tensor_pb(&dir.join(format!("test_data_set_0/input_{i}.pb"))).unwrap();
+            inputs.insert(name.clone(), t);
+        }
+        let out = crate::reference::run(&g, &inputs).unwrap();
+        for (k, v) in out {
+            std::fs::write(format!("/tmp/fuzz/{k}.txt"), v.to_f64_vec().iter().map(|x| format!("{x:e}")).collect::<Vec<_>>().join("\n")).unwrap();
+        }
     }
 }
