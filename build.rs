@@ -5,7 +5,5 @@ fn main() {
     let proto = "proto/onnx.proto";
     println!("cargo:rerun-if-changed={proto}");
     let fds = protox::compile([proto], ["proto"]).expect("proto/onnx.proto must parse");
-    prost_build::Config::new()
-        .compile_fds(fds)
-        .expect("prost code generation for onnx.proto");
+    prost_build::Config::new().compile_fds(fds).expect("prost code generation for onnx.proto");
 }

@@ -12,7 +12,11 @@ fn main() {
     let root = std::env::var_os("BOLT_TESTDATA").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("testdata"));
     let runs: usize = std::env::var("BOLT_BENCH_RUNS").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
     println!("reference executor, {} rayon threads, median of {runs} runs", rayon::current_num_threads());
-    for (name, label) in [("ppocrv4_det", "PP-OCRv4 det 1x3x320x320"), ("resnet50", "ResNet-50 batch 1"), ("bert_base", "BERT-base 1x128")] {
+    for (name, label) in [
+        ("ppocrv4_det", "PP-OCRv4 det 1x3x320x320"),
+        ("resnet50", "ResNet-50 batch 1"),
+        ("bert_base", "BERT-base 1x128"),
+    ] {
         let dir = root.join("models").join(name);
         let model = match bolt::import::load(&dir.join("model.onnx")) {
             Ok(m) => m,

@@ -167,6 +167,8 @@ pub fn compare(name: &str, got: &Tensor, want: &Tensor, tol: Tolerance) -> Outpu
             check.max_abs_err = check.max_abs_err.max(abs);
             check.max_rel_err = check.max_rel_err.max(rel);
         }
+        // Written negated so a NaN error (NaN vs a number) counts as bad.
+        #[allow(clippy::neg_cmp_op_on_partial_ord)]
         let bad = exact || !(abs <= tol.atol + tol.rtol * b.abs());
         if bad && worst.is_none_or(|(_, wa, _)| abs > wa || abs.is_nan()) {
             worst = Some((i, abs, b));
@@ -284,7 +286,9 @@ impl Verdict {
             match (r.passed(), expected.lookup(&r.name)) {
                 (true, Some((pat, _))) if !pat.contains('*') => v.stale.push(r.name.clone()),
                 (true, _) => v.passed.push(r.name.clone()),
-                (false, Some((_, why))) => v.expected.push((r.name.clone(), why.to_string(), r.reason().unwrap_or_default())),
+                (false, Some((_, why))) => {
+                    v.expected.push((r.name.clone(), why.to_string(), r.reason().unwrap_or_default()))
+                }
                 (false, None) => v.unexpected.push((r.name.clone(), r.reason().unwrap_or_default())),
             }
         }
@@ -312,7 +316,8 @@ mod expectation_tests {
             error: if ok { None } else { Some("boom".into()) },
             seconds: 0.0,
         };
-        let v = Verdict::judge(&[mk("test_a", true), mk("test_b1", false), mk("test_c", false), mk("test_b2", true)], &ef);
+        let v =
+            Verdict::judge(&[mk("test_a", true), mk("test_b1", false), mk("test_c", false), mk("test_b2", true)], &ef);
         assert_eq!(v.stale, vec!["test_a"]);
         assert_eq!(v.expected.len(), 1);
         assert_eq!(v.unexpected, vec![("test_c".to_string(), "boom".to_string())]);

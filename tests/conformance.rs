@@ -22,8 +22,10 @@ struct IndexEntry {
 fn onnx_conformance_cases_pass_or_have_a_written_reason() {
     let Some(root) = common::testdata("onnx-conformance") else { return };
     let index: Vec<IndexEntry> =
-        serde_json::from_str(&std::fs::read_to_string(root.join("index.json")).expect("index.json")).expect("index.json parses");
-    let expected = ExpectedFailures::parse(include_str!("conformance/expected_failures.txt")).expect("expected_failures.txt parses");
+        serde_json::from_str(&std::fs::read_to_string(root.join("index.json")).expect("index.json"))
+            .expect("index.json parses");
+    let expected = ExpectedFailures::parse(include_str!("conformance/expected_failures.txt"))
+        .expect("expected_failures.txt parses");
 
     let results: Vec<_> = index
         .par_iter()
@@ -64,6 +66,11 @@ fn onnx_conformance_cases_pass_or_have_a_written_reason() {
     for case in &verdict.stale {
         println!("  LISTED BUT PASSES {case}: remove it from tests/conformance/expected_failures.txt");
     }
-    assert!(verdict.ok(), "{} unexpected failures, {} stale entries (see above)", verdict.unexpected.len(), verdict.stale.len());
+    assert!(
+        verdict.ok(),
+        "{} unexpected failures, {} stale entries (see above)",
+        verdict.unexpected.len(),
+        verdict.stale.len()
+    );
     assert!(verdict.passed.len() > 300, "suspiciously few passing cases: {}", verdict.passed.len());
 }

@@ -80,14 +80,18 @@ fn truncated_files_are_rejected() {
     let bytes = good_model().encode_to_vec();
     for cut in [1, bytes.len() / 3, bytes.len() / 2, bytes.len() - 1] {
         let e = import::load_bytes(&bytes[..cut], None).expect_err("truncated").to_string();
-        assert!(e.contains("not a valid ONNX model") || e.contains("no graph") || e.contains("opset"), "cut {cut}: {e}");
+        assert!(
+            e.contains("not a valid ONNX model") || e.contains("no graph") || e.contains("opset"),
+            "cut {cut}: {e}"
+        );
     }
 }
 
 #[test]
 fn garbage_bytes_are_rejected_without_panicking() {
     for seed in 0..200u32 {
-        let bytes: Vec<u8> = (0..64 + seed).map(|i| (i.wrapping_mul(2654435761).wrapping_add(seed) >> 7) as u8).collect();
+        let bytes: Vec<u8> =
+            (0..64 + seed).map(|i| (i.wrapping_mul(2654435761).wrapping_add(seed) >> 7) as u8).collect();
         assert!(import::load_bytes(&bytes, None).is_err());
     }
 }
@@ -188,7 +192,8 @@ fn the_cli_reports_bad_files_by_path_and_exits_non_zero() {
     assert!(stderr.contains("broken.onnx") && stderr.contains("error:"), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
 
-    let missing = Command::new(env!("CARGO_BIN_EXE_bolt")).args(["compile", "/nonexistent/model.onnx"]).output().unwrap();
+    let missing =
+        Command::new(env!("CARGO_BIN_EXE_bolt")).args(["compile", "/nonexistent/model.onnx"]).output().unwrap();
     assert!(!missing.status.success());
     assert!(String::from_utf8_lossy(&missing.stderr).contains("/nonexistent/model.onnx: cannot read"));
 }

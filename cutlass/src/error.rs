@@ -17,11 +17,7 @@ pub enum Error {
     CutlassNotFound { reason: String },
 
     #[error("CUTLASS tree at {} {problem}: {fix}", path.display())]
-    BadCutlassDir {
-        path: PathBuf,
-        problem: String,
-        fix: &'static str,
-    },
+    BadCutlassDir { path: PathBuf, problem: String, fix: &'static str },
 
     #[error("nvcc at {} is unusable: {reason}", path.display())]
     BadNvcc { path: PathBuf, reason: String },
@@ -30,60 +26,42 @@ pub enum Error {
         "sha256 mismatch for {}: expected {expected}, got {actual}; delete the file and retry",
         path.display()
     )]
-    ShaMismatch {
-        path: PathBuf,
-        expected: String,
-        actual: String,
-    },
+    ShaMismatch { path: PathBuf, expected: String, actual: String },
 
     #[error(
         "download of {url} failed: {source}; check the network, HTTPS_PROXY and SSL_CERT_FILE, \
          or download the file yourself into BOLT_WHEEL_DIR"
     )]
-    Download {
-        url: String,
-        source: Box<ureq::Error>,
-    },
+    Download { url: String, source: Box<ureq::Error> },
 
     #[error("{} is not a valid wheel (zip): {source}; delete it and retry", path.display())]
-    BadWheel {
-        path: PathBuf,
-        source: zip::result::ZipError,
-    },
+    BadWheel { path: PathBuf, source: zip::result::ZipError },
 
     #[error("{} contains an unsafe path `{entry}`; refusing to unpack it", path.display())]
     UnsafeWheelEntry { path: PathBuf, entry: String },
 
     #[error("{}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Io { path: PathBuf, source: std::io::Error },
 
     #[error("invalid pins file: {0}")]
     Pins(String),
 
-    #[error(
-        "no pinned CUDA wheels for {platform} (pins cover {pinned}): install CUDA 12.x/13.x and set CUDA_HOME"
-    )]
+    #[error("no pinned CUDA wheels for {platform} (pins cover {pinned}): install CUDA 12.x/13.x and set CUDA_HOME")]
     UnsupportedPlatform { platform: String, pinned: String },
 
     #[error("no cache directory: set BOLT_CACHE_DIR (neither XDG_CACHE_HOME nor HOME is set)")]
     NoCacheDir,
 
-    #[error("unknown GPU architecture `{0}`: expected one of sm_75, sm_80, sm_86, sm_89, sm_90, sm_90a, sm_100a, sm_120a")]
+    #[error(
+        "unknown GPU architecture `{0}`: expected one of sm_75, sm_80, sm_86, sm_89, sm_90, sm_90a, sm_100a, sm_120a"
+    )]
     UnknownArch(String),
 
     #[error("invalid nvcc invocation: {0}")]
     InvalidCompile(String),
 
     #[error("nvcc failed ({status}) compiling {}:\n  command: {command}\n{stderr}", source_file.display())]
-    CompileFailed {
-        source_file: PathBuf,
-        status: String,
-        command: String,
-        stderr: String,
-    },
+    CompileFailed { source_file: PathBuf, status: String, command: String, stderr: String },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -95,9 +73,6 @@ pub(crate) trait IoContext<T> {
 
 impl<T> IoContext<T> for std::io::Result<T> {
     fn at(self, path: impl Into<PathBuf>) -> Result<T> {
-        self.map_err(|source| Error::Io {
-            path: path.into(),
-            source,
-        })
+        self.map_err(|source| Error::Io { path: path.into(), source })
     }
 }

@@ -53,27 +53,11 @@ pub fn install_state(dir: &Path, component: &Component) -> InstallState {
 /// Install progress, for a CLI to print (also logged with `tracing`).
 #[derive(Debug, Clone)]
 pub enum Progress {
-    UsingWheel {
-        path: PathBuf,
-    },
-    Downloading {
-        url: String,
-    },
-    Downloaded {
-        path: PathBuf,
-        bytes: u64,
-        elapsed: Duration,
-    },
-    Unpacking {
-        component: String,
-        dest: PathBuf,
-    },
-    Installed {
-        component: String,
-        dest: PathBuf,
-        bytes: u64,
-        elapsed: Duration,
-    },
+    UsingWheel { path: PathBuf },
+    Downloading { url: String },
+    Downloaded { path: PathBuf, bytes: u64, elapsed: Duration },
+    Unpacking { component: String, dest: PathBuf },
+    Installed { component: String, dest: PathBuf, bytes: u64, elapsed: Duration },
 }
 
 impl fmt::Display for Progress {
@@ -81,26 +65,13 @@ impl fmt::Display for Progress {
         match self {
             Progress::UsingWheel { path } => write!(f, "using {}", path.display()),
             Progress::Downloading { url } => write!(f, "downloading {url}"),
-            Progress::Downloaded {
-                path,
-                bytes,
-                elapsed,
-            } => write!(
-                f,
-                "downloaded {} ({}, {:.1}s)",
-                path.display(),
-                mib(*bytes),
-                elapsed.as_secs_f64()
-            ),
+            Progress::Downloaded { path, bytes, elapsed } => {
+                write!(f, "downloaded {} ({}, {:.1}s)", path.display(), mib(*bytes), elapsed.as_secs_f64())
+            }
             Progress::Unpacking { component, dest } => {
                 write!(f, "unpacking {component} into {}", dest.display())
             }
-            Progress::Installed {
-                component,
-                dest,
-                bytes,
-                elapsed,
-            } => write!(
+            Progress::Installed { component, dest, bytes, elapsed } => write!(
                 f,
                 "installed {component} at {} ({}, {:.1}s)",
                 dest.display(),
@@ -141,37 +112,21 @@ pub(crate) fn install_component(
         return Ok(None);
     }
     let start = Instant::now();
-    let files = component
-        .wheels
-        .iter()
-        .map(|w| obtain_wheel(w, wheels, progress))
-        .collect::<Result<Vec<_>>>()?;
+    let files = component.wheels.iter().map(|w| obtain_wheel(w, wheels, progress)).collect::<Result<Vec<_>>>()?;
 
     // Unpack next to `dest` and rename into place: `dest` is never half-written, and a crash
     // leaves only a staging directory, which a later install removes.
     let parent = dest.parent().ok_or_else(|| Error::Io {
         path: dest.to_path_buf(),
-        source: io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "install directory has no parent",
-        ),
+        source: io::Error::new(io::ErrorKind::InvalidInput, "install directory has no parent"),
     })?;
     fs::create_dir_all(parent).at(parent)?;
-    let staging_prefix = format!(
-        ".{}.staging-",
-        dest.file_name().unwrap_or_default().to_string_lossy()
-    );
+    let staging_prefix = format!(".{}.staging-", dest.file_name().unwrap_or_default().to_string_lossy());
     remove_dead_leftovers(parent, &staging_prefix);
     let staging = parent.join(format!("{staging_prefix}{}", std::process::id()));
     fs::create_dir_all(&staging).at(&staging)?;
 
-    report(
-        progress,
-        Progress::Unpacking {
-            component: name.into(),
-            dest: dest.into(),
-        },
-    );
+    report(progress, Progress::Unpacking { component: name.into(), dest: dest.into() });
     let unpacked = (|| {
         let mut bytes = 0;
         for file in &files {
@@ -198,12 +153,7 @@ pub(crate) fn install_component(
     }
     report(
         progress,
-        Progress::Installed {
-            component: name.into(),
-            dest: dest.into(),
-            bytes,
-            elapsed: start.elapsed(),
-        },
+        Progress::Installed { component: name.into(), dest: dest.into(), bytes, elapsed: start.elapsed() },
     );
     Ok(Some(bytes))
 }
@@ -229,20 +179,13 @@ fn remove_dead_leftovers(dir: &Path, prefix: &str) {
 
 fn remove_dir_if_exists(dir: &Path) -> Result<()> {
     match fs::remove_dir_all(dir) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(Error::Io {
-            path: dir.into(),
-            source: e,
-        }),
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(Error::Io { path: dir.into(), source: e }),
         _ => Ok(()),
     }
 }
 
 /// Returns a verified local copy of `wheel`, downloading it into the cache if needed.
-fn obtain_wheel(
-    wheel: &Wheel,
-    source: &WheelSource<'_>,
-    progress: &mut dyn FnMut(&Progress),
-) -> Result<PathBuf> {
+fn obtain_wheel(wheel: &Wheel, source: &WheelSource<'_>, progress: &mut dyn FnMut(&Progress)) -> Result<PathBuf> {
     // A user-provided wheel must be right: a mismatch there is an error, not a reason to download.
     if let Some(dir) = source.local_dir {
         let path = dir.join(&wheel.file);
@@ -256,12 +199,7 @@ fn obtain_wheel(
     if cached.is_file() {
         match verify_sha256(&cached, &wheel.sha256) {
             Ok(()) => {
-                report(
-                    progress,
-                    Progress::UsingWheel {
-                        path: cached.clone(),
-                    },
-                );
+                report(progress, Progress::UsingWheel { path: cached.clone() });
                 return Ok(cached);
             }
             Err(e @ Error::ShaMismatch { .. }) => {
@@ -272,39 +210,21 @@ fn obtain_wheel(
         }
     }
     fs::create_dir_all(source.cache_dir).at(source.cache_dir)?;
-    report(
-        progress,
-        Progress::Downloading {
-            url: wheel.url.clone(),
-        },
-    );
+    report(progress, Progress::Downloading { url: wheel.url.clone() });
     let start = Instant::now();
     let bytes = download(&wheel.url, &cached, &wheel.sha256)?;
-    report(
-        progress,
-        Progress::Downloaded {
-            path: cached.clone(),
-            bytes,
-            elapsed: start.elapsed(),
-        },
-    );
+    report(progress, Progress::Downloaded { path: cached.clone(), bytes, elapsed: start.elapsed() });
     Ok(cached)
 }
 
 /// Downloads `url` to `dest` through a temporary file in the same directory, verifying the
 /// sha256 before the atomic rename, so `dest` only ever holds a complete, verified file.
 fn download(url: &str, dest: &Path, expected_sha256: &str) -> Result<u64> {
-    let download_err = |e: ureq::Error| Error::Download {
-        url: url.into(),
-        source: Box::new(e),
-    };
+    let download_err = |e: ureq::Error| Error::Download { url: url.into(), source: Box::new(e) };
     let response = http_agent().get(url).call().map_err(download_err)?;
     let mut body = response.into_body().into_reader();
 
-    let part_prefix = format!(
-        "{}.part-",
-        dest.file_name().unwrap_or_default().to_string_lossy()
-    );
+    let part_prefix = format!("{}.part-", dest.file_name().unwrap_or_default().to_string_lossy());
     if let Some(dir) = dest.parent() {
         remove_dead_leftovers(dir, &part_prefix);
     }
@@ -343,16 +263,10 @@ fn http_agent() -> ureq::Agent {
         tracing::debug!("skipping unreadable system certificate: {e}");
     }
     let roots = if native.certs.is_empty() {
-        tracing::warn!(
-            "no system CA certificates found; falling back to the bundled Mozilla roots"
-        );
+        tracing::warn!("no system CA certificates found; falling back to the bundled Mozilla roots");
         ureq::tls::RootCerts::WebPki
     } else {
-        let certs = native
-            .certs
-            .iter()
-            .map(|c| ureq::tls::Certificate::from_der(c.as_ref()).to_owned())
-            .collect();
+        let certs = native.certs.iter().map(|c| ureq::tls::Certificate::from_der(c.as_ref()).to_owned()).collect();
         ureq::tls::RootCerts::Specific(Arc::new(certs))
     };
     ureq::Agent::config_builder()
@@ -379,11 +293,7 @@ fn check_digest(path: &Path, expected: &str, actual: &str) -> Result<()> {
     if actual == expected {
         Ok(())
     } else {
-        Err(Error::ShaMismatch {
-            path: path.into(),
-            expected: expected.into(),
-            actual: actual.into(),
-        })
+        Err(Error::ShaMismatch { path: path.into(), expected: expected.into(), actual: actual.into() })
     }
 }
 
@@ -391,19 +301,14 @@ fn check_digest(path: &Path, expected: &str, actual: &str) -> Result<()> {
 /// the bytes written. Zip permission bits are applied, so executables (nvcc, ptxas, cicc...)
 /// stay executable.
 pub(crate) fn unpack(wheel: &Path, strip_prefix: &str, dest: &Path) -> Result<u64> {
-    let bad_wheel = |source| Error::BadWheel {
-        path: wheel.into(),
-        source,
-    };
+    let bad_wheel = |source| Error::BadWheel { path: wheel.into(), source };
     let file = File::open(wheel).at(wheel)?;
     let mut archive = zip::ZipArchive::new(io::BufReader::new(file)).map_err(bad_wheel)?;
     let mut total = 0;
     for i in 0..archive.len() {
         let mut entry = archive.by_index(i).map_err(bad_wheel)?;
-        let unsafe_entry = || Error::UnsafeWheelEntry {
-            path: wheel.into(),
-            entry: String::from_utf8_lossy(entry.name_raw()).into(),
-        };
+        let unsafe_entry =
+            || Error::UnsafeWheelEntry { path: wheel.into(), entry: String::from_utf8_lossy(entry.name_raw()).into() };
         // enclosed_name rejects absolute paths and `..` escapes.
         let name = entry.enclosed_name().ok_or_else(unsafe_entry)?;
         let Ok(relative) = name.strip_prefix(strip_prefix) else {
@@ -412,11 +317,7 @@ pub(crate) fn unpack(wheel: &Path, strip_prefix: &str, dest: &Path) -> Result<u6
         if relative.as_os_str().is_empty() {
             continue;
         }
-        if entry.is_symlink()
-            || relative
-                .components()
-                .any(|c| !matches!(c, PathPart::Normal(_)))
-        {
+        if entry.is_symlink() || relative.components().any(|c| !matches!(c, PathPart::Normal(_))) {
             return Err(unsafe_entry());
         }
         let target = dest.join(relative);
@@ -431,10 +332,7 @@ pub(crate) fn unpack(wheel: &Path, strip_prefix: &str, dest: &Path) -> Result<u6
         total += io::copy(&mut entry, &mut out).map_err(|e| match e.kind() {
             // Decompression and CRC failures surface as InvalidData: a corrupt wheel.
             io::ErrorKind::InvalidData => bad_wheel(e.into()),
-            _ => Error::Io {
-                path: target.clone(),
-                source: e,
-            },
+            _ => Error::Io { path: target.clone(), source: e },
         })?;
         set_mode(&target, entry.unix_mode())?;
     }
@@ -472,27 +370,21 @@ mod tests {
         fs::write(&path, "hellO").unwrap();
         let err = verify_sha256(&path, TINY_SHA256).unwrap_err();
         match &err {
-            Error::ShaMismatch {
-                expected, actual, ..
-            } => {
+            Error::ShaMismatch { expected, actual, .. } => {
                 assert_eq!(expected, TINY_SHA256);
                 assert_ne!(actual, TINY_SHA256);
             }
             other => panic!("expected ShaMismatch, got {other:?}"),
         }
         let msg = err.to_string();
-        assert!(
-            msg.starts_with("sha256 mismatch for ") && msg.contains("tiny.whl"),
-            "{msg}"
-        );
+        assert!(msg.starts_with("sha256 mismatch for ") && msg.contains("tiny.whl"), "{msg}");
     }
 
     fn fake_wheel(dir: &Path, name: &str, entries: &[(&str, &[u8], u32)]) -> PathBuf {
         let path = dir.join(name);
         let mut zip = zip::ZipWriter::new(File::create(&path).unwrap());
         for (entry, data, mode) in entries {
-            zip.start_file(*entry, SimpleFileOptions::default().unix_permissions(*mode))
-                .unwrap();
+            zip.start_file(*entry, SimpleFileOptions::default().unix_permissions(*mode)).unwrap();
             zip.write_all(data).unwrap();
         }
         zip.finish().unwrap();
@@ -526,10 +418,7 @@ mod tests {
         );
         let out = dir.path().join("out");
         assert_eq!(unpack(&wheel, "pkg/root/", &out).unwrap(), 16);
-        assert_eq!(
-            fs::read_to_string(out.join("include/a.h")).unwrap(),
-            "int a;"
-        );
+        assert_eq!(fs::read_to_string(out.join("include/a.h")).unwrap(), "int a;");
         assert!(!out.join("other.py").exists() && !out.join("pkg").exists());
         #[cfg(unix)]
         {
@@ -543,11 +432,7 @@ mod tests {
     #[test]
     fn unpack_rejects_escaping_entries_and_garbage() {
         let dir = tempfile::tempdir().unwrap();
-        let wheel = fake_wheel(
-            dir.path(),
-            "evil.whl",
-            &[("pkg/root/../../../etc/x", b"x", 0o644)],
-        );
+        let wheel = fake_wheel(dir.path(), "evil.whl", &[("pkg/root/../../../etc/x", b"x", 0o644)]);
         let err = unpack(&wheel, "pkg/root/", &dir.path().join("out")).unwrap_err();
         assert!(matches!(err, Error::UnsafeWheelEntry { .. }), "{err:?}");
 
@@ -562,11 +447,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let wheels = dir.path().join("wheels");
         fs::create_dir(&wheels).unwrap();
-        let wheel = fake_wheel(
-            &wheels,
-            "w.whl",
-            &[("pkg/root/include/a.h", b"int a;", 0o644)],
-        );
+        let wheel = fake_wheel(&wheels, "w.whl", &[("pkg/root/include/a.h", b"int a;", 0o644)]);
         let comp = component(&wheel);
         let dest = dir.path().join("install");
         assert_eq!(install_state(&dest, &comp), InstallState::Absent);
@@ -576,37 +457,19 @@ mod tests {
         fs::write(dest.join("include/partial.h"), "").unwrap();
         assert_eq!(install_state(&dest, &comp), InstallState::Incomplete);
 
-        let source = WheelSource {
-            local_dir: Some(&wheels),
-            cache_dir: &dir.path().join("cache"),
-        };
+        let source = WheelSource { local_dir: Some(&wheels), cache_dir: &dir.path().join("cache") };
         let mut events = Vec::new();
-        let installed = install_component("fake", &comp, &dest, &source, &|_| Ok(()), &mut |p| {
-            events.push(p.clone())
-        })
-        .unwrap();
+        let installed =
+            install_component("fake", &comp, &dest, &source, &|_| Ok(()), &mut |p| events.push(p.clone())).unwrap();
         assert_eq!(installed, Some(6));
         assert_eq!(install_state(&dest, &comp), InstallState::Installed);
         assert!(dest.join("include/a.h").is_file());
-        assert!(
-            !dest.join("include/partial.h").exists(),
-            "the incomplete install was replaced"
-        );
+        assert!(!dest.join("include/partial.h").exists(), "the incomplete install was replaced");
         assert!(matches!(events[0], Progress::UsingWheel { .. }));
-        assert!(
-            !dir.path().join("cache").exists(),
-            "a local wheel needs no download cache"
-        );
+        assert!(!dir.path().join("cache").exists(), "a local wheel needs no download cache");
 
         // Second run: nothing to do, nothing read.
-        let again = install_component(
-            "fake",
-            &comp,
-            &dest,
-            &source,
-            &|_| unreachable!(),
-            &mut |_| unreachable!(),
-        );
+        let again = install_component("fake", &comp, &dest, &source, &|_| unreachable!(), &mut |_| unreachable!());
         assert_eq!(again.unwrap(), None);
 
         // Pins moved: the old install is stale.
@@ -619,9 +482,7 @@ mod tests {
     fn removes_leftovers_of_dead_processes_only() {
         let dir = tempfile::tempdir().unwrap();
         let dead = dir.path().join(".x.staging-4294967295");
-        let alive = dir
-            .path()
-            .join(format!(".x.staging-{}", std::process::id()));
+        let alive = dir.path().join(format!(".x.staging-{}", std::process::id()));
         let part = dir.path().join("w.whl.part-4294967295");
         fs::create_dir(&dead).unwrap();
         fs::create_dir(&alive).unwrap();
@@ -640,23 +501,12 @@ mod tests {
         let wheel = fake_wheel(dir.path(), "w.whl", &[("pkg/root/a", b"a", 0o644)]);
         let comp = component(&wheel);
         let dest = dir.path().join("install");
-        let source = WheelSource {
-            local_dir: Some(dir.path()),
-            cache_dir: &dir.path().join("cache"),
-        };
+        let source = WheelSource { local_dir: Some(dir.path()), cache_dir: &dir.path().join("cache") };
         let check = |_: &Path| Err(Error::InvalidCompile("broken".into()));
         assert!(install_component("fake", &comp, &dest, &source, &check, &mut |_| {}).is_err());
         assert_eq!(install_state(&dest, &comp), InstallState::Absent);
-        let leftovers: Vec<_> = fs::read_dir(dir.path())
-            .unwrap()
-            .flatten()
-            .map(|e| e.file_name())
-            .collect();
-        assert_eq!(
-            leftovers.len(),
-            1,
-            "staging directory removed: {leftovers:?}"
-        );
+        let leftovers: Vec<_> = fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+        assert_eq!(leftovers.len(), 1, "staging directory removed: {leftovers:?}");
     }
 
     #[test]
@@ -665,19 +515,9 @@ mod tests {
         let wheel = fake_wheel(dir.path(), "w.whl", &[("pkg/root/a", b"a", 0o644)]);
         let mut comp = component(&wheel);
         comp.wheels[0].sha256 = TINY_SHA256.into();
-        let source = WheelSource {
-            local_dir: Some(dir.path()),
-            cache_dir: &dir.path().join("cache"),
-        };
-        let err = install_component(
-            "fake",
-            &comp,
-            &dir.path().join("i"),
-            &source,
-            &|_| Ok(()),
-            &mut |_| {},
-        )
-        .unwrap_err();
+        let source = WheelSource { local_dir: Some(dir.path()), cache_dir: &dir.path().join("cache") };
+        let err =
+            install_component("fake", &comp, &dir.path().join("i"), &source, &|_| Ok(()), &mut |_| {}).unwrap_err();
         assert!(matches!(err, Error::ShaMismatch { .. }), "{err:?}");
     }
 }

@@ -119,10 +119,7 @@ impl Toolchain {
 
     pub fn discover_with(config: &Config) -> Result<Toolchain> {
         let pins = Pins::embedded()?;
-        Ok(Toolchain {
-            cuda: find_cuda(config, &pins)?,
-            cutlass: find_cutlass(config, &pins)?,
-        })
+        Ok(Toolchain { cuda: find_cuda(config, &pins)?, cutlass: find_cutlass(config, &pins)? })
     }
 
     /// Installs the pinned parts that [`Toolchain::discover_with`] would not find (a suitable
@@ -149,14 +146,9 @@ impl Toolchain {
                     return Err(Error::NoCacheDir);
                 };
                 let dest = pinned_cuda_dir(cache, &pins);
-                let source = WheelSource {
-                    local_dir: config.wheel_dir.as_deref(),
-                    cache_dir: wheel_cache,
-                };
+                let source = WheelSource { local_dir: config.wheel_dir.as_deref(), cache_dir: wheel_cache };
                 let check = |dir: &Path| finish_cuda_install(dir, &pins.cuda);
-                if let Some(bytes) =
-                    install_component("CUDA", &pins.cuda, &dest, &source, &check, progress)?
-                {
+                if let Some(bytes) = install_component("CUDA", &pins.cuda, &dest, &source, &check, progress)? {
                     cuda_action = Action::Installed { bytes };
                 }
                 find_cuda(config, &pins)?
@@ -170,25 +162,14 @@ impl Toolchain {
             let Some(wheel_cache) = wheel_cache.as_deref() else {
                 return Err(Error::NoCacheDir);
             };
-            let source = WheelSource {
-                local_dir: config.wheel_dir.as_deref(),
-                cache_dir: wheel_cache,
-            };
-            let check = |dir: &Path| {
-                check_cutlass_tree(dir, "the CUTLASS wheel is not as expected").map(drop)
-            };
-            if let Some(bytes) =
-                install_component("CUTLASS", &pins.cutlass, dest, &source, &check, progress)?
-            {
+            let source = WheelSource { local_dir: config.wheel_dir.as_deref(), cache_dir: wheel_cache };
+            let check = |dir: &Path| check_cutlass_tree(dir, "the CUTLASS wheel is not as expected").map(drop);
+            if let Some(bytes) = install_component("CUTLASS", &pins.cutlass, dest, &source, &check, progress)? {
                 cutlass_action = Action::Installed { bytes };
             }
         }
         let cutlass = find_cutlass(config, &pins)?;
-        Ok(Installed {
-            toolchain: Toolchain { cuda, cutlass },
-            cuda: cuda_action,
-            cutlass: cutlass_action,
-        })
+        Ok(Installed { toolchain: Toolchain { cuda, cutlass }, cuda: cuda_action, cutlass: cutlass_action })
     }
 
     pub fn cuda(&self) -> &Cuda {
@@ -221,10 +202,7 @@ impl Toolchain {
 
     /// `include/` and `tools/util/include/` of the CUTLASS tree, passed to every compile.
     pub fn cutlass_include_dirs(&self) -> [PathBuf; 2] {
-        [
-            self.cutlass.dir.join("include"),
-            self.cutlass.dir.join("tools/util/include"),
-        ]
+        [self.cutlass.dir.join("include"), self.cutlass.dir.join("tools/util/include")]
     }
 
     /// Starts an nvcc invocation compiling `source` to `output` (an object file by default).
@@ -235,20 +213,8 @@ impl Toolchain {
 
 impl fmt::Display for Toolchain {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(
-            f,
-            "CUDA {}: {} ({})",
-            self.cuda.version,
-            self.cuda.nvcc.display(),
-            self.cuda.origin
-        )?;
-        write!(
-            f,
-            "CUTLASS {}: {} ({})",
-            self.cutlass.version,
-            self.cutlass.dir.display(),
-            self.cutlass.origin
-        )
+        writeln!(f, "CUDA {}: {} ({})", self.cuda.version, self.cuda.nvcc.display(), self.cuda.origin)?;
+        write!(f, "CUTLASS {}: {} ({})", self.cutlass.version, self.cutlass.dir.display(), self.cutlass.origin)
     }
 }
 
@@ -272,40 +238,16 @@ pub struct Installed {
 impl fmt::Display for Installed {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let tc = &self.toolchain;
-        let line =
-            |f: &mut fmt::Formatter<'_>, name, version, path: &Path, origin, action| match action {
-                Action::AlreadyInstalled => {
-                    writeln!(
-                        f,
-                        "{name} {version}: already installed at {} ({origin})",
-                        path.display()
-                    )
-                }
-                Action::Installed { bytes } => {
-                    writeln!(
-                        f,
-                        "{name} {version}: installed at {} ({})",
-                        path.display(),
-                        mib(bytes)
-                    )
-                }
-            };
-        line(
-            f,
-            "CUDA",
-            tc.cuda.version,
-            &tc.cuda.root,
-            tc.cuda.origin,
-            self.cuda,
-        )?;
-        line(
-            f,
-            "CUTLASS",
-            tc.cutlass.version,
-            &tc.cutlass.dir,
-            tc.cutlass.origin,
-            self.cutlass,
-        )
+        let line = |f: &mut fmt::Formatter<'_>, name, version, path: &Path, origin, action| match action {
+            Action::AlreadyInstalled => {
+                writeln!(f, "{name} {version}: already installed at {} ({origin})", path.display())
+            }
+            Action::Installed { bytes } => {
+                writeln!(f, "{name} {version}: installed at {} ({})", path.display(), mib(bytes))
+            }
+        };
+        line(f, "CUDA", tc.cuda.version, &tc.cuda.root, tc.cuda.origin, self.cuda)?;
+        line(f, "CUTLASS", tc.cutlass.version, &tc.cutlass.dir, tc.cutlass.origin, self.cutlass)
     }
 }
 
@@ -341,21 +283,13 @@ pub fn status(config: &Config) -> Result<Status> {
     let pins = Pins::embedded()?;
     let pinned = |component: &Component, dir: Option<PathBuf>| PinnedInstall {
         version: component.version.clone(),
-        state: dir
-            .as_deref()
-            .map_or(InstallState::Absent, |d| install_state(d, component)),
+        state: dir.as_deref().map_or(InstallState::Absent, |d| install_state(d, component)),
         dir,
     };
     Ok(Status {
         cuda: find_cuda(config, &pins),
         cutlass: find_cutlass(config, &pins),
-        pinned_cuda: pinned(
-            &pins.cuda,
-            config
-                .cache_dir
-                .as_deref()
-                .map(|c| pinned_cuda_dir(c, &pins)),
-        ),
+        pinned_cuda: pinned(&pins.cuda, config.cache_dir.as_deref().map(|c| pinned_cuda_dir(c, &pins))),
         pinned_cutlass: pinned(&pins.cutlass, config.cutlass_install_dir.clone()),
         cache_dir: config.cache_dir.clone(),
     })
@@ -364,39 +298,17 @@ pub fn status(config: &Config) -> Result<Status> {
 impl fmt::Display for Status {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.cuda {
-            Ok(c) => writeln!(
-                f,
-                "CUDA:    {} at {} ({})",
-                c.version,
-                c.nvcc.display(),
-                c.origin
-            )?,
+            Ok(c) => writeln!(f, "CUDA:    {} at {} ({})", c.version, c.nvcc.display(), c.origin)?,
             Err(e) => writeln!(f, "CUDA:    MISSING: {e}")?,
         }
         match &self.cutlass {
-            Ok(c) => writeln!(
-                f,
-                "CUTLASS: {} at {} ({})",
-                c.version,
-                c.dir.display(),
-                c.origin
-            )?,
+            Ok(c) => writeln!(f, "CUTLASS: {} at {} ({})", c.version, c.dir.display(), c.origin)?,
             Err(e) => writeln!(f, "CUTLASS: MISSING: {e}")?,
         }
-        for (
-            name,
-            PinnedInstall {
-                version,
-                dir,
-                state,
-            },
-        ) in [
-            ("CUDA", &self.pinned_cuda),
-            ("CUTLASS", &self.pinned_cutlass),
-        ] {
-            let at = dir
-                .as_ref()
-                .map_or("(no location)".into(), |d| d.display().to_string());
+        for (name, PinnedInstall { version, dir, state }) in
+            [("CUDA", &self.pinned_cuda), ("CUTLASS", &self.pinned_cutlass)]
+        {
+            let at = dir.as_ref().map_or("(no location)".into(), |d| d.display().to_string());
             writeln!(f, "pinned {name} {version}: {state} at {at}")?;
         }
         match &self.cache_dir {
@@ -411,10 +323,7 @@ fn pinned_cuda_dir(cache: &Path, pins: &Pins) -> PathBuf {
 }
 
 fn cutlass_install_dir(config: &Config) -> Result<&Path> {
-    config
-        .cutlass_install_dir
-        .as_deref()
-        .ok_or(Error::NoCacheDir)
+    config.cutlass_install_dir.as_deref().ok_or(Error::NoCacheDir)
 }
 
 /// CUDA_HOME, PATH, the system location, then the pinned install; the first nvcc of version
@@ -434,20 +343,12 @@ fn find_cuda(config: &Config, pins: &Pins) -> Result<Cuda> {
     // Why the pinned install is not a candidate, reported after the others.
     let mut pinned_note = None;
     match &config.cache_dir {
-        None => {
-            pinned_note = Some("pinned CUDA: no cache directory (set BOLT_CACHE_DIR)".to_string())
-        }
+        None => pinned_note = Some("pinned CUDA: no cache directory (set BOLT_CACHE_DIR)".to_string()),
         Some(cache) => {
             let dir = pinned_cuda_dir(cache, pins);
             match install_state(&dir, &pins.cuda) {
                 InstallState::Installed => candidates.push((dir.join("bin/nvcc"), Origin::Pinned)),
-                state => {
-                    pinned_note = Some(format!(
-                        "pinned CUDA {} at {}: {state}",
-                        pins.cuda.version,
-                        dir.display()
-                    ))
-                }
+                state => pinned_note = Some(format!("pinned CUDA {} at {}: {state}", pins.cuda.version, dir.display())),
             }
         }
     }
@@ -461,23 +362,11 @@ fn find_cuda(config: &Config, pins: &Pins) -> Result<Cuda> {
         match nvcc_version(&nvcc) {
             Ok(version) if matches!(version.major, 12 | 13) => {
                 let canonical = nvcc.canonicalize().unwrap_or_else(|_| nvcc.clone());
-                let root = canonical
-                    .parent()
-                    .and_then(Path::parent)
-                    .unwrap_or(Path::new("/"))
-                    .into();
+                let root = canonical.parent().and_then(Path::parent).unwrap_or(Path::new("/")).into();
                 tracing::debug!("using nvcc {} ({version}, {origin})", nvcc.display());
-                return Ok(Cuda {
-                    nvcc,
-                    root,
-                    version,
-                    origin,
-                });
+                return Ok(Cuda { nvcc, root, version, origin });
             }
-            Ok(version) => tried.push(format!(
-                "{} ({origin}): CUDA {version}, need 12.x or 13.x",
-                nvcc.display()
-            )),
+            Ok(version) => tried.push(format!("{} ({origin}): CUDA {version}, need 12.x or 13.x", nvcc.display())),
             Err(e) => tried.push(format!("{} ({origin}): {e}", nvcc.display())),
         }
     }
@@ -486,17 +375,12 @@ fn find_cuda(config: &Config, pins: &Pins) -> Result<Cuda> {
 }
 
 fn find_in_path(program: &str, path: &std::ffi::OsStr) -> Option<PathBuf> {
-    std::env::split_paths(path)
-        .map(|dir| dir.join(program))
-        .find(|p| p.is_file())
+    std::env::split_paths(path).map(|dir| dir.join(program)).find(|p| p.is_file())
 }
 
 /// Runs `nvcc --version`.
 fn nvcc_version(nvcc: &Path) -> Result<Version> {
-    let bad = |reason: String| Error::BadNvcc {
-        path: nvcc.into(),
-        reason,
-    };
+    let bad = |reason: String| Error::BadNvcc { path: nvcc.into(), reason };
     let out = Command::new(nvcc).arg("--version").output().at(nvcc)?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
@@ -506,12 +390,8 @@ fn nvcc_version(nvcc: &Path) -> Result<Version> {
             String::from_utf8_lossy(&out.stderr).trim()
         )));
     }
-    Version::from_nvcc_output(&stdout).ok_or_else(|| {
-        bad(format!(
-            "unrecognised `nvcc --version` output: {}",
-            stdout.trim()
-        ))
-    })
+    Version::from_nvcc_output(&stdout)
+        .ok_or_else(|| bad(format!("unrecognised `nvcc --version` output: {}", stdout.trim())))
 }
 
 /// Completes the unpacked CUDA tree and runs its nvcc, which proves the executable bits and
@@ -526,10 +406,7 @@ fn finish_cuda_install(dir: &Path, pinned: &Component) -> Result<()> {
             .at(&lib)?
             .flatten()
             .map(|e| e.file_name())
-            .find(|n| {
-                n.to_str()
-                    .is_some_and(|n| n.starts_with("libcudart.so.") && n.matches('.').count() == 2)
-            });
+            .find(|n| n.to_str().is_some_and(|n| n.starts_with("libcudart.so.") && n.matches('.').count() == 2));
         if let Some(versioned) = versioned {
             let link = lib.join("libcudart.so");
             std::os::unix::fs::symlink(versioned, &link).at(link)?;
@@ -540,10 +417,7 @@ fn finish_cuda_install(dir: &Path, pinned: &Component) -> Result<()> {
     if version.to_string() != pinned.version {
         return Err(Error::BadNvcc {
             path: nvcc,
-            reason: format!(
-                "reports CUDA {version}, but the pins say {}",
-                pinned.version
-            ),
+            reason: format!("reports CUDA {version}, but the pins say {}", pinned.version),
         });
     }
     Ok(())
@@ -554,45 +428,28 @@ fn find_cutlass(config: &Config, pins: &Pins) -> Result<Cutlass> {
     if let Some(dir) = &config.cutlass_dir {
         let fix = "point CUTLASS_DIR at a CUTLASS checkout (the directory holding include/), or unset it to use the pinned CUTLASS";
         let version = check_cutlass_tree(dir, fix)?;
-        return Ok(Cutlass {
-            dir: dir.clone(),
-            version,
-            origin: Origin::Env("CUTLASS_DIR"),
-        });
+        return Ok(Cutlass { dir: dir.clone(), version, origin: Origin::Env("CUTLASS_DIR") });
     }
     let dir = cutlass_install_dir(config)?;
     match install_state(dir, &pins.cutlass) {
         InstallState::Installed => {
             let fix = "the pinned install is damaged: delete it and run `bolt toolchain install`";
             let version = check_cutlass_tree(dir, fix)?;
-            Ok(Cutlass {
-                dir: dir.into(),
-                version,
-                origin: Origin::Pinned,
-            })
+            Ok(Cutlass { dir: dir.into(), version, origin: Origin::Pinned })
         }
         state => Err(Error::CutlassNotFound {
-            reason: format!(
-                "pinned CUTLASS {} at {}: {state}",
-                pins.cutlass.version,
-                dir.display()
-            ),
+            reason: format!("pinned CUTLASS {} at {}: {state}", pins.cutlass.version, dir.display()),
         }),
     }
 }
 
 /// Checks `dir` is a CUTLASS tree and returns its version.
 fn check_cutlass_tree(dir: &Path, fix: &'static str) -> Result<Version> {
-    let bad = |problem: &str| Error::BadCutlassDir {
-        path: dir.into(),
-        problem: problem.into(),
-        fix,
-    };
+    let bad = |problem: &str| Error::BadCutlassDir { path: dir.into(), problem: problem.into(), fix };
     if !dir.join("include/cutlass/cutlass.h").is_file() {
         return Err(bad("lacks include/cutlass/cutlass.h"));
     }
     let header = std::fs::read_to_string(dir.join("include/cutlass/version.h"))
         .map_err(|_| bad("lacks include/cutlass/version.h"))?;
-    Version::from_cutlass_version_h(&header)
-        .ok_or_else(|| bad("has an unreadable include/cutlass/version.h"))
+    Version::from_cutlass_version_h(&header).ok_or_else(|| bad("has an unreadable include/cutlass/version.h"))
 }

@@ -25,16 +25,8 @@ pub enum Arch {
 }
 
 impl Arch {
-    pub const ALL: [Arch; 8] = [
-        Arch::Sm75,
-        Arch::Sm80,
-        Arch::Sm86,
-        Arch::Sm89,
-        Arch::Sm90,
-        Arch::Sm90a,
-        Arch::Sm100a,
-        Arch::Sm120a,
-    ];
+    pub const ALL: [Arch; 8] =
+        [Arch::Sm75, Arch::Sm80, Arch::Sm86, Arch::Sm89, Arch::Sm90, Arch::Sm90a, Arch::Sm100a, Arch::Sm120a];
 
     /// The number nvcc uses in `sm_XX` / `compute_XX`, e.g. `90a`.
     pub fn number(self) -> &'static str {
@@ -69,14 +61,8 @@ impl FromStr for Arch {
 
     /// Accepts `sm_90a`, `sm90a` and `90a`.
     fn from_str(s: &str) -> Result<Arch> {
-        let n = s
-            .strip_prefix("sm_")
-            .or_else(|| s.strip_prefix("sm"))
-            .unwrap_or(s);
-        Arch::ALL
-            .into_iter()
-            .find(|a| a.number() == n)
-            .ok_or_else(|| Error::UnknownArch(s.into()))
+        let n = s.strip_prefix("sm_").or_else(|| s.strip_prefix("sm")).unwrap_or(s);
+        Arch::ALL.into_iter().find(|a| a.number() == n).ok_or_else(|| Error::UnknownArch(s.into()))
     }
 }
 
@@ -191,28 +177,19 @@ impl<'a> Compile<'a> {
             return Err(Error::InvalidCompile("no target architecture given".into()));
         }
         if self.kind == OutputKind::Cubin && self.archs.len() != 1 {
-            return Err(Error::InvalidCompile(format!(
-                "a cubin holds one architecture, got {}",
-                self.archs.len()
-            )));
+            return Err(Error::InvalidCompile(format!("a cubin holds one architecture, got {}", self.archs.len())));
         }
         let mode = match self.kind {
             OutputKind::Object => "-c",
             OutputKind::Cubin => "-cubin",
         };
-        let mut args: Vec<OsString> = vec![
-            mode.into(),
-            self.source.clone().into(),
-            "-o".into(),
-            self.output.clone().into(),
-        ];
+        let mut args: Vec<OsString> =
+            vec![mode.into(), self.source.clone().into(), "-o".into(), self.output.clone().into()];
         for arch in &self.archs {
             args.push("-gencode".into());
             args.push(arch.gencode().into());
         }
-        args.extend(
-            ["-std=c++17", "-O3", "-DNDEBUG", "--expt-relaxed-constexpr"].map(OsString::from),
-        );
+        args.extend(["-std=c++17", "-O3", "-DNDEBUG", "--expt-relaxed-constexpr"].map(OsString::from));
         if self.kind == OutputKind::Object {
             // Objects end up in shared libraries that Bolt loads.
             args.push("-Xcompiler=-fPIC".into());
@@ -223,11 +200,7 @@ impl<'a> Compile<'a> {
                 None => format!("-D{name}").into(),
             });
         }
-        for dir in self
-            .includes
-            .iter()
-            .chain(&self.toolchain.cutlass_include_dirs())
-        {
+        for dir in self.includes.iter().chain(&self.toolchain.cutlass_include_dirs()) {
             let mut arg = OsString::from("-I");
             arg.push(dir);
             args.push(arg);
@@ -259,22 +232,9 @@ impl<'a> Compile<'a> {
                 stderr,
             });
         }
-        tracing::info!(
-            "compiled {} in {:.1}s",
-            self.source.display(),
-            elapsed.as_secs_f64()
-        );
-        let kernels = if self.ptxas_verbose {
-            parse_ptxas_report(&stderr)
-        } else {
-            Vec::new()
-        };
-        Ok(Compiled {
-            output: self.output.clone(),
-            stderr,
-            elapsed,
-            kernels,
-        })
+        tracing::info!("compiled {} in {:.1}s", self.source.display(), elapsed.as_secs_f64());
+        let kernels = if self.ptxas_verbose { parse_ptxas_report(&stderr) } else { Vec::new() };
+        Ok(Compiled { output: self.output.clone(), stderr, elapsed, kernels })
     }
 }
 
@@ -288,10 +248,7 @@ fn render_command(program: &Path, args: &[OsString]) -> String {
             s.into_owned()
         }
     };
-    std::iter::once(quote(program.as_os_str()))
-        .chain(args.iter().map(|a| quote(a)))
-        .collect::<Vec<_>>()
-        .join(" ")
+    std::iter::once(quote(program.as_os_str())).chain(args.iter().map(|a| quote(a))).collect::<Vec<_>>().join(" ")
 }
 
 /// Parses the `ptxas -v` lines nvcc forwards on stderr:
@@ -308,26 +265,16 @@ pub fn parse_ptxas_report(stderr: &str) -> Vec<KernelResources> {
     // the kernel being compiled.
     let mut in_current_kernel = false;
     for line in stderr.lines() {
-        let info = line
-            .trim_start()
-            .strip_prefix("ptxas info")
-            .map(|l| l.trim_start_matches([' ', ':']));
+        let info = line.trim_start().strip_prefix("ptxas info").map(|l| l.trim_start_matches([' ', ':']));
         if let Some(rest) = info.and_then(|l| l.strip_prefix("Compiling entry function '")) {
             let mut quoted = rest.split('\'');
             let name = quoted.next().unwrap_or_default();
             let arch = quoted.nth(1).unwrap_or_default();
-            kernels.push(KernelResources {
-                name: name.into(),
-                arch: arch.into(),
-                ..Default::default()
-            });
+            kernels.push(KernelResources { name: name.into(), arch: arch.into(), ..Default::default() });
             in_current_kernel = true;
         } else if let Some(name) = info.and_then(|l| l.strip_prefix("Function properties for ")) {
             in_current_kernel = kernels.last().is_some_and(|k| k.name == name.trim());
-        } else if let (Some(k), Some(used)) = (
-            kernels.last_mut(),
-            info.and_then(|l| l.strip_prefix("Used ")),
-        ) {
+        } else if let (Some(k), Some(used)) = (kernels.last_mut(), info.and_then(|l| l.strip_prefix("Used "))) {
             for (value, what) in counted_fields(used) {
                 match what {
                     "registers" => k.registers = value,
@@ -381,23 +328,10 @@ mod tests {
     }
 
     fn fake_toolchain() -> Toolchain {
-        let v = Version {
-            major: 13,
-            minor: 5,
-            patch: 37,
-        };
+        let v = Version { major: 13, minor: 5, patch: 37 };
         Toolchain {
-            cuda: Cuda {
-                nvcc: "/cuda/bin/nvcc".into(),
-                root: "/cuda".into(),
-                version: v,
-                origin: Origin::Pinned,
-            },
-            cutlass: Cutlass {
-                dir: "/cutlass".into(),
-                version: v,
-                origin: Origin::Pinned,
-            },
+            cuda: Cuda { nvcc: "/cuda/bin/nvcc".into(), root: "/cuda".into(), version: v, origin: Origin::Pinned },
+            cutlass: Cutlass { dir: "/cutlass".into(), version: v, origin: Origin::Pinned },
         }
     }
 
@@ -421,28 +355,16 @@ mod tests {
             -std=c++17 -O3 -DNDEBUG --expt-relaxed-constexpr -Xcompiler=-fPIC -DBOLT_TILE=128 \
             -I/extra -I/cutlass/include -I/cutlass/tools/util/include -Xptxas -v -lineinfo";
         assert_eq!(args.join(" "), expected);
-        assert_eq!(
-            render_command(Path::new("/a b/nvcc"), &["-DX=it's".into()]),
-            r"'/a b/nvcc' '-DX=it'\''s'"
-        );
+        assert_eq!(render_command(Path::new("/a b/nvcc"), &["-DX=it's".into()]), r"'/a b/nvcc' '-DX=it'\''s'");
     }
 
     #[test]
     fn rejects_invalid_requests() {
         let tc = fake_toolchain();
-        assert!(matches!(
-            tc.compile("k.cu", "k.o").args(),
-            Err(Error::InvalidCompile(_))
-        ));
-        let two = tc
-            .compile("k.cu", "k.cubin")
-            .kind(OutputKind::Cubin)
-            .archs([Arch::Sm80, Arch::Sm86]);
+        assert!(matches!(tc.compile("k.cu", "k.o").args(), Err(Error::InvalidCompile(_))));
+        let two = tc.compile("k.cu", "k.cubin").kind(OutputKind::Cubin).archs([Arch::Sm80, Arch::Sm86]);
         assert!(matches!(two.args(), Err(Error::InvalidCompile(_))));
-        let one = tc
-            .compile("k.cu", "k.cubin")
-            .kind(OutputKind::Cubin)
-            .arch(Arch::Sm80);
+        let one = tc.compile("k.cu", "k.cubin").kind(OutputKind::Cubin).arch(Arch::Sm80);
         let args = strings(one.args().unwrap());
         assert_eq!(args[0], "-cubin");
         assert!(!args.iter().any(|a| a.contains("fPIC")));

@@ -60,28 +60,17 @@ impl Component {
             return Err(Error::Pins(format!("[{name}] lists no wheels")));
         }
         for w in &self.wheels {
-            let hex_ok = w.sha256.len() == 64
-                && w.sha256
-                    .bytes()
-                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+            let hex_ok =
+                w.sha256.len() == 64 && w.sha256.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
             if !hex_ok {
-                return Err(Error::Pins(format!(
-                    "[{name}] {}: sha256 must be 64 lower-case hex digits",
-                    w.file
-                )));
+                return Err(Error::Pins(format!("[{name}] {}: sha256 must be 64 lower-case hex digits", w.file)));
             }
             // The file name becomes a path component: keep it a plain name.
             if w.file.is_empty() || w.file.contains(['/', '\\']) || w.file.starts_with('.') {
-                return Err(Error::Pins(format!(
-                    "[{name}] invalid wheel file name `{}`",
-                    w.file
-                )));
+                return Err(Error::Pins(format!("[{name}] invalid wheel file name `{}`", w.file)));
             }
             if !w.url.starts_with("https://") {
-                return Err(Error::Pins(format!(
-                    "[{name}] {}: url must be https",
-                    w.file
-                )));
+                return Err(Error::Pins(format!("[{name}] {}: url must be https", w.file)));
             }
         }
         Ok(())
@@ -91,10 +80,7 @@ impl Component {
     /// change (or a change in how this crate lays installs out) makes an existing install stale.
     pub fn pin_hash(&self) -> String {
         let mut h = Sha256::new();
-        h.update(format!(
-            "layout {INSTALL_LAYOUT}\n{}\n{}\n",
-            self.version, self.strip_prefix
-        ));
+        h.update(format!("layout {INSTALL_LAYOUT}\n{}\n{}\n", self.version, self.strip_prefix));
         for w in &self.wheels {
             h.update(format!("{} {}\n", w.file, w.sha256));
         }
@@ -123,15 +109,8 @@ mod tests {
         assert_eq!(pins.cuda.platform.as_deref(), Some("linux-x86_64"));
         assert_eq!(pins.cutlass.version, "4.2.0");
         assert_eq!(pins.cutlass.platform, None);
-        assert_eq!(
-            pins.cutlass.wheels[0].sha256,
-            "f9599ada45c7bcb6bf53f7d3f0a7d154183e53451c01bfa59eecd37dd4a693f6"
-        );
-        assert!(pins
-            .cuda
-            .wheels
-            .iter()
-            .any(|w| w.file.starts_with("nvidia_cuda_nvcc-13.5.37")));
+        assert_eq!(pins.cutlass.wheels[0].sha256, "f9599ada45c7bcb6bf53f7d3f0a7d154183e53451c01bfa59eecd37dd4a693f6");
+        assert!(pins.cuda.wheels.iter().any(|w| w.file.starts_with("nvidia_cuda_nvcc-13.5.37")));
     }
 
     const MINIMAL: &str = r#"

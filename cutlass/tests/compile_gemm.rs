@@ -12,19 +12,10 @@ fn toolchain() -> Toolchain {
 
 fn compile(source: &str, arch: Arch) -> Compiled {
     let tc = toolchain();
-    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/cu")
-        .join(source);
-    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(source)
-        .with_extension("o");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cu").join(source);
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(source).with_extension("o");
     let _ = std::fs::remove_file(&out);
-    let compiled = tc
-        .compile(&src, &out)
-        .arch(arch)
-        .ptxas_verbose(true)
-        .run()
-        .unwrap_or_else(|e| panic!("{e}"));
+    let compiled = tc.compile(&src, &out).arch(arch).ptxas_verbose(true).run().unwrap_or_else(|e| panic!("{e}"));
     eprintln!("{source}: {:.1}s with {tc}", compiled.elapsed.as_secs_f64());
     for k in &compiled.kernels {
         let name: String = k.name.chars().take(60).collect();
@@ -45,10 +36,7 @@ fn cutlass2_tensorop_gemm_sm80() {
     let kernel = compiled
         .kernels
         .iter()
-        .find(|k| {
-            k.name
-                .starts_with("_ZN7cutlass6KernelINS_4gemm6kernel4Gemm")
-        })
+        .find(|k| k.name.starts_with("_ZN7cutlass6KernelINS_4gemm6kernel4Gemm"))
         .expect("ptxas report lists the CUTLASS GEMM kernel");
     assert_eq!(kernel.arch, "sm_80");
     assert!(kernel.registers > 0);
@@ -61,17 +49,10 @@ fn cutlass3_tma_warp_specialized_gemm_sm90a() {
     let kernel = compiled
         .kernels
         .iter()
-        .find(|k| {
-            k.name
-                .starts_with("_ZN7cutlass13device_kernelINS_4gemm6kernel13GemmUniversal")
-        })
+        .find(|k| k.name.starts_with("_ZN7cutlass13device_kernelINS_4gemm6kernel13GemmUniversal"))
         .expect("ptxas report lists the CUTLASS GEMM kernel");
     assert_eq!(kernel.arch, "sm_90a");
     // Built without sm_90a features CUTLASS compiles an empty stub; the real warp-specialized
     // kernel needs the full 168 registers per thread of its math warp groups.
-    assert!(
-        kernel.registers >= 128,
-        "{} registers: sm_90a kernel body missing?",
-        kernel.registers
-    );
+    assert!(kernel.registers >= 128, "{} registers: sm_90a kernel body missing?", kernel.registers);
 }

@@ -132,8 +132,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 dirs.retain(|d| d.file_name().is_some_and(|n| n.to_string_lossy().to_lowercase().contains(&f)));
             }
             let expected = match &expected_failures {
-                Some(f) => ExpectedFailures::parse(&std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?)
-                    .map_err(|e| anyhow::anyhow!("{}: {e}", f.display()))?,
+                Some(f) => ExpectedFailures::parse(
+                    &std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?,
+                )
+                .map_err(|e| anyhow::anyhow!("{}: {e}", f.display()))?,
                 None => ExpectedFailures::default(),
             };
             let tol = Tolerance { rtol, atol };

@@ -37,7 +37,8 @@ pub struct Model {
 
 /// Reads and imports an ONNX file. External data files resolve relative to its directory.
 pub fn load(path: &Path) -> Result<Model> {
-    let bytes = std::fs::read(path).map_err(|e| Error::File { path: path.into(), reason: format!("cannot read: {e}") })?;
+    let bytes =
+        std::fs::read(path).map_err(|e| Error::File { path: path.into(), reason: format!("cannot read: {e}") })?;
     let base = path.parent().unwrap_or(Path::new("."));
     load_bytes(&bytes, Some(base)).map_err(|e| match e {
         Error::Model(reason) => Error::File { path: path.into(), reason },
@@ -74,7 +75,8 @@ fn import_graph(g: &proto::GraphProto, opset: i64, base_dir: Option<&Path>) -> R
         if name.is_empty() {
             return Err(Error::Model("an initializer has no name".into()));
         }
-        let tensor = decode_tensor(t, base_dir).map_err(|reason| Error::tensor(name, format!("initializer: {reason}")))?;
+        let tensor =
+            decode_tensor(t, base_dir).map_err(|reason| Error::tensor(name, format!("initializer: {reason}")))?;
         graph.types.insert(name.to_string(), TensorType::new(tensor.dtype(), Shape::from_static(&tensor.shape)));
         if graph.initializers.insert(name.to_string(), Arc::new(tensor)).is_some() {
             return Err(Error::tensor(name, "initializer defined twice"));

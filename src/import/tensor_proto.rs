@@ -12,10 +12,8 @@ pub fn decode_tensor(t: &TensorProto, base_dir: Option<&Path>) -> Result<Tensor,
         .iter()
         .map(|&d| usize::try_from(d).map_err(|_| format!("negative dimension {d}")))
         .collect::<Result<_, _>>()?;
-    let count = dims
-        .iter()
-        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-        .ok_or_else(|| format!("dims {dims:?} overflow"))?;
+    let count =
+        dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d)).ok_or_else(|| format!("dims {dims:?} overflow"))?;
     let dtype = DType::from_onnx(t.data_type());
     let esize = dtype.size_bytes().ok_or_else(|| format!("element type {dtype} is not supported by Bolt"))?;
 
@@ -51,7 +49,9 @@ fn read_external(t: &TensorProto, base_dir: Option<&Path>, expected: usize) -> R
         match kv.key() {
             "location" => location = Some(kv.value().to_string()),
             "offset" => offset = kv.value().parse().map_err(|_| format!("bad external offset '{}'", kv.value()))?,
-            "length" => length = Some(kv.value().parse::<u64>().map_err(|_| format!("bad external length '{}'", kv.value()))?),
+            "length" => {
+                length = Some(kv.value().parse::<u64>().map_err(|_| format!("bad external length '{}'", kv.value()))?)
+            }
             _ => {}
         }
     }
@@ -70,8 +70,9 @@ fn read_external(t: &TensorProto, base_dir: Option<&Path>, expected: usize) -> R
     let mut f = std::fs::File::open(&path).map_err(|e| format!("cannot open external data {}: {e}", path.display()))?;
     f.seek(SeekFrom::Start(offset)).map_err(|e| format!("cannot seek external data {}: {e}", path.display()))?;
     let mut buf = vec![0u8; expected];
-    f.read_exact(&mut buf)
-        .map_err(|e| format!("external data {} is shorter than offset {offset} + {expected} bytes: {e}", path.display()))?;
+    f.read_exact(&mut buf).map_err(|e| {
+        format!("external data {} is shorter than offset {offset} + {expected} bytes: {e}", path.display())
+    })?;
     Ok(buf)
 }
 

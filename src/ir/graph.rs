@@ -57,7 +57,10 @@ impl Graph {
                     return Err(Error::node(n, format!("output '{o}' redefines a graph input or initializer")));
                 }
                 if let Some(&j) = producer.get(o.as_str()) {
-                    return Err(Error::node(n, format!("output '{o}' is also produced by node '{}'", self.nodes[j].name)));
+                    return Err(Error::node(
+                        n,
+                        format!("output '{o}' is also produced by node '{}'", self.nodes[j].name),
+                    ));
                 }
                 producer.insert(o, i);
             }

@@ -47,15 +47,20 @@ pub fn infer_graph(graph: &mut Graph, declared: &HashMap<String, TensorType>) ->
             })
             .collect();
 
-        let inferred: Vec<TensorType> =
-            if node.op.is_opaque() { vec![] } else { infer_node(&node.op, &infos).map_err(|r| Error::node(node, r))? };
+        let inferred: Vec<TensorType> = if node.op.is_opaque() {
+            vec![]
+        } else {
+            infer_node(&node.op, &infos).map_err(|r| Error::node(node, r))?
+        };
         // Fold only when inference proves every output small: a 10-element Resize input with
         // scales of 1e9 must not allocate at import.
         let small = matches!(node.op, Op::Constant { .. })
             || !inferred.is_empty()
-            && inferred.iter().all(|t| {
-                t.shape.as_ref().and_then(Shape::as_static).is_some_and(|d| d.iter().try_fold(1usize, |a, &x| a.checked_mul(x)).is_some_and(|n| n <= FOLD_LIMIT))
-            });
+                && inferred.iter().all(|t| {
+                    t.shape.as_ref().and_then(Shape::as_static).is_some_and(|d| {
+                        d.iter().try_fold(1usize, |a, &x| a.checked_mul(x)).is_some_and(|n| n <= FOLD_LIMIT)
+                    })
+                });
         let folded = if small { try_fold(node, &infos) } else { None };
         let mut out_types: Vec<Option<TensorType>> = match &folded {
             Some(ts) => ts.iter().map(|t| Some(TensorType::new(t.dtype(), Shape::from_static(&t.shape)))).collect(),
@@ -78,7 +83,10 @@ pub fn infer_graph(graph: &mut Graph, declared: &HashMap<String, TensorType>) ->
         if let Some(ts) = folded {
             for (out, t) in node.outputs.iter().zip(ts) {
                 if let Some(d) = t.as_i64_vec().filter(|_| t.rank() <= 1) {
-                    shape_vals.insert(out.clone(), d.iter().map(|&x| if x >= 0 { Dim::Known(x as usize) } else { Dim::Unknown }).collect());
+                    shape_vals.insert(
+                        out.clone(),
+                        d.iter().map(|&x| if x >= 0 { Dim::Known(x as usize) } else { Dim::Unknown }).collect(),
+                    );
                 }
                 consts.insert(out.clone(), Arc::new(t));
             }
@@ -128,16 +136,16 @@ fn merge_declared(inferred: Option<TensorType>, declared: Option<&TensorType>) -
         (Some(s), Some(d)) if d.rank() == 0 && s.rank() != 0 && d.0.is_empty() => Some(s),
         (Some(s), Some(d)) => {
             if s.rank() != d.rank() {
-                return Err(format!("inferred as {} but the model declares {}", TensorType { dtype: inf.dtype, shape: Some(s) }, dec));
+                return Err(format!(
+                    "inferred as {} but the model declares {}",
+                    TensorType { dtype: inf.dtype, shape: Some(s) },
+                    dec
+                ));
             }
             let mut dims = Vec::with_capacity(s.rank());
             for (a, b) in s.0.iter().zip(&d.0) {
                 if !a.compatible(b) {
-                    return Err(format!(
-                        "inferred shape {} but the model declares {}",
-                        s,
-                        d
-                    ));
+                    return Err(format!("inferred shape {} but the model declares {}", s, d));
                 }
                 dims.push(match (a, b) {
                     (Dim::Known(_), _) => a.clone(),
@@ -226,12 +234,24 @@ pub fn infer_node(op: &Op, infos: &[Option<InputInfo>]) -> Result<Vec<TensorType
             let (a, b) = (x?, ty(infos, 1)?);
             let (sa, sb) = (a.shape.as_ref(), b.shape.as_ref());
             let (m, ka) = match sa {
-                Some(s) if s.rank() == 2 => if *trans_a { (s.0[1].clone(), s.0[0].clone()) } else { (s.0[0].clone(), s.0[1].clone()) },
+                Some(s) if s.rank() == 2 => {
+                    if *trans_a {
+                        (s.0[1].clone(), s.0[0].clone())
+                    } else {
+                        (s.0[0].clone(), s.0[1].clone())
+                    }
+                }
                 Some(s) => return Err(format!("A must be 2-D, has shape {s}")),
                 None => (Dim::Unknown, Dim::Unknown),
             };
             let (kb, n) = match sb {
-                Some(s) if s.rank() == 2 => if *trans_b { (s.0[1].clone(), s.0[0].clone()) } else { (s.0[0].clone(), s.0[1].clone()) },
+                Some(s) if s.rank() == 2 => {
+                    if *trans_b {
+                        (s.0[1].clone(), s.0[0].clone())
+                    } else {
+                        (s.0[0].clone(), s.0[1].clone())
+                    }
+                }
                 Some(s) => return Err(format!("B must be 2-D, has shape {s}")),
                 None => (Dim::Unknown, Dim::Unknown),
             };
@@ -272,7 +292,10 @@ pub fn infer_node(op: &Op, infos: &[Option<InputInfo>]) -> Result<Vec<TensorType
                     }
                     let kernel: Vec<usize> = match &window.kernel_shape {
                         Some(k) => k.clone(),
-                        None => ws.0[2..].iter().map(|d| d.known().ok_or("weight has symbolic spatial dims")).collect::<Result<_, _>>()?,
+                        None => ws.0[2..]
+                            .iter()
+                            .map(|d| d.known().ok_or("weight has symbolic spatial dims"))
+                            .collect::<Result<_, _>>()?,
                     };
                     let channels = match ws.0[1] {
                         Dim::Known(c) => Dim::Known(c * group),
@@ -281,9 +304,13 @@ pub fn infer_node(op: &Op, infos: &[Option<InputInfo>]) -> Result<Vec<TensorType
                     let mut out = vec![xs.0[0].clone(), channels];
                     match xs.0[2..].iter().map(Dim::known).collect::<Option<Vec<_>>>() {
                         Some(sp) => out.extend(
-                            window.resolve_transposed(&sp, &kernel, output_padding.as_deref(), output_shape.as_deref())?.output.into_iter().map(Dim::Known),
+                            window
+                                .resolve_transposed(&sp, &kernel, output_padding.as_deref(), output_shape.as_deref())?
+                                .output
+                                .into_iter()
+                                .map(Dim::Known),
                         ),
-                        None => out.extend(std::iter::repeat(Dim::Unknown).take(kernel.len())),
+                        None => out.extend(std::iter::repeat_n(Dim::Unknown, kernel.len())),
                     }
                     Some(Shape(out))
                 }
@@ -308,7 +335,8 @@ pub fn infer_node(op: &Op, infos: &[Option<InputInfo>]) -> Result<Vec<TensorType
             let mut v = same(xt);
             if *training_mode {
                 let c = xt.shape.as_ref().map(|s| Shape(vec![s.0[1].clone()]));
-                let stat_dtype = infos.get(3).copied().flatten().and_then(|m| m.ty).map(|t| t.dtype).unwrap_or(xt.dtype);
+                let stat_dtype =
+                    infos.get(3).copied().flatten().and_then(|m| m.ty).map(|t| t.dtype).unwrap_or(xt.dtype);
                 v.push(TensorType { dtype: stat_dtype, shape: c.clone() });
                 v.push(TensorType { dtype: stat_dtype, shape: c });
             }
@@ -390,7 +418,9 @@ pub fn infer_node(op: &Op, infos: &[Option<InputInfo>]) -> Result<Vec<TensorType
                     }
                     Some(Shape(s.0.iter().zip(&drop).filter(|(_, &d)| !d).map(|(x, _)| x.clone()).collect()))
                 }
-                (Some(s), Ok(None)) if s.is_static() => Some(Shape(s.0.iter().filter(|d| **d != Dim::Known(1)).cloned().collect())),
+                (Some(s), Ok(None)) if s.is_static() => {
+                    Some(Shape(s.0.iter().filter(|d| **d != Dim::Known(1)).cloned().collect()))
+                }
                 _ => None,
             };
             vec![TensorType { dtype: t.dtype, shape }]
@@ -409,7 +439,11 @@ pub fn infer_node(op: &Op, infos: &[Option<InputInfo>]) -> Result<Vec<TensorType
                         ins[a] = true;
                     }
                     let mut it = s.0.iter();
-                    Some(Shape(ins.iter().map(|&i| if i { Dim::Known(1) } else { it.next().cloned().unwrap_or(Dim::Unknown) }).collect()))
+                    Some(Shape(
+                        ins.iter()
+                            .map(|&i| if i { Dim::Known(1) } else { it.next().cloned().unwrap_or(Dim::Unknown) })
+                            .collect(),
+                    ))
                 }
                 (_, Err(())) => None,
                 (None, _) => None,
@@ -436,6 +470,7 @@ pub fn infer_node(op: &Op, infos: &[Option<InputInfo>]) -> Result<Vec<TensorType
                             return Err(format!("input {i} has rank {}, input 0 has rank {}", s.rank(), acc.rank()));
                         }
                         let mut d = acc.0.clone();
+                        #[allow(clippy::needless_range_loop)] // indexes d and s.0 together
                         for k in 0..d.len() {
                             if k == a {
                                 d[k] = match (&d[k], &s.0[k]) {
@@ -443,7 +478,9 @@ pub fn infer_node(op: &Op, infos: &[Option<InputInfo>]) -> Result<Vec<TensorType
                                     _ => Dim::Unknown,
                                 };
                             } else if !d[k].compatible(&s.0[k]) {
-                                return Err(format!("input {i} has shape {s}, incompatible with {acc} off the concat axis"));
+                                return Err(format!(
+                                    "input {i} has shape {s}, incompatible with {acc} off the concat axis"
+                                ));
                             } else if d[k].known().is_none() {
                                 d[k] = s.0[k].clone();
                             }
@@ -532,11 +569,17 @@ pub fn infer_node(op: &Op, infos: &[Option<InputInfo>]) -> Result<Vec<TensorType
             let stat_shape = match &t.shape {
                 Some(s) => {
                     let a = norm_axis(*axis, s.rank(), false)?;
-                    Some(Shape(s.0.iter().enumerate().map(|(i, d)| if i < a { d.clone() } else { Dim::Known(1) }).collect()))
+                    Some(Shape(
+                        s.0.iter().enumerate().map(|(i, d)| if i < a { d.clone() } else { Dim::Known(1) }).collect(),
+                    ))
                 }
                 None => None,
             };
-            vec![same(t).remove(0), TensorType { dtype: *stash_type, shape: stat_shape.clone() }, TensorType { dtype: *stash_type, shape: stat_shape }]
+            vec![
+                same(t).remove(0),
+                TensorType { dtype: *stash_type, shape: stat_shape.clone() },
+                TensorType { dtype: *stash_type, shape: stat_shape },
+            ]
         }
         Op::ReduceMean { axes, keepdims, noop_with_empty_axes } => {
             let t = x?;
@@ -554,7 +597,15 @@ pub fn infer_node(op: &Op, infos: &[Option<InputInfo>]) -> Result<Vec<TensorType
                     Some(Shape(
                         s.0.iter()
                             .zip(&reduce)
-                            .filter_map(|(d, &r)| if !r { Some(d.clone()) } else if *keepdims { Some(Dim::Known(1)) } else { None })
+                            .filter_map(|(d, &r)| {
+                                if !r {
+                                    Some(d.clone())
+                                } else if *keepdims {
+                                    Some(Dim::Known(1))
+                                } else {
+                                    None
+                                }
+                            })
                             .collect(),
                     ))
                 }
@@ -643,7 +694,10 @@ fn conv_shape(x: &Shape, w: &Shape, window: &Window, group: usize) -> Result<Sha
     }
     let kernel: Vec<usize> = match &window.kernel_shape {
         Some(k) => k.clone(),
-        None => w.0[2..].iter().map(|d| d.known().ok_or_else(|| format!("weight {w} has symbolic spatial dims"))).collect::<Result<_, _>>()?,
+        None => w.0[2..]
+            .iter()
+            .map(|d| d.known().ok_or_else(|| format!("weight {w} has symbolic spatial dims")))
+            .collect::<Result<_, _>>()?,
     };
     if let Some(ws) = w.as_static() {
         if ws[2..] != kernel[..] {
@@ -660,13 +714,18 @@ fn window_shape(x: &Shape, kernel: &[usize], window: &Window, ceil_mode: bool, c
             let r = window.resolve(&sp, kernel, ceil_mode)?;
             out.extend(r.output.into_iter().map(Dim::Known));
         }
-        None => out.extend(std::iter::repeat(Dim::Unknown).take(kernel.len())),
+        None => out.extend(std::iter::repeat_n(Dim::Unknown, kernel.len())),
     }
     Ok(Shape(out))
 }
 
 /// Reshape target from its elements as dims (0 copies, -1 infers) and the input's shape.
-fn reshape_shape(input: Option<&Shape>, target: &[Dim], value: Option<&Tensor>, allowzero: bool) -> Result<Shape, String> {
+fn reshape_shape(
+    input: Option<&Shape>,
+    target: &[Dim],
+    value: Option<&Tensor>,
+    allowzero: bool,
+) -> Result<Shape, String> {
     let raw: Vec<i64> = match value.and_then(|t| t.as_i64_vec()) {
         Some(v) => v,
         // Symbolic target: elements are dims; no 0/-1 markers are possible in symbolic slots.
@@ -734,7 +793,7 @@ fn infer_minus_one(input: &[Dim], target: &[Dim], pos: usize) -> Dim {
             Dim::Unknown => return Dim::Unknown,
         }
     }
-    if den == 0 || num % den != 0 {
+    if den == 0 || !num.is_multiple_of(den) {
         return Dim::Unknown;
     }
     match (num / den, syms.as_slice()) {
@@ -785,7 +844,11 @@ impl SliceAxis {
             (start.clamp(0, n - 1), end.clamp(-1, n - 1))
         };
         let len = if self.step > 0 {
-            if end > start { (end - start + self.step - 1) / self.step } else { 0 }
+            if end > start {
+                (end - start + self.step - 1) / self.step
+            } else {
+                0
+            }
         } else if start > end {
             (start - end + (-self.step) - 1) / (-self.step)
         } else {
@@ -805,7 +868,13 @@ fn slice_params(infos: &[Option<InputInfo>], rank: usize) -> Option<Vec<SliceAxi
 }
 
 /// Validates and pairs Slice's inputs per axis.
-pub fn slice_axes(rank: usize, starts: &[i64], ends: &[i64], axes: Option<&[i64]>, steps: Option<&[i64]>) -> Result<Vec<SliceAxis>, String> {
+pub fn slice_axes(
+    rank: usize,
+    starts: &[i64],
+    ends: &[i64],
+    axes: Option<&[i64]>,
+    steps: Option<&[i64]>,
+) -> Result<Vec<SliceAxis>, String> {
     let k = starts.len();
     if ends.len() != k || axes.is_some_and(|a| a.len() != k) || steps.is_some_and(|s| s.len() != k) {
         return Err("starts, ends, axes and steps must have the same length".into());
@@ -832,7 +901,12 @@ pub fn slice_axes(rank: usize, starts: &[i64], ends: &[i64], axes: Option<&[i64]
 
 /// Output sizes of Resize and the per-dim scales used for coordinate mapping, in f64 as the
 /// ONNX reference implementation computes them. Empty `scales`/`sizes` count as absent.
-pub fn resize_output(input: &[usize], attrs: &ResizeAttrs, scales: Option<&[f32]>, sizes: Option<&[i64]>) -> Result<(Vec<usize>, Vec<f64>), String> {
+pub fn resize_output(
+    input: &[usize],
+    attrs: &ResizeAttrs,
+    scales: Option<&[f32]>,
+    sizes: Option<&[i64]>,
+) -> Result<(Vec<usize>, Vec<f64>), String> {
     let rank = input.len();
     let axes: Vec<usize> = match &attrs.axes {
         Some(a) => a.iter().map(|&x| norm_axis(x, rank, false)).collect::<Result<_, _>>()?,

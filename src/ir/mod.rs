@@ -5,8 +5,8 @@ pub mod builder;
 mod dtype;
 mod graph;
 pub mod infer;
-pub mod precision;
 mod op;
+pub mod precision;
 mod shape;
 mod tensor;
 

@@ -64,9 +64,7 @@ impl Window {
                     }
                     let span = input[i] + begin[i] + end[i];
                     if span < eff_k {
-                        return Err(format!(
-                            "window {eff_k} larger than padded input {span} on spatial dim {i}"
-                        ));
+                        return Err(format!("window {eff_k} larger than padded input {span} on spatial dim {i}"));
                     }
                     let num = span - eff_k;
                     out[i] = if ceil_mode {
@@ -147,7 +145,8 @@ impl Window {
                     // onnxruntime and the onnx reference do for NOTSET.
                     let total = full.saturating_sub(t);
                     let (small, large) = (total / 2, total - total / 2);
-                    (begin[i], end[i]) = if self.auto_pad == AutoPad::SameUpper { (small, large) } else { (large, small) };
+                    (begin[i], end[i]) =
+                        if self.auto_pad == AutoPad::SameUpper { (small, large) } else { (large, small) };
                     out[i] = t;
                 }
                 None => {
@@ -278,42 +277,100 @@ pub enum AttrValue {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Op {
     MatMul,
-    Gemm { alpha: f32, beta: f32, trans_a: bool, trans_b: bool },
-    Conv { window: Window, group: usize },
+    Gemm {
+        alpha: f32,
+        beta: f32,
+        trans_a: bool,
+        trans_b: bool,
+    },
+    Conv {
+        window: Window,
+        group: usize,
+    },
     /// Transposed convolution (the gradient of Conv w.r.t. its input), as decoders and
     /// segmentation heads use for upsampling.
-    ConvTranspose { window: Window, group: usize, output_padding: Option<Vec<usize>>, output_shape: Option<Vec<usize>> },
+    ConvTranspose {
+        window: Window,
+        group: usize,
+        output_padding: Option<Vec<usize>>,
+        output_shape: Option<Vec<usize>>,
+    },
     /// `momentum` only matters in training mode (running statistics).
-    BatchNormalization { epsilon: f32, momentum: f32, training_mode: bool },
+    BatchNormalization {
+        epsilon: f32,
+        momentum: f32,
+        training_mode: bool,
+    },
     Binary(Binary),
     Unary(Unary),
     /// Clip with min/max as optional inputs 1 and 2.
     Clip,
-    Cast { to: DType, saturate: bool },
-    Transpose { perm: Option<Vec<usize>> },
-    Reshape { allowzero: bool },
-    Flatten { axis: i64 },
+    Cast {
+        to: DType,
+        saturate: bool,
+    },
+    Transpose {
+        perm: Option<Vec<usize>>,
+    },
+    Reshape {
+        allowzero: bool,
+    },
+    Flatten {
+        axis: i64,
+    },
     /// Axes come from input 1 (opset >= 13).
     Squeeze,
     Unsqueeze,
-    Concat { axis: i64 },
+    Concat {
+        axis: i64,
+    },
     /// starts, ends, axes, steps from inputs 1..=4.
     Slice,
-    Gather { axis: i64 },
-    Shape { start: i64, end: Option<i64> },
-    Constant { value: Arc<Tensor> },
+    Gather {
+        axis: i64,
+    },
+    Shape {
+        start: i64,
+        end: Option<i64>,
+    },
+    Constant {
+        value: Arc<Tensor>,
+    },
     Identity,
-    MaxPool { window: Window, ceil_mode: bool, storage_order: i64 },
-    AveragePool { window: Window, ceil_mode: bool, count_include_pad: bool },
+    MaxPool {
+        window: Window,
+        ceil_mode: bool,
+        storage_order: i64,
+    },
+    AveragePool {
+        window: Window,
+        ceil_mode: bool,
+        count_include_pad: bool,
+    },
     GlobalAveragePool,
-    Softmax { axis: i64 },
-    LayerNormalization { axis: i64, epsilon: f32, stash_type: DType },
+    Softmax {
+        axis: i64,
+    },
+    LayerNormalization {
+        axis: i64,
+        epsilon: f32,
+        stash_type: DType,
+    },
     /// `axes` from the attribute (opset < 18); from input 1 otherwise.
-    ReduceMean { axes: Option<Vec<i64>>, keepdims: bool, noop_with_empty_axes: bool },
+    ReduceMean {
+        axes: Option<Vec<i64>>,
+        keepdims: bool,
+        noop_with_empty_axes: bool,
+    },
     /// roi, scales, sizes from inputs 1..=3.
     Resize(ResizeAttrs),
     /// Any other operator: imported as-is and left to the host framework.
-    Opaque { domain: String, op_type: String, attrs: Vec<(String, AttrValue)>, why: &'static str },
+    Opaque {
+        domain: String,
+        op_type: String,
+        attrs: Vec<(String, AttrValue)>,
+        why: &'static str,
+    },
 }
 
 impl Op {

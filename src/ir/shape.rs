@@ -69,8 +69,7 @@ impl Shape {
 
     /// Whether a run-time shape fits this declared shape (symbolic dims fit anything).
     pub fn admits(&self, concrete: &[usize]) -> bool {
-        self.rank() == concrete.len()
-            && self.0.iter().zip(concrete).all(|(d, &c)| d.compatible(&Dim::Known(c)))
+        self.rank() == concrete.len() && self.0.iter().zip(concrete).all(|(d, &c)| d.compatible(&Dim::Known(c)))
     }
 }
 
@@ -114,7 +113,11 @@ pub fn broadcast_shapes(a: &Shape, b: &Shape) -> Option<Shape> {
     let rank = a.rank().max(b.rank());
     let pad = |s: &Shape, i: usize| -> Dim {
         let off = rank - s.rank();
-        if i < off { Dim::Known(1) } else { s.0[i - off].clone() }
+        if i < off {
+            Dim::Known(1)
+        } else {
+            s.0[i - off].clone()
+        }
     };
     let mut out = Vec::with_capacity(rank);
     for i in 0..rank {

@@ -163,7 +163,11 @@ impl Element for bf16 {
 impl Element for bool {
     #[inline]
     fn to_f64(self) -> f64 {
-        if self { 1.0 } else { 0.0 }
+        if self {
+            1.0
+        } else {
+            0.0
+        }
     }
     #[inline]
     fn from_f64(v: f64) -> Self {

@@ -21,11 +21,17 @@ pub fn run(graph: &Graph, inputs: &HashMap<String, Tensor>) -> Result<HashMap<St
         let t = inputs.get(name).ok_or_else(|| Error::tensor(name, "graph input was not provided"))?;
         if let Some(ty) = graph.types.get(name) {
             if ty.dtype != t.dtype() {
-                return Err(Error::tensor(name, format!("graph input is declared {} but {} was provided", ty.dtype, t.dtype())));
+                return Err(Error::tensor(
+                    name,
+                    format!("graph input is declared {} but {} was provided", ty.dtype, t.dtype()),
+                ));
             }
             if let Some(s) = &ty.shape {
                 if !s.admits(&t.shape) {
-                    return Err(Error::tensor(name, format!("graph input is declared {s} but shape {:?} was provided", t.shape)));
+                    return Err(Error::tensor(
+                        name,
+                        format!("graph input is declared {s} but shape {:?} was provided", t.shape),
+                    ));
                 }
             }
         }
@@ -52,7 +58,9 @@ pub fn run(graph: &Graph, inputs: &HashMap<String, Tensor>) -> Result<HashMap<St
         let args: Vec<Option<Arc<Tensor>>> = node
             .inputs
             .iter()
-            .map(|x| x.as_ref().map(|name| env.get(name.as_str()).cloned().expect("sort_and_check guarantees producers")))
+            .map(|x| {
+                x.as_ref().map(|name| env.get(name.as_str()).cloned().expect("sort_and_check guarantees producers"))
+            })
             .collect();
         let refs: Vec<Option<&Tensor>> = args.iter().map(|a| a.as_deref()).collect();
         // A kernel bug must surface as an error naming the node, never abort the host

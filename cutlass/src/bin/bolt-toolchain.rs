@@ -24,12 +24,7 @@ fn main() -> ExitCode {
 
     let args: Vec<String> = std::env::args().skip(1).collect();
     let config = Config::from_env();
-    match args
-        .iter()
-        .map(String::as_str)
-        .collect::<Vec<_>>()
-        .as_slice()
-    {
+    match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
         ["install"] => match Toolchain::install(&config, &mut |p| println!("{p}")) {
             Ok(installed) => {
                 print!("{installed}");

@@ -29,7 +29,11 @@ pub fn conv(x: &Tensor, w: &Tensor, b: Option<&Tensor>, window: &Window, group: 
     }
     let (c, m, cg) = (x.shape[1], w.shape[0], w.shape[1]);
     if cg * group != c {
-        return Err(format!("input has {c} channels but weight {:?} with group {group} expects {}", w.shape, cg * group));
+        return Err(format!(
+            "input has {c} channels but weight {:?} with group {group} expects {}",
+            w.shape,
+            cg * group
+        ));
     }
     if m % group != 0 {
         return Err(format!("{m} output channels are not divisible by group {group}"));
@@ -46,10 +50,20 @@ pub fn conv(x: &Tensor, w: &Tensor, b: Option<&Tensor>, window: &Window, group: 
         }
     }
     let geom = window.resolve(&x.shape[2..], kernel, false)?;
-    Ok(vec![if x.dtype() == DType::F64 { conv_typed::<f64>(x, w, b, &geom, group) } else { conv_typed::<f32>(x, w, b, &geom, group) }])
+    Ok(vec![if x.dtype() == DType::F64 {
+        conv_typed::<f64>(x, w, b, &geom, group)
+    } else {
+        conv_typed::<f32>(x, w, b, &geom, group)
+    }])
 }
 
-fn conv_typed<T: GemmScalar>(x: &Tensor, w: &Tensor, b: Option<&Tensor>, geom: &ResolvedWindow, group: usize) -> Tensor {
+fn conv_typed<T: GemmScalar>(
+    x: &Tensor,
+    w: &Tensor,
+    b: Option<&Tensor>,
+    geom: &ResolvedWindow,
+    group: usize,
+) -> Tensor {
     let (n, c, m) = (x.shape[0], x.shape[1], w.shape[0]);
     let (cg, mg) = (c / group, m / group);
     let in_size: usize = x.shape[2..].iter().product();
@@ -79,7 +93,8 @@ fn conv_typed<T: GemmScalar>(x: &Tensor, w: &Tensor, b: Option<&Tensor>, geom: &
             return;
         }
         let xin = &xs[(img * c + g * cg) * in_size..][..cg * in_size];
-        let col: Cow<[T]> = if identity { Cow::Borrowed(xin) } else { Cow::Owned(im2col(xin, cg, &x.shape[2..], geom, tasks == 1)) };
+        let col: Cow<[T]> =
+            if identity { Cow::Borrowed(xin) } else { Cow::Owned(im2col(xin, cg, &x.shape[2..], geom, tasks == 1)) };
         let wg = Mat::row_major(&ws[g * mg * kdim..][..mg * kdim], kdim, false);
         let beta = if bias.is_some() { T::ONE } else { T::ZERO };
         gemm_into(mg, kdim, positions, T::ONE, wg, Mat::row_major(&col, positions, false), beta, y);
@@ -130,7 +145,8 @@ fn fill_row<T: GemmScalar>(row: &mut [T], plane: &[T], input: &[usize], koff: &[
     let (s, ol) = (g.strides[last], g.output[last]);
     let shift = (koff[last] * g.dilations[last]) as isize - g.pad_begin[last] as isize;
     let lo = if shift >= 0 { 0 } else { ((-shift) as usize).div_ceil(s) }.min(ol);
-    let hi = if shift >= input[last] as isize { 0 } else { ((input[last] as isize - shift) as usize).div_ceil(s) }.clamp(lo, ol);
+    let hi = if shift >= input[last] as isize { 0 } else { ((input[last] as isize - shift) as usize).div_ceil(s) }
+        .clamp(lo, ol);
     let in_strides = crate::ir::strides(input);
     let mut outer = vec![0usize; last]; // output multi-index over the leading dims
     for seg in row.chunks_mut(ol) {
@@ -170,7 +186,13 @@ mod tests {
 
     fn win(strides: &[usize], pads: &[usize], dilations: &[usize]) -> Window {
         let opt = |v: &[usize]| (!v.is_empty()).then(|| v.to_vec());
-        Window { kernel_shape: None, strides: opt(strides), pads: opt(pads), dilations: opt(dilations), auto_pad: AutoPad::NotSet }
+        Window {
+            kernel_shape: None,
+            strides: opt(strides),
+            pads: opt(pads),
+            dilations: opt(dilations),
+            auto_pad: AutoPad::NotSet,
+        }
     }
 
     /// Direct N-D convolution, the definition, for cross-checking im2col.
@@ -244,8 +266,18 @@ mod tests {
         let w = Tensor::from_f32(vec![1, 1, 3, 3], vec![1.0; 9]);
         let y = &conv(&x, &w, None, &win(&[], &[1, 1, 1, 1], &[]), 1).unwrap()[0];
         assert_eq!(y.to_f32_vec(), vec![8., 15., 12., 21., 36., 27., 20., 33., 24.]);
-        let y = &conv(&x, &w, Some(&Tensor::from_f32(vec![1], vec![1.0])), &win(&[2, 2], &[1, 1, 1, 1], &[]), 1).unwrap()[0];
+        let y = &conv(&x, &w, Some(&Tensor::from_f32(vec![1], vec![1.0])), &win(&[2, 2], &[1, 1, 1, 1], &[]), 1)
+            .unwrap()[0];
         assert_eq!((y.shape.clone(), y.to_f32_vec()), (vec![1, 1, 2, 2], vec![9., 13., 21., 25.]));
+    }
+
+    #[test]
+    fn f64_computes_in_f64() {
+        use crate::ir::TensorData;
+        let x = Tensor { shape: vec![1, 1, 1, 2], data: TensorData::F64(vec![1.0 + 1e-12, 2.0]) };
+        let w = Tensor { shape: vec![1, 1, 1, 2], data: TensorData::F64(vec![1.0, 1.0]) };
+        let y = &conv(&x, &w, None, &win(&[], &[], &[]), 1).unwrap()[0];
+        assert_eq!((y.dtype(), y.to_f64_vec()), (DType::F64, vec![3.0 + 1e-12]));
     }
 
     #[test]

@@ -168,7 +168,9 @@ impl Geom {
             (0..out[d] as i128).contains(&o).then_some(o as usize)
         };
         let map = (0..nd)
-            .map(|d| (0..kernel[d]).map(|t| (0..input[d]).map(|i| coord(d, i, t).unwrap_or(usize::MAX)).collect()).collect())
+            .map(|d| {
+                (0..kernel[d]).map(|t| (0..input[d]).map(|i| coord(d, i, t).unwrap_or(usize::MAX)).collect()).collect()
+            })
             .collect();
         let dl = nd - 1;
         let last = (0..kernel[dl])
@@ -254,13 +256,29 @@ mod tests {
         Tensor::from_f32(shape.to_vec(), v.to_vec())
     }
 
-    fn run(x: &Tensor, w: &Tensor, b: Option<&Tensor>, wd: &Window, group: usize, op: Option<&[usize]>, os: Option<&[usize]>) -> Tensor {
+    fn run(
+        x: &Tensor,
+        w: &Tensor,
+        b: Option<&Tensor>,
+        wd: &Window,
+        group: usize,
+        op: Option<&[usize]>,
+        os: Option<&[usize]>,
+    ) -> Tensor {
         conv_transpose(x, w, b, wd, group, op, os).unwrap().remove(0)
     }
 
     /// Direct definition: every input element times every tap, added at its output position.
     #[allow(clippy::too_many_arguments)]
-    fn naive(x: &Tensor, w: &Tensor, b: Option<&Tensor>, wd: &Window, group: usize, op: Option<&[usize]>, os: Option<&[usize]>) -> Tensor {
+    fn naive(
+        x: &Tensor,
+        w: &Tensor,
+        b: Option<&Tensor>,
+        wd: &Window,
+        group: usize,
+        op: Option<&[usize]>,
+        os: Option<&[usize]>,
+    ) -> Tensor {
         let (xv, wv) = (x.to_f64_vec(), w.to_f64_vec());
         let (n, c, input, kernel) = (x.shape[0], x.shape[1], &x.shape[2..], &w.shape[2..]);
         let mg = w.shape[1];
@@ -281,7 +299,8 @@ mod tests {
                             let mut flat = 0i64;
                             let mut ok = true;
                             for d in 0..nd {
-                                let o = (pos[d] * rw.strides[d] + tap[d] * rw.dilations[d]) as i64 - rw.pad_begin[d] as i64;
+                                let o =
+                                    (pos[d] * rw.strides[d] + tap[d] * rw.dilations[d]) as i64 - rw.pad_begin[d] as i64;
                                 ok &= o >= 0 && o < rw.output[d] as i64;
                                 flat = flat * rw.output[d] as i64 + o;
                             }
@@ -431,7 +450,11 @@ mod tests {
             Case { os: Some(vec![9, 13]), ..c(&[1, 2, 4, 5], &[2, 2, 3, 3], 1, &[2, 2]) },
             Case { os: Some(vec![7, 10]), ..c(&[1, 2, 4, 5], &[2, 2, 3, 3], 1, &[2, 2]) },
             Case { pads: Some(vec![1, 2]), bias: true, ..c(&[3, 6, 7], &[6, 1, 4], 6, &[3]) },
-            Case { pads: Some(vec![0, 1, 1, 1, 0, 1]), dil: Some(vec![1, 2, 1]), ..c(&[1, 2, 3, 4, 3], &[2, 2, 2, 2, 3], 1, &[1, 2, 2]) },
+            Case {
+                pads: Some(vec![0, 1, 1, 1, 0, 1]),
+                dil: Some(vec![1, 2, 1]),
+                ..c(&[1, 2, 3, 4, 3], &[2, 2, 2, 2, 3], 1, &[1, 2, 2])
+            },
             // Kernel taps that land wholly in the cropped pads.
             Case { pads: Some(vec![3, 3, 3, 3]), ..c(&[1, 1, 3, 3], &[1, 1, 4, 4], 1, &[1, 1]) },
         ];
@@ -454,7 +477,10 @@ mod tests {
 
     #[test]
     fn keeps_the_input_float_type() {
-        let x = Tensor { shape: vec![1, 1, 2], data: TensorData::F16(vec![half::f16::from_f32(1.0), half::f16::from_f32(2.0)]) };
+        let x = Tensor {
+            shape: vec![1, 1, 2],
+            data: TensorData::F16(vec![half::f16::from_f32(1.0), half::f16::from_f32(2.0)]),
+        };
         let w = Tensor { shape: vec![1, 1, 1], data: TensorData::F16(vec![half::f16::from_f32(3.0)]) };
         let y = run(&x, &w, None, &win(&[1], None, None, AutoPad::NotSet), 1, None, None);
         assert_eq!(y.dtype(), DType::F16);
@@ -478,7 +504,8 @@ mod tests {
         let wd = win(&[1, 1], None, None, AutoPad::NotSet);
         let x = t(&[1, 2, 2, 2], &[0.; 8]);
         let w = t(&[2, 1, 2, 2], &[0.; 8]);
-        let ct = |x: &Tensor, w: &Tensor, b: Option<&Tensor>, wd: &Window, g| conv_transpose(x, w, b, wd, g, None, None);
+        let ct =
+            |x: &Tensor, w: &Tensor, b: Option<&Tensor>, wd: &Window, g| conv_transpose(x, w, b, wd, g, None, None);
         assert!(ct(&x, &t(&[3, 1, 2, 2], &[0.; 12]), None, &wd, 1).is_err(), "channel mismatch");
         assert!(ct(&x, &w, None, &wd, 0).is_err(), "group 0");
         assert!(ct(&x, &w, None, &wd, 3).is_err(), "group does not divide");
@@ -489,7 +516,10 @@ mod tests {
         let wi = Tensor::from_i64(vec![2, 1, 2, 2], vec![0; 8]);
         assert!(ct(&xi, &wi, None, &wd, 1).is_err(), "integer input");
         assert!(ct(&x, &w, None, &win(&[0, 1], None, None, AutoPad::NotSet), 1).is_err(), "zero stride");
-        assert!(ct(&x, &w, None, &win(&[1, 1], Some(&[2, 2, 2, 2]), None, AutoPad::NotSet), 1).is_err(), "pads too large");
+        assert!(
+            ct(&x, &w, None, &win(&[1, 1], Some(&[2, 2, 2, 2]), None, AutoPad::NotSet), 1).is_err(),
+            "pads too large"
+        );
         assert!(ct(&x, &w, None, &win(&[1, 1], Some(&[1, 1]), None, AutoPad::NotSet), 1).is_err(), "pads length");
         let mut wk = wd.clone();
         wk.kernel_shape = Some(vec![3, 3]);

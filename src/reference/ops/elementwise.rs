@@ -13,9 +13,8 @@ pub(crate) fn broadcast_index(shape: &[usize], out: &[usize]) -> Vec<usize> {
     let off = rank - shape.len();
     let in_strides = strides(shape);
     // Stride 0 on broadcast dims.
-    let bstr: Vec<usize> = (0..rank)
-        .map(|i| if i < off || shape[i - off] == 1 { 0 } else { in_strides[i - off] })
-        .collect();
+    let bstr: Vec<usize> =
+        (0..rank).map(|i| if i < off || shape[i - off] == 1 { 0 } else { in_strides[i - off] }).collect();
     let n: usize = out.iter().product();
     let mut idx = Vec::with_capacity(n);
     let mut counter = vec![0usize; rank];
@@ -113,7 +112,13 @@ pub fn unary_fn(u: Unary) -> impl Fn(f64) -> f64 + Sync {
         // Stable form: never exponentiates a large positive number.
         Unary::Softplus => x.max(0.0) + (-x.abs()).exp().ln_1p(),
         Unary::HardSwish => x * (x / 6.0 + 0.5).clamp(0.0, 1.0),
-        Unary::LeakyRelu { alpha } => if x >= 0.0 { x } else { alpha as f64 * x },
+        Unary::LeakyRelu { alpha } => {
+            if x >= 0.0 {
+                x
+            } else {
+                alpha as f64 * x
+            }
+        }
         Unary::HardSigmoid { alpha, beta } => (alpha as f64 * x + beta as f64).clamp(0.0, 1.0),
         Unary::Gelu { approximate: GeluApprox::None } => 0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2)),
         Unary::Gelu { approximate: GeluApprox::Tanh } => {
@@ -158,7 +163,8 @@ pub fn clip(x: &Tensor, min: Option<&Tensor>, max: Option<&Tensor>) -> OpResult 
             let lo = min.map_or(f64::NEG_INFINITY, |t| t.to_f64_vec()[0]);
             let hi = max.map_or(f64::INFINITY, |t| t.to_f64_vec()[0]);
             // min(max(x, lo), hi): when lo > hi every element becomes hi, as onnxruntime does.
-            let v: Vec<f64> = x.to_f64_vec().into_iter().map(|e| if e.is_nan() { e } else { e.max(lo).min(hi) }).collect();
+            let v: Vec<f64> =
+                x.to_f64_vec().into_iter().map(|e| if e.is_nan() { e } else { e.max(lo).min(hi) }).collect();
             Tensor::from_f64_as(dtype, x.shape.clone(), &v)
         }
         Class::Int => {

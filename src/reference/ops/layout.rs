@@ -54,7 +54,10 @@ pub fn reshape(x: &Tensor, shape: &Tensor, allowzero: bool) -> OpResult {
     let mut minus_one = None;
     for (i, &v) in target.iter().enumerate() {
         out.push(match v {
-            0 if !allowzero => *x.shape.get(i).ok_or_else(|| format!("shape {target:?} copies dim {i} of a rank-{} input", x.rank()))?,
+            0 if !allowzero => *x
+                .shape
+                .get(i)
+                .ok_or_else(|| format!("shape {target:?} copies dim {i} of a rank-{} input", x.rank()))?,
             -1 if minus_one.is_none() => {
                 minus_one = Some(i);
                 1
@@ -65,7 +68,7 @@ pub fn reshape(x: &Tensor, shape: &Tensor, allowzero: bool) -> OpResult {
     }
     let known: usize = out.iter().product();
     if let Some(i) = minus_one {
-        if known == 0 || x.len() % known != 0 {
+        if known == 0 || !x.len().is_multiple_of(known) {
             return Err(format!("cannot reshape {:?} to {target:?}", x.shape));
         }
         out[i] = x.len() / known;
@@ -118,16 +121,26 @@ pub fn unsqueeze(x: &Tensor, axes: &Tensor) -> OpResult {
 pub fn concat(inputs: &[Option<&Tensor>], axis: i64) -> OpResult {
     let first = req(inputs, 0)?;
     let a = norm_axis(axis, first.rank(), false)?;
-    let parts: Vec<&Tensor> = inputs.iter().map(|t| t.ok_or("Concat inputs cannot be omitted")).collect::<Result<_, _>>()?;
+    let parts: Vec<&Tensor> =
+        inputs.iter().map(|t| t.ok_or("Concat inputs cannot be omitted")).collect::<Result<_, _>>()?;
     let mut out_shape = first.shape.clone();
     out_shape[a] = 0;
     for (i, p) in parts.iter().enumerate() {
         if p.dtype() != first.dtype() || p.rank() != first.rank() {
-            return Err(format!("input {i} is {}{:?}, input 0 is {}{:?}", p.dtype(), p.shape, first.dtype(), first.shape));
+            return Err(format!(
+                "input {i} is {}{:?}, input 0 is {}{:?}",
+                p.dtype(),
+                p.shape,
+                first.dtype(),
+                first.shape
+            ));
         }
         for d in 0..p.rank() {
             if d != a && p.shape[d] != first.shape[d] {
-                return Err(format!("input {i} has shape {:?}, incompatible with {:?} off axis {a}", p.shape, first.shape));
+                return Err(format!(
+                    "input {i} has shape {:?}, incompatible with {:?} off axis {a}",
+                    p.shape, first.shape
+                ));
             }
         }
         out_shape[a] += p.shape[a];
@@ -167,7 +180,8 @@ fn copy_blocks(dst: &mut TensorData, src: &TensorData, outer: usize, chunk: usiz
 pub fn slice(x: &Tensor, starts: &Tensor, ends: &Tensor, axes: Option<&Tensor>, steps: Option<&Tensor>) -> OpResult {
     let axes = axes.map(|t| ints(t, "axes")).transpose()?;
     let steps = steps.map(|t| ints(t, "steps")).transpose()?;
-    let params = slice_axes(x.rank(), &ints(starts, "starts")?, &ints(ends, "ends")?, axes.as_deref(), steps.as_deref())?;
+    let params =
+        slice_axes(x.rank(), &ints(starts, "starts")?, &ints(ends, "ends")?, axes.as_deref(), steps.as_deref())?;
     let in_strides = strides(&x.shape);
     let mut out_shape = x.shape.clone();
     let mut st: Vec<i64> = in_strides.iter().map(|&s| s as i64).collect();

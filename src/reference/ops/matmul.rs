@@ -7,7 +7,7 @@ use crate::ir::{broadcast_static, DType, Tensor, TensorData};
 use rayon::prelude::*;
 
 /// Element types with a `matrixmultiply` kernel: the types reference GEMMs compute in.
-pub(crate) trait GemmScalar: Copy + Send + Sync + PartialEq + std::ops::AddAssign + 'static {
+pub(crate) trait GemmScalar: Copy + Send + Sync + 'static {
     const ZERO: Self;
     const ONE: Self;
     fn from_f32(v: f32) -> Self;
@@ -19,10 +19,20 @@ pub(crate) trait GemmScalar: Copy + Send + Sync + PartialEq + std::ops::AddAssig
     /// The strided matrices must lie inside the memory the pointers refer to.
     #[allow(clippy::too_many_arguments)]
     unsafe fn raw_gemm(
-        m: usize, k: usize, n: usize, alpha: Self,
-        a: *const Self, rsa: isize, csa: isize,
-        b: *const Self, rsb: isize, csb: isize,
-        beta: Self, c: *mut Self, rsc: isize, csc: isize,
+        m: usize,
+        k: usize,
+        n: usize,
+        alpha: Self,
+        a: *const Self,
+        rsa: isize,
+        csa: isize,
+        b: *const Self,
+        rsb: isize,
+        csb: isize,
+        beta: Self,
+        c: *mut Self,
+        rsc: isize,
+        csc: isize,
     );
 }
 
@@ -39,10 +49,20 @@ impl GemmScalar for f32 {
         float_out(dtype, shape, v)
     }
     unsafe fn raw_gemm(
-        m: usize, k: usize, n: usize, alpha: f32,
-        a: *const f32, rsa: isize, csa: isize,
-        b: *const f32, rsb: isize, csb: isize,
-        beta: f32, c: *mut f32, rsc: isize, csc: isize,
+        m: usize,
+        k: usize,
+        n: usize,
+        alpha: f32,
+        a: *const f32,
+        rsa: isize,
+        csa: isize,
+        b: *const f32,
+        rsb: isize,
+        csb: isize,
+        beta: f32,
+        c: *mut f32,
+        rsc: isize,
+        csc: isize,
     ) {
         matrixmultiply::sgemm(m, k, n, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc)
     }
@@ -61,10 +81,20 @@ impl GemmScalar for f64 {
         Tensor { shape, data: TensorData::F64(v) }
     }
     unsafe fn raw_gemm(
-        m: usize, k: usize, n: usize, alpha: f64,
-        a: *const f64, rsa: isize, csa: isize,
-        b: *const f64, rsb: isize, csb: isize,
-        beta: f64, c: *mut f64, rsc: isize, csc: isize,
+        m: usize,
+        k: usize,
+        n: usize,
+        alpha: f64,
+        a: *const f64,
+        rsa: isize,
+        csa: isize,
+        b: *const f64,
+        rsb: isize,
+        csb: isize,
+        beta: f64,
+        c: *mut f64,
+        rsc: isize,
+        csc: isize,
     ) {
         matrixmultiply::dgemm(m, k, n, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc)
     }
@@ -81,7 +111,11 @@ pub(crate) struct Mat<'a, T> {
 impl<'a, T> Mat<'a, T> {
     /// A row-major matrix with `cols` columns, optionally read transposed.
     pub fn row_major(data: &'a [T], cols: usize, transposed: bool) -> Self {
-        if transposed { Mat { data, rs: 1, cs: cols } } else { Mat { data, rs: cols, cs: 1 } }
+        if transposed {
+            Mat { data, rs: 1, cs: cols }
+        } else {
+            Mat { data, rs: cols, cs: 1 }
+        }
     }
 
     fn covers(&self, rows: usize, cols: usize) -> bool {
@@ -92,7 +126,16 @@ impl<'a, T> Mat<'a, T> {
 /// `c = alpha * a * b + beta * c` where `a` is m x k, `b` is k x n and `c` is a contiguous
 /// row-major m x n block. `beta == 0` ignores c's old contents.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn gemm_into<T: GemmScalar>(m: usize, k: usize, n: usize, alpha: T, a: Mat<T>, b: Mat<T>, beta: T, c: &mut [T]) {
+pub(crate) fn gemm_into<T: GemmScalar>(
+    m: usize,
+    k: usize,
+    n: usize,
+    alpha: T,
+    a: Mat<T>,
+    b: Mat<T>,
+    beta: T,
+    c: &mut [T],
+) {
     // Internal invariant, not input validation: callers check shapes before getting here.
     assert!(a.covers(m, k) && b.covers(k, n) && c.len() >= m * n, "gemm operands out of bounds");
     if m == 0 || n == 0 {
@@ -101,10 +144,20 @@ pub(crate) fn gemm_into<T: GemmScalar>(m: usize, k: usize, n: usize, alpha: T, a
     // SAFETY: the asserts above keep every strided access inside the slices.
     unsafe {
         T::raw_gemm(
-            m, k, n, alpha,
-            a.data.as_ptr(), a.rs as isize, a.cs as isize,
-            b.data.as_ptr(), b.rs as isize, b.cs as isize,
-            beta, c.as_mut_ptr(), n as isize, 1,
+            m,
+            k,
+            n,
+            alpha,
+            a.data.as_ptr(),
+            a.rs as isize,
+            a.cs as isize,
+            b.data.as_ptr(),
+            b.rs as isize,
+            b.cs as isize,
+            beta,
+            c.as_mut_ptr(),
+            n as isize,
+            1,
         )
     }
 }
@@ -171,7 +224,15 @@ fn matmul_typed<T: GemmScalar>(a: &Tensor, b: &Tensor) -> Result<Tensor, String>
 
 /// Y = alpha * A' * B' + beta * C with A', B' optionally transposed 2-D matrices and C
 /// unidirectionally broadcast to [M, N].
-pub fn gemm(a: &Tensor, b: &Tensor, c: Option<&Tensor>, alpha: f32, beta: f32, trans_a: bool, trans_b: bool) -> OpResult {
+pub fn gemm(
+    a: &Tensor,
+    b: &Tensor,
+    c: Option<&Tensor>,
+    alpha: f32,
+    beta: f32,
+    trans_a: bool,
+    trans_b: bool,
+) -> OpResult {
     check_float(a, "A")?;
     for (t, what) in [(Some(b), "B"), (c, "C")] {
         if let Some(t) = t {
@@ -268,7 +329,10 @@ mod tests {
 
     #[test]
     fn matmul_f16_and_f64() {
-        let h = |v: &[f32]| Tensor { shape: vec![1, v.len()], data: TensorData::F16(v.iter().map(|&x| f16::from_f32(x)).collect()) };
+        let h = |v: &[f32]| Tensor {
+            shape: vec![1, v.len()],
+            data: TensorData::F16(v.iter().map(|&x| f16::from_f32(x)).collect()),
+        };
         let y = &matmul(&h(&[1., 2.]), &Tensor { shape: vec![2, 1], ..h(&[3., 4.]) }).unwrap()[0];
         assert_eq!((y.dtype(), y.to_f32_vec()), (DType::F16, vec![11.]));
         let d = Tensor { shape: vec![1, 1], data: TensorData::F64(vec![1.0 + 1e-12]) };

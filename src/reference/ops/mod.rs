@@ -41,7 +41,9 @@ pub fn eval_op(op: &Op, inputs: &[Option<&Tensor>]) -> OpResult {
             output_padding.as_deref(),
             output_shape.as_deref(),
         ),
-        Op::BatchNormalization { epsilon, momentum, training_mode } => norm::batch_norm(inputs, *epsilon, *momentum, *training_mode),
+        Op::BatchNormalization { epsilon, momentum, training_mode } => {
+            norm::batch_norm(inputs, *epsilon, *momentum, *training_mode)
+        }
         Op::Binary(b) => elementwise::binary(*b, req(inputs, 0)?, req(inputs, 1)?),
         Op::Unary(u) => elementwise::unary(*u, req(inputs, 0)?),
         Op::Clip => elementwise::clip(req(inputs, 0)?, opt(inputs, 1), opt(inputs, 2)),
@@ -57,7 +59,9 @@ pub fn eval_op(op: &Op, inputs: &[Option<&Tensor>]) -> OpResult {
         Op::Shape { start, end } => layout::shape(req(inputs, 0)?, *start, *end),
         Op::Constant { value } => Ok(vec![value.as_ref().clone()]),
         Op::Identity => Ok(vec![req(inputs, 0)?.clone()]),
-        Op::MaxPool { window, ceil_mode, storage_order } => pool::max_pool(req(inputs, 0)?, window, *ceil_mode, *storage_order),
+        Op::MaxPool { window, ceil_mode, storage_order } => {
+            pool::max_pool(req(inputs, 0)?, window, *ceil_mode, *storage_order)
+        }
         Op::AveragePool { window, ceil_mode, count_include_pad } => {
             pool::average_pool(req(inputs, 0)?, window, *ceil_mode, *count_include_pad)
         }

@@ -8,7 +8,11 @@ use crate::ir::{broadcast_static, DType, Tensor};
 use rayon::prelude::*;
 
 fn float_check(t: &Tensor, what: &str) -> Result<(), String> {
-    if t.dtype().is_float() { Ok(()) } else { Err(format!("{what} must be a float tensor, is {}", t.dtype())) }
+    if t.dtype().is_float() {
+        Ok(())
+    } else {
+        Err(format!("{what} must be a float tensor, is {}", t.dtype()))
+    }
 }
 
 fn out(dtype: DType, shape: Vec<usize>, v: &[f64]) -> Tensor {
@@ -68,7 +72,9 @@ pub fn batch_norm(inputs: &[Option<&Tensor>], epsilon: f32, momentum: f32, train
     let mut outs = vec![out(x.dtype(), x.shape.clone(), &y)];
     if training {
         let m = momentum as f64;
-        let run = |given: &[f64], batch: &[f64]| given.iter().zip(batch).map(|(g, b)| g * m + b * (1.0 - m)).collect::<Vec<_>>();
+        let run = |given: &[f64], batch: &[f64]| {
+            given.iter().zip(batch).map(|(g, b)| g * m + b * (1.0 - m)).collect::<Vec<_>>()
+        };
         let stat_dtype = req(inputs, 3)?.dtype();
         outs.push(out(stat_dtype, vec![c], &run(mean, &use_mean)));
         outs.push(out(stat_dtype, vec![c], &run(var, &use_var)));
@@ -112,7 +118,14 @@ pub fn softmax(x: &Tensor, axis: i64) -> OpResult {
 
 /// LayerNormalization over dims `axis..`: outputs Y, Mean and InvStdDev, the last two of
 /// shape `x.shape[..axis] + [1; rank - axis]` in `stash_type`.
-pub fn layer_norm(x: &Tensor, scale: &Tensor, bias: Option<&Tensor>, axis: i64, epsilon: f32, stash_type: DType) -> OpResult {
+pub fn layer_norm(
+    x: &Tensor,
+    scale: &Tensor,
+    bias: Option<&Tensor>,
+    axis: i64,
+    epsilon: f32,
+    stash_type: DType,
+) -> OpResult {
     float_check(x, "X")?;
     if !stash_type.is_float() {
         return Err(format!("stash_type must be a float type, is {stash_type}"));
@@ -152,12 +165,22 @@ pub fn layer_norm(x: &Tensor, scale: &Tensor, bias: Option<&Tensor>, axis: i64, 
     }
     let stat_shape: Vec<usize> = x.shape.iter().enumerate().map(|(i, &d)| if i < a { d } else { 1 }).collect();
     let (mean, inv): (Vec<f64>, Vec<f64>) = stats.into_iter().unzip();
-    Ok(vec![out(x.dtype(), x.shape.clone(), &y), out(stash_type, stat_shape.clone(), &mean), out(stash_type, stat_shape, &inv)])
+    Ok(vec![
+        out(x.dtype(), x.shape.clone(), &y),
+        out(stash_type, stat_shape.clone(), &mean),
+        out(stash_type, stat_shape, &inv),
+    ])
 }
 
 /// ReduceMean over `axes` (attribute before opset 18, input 1 after); no axes reduce all
 /// dims unless `noop_with_empty_axes`.
-pub fn reduce_mean(x: &Tensor, axes_attr: Option<&[i64]>, axes_in: Option<&Tensor>, keepdims: bool, noop_with_empty_axes: bool) -> OpResult {
+pub fn reduce_mean(
+    x: &Tensor,
+    axes_attr: Option<&[i64]>,
+    axes_in: Option<&Tensor>,
+    keepdims: bool,
+    noop_with_empty_axes: bool,
+) -> OpResult {
     if !(x.dtype().is_float() || x.dtype().is_integer()) {
         return Err(format!("input must be numeric, is {}", x.dtype()));
     }
@@ -203,7 +226,8 @@ pub fn reduce_mean(x: &Tensor, axes_attr: Option<&[i64]>, axes_in: Option<&Tenso
         // Integer means truncate toward zero, as numpy's astype and onnxruntime do.
         means.iter_mut().for_each(|m| *m = m.trunc());
     }
-    let shape = if keepdims { kept } else { x.shape.iter().zip(&reduce).filter(|(_, &r)| !r).map(|(&d, _)| d).collect() };
+    let shape =
+        if keepdims { kept } else { x.shape.iter().zip(&reduce).filter(|(_, &r)| !r).map(|(&d, _)| d).collect() };
     Ok(vec![out(x.dtype(), shape, &means)])
 }
 
@@ -230,7 +254,9 @@ mod tests {
         assert_eq!(r.len(), 1);
         close(&r[0].to_f32_vec(), &[0., 0.5, 1., 3.]);
         assert!(batch_norm(&[Some(&x), Some(&s), Some(&b), Some(&m)], 0.0, 0.9, false).is_err());
-        assert!(batch_norm(&[Some(&x), Some(&s), Some(&b), Some(&m), Some(&t(&[3], &[1.; 3]))], 0.0, 0.9, false).is_err());
+        assert!(
+            batch_norm(&[Some(&x), Some(&s), Some(&b), Some(&m), Some(&t(&[3], &[1.; 3]))], 0.0, 0.9, false).is_err()
+        );
     }
 
     #[test]

@@ -111,7 +111,7 @@ pub fn max_pool(x: &Tensor, window: &Window, ceil_mode: bool, storage_order: i64
             pool.for_each_window(|p, offs, _| {
                 let mut best: Option<usize> = None;
                 for &i in offs {
-                    if best.map_or(true, |b| xs[i].partial_cmp(&xs[b]) == Some(std::cmp::Ordering::Greater)) {
+                    if best.is_none_or(|b| xs[i].partial_cmp(&xs[b]) == Some(std::cmp::Ordering::Greater)) {
                         best = Some(i);
                     }
                 }
@@ -120,13 +120,15 @@ pub fn max_pool(x: &Tensor, window: &Window, ceil_mode: bool, storage_order: i64
         }));
     }
     let out_shape = pool.out_shape(x);
-    let flat: Vec<usize> = arg.iter().enumerate().map(|(j, a)| a.map_or(0, |i| (j / out_n.max(1)) * in_size + i)).collect();
+    let flat: Vec<usize> =
+        arg.iter().enumerate().map(|(j, a)| a.map_or(0, |i| (j / out_n.max(1)) * in_size + i)).collect();
     let y = if arg.iter().all(Option::is_some) {
         Tensor { shape: out_shape.clone(), data: x.data.gather(&flat) }
     } else {
         // Empty windows output the lowest value, as onnxruntime does.
         let xs = x.to_f64_vec();
-        let v: Vec<f64> = arg.iter().zip(&flat).map(|(a, &i)| if a.is_some() { xs[i] } else { f64::NEG_INFINITY }).collect();
+        let v: Vec<f64> =
+            arg.iter().zip(&flat).map(|(a, &i)| if a.is_some() { xs[i] } else { f64::NEG_INFINITY }).collect();
         Tensor::from_f64_as(x.dtype(), out_shape.clone(), &v).ok_or("unsupported element type")?
     };
     // Column-major strides over the spatial dims for storage_order 1.
@@ -202,7 +204,13 @@ mod tests {
 
     fn win(k: &[usize], s: &[usize], p: &[usize], d: &[usize]) -> Window {
         let opt = |v: &[usize]| (!v.is_empty()).then(|| v.to_vec());
-        Window { kernel_shape: Some(k.to_vec()), strides: opt(s), pads: opt(p), dilations: opt(d), auto_pad: AutoPad::NotSet }
+        Window {
+            kernel_shape: Some(k.to_vec()),
+            strides: opt(s),
+            pads: opt(p),
+            dilations: opt(d),
+            auto_pad: AutoPad::NotSet,
+        }
     }
 
     fn x44() -> Tensor {

@@ -14,7 +14,13 @@ use rayon::prelude::*;
 /// Beyond this many output elements Resize is refused rather than attempted.
 const MAX_OUTPUT: usize = 1 << 30;
 
-pub fn resize(x: &Tensor, roi: Option<&Tensor>, scales: Option<&Tensor>, sizes: Option<&Tensor>, a: &ResizeAttrs) -> OpResult {
+pub fn resize(
+    x: &Tensor,
+    roi: Option<&Tensor>,
+    scales: Option<&Tensor>,
+    sizes: Option<&Tensor>,
+    a: &ResizeAttrs,
+) -> OpResult {
     let dtype = x.dtype();
     if !(dtype.is_float() || dtype.is_integer()) {
         return Err(format!("input must be numeric, is {dtype}"));
@@ -42,13 +48,18 @@ pub fn resize(x: &Tensor, roi: Option<&Tensor>, scales: Option<&Tensor>, sizes: 
         }
         let v = r.to_f64_vec();
         if v.len() != 2 * axes.len() {
-            return Err(format!("roi has {} entries, expected {} (starts and ends for {} axes)", v.len(), 2 * axes.len(), axes.len()));
+            return Err(format!(
+                "roi has {} entries, expected {} (starts and ends for {} axes)",
+                v.len(),
+                2 * axes.len(),
+                axes.len()
+            ));
         }
         for (i, &ax) in axes.iter().enumerate() {
             boxes[ax] = (v[i], v[axes.len() + i]);
         }
     }
-    if out_shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d)).map_or(true, |n| n > MAX_OUTPUT) {
+    if out_shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d)).is_none_or(|n| n > MAX_OUTPUT) {
         return Err(format!("output shape {out_shape:?} is too large"));
     }
     if let Some(d) = (0..rank).find(|&d| x.shape[d] == 0 && out_shape[d] > 0) {
@@ -59,7 +70,8 @@ pub fn resize(x: &Tensor, roi: Option<&Tensor>, scales: Option<&Tensor>, sizes: 
     let mut shape = x.shape.clone();
     for d in 0..rank {
         let close = |p: f64, q: f64| (p - q).abs() <= 1e-9 * p.abs().max(q.abs());
-        let identity = out_shape[d] == shape[d] && close(scale[d], 1.0) && boxes[d].0.abs() <= 1e-9 && close(boxes[d].1, 1.0);
+        let identity =
+            out_shape[d] == shape[d] && close(scale[d], 1.0) && boxes[d].0.abs() <= 1e-9 && close(boxes[d].1, 1.0);
         if identity {
             continue;
         }
@@ -123,7 +135,11 @@ fn coeffs(ratio: f64, scale: f64, a: &ResizeAttrs) -> Vec<f64> {
                     NearestMode::Floor => false,
                     NearestMode::Ceil => true,
                 };
-            if right { vec![0.0, 1.0] } else { vec![1.0, 0.0] }
+            if right {
+                vec![0.0, 1.0]
+            } else {
+                vec![1.0, 0.0]
+            }
         }
         ResizeMode::Linear if a.antialias => {
             let s = scale.min(1.0);
@@ -329,24 +345,5 @@ mod tests {
         assert!(resize(&t(&[2], &[1., 2.]), None, Some(&t(&[2], &[1., 2.])), None, &a).is_err());
         assert!(resize(&t(&[2], &[1., 2.]), None, Some(&t(&[1], &[-1.])), None, &a).is_err());
         assert!(resize(&t(&[0], &[]), None, None, Some(&Tensor::from_i64(vec![1], vec![3])), &a).is_err());
-    }
-}
-
-#[cfg(test)]
-mod dbg_tmp {
-    #[test]
-    #[ignore]
-    fn dump() {
-        let dir = std::path::Path::new(&std::env::var("CASE").unwrap()).to_path_buf();
-        let g = crate::import::load(&dir.join("model.onnx")).unwrap().graph;
-        let mut inputs = std::collections::HashMap::new();
-        for (i, name) in g.inputs.iter().enumerate() {
-            let (_, t) = crate::cases::read_tensor_pb(&dir.join(format!("test_data_set_0/input_{i}.pb"))).unwrap();
-            inputs.insert(name.clone(), t);
-        }
-        let out = crate::reference::run(&g, &inputs).unwrap();
-        for (k, v) in out {
-            std::fs::write(format!("/tmp/fuzz/{k}.txt"), v.to_f64_vec().iter().map(|x| format!("{x:e}")).collect::<Vec<_>>().join("\n")).unwrap();
-        }
     }
 }

@@ -1,0 +1,168 @@
+//! A kernel as a typed spec: everything that selects one compiled CUTLASS kernel. Problem sizes
+//! are not in it: kernels take them at run time.
+
+use crate::epilogue::Epilogue;
+use serde::{Deserialize, Serialize};
+
+/// GPU architecture a kernel is generated for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Arch {
+    /// Ampere (A100): CUTLASS 2.x, mma.sync tensor cores, cp.async multistage mainloop.
+    Sm80,
+    /// Hopper (H100): CUTLASS 3.x, wgmma + TMA, warp-specialized kernels (built as sm_90a).
+    Sm90,
+}
+
+impl Arch {
+    /// Shared memory one threadblock may use, in bytes (opt-in maximum).
+    pub fn smem_per_block(self) -> usize {
+        match self {
+            Arch::Sm80 => 163 * 1024,
+            Arch::Sm90 => 227 * 1024,
+        }
+    }
+
+    pub fn nvcc_arch(self) -> bolt_cutlass::Arch {
+        match self {
+            Arch::Sm80 => bolt_cutlass::Arch::Sm80,
+            Arch::Sm90 => bolt_cutlass::Arch::Sm90a,
+        }
+    }
+}
+
+/// What a kernel computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Family {
+    /// D[M,N] = epilogue(A[M,K] B[K,N]).
+    Gemm,
+    /// A batch of independent GEMMs with strides between batch members.
+    BatchedGemm,
+    /// Implicit-GEMM 2-D convolution forward, NHWC activations, KRSC filters.
+    Conv2dFprop(ConvFeatures),
+}
+
+/// Compile-time conv choices (CUTLASS's iterator algorithm, stride support, group mode).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ConvFeatures {
+    /// Strided (any stride) or Unity (stride 1 only, cheaper address math).
+    pub unit_stride: bool,
+    pub groups: GroupMode,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum GroupMode {
+    None,
+    /// Each threadblock tile covers one group (group channels a multiple of the tile N).
+    SingleGroup,
+    /// A threadblock tile covers several groups.
+    MultipleGroup,
+    Depthwise,
+}
+
+/// Element types of operands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Element {
+    F16,
+    BF16,
+    /// f32 storage; tensor-core math in tf32.
+    F32,
+}
+
+impl Element {
+    pub fn size_bytes(self) -> usize {
+        match self {
+            Element::F16 | Element::BF16 => 2,
+            Element::F32 => 4,
+        }
+    }
+}
+
+/// Matrix layouts of GEMM operands (conv operands are fixed NHWC / KRSC).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Layout {
+    RowMajor,
+    ColumnMajor,
+}
+
+/// Element types: A and B share one type; C (source) and D share the output type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Types {
+    pub input: Element,
+    pub accumulator: Element,
+    pub output: Element,
+}
+
+/// Guaranteed alignment of each operand's leading dimension and base pointer, in elements
+/// (8/4/2/1). Wider vector loads need larger alignment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Alignment {
+    pub a: u32,
+    pub b: u32,
+    pub c: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Swizzle {
+    /// GemmIdentityThreadblockSwizzle<N>: tiles rasterised in groups of N for L2 reuse.
+    Identity(u32),
+    /// Split-K with a serial reduction in the epilogue.
+    SplitKSerial,
+}
+
+/// CUTLASS 2.x (sm80) tile configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Sm80Tile {
+    pub threadblock: [u32; 3],
+    pub warp: [u32; 3],
+    pub instruction: [u32; 3],
+    pub stages: u32,
+    pub swizzle: Swizzle,
+    /// K slices (1 = no split-K).
+    pub split_k: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum KernelSchedule {
+    /// Two consumer warp groups share one output tile (tile M must be a multiple of 128).
+    TmaWarpSpecializedCooperative,
+    /// Two consumer warp groups alternate between output tiles.
+    TmaWarpSpecializedPingpong,
+    /// Cooperative kernel with the stream-K tile scheduler (balances partial waves).
+    StreamK,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum EpilogueSchedule {
+    /// Matches the kernel schedule (TmaWarpSpecialized / TmaWarpSpecializedCooperative).
+    Tma,
+    /// Non-TMA epilogue (needed for unaligned output).
+    NoSmem,
+}
+
+/// CUTLASS 3.x (sm90) tile configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Sm90Tile {
+    pub tile: [u32; 3],
+    pub cluster: [u32; 3],
+    pub kernel: KernelSchedule,
+    pub epilogue: EpilogueSchedule,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum TileConfig {
+    Sm80(Sm80Tile),
+    Sm90(Sm90Tile),
+}
+
+/// One kernel.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct KernelSpec {
+    pub family: Family,
+    pub arch: Arch,
+    pub types: Types,
+    /// Layouts of A, B and C/D (GEMM families; conv ignores them).
+    pub layouts: [Layout; 3],
+    pub alignment: Alignment,
+    pub tile: TileConfig,
+    pub epilogue: Epilogue,
+}
