@@ -99,8 +99,7 @@ impl Activation {
     }
 }
 
-/// Abramowitz-Stegun-free erf via the complementary series is overkill here; std lacks erf,
-/// so use the same libm routine the reference executor uses.
+/// std has no erf; use the libm routine the reference executor uses.
 fn erf(x: f64) -> f64 {
     libm::erf(x)
 }
@@ -211,7 +210,21 @@ pub struct NormalForm {
     pub residual: Option<ResidualAt>,
 }
 
-/// A complete epilogue: the tree plus the output conversion.
+impl NormalForm {
+    /// With no activation, adding the residual before or after it is the same tree; the
+    /// canonical form says "before".
+    pub fn canonical(self) -> NormalForm {
+        match (self.activation, self.residual) {
+            (Activation::Identity, Some(ResidualAt::AfterActivation)) => {
+                NormalForm { residual: Some(ResidualAt::BeforeActivation), ..self }
+            }
+            _ => self,
+        }
+    }
+}
+
+/// A complete epilogue tree. The conversion to the output element type is the spec's
+/// `types.output`; compute happens in f32.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Epilogue {
     pub expr: Expr,
@@ -221,6 +234,7 @@ impl Epilogue {
     /// Builds the tree of a normal form. `beta_source` and a residual both read the source
     /// tensor C, so they cannot both be set.
     pub fn new(form: NormalForm) -> Result<Epilogue, String> {
+        let form = form.canonical();
         if form.beta_source && form.residual.is_some() {
             return Err("beta*C and a residual both read the source tensor C; use one".into());
         }
@@ -284,7 +298,7 @@ impl Epilogue {
             (false, true) => Some(ResidualAt::AfterActivation),
             (true, true) => return None,
         };
-        let form = NormalForm { beta_source, bias, activation, residual };
+        let form = NormalForm { beta_source, bias, activation, residual }.canonical();
         Epilogue::new(form).ok().filter(|e| e == self).map(|_| form)
     }
 
@@ -331,7 +345,7 @@ mod tests {
             ] {
                 let form = NormalForm { beta_source, bias, activation, residual };
                 let e = Epilogue::new(form).unwrap();
-                assert_eq!(e.normal_form(), Some(form), "{e:?}");
+                assert_eq!(e.normal_form(), Some(form.canonical()), "{e:?}");
             }
         }
     }
