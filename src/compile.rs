@@ -80,17 +80,46 @@ pub struct Summary {
     pub outputs: Vec<(String, String)>,
     /// GEMM/Conv anchors the partitioner will build kernels around.
     pub anchors: Vec<Anchor>,
-    /// Nodes that must stay with the host framework, with the reason.
+    /// Nodes left to the host framework (node, op type, reason).
     pub opaque: Vec<(String, String, String)>,
     pub reference: Option<ReferenceRun>,
 }
 
+/// One partition: a GEMM/Conv anchor and the epilogue ops fused into its kernel.
 #[derive(Debug, serde::Serialize)]
 pub struct Anchor {
     pub node: String,
     pub op_type: String,
     pub output_type: String,
     pub gflops: Option<f64>,
+    /// Human-readable epilogue, e.g. `bias + residual -> Relu`.
+    pub epilogue: String,
+    pub fused_nodes: usize,
+}
+
+fn describe(e: &crate::partition::FusedEpilogue) -> String {
+    use crate::partition::ResidualAt;
+    let mut parts = Vec::new();
+    if e.batch_norm.is_some() {
+        parts.push("batchnorm(folded)".to_string());
+    }
+    if e.alpha != 1.0 {
+        parts.push(format!("x{}", e.alpha));
+    }
+    if !e.bias.is_empty() {
+        parts.push("bias".into());
+    }
+    if e.source_at == Some(ResidualAt::BeforeActivation) {
+        parts.push("residual".into());
+    }
+    let mut s = if parts.is_empty() { "plain".to_string() } else { parts.join(" + ") };
+    if let Some(a) = e.activation {
+        s = format!("{s} -> {a:?}");
+    }
+    if e.source_at == Some(ResidualAt::AfterActivation) {
+        s.push_str(" + residual");
+    }
+    s
 }
 
 #[derive(Debug, serde::Serialize)]
@@ -103,26 +132,31 @@ pub struct ReferenceRun {
 /// Summarises `g` and, when `run` is set, executes it once with the reference executor.
 pub fn summarize(g: &Graph, bindings: &DimBindings, run: bool) -> Result<Summary> {
     let ty = |n: &str| g.types.get(n).map(|t| t.to_string()).unwrap_or_else(|| "?".into());
-    let anchors = g
-        .nodes
+    let parts = crate::partition::partition(g);
+    let by_name: HashMap<&str, &crate::ir::Node> = g.nodes.iter().map(|n| (n.name.as_str(), n)).collect();
+    let anchors = parts
+        .partitions
         .iter()
-        .filter(|n| matches!(n.op, Op::MatMul | Op::Gemm { .. } | Op::Conv { .. }))
-        .map(|n| Anchor {
-            node: n.name.clone(),
-            op_type: n.op.op_type().into(),
-            output_type: ty(&n.outputs[0]),
-            gflops: anchor_flops(g, n, bindings).map(|f| f / 1e9),
+        .map(|p| {
+            let n = by_name[p.anchor.as_str()];
+            Anchor {
+                node: p.anchor.clone(),
+                op_type: n.op.op_type().into(),
+                output_type: ty(&p.output),
+                gflops: anchor_flops(g, n, bindings).map(|f| f / 1e9),
+                epilogue: describe(&p.epilogue),
+                fused_nodes: p.nodes.len(),
+            }
         })
         .collect();
-    let opaque = g
-        .nodes
+    let opaque = parts
+        .host
         .iter()
-        .filter_map(|n| match &n.op {
-            Op::Opaque { op_type, why, .. } => Some((n.name.clone(), op_type.clone(), why.to_string())),
-            _ => None,
-        })
+        .filter(|h| !matches!(by_name[h.node.as_str()].op, Op::Constant { .. }))
+        .map(|h| (h.node.clone(), h.op_type.clone(), h.reason.clone()))
         .collect::<Vec<_>>();
-    let reference = if run && opaque.is_empty() {
+    let runnable = g.nodes.iter().all(|n| !n.op.is_opaque());
+    let reference = if run && runnable {
         let inputs = synthetic_inputs(g, bindings, 0)?;
         let t0 = Instant::now();
         let outs = crate::reference::run(g, &inputs)?;
@@ -167,17 +201,30 @@ impl std::fmt::Display for Summary {
         let ops: Vec<String> = self.ops.iter().map(|(o, c)| format!("{o} x{c}")).collect();
         writeln!(f, "ops     {}", ops.join(", "))?;
         let total: f64 = self.anchors.iter().filter_map(|a| a.gflops).sum();
-        writeln!(f, "\nGEMM/Conv anchors for Bolt kernels: {} ({total:.3} GFLOP per run)", self.anchors.len())?;
+        let fused: usize = self.anchors.iter().map(|a| a.fused_nodes).sum();
+        writeln!(
+            f,
+            "\nBolt kernels: {} partitions covering {fused} nodes ({total:.3} GFLOP per run)",
+            self.anchors.len()
+        )?;
         for a in &self.anchors {
             let fl = a.gflops.map(|g| format!("{g:.4} GFLOP")).unwrap_or_else(|| "? GFLOP".into());
-            writeln!(f, "  {:<28} {:<7} -> {:<28} {fl}", a.node, a.op_type, a.output_type)?;
+            writeln!(f, "  {:<24} {:<7} {:<40} -> {:<24} {fl}", a.node, a.op_type, a.epilogue, a.output_type)?;
         }
         if self.opaque.is_empty() {
-            writeln!(f, "\nEvery node is a supported op.")?;
+            writeln!(f, "\nNothing is left to the host framework.")?;
         } else {
+            // Group by reason: real models leave hundreds of small ops to the host.
+            let mut groups: Vec<(&str, &str, usize)> = Vec::new();
+            for (_, o, why) in &self.opaque {
+                match groups.iter_mut().find(|(go, gw, _)| go == o && gw == why) {
+                    Some(g) => g.2 += 1,
+                    None => groups.push((o, why, 1)),
+                }
+            }
             writeln!(f, "\nLeft to the host framework ({} nodes):", self.opaque.len())?;
-            for (n, o, why) in &self.opaque {
-                writeln!(f, "  {n} ({o}): {why}")?;
+            for (o, why, count) in groups {
+                writeln!(f, "  {o} x{count}: {why}")?;
             }
         }
         match &self.reference {
@@ -190,8 +237,8 @@ impl std::fmt::Display for Summary {
                     writeln!(f, "  {n}: {s:?} mean {mean:.5} max|x| {max:.5}")?;
                 }
             }
-            None if !self.opaque.is_empty() => {
-                writeln!(f, "\nReference run skipped: the host framework must run the nodes above.")?
+            None if self.opaque.iter().any(|(_, _, why)| why.contains("Bolt does not") || why.contains("outside")) => {
+                writeln!(f, "\nReference run skipped: some nodes are ops the reference executor does not run.")?
             }
             None => {}
         }

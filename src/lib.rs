@@ -11,6 +11,7 @@ pub mod error;
 pub mod import;
 pub mod ir;
 pub mod models;
+pub mod partition;
 pub mod reference;
 
 pub use error::{Error, Result};

@@ -12,7 +12,7 @@ use crate::ir::{Graph, Op, Tensor};
 use std::collections::HashMap;
 use std::sync::Arc;
 
-pub use ops::eval_op;
+pub use ops::{eval_op, unary_fn};
 
 /// Runs `graph` on `inputs` (by graph input name) and returns every graph output by name.
 pub fn run(graph: &Graph, inputs: &HashMap<String, Tensor>) -> Result<HashMap<String, Tensor>> {

@@ -12,6 +12,8 @@ mod resize;
 
 use crate::ir::{Op, Tensor};
 
+pub use elementwise::unary_fn;
+
 pub(crate) type OpResult = Result<Vec<Tensor>, String>;
 
 /// Input `i`, which the op requires.

@@ -1,0 +1,225 @@
+//! Recognising activations in any exporter's spelling. Exporters write GELU as
+//! `x * 0.5 * (1 + Erf(x / sqrt(2)))` (in several operand orders), SiLU as `x * Sigmoid(x)`,
+//! HardSwish as `x * HardSigmoid(x)` or `x * Clip(x + 3, 0, 6) / 6`. Rather than one pattern
+//! per spelling, Bolt finds the element-wise region hanging off a tensor, evaluates it with the
+//! reference executor on probe points and compares with each known activation.
+
+use crate::ir::{Binary, GeluApprox, Graph, Node, Op, Tensor, Unary};
+use std::collections::{HashMap, HashSet};
+
+/// Activations an epilogue can apply.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub enum Activation {
+    Relu,
+    GeluErf,
+    GeluTanh,
+    HardSwish,
+    HardSigmoid { alpha: f32, beta: f32 },
+    Softplus,
+    Sigmoid,
+    Silu,
+    Tanh,
+    LeakyRelu { alpha: f32 },
+    Clip { min: f32, max: f32 },
+}
+
+impl Activation {
+    pub fn apply(&self, x: f64) -> f64 {
+        let u = |u: Unary| crate::reference::unary_fn(u)(x);
+        match *self {
+            Activation::Relu => u(Unary::Relu),
+            Activation::GeluErf => u(Unary::Gelu { approximate: GeluApprox::None }),
+            Activation::GeluTanh => u(Unary::Gelu { approximate: GeluApprox::Tanh }),
+            Activation::HardSwish => u(Unary::HardSwish),
+            Activation::HardSigmoid { alpha, beta } => u(Unary::HardSigmoid { alpha, beta }),
+            Activation::Softplus => u(Unary::Softplus),
+            Activation::Sigmoid => u(Unary::Sigmoid),
+            Activation::Silu => x * u(Unary::Sigmoid),
+            Activation::Tanh => u(Unary::Tanh),
+            Activation::LeakyRelu { alpha } => u(Unary::LeakyRelu { alpha }),
+            Activation::Clip { min, max } => x.max(min as f64).min(max as f64),
+        }
+    }
+
+    /// The activation of a single-node op, if it is one.
+    pub fn of_unary(u: Unary) -> Option<Activation> {
+        Some(match u {
+            Unary::Relu => Activation::Relu,
+            Unary::Sigmoid => Activation::Sigmoid,
+            Unary::Tanh => Activation::Tanh,
+            Unary::Softplus => Activation::Softplus,
+            Unary::HardSwish => Activation::HardSwish,
+            Unary::LeakyRelu { alpha } => Activation::LeakyRelu { alpha },
+            Unary::HardSigmoid { alpha, beta } => Activation::HardSigmoid { alpha, beta },
+            Unary::Gelu { approximate: GeluApprox::None } => Activation::GeluErf,
+            Unary::Gelu { approximate: GeluApprox::Tanh } => Activation::GeluTanh,
+            Unary::Sqrt | Unary::Erf => return None,
+        })
+    }
+}
+
+/// Probe points: dense around 0 where activations differ, plus both tails.
+fn probes() -> Vec<f64> {
+    let mut v: Vec<f64> = (-64..=64).map(|i| i as f64 / 8.0).collect();
+    v.extend([-30.0, -12.5, 12.5, 30.0, 0.03125, -0.03125]);
+    v
+}
+
+/// Candidates for a probed function; parameterised ones take their parameters from the probes.
+fn candidates(f: &dyn Fn(f64) -> f64) -> Vec<Activation> {
+    let mut c = vec![
+        Activation::Relu,
+        Activation::GeluErf,
+        Activation::GeluTanh,
+        Activation::HardSwish,
+        Activation::Softplus,
+        Activation::Sigmoid,
+        Activation::Silu,
+        Activation::Tanh,
+        Activation::HardSigmoid { alpha: 0.2, beta: 0.5 },
+        Activation::HardSigmoid { alpha: 1.0 / 6.0, beta: 0.5 },
+    ];
+    let leak = f(-1.0) / -1.0;
+    if leak.is_finite() && leak != 0.0 {
+        c.push(Activation::LeakyRelu { alpha: leak as f32 });
+    }
+    let (lo, hi) = (f(-30.0), f(30.0));
+    if lo.is_finite() && hi.is_finite() && lo < hi {
+        c.push(Activation::Clip { min: lo as f32, max: hi as f32 });
+    }
+    c
+}
+
+fn matches(f: &[f64], xs: &[f64], a: &Activation) -> bool {
+    xs.iter().zip(f).all(|(&x, &y)| {
+        let want = a.apply(x);
+        (y - want).abs() <= 1e-4 * (1.0 + want.abs())
+    })
+}
+
+/// Ops allowed inside an activation region: element-wise, one tensor operand at most besides
+/// scalar constants.
+fn elementwise(op: &Op) -> bool {
+    matches!(op, Op::Binary(_) | Op::Unary(_) | Op::Clip)
+}
+
+/// A recognised activation region: the nodes it covers and the tensor it produces.
+#[derive(Debug)]
+pub struct ActivationMatch {
+    pub activation: Activation,
+    pub nodes: Vec<usize>,
+    pub output: String,
+}
+
+/// Finds the largest element-wise region computed from `x` alone (plus scalar constants) that
+/// equals a known activation, and whose intermediates nobody else reads.
+pub fn match_activation(
+    g: &Graph,
+    x: &str,
+    consumers: &HashMap<&str, Vec<usize>>,
+    consts: &HashMap<String, std::sync::Arc<Tensor>>,
+) -> Option<ActivationMatch> {
+    let scalar = |name: &str| consts.get(name).is_some_and(|t| t.len() == 1);
+    // Grow the region: nodes whose every input is x, a region output or a scalar constant.
+    let mut region: Vec<usize> = Vec::new();
+    let mut produced: HashSet<String> = HashSet::from([x.to_string()]);
+    let mut frontier = vec![x.to_string()];
+    while let Some(t) = frontier.pop() {
+        for &ni in consumers.get(t.as_str()).map(Vec::as_slice).unwrap_or(&[]) {
+            let n = &g.nodes[ni];
+            if region.contains(&ni) || !elementwise(&n.op) || region.len() >= 16 {
+                continue;
+            }
+            let ok = n.inputs.iter().flatten().all(|i| produced.contains(i) || scalar(i));
+            if ok && n.outputs.len() == 1 {
+                region.push(ni);
+                produced.insert(n.outputs[0].clone());
+                frontier.push(n.outputs[0].clone());
+            }
+        }
+    }
+    region.sort_unstable();
+    // Try each region node as the exit, latest first (the largest region wins).
+    for &exit in region.iter().rev() {
+        let sub = ancestors_within(g, exit, &region, x);
+        if !closed(g, &sub, exit, x, consumers) {
+            continue;
+        }
+        let f = match probe(g, &sub, x, consts) {
+            Some(f) => f,
+            None => continue,
+        };
+        let xs = probes();
+        let lookup = |v: f64| xs.iter().position(|&p| p == v).map(|i| f[i]).unwrap_or(f64::NAN);
+        if let Some(a) = candidates(&lookup).into_iter().find(|a| matches(&f, &xs, a)) {
+            return Some(ActivationMatch { activation: a, nodes: sub, output: g.nodes[exit].outputs[0].clone() });
+        }
+    }
+    None
+}
+
+/// Region nodes that `exit` depends on (including itself), in graph order.
+fn ancestors_within(g: &Graph, exit: usize, region: &[usize], x: &str) -> Vec<usize> {
+    let mut keep = vec![exit];
+    let mut stack = vec![exit];
+    while let Some(n) = stack.pop() {
+        for i in g.nodes[n].inputs.iter().flatten() {
+            if i == x {
+                continue;
+            }
+            if let Some(&p) = region.iter().find(|&&r| g.nodes[r].outputs[0] == *i) {
+                if !keep.contains(&p) {
+                    keep.push(p);
+                    stack.push(p);
+                }
+            }
+        }
+    }
+    keep.sort_unstable();
+    keep
+}
+
+/// The region is fusable when x and every intermediate are read only inside it and no
+/// intermediate is a graph output.
+fn closed(g: &Graph, sub: &[usize], exit: usize, x: &str, consumers: &HashMap<&str, Vec<usize>>) -> bool {
+    let inside = |t: &str| consumers.get(t).map_or(true, |c| c.iter().all(|n| sub.contains(n)));
+    if !inside(x) || g.outputs.iter().any(|o| o == x) {
+        return false;
+    }
+    sub.iter().filter(|&&n| n != exit).all(|&n| {
+        let o = &g.nodes[n].outputs[0];
+        inside(o) && !g.outputs.contains(o)
+    })
+}
+
+/// Evaluates the region on the probe points (as an f64 vector input).
+fn probe(g: &Graph, sub: &[usize], x: &str, consts: &HashMap<String, std::sync::Arc<Tensor>>) -> Option<Vec<f64>> {
+    let xs = probes();
+    let mut env: HashMap<&str, Tensor> = HashMap::new();
+    env.insert(x, Tensor::from_f64_as(crate::ir::DType::F64, vec![xs.len()], &xs)?);
+    for &ni in sub {
+        let n: &Node = &g.nodes[ni];
+        let ins: Vec<Tensor> = n
+            .inputs
+            .iter()
+            .flatten()
+            .map(|i| match env.get(i.as_str()) {
+                Some(t) => Some(t.clone()),
+                // Scalar constants as f64 so the probe keeps full precision.
+                None => {
+                    consts.get(i).map(|c| Tensor::from_f64_as(crate::ir::DType::F64, vec![], &c.to_f64_vec()).unwrap())
+                }
+            })
+            .collect::<Option<_>>()?;
+        let refs: Vec<Option<&Tensor>> = ins.iter().map(Some).collect();
+        let out = crate::reference::eval_op(&n.op, &refs).ok()?.into_iter().next()?;
+        env.insert(&n.outputs[0], out);
+    }
+    let last = &g.nodes[*sub.last()?].outputs[0];
+    Some(env.get(last.as_str())?.to_f64_vec())
+}
+
+/// Whether an op is a binary op with the given kind (helper for chain matching).
+pub fn is_binary(op: &Op, b: Binary) -> bool {
+    matches!(op, Op::Binary(x) if *x == b)
+}

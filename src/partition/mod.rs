@@ -1,0 +1,398 @@
+//! The partitioner: GEMM/Conv anchors with their epilogue chains become partitions (one kernel
+//! each); everything else stays with the host framework, with the reason.
+//!
+//! An anchor (MatMul, Gemm, Conv) absorbs, in this order, what follows it when each step's
+//! input is read by nobody else and is not a graph output:
+//! BatchNormalization (folded into the weights at plan time), a scalar Mul/Div (alpha), a
+//! per-column / per-channel constant bias Add, a residual Add (before the activation), one
+//! activation in any spelling (see [`activation`]), a residual Add (after it), and a Cast.
+
+pub mod activation;
+
+use crate::ir::{Binary, DType, Graph, Op, Tensor, TensorType, Window};
+pub use activation::Activation;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// The kernel-level operation a partition's anchor computes.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub enum AnchorKind {
+    /// ONNX Gemm: 2-D A and B, optionally transposed.
+    Gemm { trans_a: bool, trans_b: bool },
+    /// MatMul of [..., M, K] by a 2-D [K, N]: one GEMM with M = all leading dims.
+    MatMul,
+    /// MatMul of two tensors with the same batch dims: a batched GEMM.
+    BatchedMatMul,
+    /// 2-D convolution (NCHW in the model; NHWC inside Bolt's kernels).
+    Conv2d { window: Window, group: usize },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum ResidualAt {
+    BeforeActivation,
+    AfterActivation,
+}
+
+/// What the partition's epilogue computes, with the tensors it reads.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct FusedEpilogue {
+    /// Scalar multiplying the accumulator (Gemm's alpha times folded scalar Mul/Div).
+    pub alpha: f32,
+    /// BatchNormalization node folded into the conv weights and bias at plan time.
+    pub batch_norm: Option<String>,
+    /// Constant per-column (GEMM) or per-output-channel (conv) terms; the plan sums them
+    /// (each times its scale) into one bias vector.
+    pub bias: Vec<BiasTerm>,
+    /// A tensor of the output's shape added before or after the activation (Gemm's C with
+    /// its beta, or a residual connection).
+    pub source: Option<String>,
+    pub source_scale: f32,
+    pub source_at: Option<ResidualAt>,
+    pub activation: Option<Activation>,
+    /// Output element type when a Cast was fused.
+    pub output_dtype: DType,
+}
+
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct BiasTerm {
+    pub tensor: String,
+    pub scale: f32,
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Partition {
+    /// The anchor node's name (names the partition).
+    pub anchor: String,
+    pub kind: AnchorKind,
+    /// Names of the nodes fused into this partition, anchor first.
+    pub nodes: Vec<String>,
+    /// Activation (A) and weight (B) operands.
+    pub a: String,
+    pub b: String,
+    pub epilogue: FusedEpilogue,
+    /// The tensor the partition produces.
+    pub output: String,
+    pub output_type: Option<TensorType>,
+}
+
+/// A node left to the host framework and why.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct HostNode {
+    pub node: String,
+    pub op_type: String,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct Partitioning {
+    pub partitions: Vec<Partition>,
+    pub host: Vec<HostNode>,
+}
+
+/// Element types CUTLASS tensor-op kernels take.
+fn kernel_dtype(d: DType) -> bool {
+    matches!(d, DType::F32 | DType::F16 | DType::BF16)
+}
+
+struct Ctx<'g> {
+    g: &'g Graph,
+    consumers: HashMap<&'g str, Vec<usize>>,
+    consts: HashMap<String, Arc<Tensor>>,
+    taken: Vec<bool>,
+}
+
+impl<'g> Ctx<'g> {
+    fn new(g: &'g Graph) -> Ctx<'g> {
+        let mut consumers: HashMap<&str, Vec<usize>> = HashMap::new();
+        for (i, n) in g.nodes.iter().enumerate() {
+            for x in n.inputs.iter().flatten() {
+                consumers.entry(x.as_str()).or_default().push(i);
+            }
+        }
+        // Constants: initializers plus Constant nodes (PP-OCR-style exports keep weights there).
+        let mut consts = g.initializers.clone();
+        for n in &g.nodes {
+            if let Op::Constant { value } = &n.op {
+                consts.insert(n.outputs[0].clone(), value.clone());
+            }
+        }
+        Ctx { g, consumers, consts, taken: vec![false; g.nodes.len()] }
+    }
+
+    /// The only reader of `t`, when `t` is not also a graph output and that reader is free.
+    fn sole_consumer(&self, t: &str) -> Option<usize> {
+        match self.consumers.get(t).map(Vec::as_slice) {
+            Some([n]) if !self.g.outputs.iter().any(|o| o == t) && !self.taken[*n] => Some(*n),
+            _ => None,
+        }
+    }
+
+    fn shape(&self, t: &str) -> Option<&'g [crate::ir::Dim]> {
+        self.g.types.get(t).and_then(|ty| ty.shape.as_ref()).map(|s| s.0.as_slice())
+    }
+
+    fn scalar(&self, t: &str) -> Option<f32> {
+        self.consts.get(t).filter(|c| c.len() == 1 && c.dtype().is_float()).map(|c| c.to_f32_vec()[0])
+    }
+
+    /// Whether constant `t` broadcasts as one value per output column (GEMM: last dim N,
+    /// every other dim 1) or per channel (conv: [C,1,1] or [1,C,1,1]).
+    fn is_channel_vector(&self, t: &str, kind: &AnchorKind, channels: Option<usize>) -> bool {
+        let Some(c) = self.consts.get(t) else { return false };
+        // A single value is a bias too (the plan expands it per channel), as long as it does
+        // not raise the rank of the output.
+        if c.len() == 1 {
+            return self.shape(t).is_some_and(|s| channels.is_some() && s.len() <= 4);
+        }
+        let Some(n) = channels else { return false };
+        let s = &c.shape;
+        match kind {
+            AnchorKind::Conv2d { .. } => {
+                (s.len() == 3 && s[0] == n && s[1] == 1 && s[2] == 1)
+                    || (s.len() == 4 && s[0] == 1 && s[1] == n && s[2] == 1 && s[3] == 1)
+            }
+            _ => !s.is_empty() && s[s.len() - 1] == n && s[..s.len() - 1].iter().all(|&d| d == 1),
+        }
+    }
+}
+
+/// Partitions a graph.
+pub fn partition(g: &Graph) -> Partitioning {
+    let mut cx = Ctx::new(g);
+    let mut out = Partitioning::default();
+    let mut host_reason: HashMap<usize, String> = HashMap::new();
+    for i in 0..g.nodes.len() {
+        if cx.taken[i] {
+            continue;
+        }
+        match anchor(&cx, i) {
+            Ok(Some((kind, a, b))) => {
+                let p = grow(&mut cx, i, kind, a, b);
+                out.partitions.push(p);
+            }
+            Ok(None) => {}
+            Err(reason) => {
+                host_reason.insert(i, reason);
+            }
+        }
+    }
+    for (i, n) in g.nodes.iter().enumerate() {
+        if cx.taken[i] {
+            continue;
+        }
+        let reason = match (&n.op, host_reason.remove(&i)) {
+            (_, Some(r)) => r,
+            (Op::Opaque { why, .. }, _) => why.to_string(),
+            (Op::Constant { .. }, _) => "constant (weights are read by the partitions that use them)".into(),
+            _ => "not a GEMM/Conv anchor, nor fusable into one's epilogue".into(),
+        };
+        out.host.push(HostNode { node: n.name.clone(), op_type: n.op.op_type().to_string(), reason });
+    }
+    out
+}
+
+/// Whether node `i` is an anchor Bolt can build a kernel for: Ok(None) if it is not an
+/// anchor op at all, Err(reason) if it is one that must stay with the host.
+fn anchor(cx: &Ctx, i: usize) -> Result<Option<(AnchorKind, String, String)>, String> {
+    let n = &cx.g.nodes[i];
+    let (a, b) = match (n.input(0), n.input(1)) {
+        (Some(a), Some(b)) => (a.to_string(), b.to_string()),
+        _ => return Ok(None),
+    };
+    let kind = match &n.op {
+        Op::Gemm { trans_a, trans_b, .. } => AnchorKind::Gemm { trans_a: *trans_a, trans_b: *trans_b },
+        Op::MatMul => {
+            let (sa, sb) = (cx.shape(&a), cx.shape(&b));
+            match (sa, sb) {
+                (Some(sa), Some(sb)) if sa.len() >= 2 && sb.len() == 2 => AnchorKind::MatMul,
+                (Some(sa), Some(sb))
+                    if sa.len() >= 3 && sa.len() == sb.len() && sa[..sa.len() - 2] == sb[..sb.len() - 2] =>
+                {
+                    AnchorKind::BatchedMatMul
+                }
+                (Some(_), Some(_)) => {
+                    return Err("MatMul whose operand ranks or batch dims do not map to a (batched) GEMM".into())
+                }
+                _ => return Err("MatMul with operands of unknown rank".into()),
+            }
+        }
+        Op::Conv { window, group } => match cx.shape(&a) {
+            Some(s) if s.len() == 4 => AnchorKind::Conv2d { window: window.clone(), group: *group },
+            Some(s) => {
+                return Err(format!("{}-D convolution: Bolt's kernels do 2-D convolutions", s.len().saturating_sub(2)))
+            }
+            None => return Err("Conv input of unknown rank".into()),
+        },
+        _ => return Ok(None),
+    };
+    let dtype = cx.g.types.get(&a).map(|t| t.dtype);
+    match dtype {
+        Some(d) if kernel_dtype(d) => Ok(Some((kind, a, b))),
+        Some(d) => Err(format!("element type {d}: Bolt's kernels take f16, bf16 or f32")),
+        None => Err("operand type unknown".into()),
+    }
+}
+
+/// Absorbs the epilogue chain after anchor `i`.
+fn grow(cx: &mut Ctx, i: usize, kind: AnchorKind, a: String, b: String) -> Partition {
+    let g = cx.g;
+    let n = &g.nodes[i];
+    cx.taken[i] = true;
+    let mut nodes = vec![n.name.clone()];
+    let mut cur = n.outputs[0].clone();
+    let out_dtype = g.types.get(&cur).map(|t| t.dtype).unwrap_or(DType::F32);
+    let mut e = FusedEpilogue {
+        alpha: 1.0,
+        batch_norm: None,
+        bias: Vec::new(),
+        source: None,
+        source_scale: 1.0,
+        source_at: None,
+        activation: None,
+        output_dtype: out_dtype,
+    };
+    let channels = g.types.get(&cur).and_then(|t| t.shape.as_ref()).and_then(|s| match kind {
+        AnchorKind::Conv2d { .. } => s.0.get(1).and_then(|d| d.known()),
+        _ => s.0.last().and_then(|d| d.known()),
+    });
+    // The anchor's own bias / C operand.
+    match &n.op {
+        Op::Gemm { alpha, beta, .. } => {
+            e.alpha = *alpha;
+            if let Some(c) = n.input(2) {
+                if cx.is_channel_vector(c, &kind, channels) {
+                    e.bias.push(BiasTerm { tensor: c.to_string(), scale: *beta });
+                } else {
+                    e.source = Some(c.to_string());
+                    e.source_scale = *beta;
+                    e.source_at = Some(ResidualAt::BeforeActivation);
+                }
+            }
+        }
+        Op::Conv { .. } => e.bias.extend(n.input(2).map(|b| BiasTerm { tensor: b.to_string(), scale: 1.0 })),
+        _ => {}
+    }
+
+    let take = |cx: &mut Ctx, ni: usize, nodes: &mut Vec<String>, cur: &mut String| {
+        cx.taken[ni] = true;
+        nodes.push(cx.g.nodes[ni].name.clone());
+        *cur = cx.g.nodes[ni].outputs[0].clone();
+    };
+    let other = |ni: usize, cur: &str| -> Option<String> {
+        let n = &g.nodes[ni];
+        match (n.input(0), n.input(1)) {
+            (Some(x), Some(y)) if x == cur => Some(y.to_string()),
+            (Some(x), Some(y)) if y == cur => Some(x.to_string()),
+            _ => None,
+        }
+    };
+    let same_shape = |cx: &Ctx, t: &str, cur: &str| -> bool {
+        matches!((cx.shape(t), cx.shape(cur)), (Some(p), Some(q)) if p == q && p.iter().all(|d| d.known().is_some() || matches!(d, crate::ir::Dim::Sym(_))))
+    };
+
+    // 1. BatchNormalization right after a conv, inference mode, constant statistics.
+    if let (AnchorKind::Conv2d { .. }, Some(ni)) = (&kind, cx.sole_consumer(&cur)) {
+        let bn = &g.nodes[ni];
+        if let Op::BatchNormalization { training_mode: false, .. } = bn.op {
+            if bn.inputs[1..].iter().all(|x| x.as_ref().is_some_and(|x| cx.consts.contains_key(x)))
+                && bn.outputs.len() == 1
+            {
+                e.batch_norm = Some(bn.name.clone());
+                take(cx, ni, &mut nodes, &mut cur);
+            }
+        }
+    }
+    // 2. Scalar Mul / Div: scales the accumulator and whatever the anchor already added
+    //    (its bias or C), which the plan folds into those constants / scales.
+    while let Some(ni) = cx.sole_consumer(&cur) {
+        let node = &g.nodes[ni];
+        let factor = match (&node.op, other(ni, &cur).and_then(|t| cx.scalar(&t))) {
+            (Op::Binary(Binary::Mul), Some(s)) => s,
+            // Only x / s: s / x is not linear in x.
+            (Op::Binary(Binary::Div), Some(s)) if node.input(0) == Some(cur.as_str()) && s != 0.0 => 1.0 / s,
+            _ => break,
+        };
+        e.alpha *= factor;
+        e.bias.iter_mut().for_each(|b| b.scale *= factor);
+        e.source_scale *= factor;
+        take(cx, ni, &mut nodes, &mut cur);
+    }
+    // 3. Constant per-column / per-channel bias terms.
+    while let Some(ni) = cx.sole_consumer(&cur) {
+        match (&g.nodes[ni].op, other(ni, &cur)) {
+            (Op::Binary(Binary::Add), Some(t)) if cx.is_channel_vector(&t, &kind, channels) => {
+                e.bias.push(BiasTerm { tensor: t, scale: 1.0 });
+                take(cx, ni, &mut nodes, &mut cur);
+            }
+            _ => break,
+        }
+    }
+    // 4. Residual before the activation.
+    let residual = |cx: &Ctx, cur: &str| -> Option<(usize, String)> {
+        let ni = cx.sole_consumer(cur)?;
+        let t = other(ni, cur)?;
+        (matches!(g.nodes[ni].op, Op::Binary(Binary::Add)) && !cx.consts.contains_key(&t) && same_shape(cx, &t, cur))
+            .then_some((ni, t))
+    };
+    if e.source.is_none() {
+        if let Some((ni, t)) = residual(cx, &cur) {
+            e.source = Some(t);
+            e.source_at = Some(ResidualAt::BeforeActivation);
+            take(cx, ni, &mut nodes, &mut cur);
+        }
+    }
+    // 5. One activation, in any spelling. Decomposed forms read `cur` more than once, so
+    //    the region matcher checks who reads what itself.
+    let single = cx.sole_consumer(&cur).and_then(|ni| {
+        let a = match &g.nodes[ni].op {
+            Op::Unary(u) => Activation::of_unary(*u),
+            Op::Clip => {
+                match (g.nodes[ni].input(1).map(|t| cx.scalar(t)), g.nodes[ni].input(2).map(|t| cx.scalar(t))) {
+                    (Some(Some(min)), Some(Some(max))) => Some(Activation::Clip { min, max }),
+                    (Some(Some(min)), None) => Some(Activation::Clip { min, max: f32::INFINITY }),
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        a.map(|a| (ni, a))
+    });
+    let region = activation::match_activation(g, &cur, &cx.consumers, &cx.consts)
+        .filter(|m| m.nodes.iter().all(|&k| !cx.taken[k]));
+    // Prefer the larger decomposed form: x * Sigmoid(x) starts with a Sigmoid reading x but
+    // is SiLU.
+    match (region, single) {
+        (Some(m), s) if m.nodes.len() > 1 || s.is_none() => {
+            e.activation = Some(m.activation);
+            for &k in &m.nodes {
+                cx.taken[k] = true;
+                nodes.push(g.nodes[k].name.clone());
+            }
+            cur = m.output;
+        }
+        (_, Some((ni, a))) => {
+            e.activation = Some(a);
+            take(cx, ni, &mut nodes, &mut cur);
+        }
+        _ => {}
+    }
+    // 6. Residual after the activation.
+    if e.source.is_none() && e.activation.is_some() {
+        if let Some((ni, t)) = residual(cx, &cur) {
+            e.source = Some(t);
+            e.source_at = Some(ResidualAt::AfterActivation);
+            take(cx, ni, &mut nodes, &mut cur);
+        }
+    }
+    // 7. Output conversion.
+    if let Some(ni) = cx.sole_consumer(&cur) {
+        if let Op::Cast { to, .. } = g.nodes[ni].op {
+            if kernel_dtype(to) {
+                e.output_dtype = to;
+                take(cx, ni, &mut nodes, &mut cur);
+            }
+        }
+    }
+    let output_type = g.types.get(&cur).cloned();
+    Partition { anchor: g.nodes[i].name.clone(), kind, nodes, a, b, epilogue: e, output: cur, output_type }
+}

@@ -1,0 +1,221 @@
+//! The partitioner's patterns, safety rules and fallbacks, one test each, on graphs built in
+//! code; then the real models (when test data is generated).
+
+mod common;
+
+use bolt::ir::builder::GraphBuilder;
+use bolt::ir::*;
+use bolt::partition::{partition, Activation, AnchorKind, BiasTerm, ResidualAt};
+
+fn f32s(shape: &[usize], v: f32) -> Tensor {
+    Tensor::from_f32(shape.to_vec(), vec![v; shape.iter().product()])
+}
+
+fn scalar(b: &mut GraphBuilder, name: &str, v: f32) -> String {
+    b.initializer(name, Tensor::scalar_f32(v))
+}
+
+/// x[4,8] @ w[8,16] (+ bias[16]) feeding `tail`, which returns the tensor to output.
+fn gemm_graph(tail: impl FnOnce(&mut GraphBuilder, String) -> String) -> Graph {
+    let mut b = GraphBuilder::new("t");
+    let x = b.input("x", DType::F32, Shape::from_static(&[4, 8]));
+    let w = b.initializer("w", f32s(&[8, 16], 0.1));
+    let y = b.node("mm", Op::MatMul, &[&x, &w]);
+    let out = tail(&mut b, y);
+    b.output(&out);
+    b.finish().unwrap()
+}
+
+fn bias_add(b: &mut GraphBuilder, y: String) -> String {
+    let bias = b.initializer("bias", f32s(&[16], 0.5));
+    b.node("add_bias", Op::Binary(Binary::Add), &[&y, &bias])
+}
+
+#[test]
+fn matmul_bias_and_erf_gelu_formula_fuse_into_one_partition() {
+    let g = gemm_graph(|b, y| {
+        let y = bias_add(b, y);
+        let sqrt2 = scalar(b, "sqrt2", std::f32::consts::SQRT_2);
+        let one = scalar(b, "one", 1.0);
+        let half = scalar(b, "half", 0.5);
+        let d = b.node("div", Op::Binary(Binary::Div), &[&y, &sqrt2]);
+        let e = b.node("erf", Op::Unary(Unary::Erf), &[&d]);
+        let a = b.node("add1", Op::Binary(Binary::Add), &[&e, &one]);
+        let m = b.node("mul_x", Op::Binary(Binary::Mul), &[&y, &a]);
+        b.node("mul_half", Op::Binary(Binary::Mul), &[&m, &half])
+    });
+    let p = partition(&g);
+    assert_eq!(p.partitions.len(), 1, "{:#?}", p);
+    let part = &p.partitions[0];
+    assert_eq!(part.kind, AnchorKind::MatMul);
+    assert_eq!(part.epilogue.bias, vec![BiasTerm { tensor: "bias".into(), scale: 1.0 }]);
+    assert_eq!(part.epilogue.activation, Some(Activation::GeluErf));
+    assert_eq!(part.nodes.len(), 7);
+    assert_eq!(part.output, "mul_half_out");
+    assert!(p.host.is_empty(), "{:?}", p.host);
+}
+
+#[test]
+fn x_times_sigmoid_x_is_silu_not_sigmoid() {
+    let g = gemm_graph(|b, y| {
+        let s = b.node("sig", Op::Unary(Unary::Sigmoid), &[&y]);
+        b.node("mul", Op::Binary(Binary::Mul), &[&y, &s])
+    });
+    let p = partition(&g);
+    assert_eq!(p.partitions[0].epilogue.activation, Some(Activation::Silu));
+    assert_eq!(p.partitions[0].output, "mul_out");
+}
+
+#[test]
+fn hardswish_written_with_clip_is_recognised() {
+    let g = gemm_graph(|b, y| {
+        let (three, zero, six) = (scalar(b, "three", 3.0), scalar(b, "zero", 0.0), scalar(b, "six", 6.0));
+        let a = b.node("add3", Op::Binary(Binary::Add), &[&y, &three]);
+        let c = b.node("clip", Op::Clip, &[&a, &zero, &six]);
+        let m = b.node("mul", Op::Binary(Binary::Mul), &[&y, &c]);
+        b.node("div6", Op::Binary(Binary::Div), &[&m, &six])
+    });
+    assert_eq!(partition(&g).partitions[0].epilogue.activation, Some(Activation::HardSwish));
+}
+
+#[test]
+fn a_tensor_read_outside_the_chain_is_never_fused_away() {
+    // The MatMul output is also a graph output: the bias add must stay outside.
+    let mut b = GraphBuilder::new("t");
+    let x = b.input("x", DType::F32, Shape::from_static(&[4, 8]));
+    let w = b.initializer("w", f32s(&[8, 16], 0.1));
+    let y = b.node("mm", Op::MatMul, &[&x, &w]);
+    let z = bias_add(&mut b, y.clone());
+    b.output(&y);
+    b.output(&z);
+    let p = partition(&b.finish().unwrap());
+    assert_eq!(p.partitions[0].nodes, vec!["mm"]);
+    assert!(p.partitions[0].epilogue.bias.is_empty());
+    assert!(p.host.iter().any(|h| h.node == "add_bias"));
+}
+
+#[test]
+fn conv_batchnorm_residual_relu_is_one_partition() {
+    let mut b = GraphBuilder::new("t");
+    let x = b.input("x", DType::F32, Shape::from_static(&[1, 8, 6, 6]));
+    let r = b.input("r", DType::F32, Shape::from_static(&[1, 8, 6, 6]));
+    let w = b.initializer("w", f32s(&[8, 8, 3, 3], 0.1));
+    let conv = Op::Conv {
+        window: Window {
+            kernel_shape: Some(vec![3, 3]),
+            strides: None,
+            pads: Some(vec![1, 1, 1, 1]),
+            dilations: None,
+            auto_pad: AutoPad::NotSet,
+        },
+        group: 1,
+    };
+    let y = b.node("conv", conv, &[&x, &w]);
+    let stats: Vec<String> =
+        ["scale", "bias", "mean", "var"].iter().map(|n| b.initializer(n, f32s(&[8], 1.0))).collect();
+    let y = b.node(
+        "bn",
+        Op::BatchNormalization { epsilon: 1e-5, momentum: 0.9, training_mode: false },
+        &[&y, &stats[0], &stats[1], &stats[2], &stats[3]],
+    );
+    let y = b.node("add", Op::Binary(Binary::Add), &[&y, &r]);
+    let y = b.node("relu", Op::Unary(Unary::Relu), &[&y]);
+    b.output(&y);
+    let p = partition(&b.finish().unwrap());
+    assert_eq!(p.partitions.len(), 1);
+    let e = &p.partitions[0].epilogue;
+    assert_eq!(e.batch_norm.as_deref(), Some("bn"));
+    assert_eq!((e.source.as_deref(), e.source_at), (Some("r"), Some(ResidualAt::BeforeActivation)));
+    assert_eq!(e.activation, Some(Activation::Relu));
+}
+
+#[test]
+fn residual_after_activation_and_cast_fuse() {
+    let mut b = GraphBuilder::new("t");
+    let x = b.input("x", DType::F32, Shape::from_static(&[4, 8]));
+    let r = b.input("r", DType::F32, Shape::from_static(&[4, 16]));
+    let w = b.initializer("w", f32s(&[8, 16], 0.1));
+    let y = b.node("mm", Op::MatMul, &[&x, &w]);
+    let y = bias_add(&mut b, y);
+    let y = b.node("tanh", Op::Unary(Unary::Tanh), &[&y]);
+    let y = b.node("res", Op::Binary(Binary::Add), &[&y, &r]);
+    let y = b.node("cast", Op::Cast { to: DType::F16, saturate: true }, &[&y]);
+    b.output(&y);
+    let p = partition(&b.finish().unwrap());
+    let e = &p.partitions[0].epilogue;
+    assert_eq!(e.source_at, Some(ResidualAt::AfterActivation));
+    assert_eq!(e.output_dtype, DType::F16);
+    assert_eq!(p.partitions[0].nodes.len(), 5);
+}
+
+#[test]
+fn gemm_bias_and_scalar_scaling_fold_into_alpha_and_bias_scale() {
+    let mut b = GraphBuilder::new("t");
+    let x = b.input("x", DType::F32, Shape::from_static(&[4, 8]));
+    let w = b.initializer("w", f32s(&[16, 8], 0.1));
+    let c = b.initializer("c", f32s(&[16], 1.0));
+    let y = b.node("gemm", Op::Gemm { alpha: 2.0, beta: 0.5, trans_a: false, trans_b: true }, &[&x, &w, &c]);
+    let eight = scalar(&mut b, "eight", 8.0);
+    let y = b.node("div", Op::Binary(Binary::Div), &[&y, &eight]);
+    b.output(&y);
+    let e = partition(&b.finish().unwrap()).partitions[0].epilogue.clone();
+    assert_eq!((e.alpha, e.bias), (0.25, vec![BiasTerm { tensor: "c".into(), scale: 0.0625 }]));
+}
+
+#[test]
+fn unsupported_anchors_stay_with_the_host_with_a_reason() {
+    // A 1-D convolution and an integer MatMul.
+    let mut b = GraphBuilder::new("t");
+    let x = b.input("x", DType::F32, Shape::from_static(&[1, 4, 10]));
+    let w = b.initializer("w", f32s(&[4, 4, 3], 0.1));
+    let conv = Op::Conv {
+        window: Window { kernel_shape: None, strides: None, pads: None, dilations: None, auto_pad: AutoPad::NotSet },
+        group: 1,
+    };
+    let y = b.node("conv1d", conv, &[&x, &w]);
+    b.output(&y);
+    let i = b.input("i", DType::I32, Shape::from_static(&[2, 2]));
+    let j = b.initializer("j", Tensor::from_i64_as(DType::I32, vec![2, 2], &[1, 2, 3, 4]).unwrap());
+    let k = b.node("imm", Op::MatMul, &[&i, &j]);
+    b.output(&k);
+    let p = partition(&b.finish().unwrap());
+    assert!(p.partitions.is_empty());
+    let reason = |n: &str| p.host.iter().find(|h| h.node == n).map(|h| h.reason.clone()).unwrap();
+    assert!(reason("conv1d").contains("1-D convolution"));
+    assert!(reason("imm").contains("element type i32"));
+}
+
+#[test]
+fn the_default_model_is_four_partitions_and_two_host_ops() {
+    let p = partition(&bolt::models::default_model().unwrap());
+    let anchors: Vec<_> = p.partitions.iter().map(|p| (p.anchor.as_str(), p.epilogue.activation)).collect();
+    assert_eq!(
+        anchors,
+        vec![
+            ("conv1", Some(Activation::Relu)),
+            ("conv2", Some(Activation::Relu)),
+            ("fc1", Some(Activation::Relu)),
+            ("fc2", None)
+        ]
+    );
+    let host: Vec<_> = p.host.iter().map(|h| h.op_type.as_str()).collect();
+    assert_eq!(host, vec!["GlobalAveragePool", "Flatten"]);
+}
+
+#[test]
+fn real_models_partition_every_anchor() {
+    // ResNet-50: 53 convs + the classifier Gemm. BERT-base: per layer Q, K, V, QK^T,
+    // attention x V, output projection and the two FFN GEMMs. PP-OCRv4 det: its 62 convs.
+    for (model, convs_or_gemms, activation_kinds) in
+        [("resnet50", 54, 1), ("bert_base", 8 * 12, 1), ("ppocrv4_det", 62, 3)]
+    {
+        let Some(dir) = common::testdata(&format!("models/{model}")) else { return };
+        let g = bolt::import::load(&dir.join("model.onnx")).unwrap().graph;
+        let p = partition(&g);
+        assert_eq!(p.partitions.len(), convs_or_gemms, "{model}: {} partitions", p.partitions.len());
+        let kinds: std::collections::BTreeSet<String> =
+            p.partitions.iter().filter_map(|q| q.epilogue.activation.map(|a| format!("{a:?}"))).collect();
+        assert!(kinds.len() >= activation_kinds, "{model}: activations {kinds:?}");
+        println!("{model}: {} partitions, activations {kinds:?}, {} host nodes", p.partitions.len(), p.host.len());
+    }
+}
