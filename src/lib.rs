@@ -12,6 +12,7 @@ pub mod import;
 pub mod ir;
 pub mod models;
 pub mod partition;
+pub mod plan;
 pub mod reference;
 
 pub use error::{Error, Result};

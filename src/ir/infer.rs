@@ -635,6 +635,12 @@ pub fn infer_node(op: &Op, infos: &[Option<InputInfo>]) -> Result<Vec<TensorType
             };
             vec![TensorType { dtype: t.dtype, shape }]
         }
+        Op::Fused(k) => {
+            let mut v = infer_node(&k.anchor, &infos[..2.min(infos.len())])?;
+            v.truncate(1);
+            v[0].dtype = k.output_dtype;
+            v
+        }
         Op::Opaque { .. } => vec![],
     })
 }

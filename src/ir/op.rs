@@ -204,6 +204,78 @@ pub enum GeluApprox {
     Tanh,
 }
 
+/// Activations an epilogue can apply.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub enum Activation {
+    Relu,
+    GeluErf,
+    GeluTanh,
+    HardSwish,
+    HardSigmoid { alpha: f32, beta: f32 },
+    Softplus,
+    Sigmoid,
+    Silu,
+    Tanh,
+    LeakyRelu { alpha: f32 },
+    Clip { min: f32, max: f32 },
+}
+
+impl Activation {
+    pub fn apply(&self, x: f64) -> f64 {
+        let u = |u: Unary| crate::reference::unary_fn(u)(x);
+        match *self {
+            Activation::Relu => u(Unary::Relu),
+            Activation::GeluErf => u(Unary::Gelu { approximate: GeluApprox::None }),
+            Activation::GeluTanh => u(Unary::Gelu { approximate: GeluApprox::Tanh }),
+            Activation::HardSwish => u(Unary::HardSwish),
+            Activation::HardSigmoid { alpha, beta } => u(Unary::HardSigmoid { alpha, beta }),
+            Activation::Softplus => u(Unary::Softplus),
+            Activation::Sigmoid => u(Unary::Sigmoid),
+            Activation::Silu => x * u(Unary::Sigmoid),
+            Activation::Tanh => u(Unary::Tanh),
+            Activation::LeakyRelu { alpha } => u(Unary::LeakyRelu { alpha }),
+            Activation::Clip { min, max } => x.max(min as f64).min(max as f64),
+        }
+    }
+
+    /// The activation of a single-node op, if it is one.
+    pub fn of_unary(u: Unary) -> Option<Activation> {
+        Some(match u {
+            Unary::Relu => Activation::Relu,
+            Unary::Sigmoid => Activation::Sigmoid,
+            Unary::Tanh => Activation::Tanh,
+            Unary::Softplus => Activation::Softplus,
+            Unary::HardSwish => Activation::HardSwish,
+            Unary::LeakyRelu { alpha } => Activation::LeakyRelu { alpha },
+            Unary::HardSigmoid { alpha, beta } => Activation::HardSigmoid { alpha, beta },
+            Unary::Gelu { approximate: GeluApprox::None } => Activation::GeluErf,
+            Unary::Gelu { approximate: GeluApprox::Tanh } => Activation::GeluTanh,
+            Unary::Sqrt | Unary::Erf => return None,
+        })
+    }
+}
+
+/// Where a fused kernel adds its source tensor relative to the activation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum ResidualAt {
+    BeforeActivation,
+    AfterActivation,
+}
+
+/// A GEMM/Conv anchor with its epilogue, as one kernel computes it. Inputs: A, the weight,
+/// then an optional bias vector (one value per output column / channel) and an optional
+/// source tensor of the output's shape. Output: `act(alpha*acc + bias [+ s*src]) [+ s*src]`
+/// converted to `output_dtype`, computed in f32 and rounded once.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FusedKernel {
+    /// MatMul, Gemm (its alpha/beta/C are moved into the epilogue) or Conv (no bias input).
+    pub anchor: Box<Op>,
+    pub alpha: f32,
+    pub source: Option<(f32, ResidualAt)>,
+    pub activation: Option<Activation>,
+    pub output_dtype: DType,
+}
+
 /// Broadcasting binary arithmetic.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub enum Binary {
@@ -364,6 +436,8 @@ pub enum Op {
     },
     /// roi, scales, sizes from inputs 1..=3.
     Resize(ResizeAttrs),
+    /// A planned kernel: an anchor and its fused epilogue (never imported; the planner makes it).
+    Fused(Arc<FusedKernel>),
     /// Any other operator: imported as-is and left to the host framework.
     Opaque {
         domain: String,
@@ -421,6 +495,7 @@ impl Op {
             Op::LayerNormalization { .. } => "LayerNormalization",
             Op::ReduceMean { .. } => "ReduceMean",
             Op::Resize(_) => "Resize",
+            Op::Fused(_) => "BoltKernel",
             Op::Opaque { op_type, .. } => op_type,
         }
     }

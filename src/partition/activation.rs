@@ -4,59 +4,9 @@
 //! per spelling, Bolt finds the element-wise region hanging off a tensor, evaluates it with the
 //! reference executor on probe points and compares with each known activation.
 
-use crate::ir::{Binary, GeluApprox, Graph, Node, Op, Tensor, Unary};
+pub use crate::ir::Activation;
+use crate::ir::{Binary, Graph, Node, Op, Tensor};
 use std::collections::{HashMap, HashSet};
-
-/// Activations an epilogue can apply.
-#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
-pub enum Activation {
-    Relu,
-    GeluErf,
-    GeluTanh,
-    HardSwish,
-    HardSigmoid { alpha: f32, beta: f32 },
-    Softplus,
-    Sigmoid,
-    Silu,
-    Tanh,
-    LeakyRelu { alpha: f32 },
-    Clip { min: f32, max: f32 },
-}
-
-impl Activation {
-    pub fn apply(&self, x: f64) -> f64 {
-        let u = |u: Unary| crate::reference::unary_fn(u)(x);
-        match *self {
-            Activation::Relu => u(Unary::Relu),
-            Activation::GeluErf => u(Unary::Gelu { approximate: GeluApprox::None }),
-            Activation::GeluTanh => u(Unary::Gelu { approximate: GeluApprox::Tanh }),
-            Activation::HardSwish => u(Unary::HardSwish),
-            Activation::HardSigmoid { alpha, beta } => u(Unary::HardSigmoid { alpha, beta }),
-            Activation::Softplus => u(Unary::Softplus),
-            Activation::Sigmoid => u(Unary::Sigmoid),
-            Activation::Silu => x * u(Unary::Sigmoid),
-            Activation::Tanh => u(Unary::Tanh),
-            Activation::LeakyRelu { alpha } => u(Unary::LeakyRelu { alpha }),
-            Activation::Clip { min, max } => x.max(min as f64).min(max as f64),
-        }
-    }
-
-    /// The activation of a single-node op, if it is one.
-    pub fn of_unary(u: Unary) -> Option<Activation> {
-        Some(match u {
-            Unary::Relu => Activation::Relu,
-            Unary::Sigmoid => Activation::Sigmoid,
-            Unary::Tanh => Activation::Tanh,
-            Unary::Softplus => Activation::Softplus,
-            Unary::HardSwish => Activation::HardSwish,
-            Unary::LeakyRelu { alpha } => Activation::LeakyRelu { alpha },
-            Unary::HardSigmoid { alpha, beta } => Activation::HardSigmoid { alpha, beta },
-            Unary::Gelu { approximate: GeluApprox::None } => Activation::GeluErf,
-            Unary::Gelu { approximate: GeluApprox::Tanh } => Activation::GeluTanh,
-            Unary::Sqrt | Unary::Erf => return None,
-        })
-    }
-}
 
 /// Probe points: dense around 0 where activations differ, plus both tails.
 fn probes() -> Vec<f64> {

@@ -9,6 +9,7 @@
 
 pub mod activation;
 
+pub use crate::ir::ResidualAt;
 use crate::ir::{Binary, DType, Graph, Op, Tensor, TensorType, Window};
 pub use activation::Activation;
 use std::collections::HashMap;
@@ -25,12 +26,6 @@ pub enum AnchorKind {
     BatchedMatMul,
     /// 2-D convolution (NCHW in the model; NHWC inside Bolt's kernels).
     Conv2d { window: Window, group: usize },
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-pub enum ResidualAt {
-    BeforeActivation,
-    AfterActivation,
 }
 
 /// What the partition's epilogue computes, with the tensors it reads.

@@ -4,6 +4,7 @@
 mod conv;
 mod conv_transpose;
 mod elementwise;
+mod fused;
 mod layout;
 mod matmul;
 mod norm;
@@ -76,6 +77,7 @@ pub fn eval_op(op: &Op, inputs: &[Option<&Tensor>]) -> OpResult {
             norm::reduce_mean(req(inputs, 0)?, axes.as_deref(), opt(inputs, 1), *keepdims, *noop_with_empty_axes)
         }
         Op::Resize(attrs) => resize::resize(req(inputs, 0)?, opt(inputs, 1), opt(inputs, 2), opt(inputs, 3), attrs),
+        Op::Fused(k) => fused::fused(k, inputs),
         Op::Opaque { why, .. } => Err(format!("not computed by the reference executor: {why}")),
     }
 }
