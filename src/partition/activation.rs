@@ -132,7 +132,7 @@ fn ancestors_within(g: &Graph, exit: usize, region: &[usize], x: &str) -> Vec<us
 /// The region is fusable when x and every intermediate are read only inside it and no
 /// intermediate is a graph output.
 fn closed(g: &Graph, sub: &[usize], exit: usize, x: &str, consumers: &HashMap<&str, Vec<usize>>) -> bool {
-    let inside = |t: &str| consumers.get(t).map_or(true, |c| c.iter().all(|n| sub.contains(n)));
+    let inside = |t: &str| consumers.get(t).is_none_or(|c| c.iter().all(|n| sub.contains(n)));
     if !inside(x) || g.outputs.iter().any(|o| o == x) {
         return false;
     }
