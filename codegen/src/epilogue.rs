@@ -134,10 +134,10 @@ pub enum Expr {
 }
 
 impl Expr {
-    pub fn add(a: Expr, b: Expr) -> Expr {
+    pub fn plus(a: Expr, b: Expr) -> Expr {
         Expr::Binary(BinaryOp::Add, Box::new(a), Box::new(b))
     }
-    pub fn mul(a: Expr, b: Expr) -> Expr {
+    pub fn times(a: Expr, b: Expr) -> Expr {
         Expr::Binary(BinaryOp::Mul, Box::new(a), Box::new(b))
     }
     pub fn act(a: Activation, x: Expr) -> Expr {
@@ -238,19 +238,19 @@ impl Epilogue {
         if form.beta_source && form.residual.is_some() {
             return Err("beta*C and a residual both read the source tensor C; use one".into());
         }
-        let mut lin = Expr::mul(Expr::Scalar(Scalar::Alpha), Expr::Acc);
+        let mut lin = Expr::times(Expr::Scalar(Scalar::Alpha), Expr::Acc);
         if form.beta_source {
-            lin = Expr::add(lin, Expr::mul(Expr::Scalar(Scalar::Beta), Expr::Source));
+            lin = Expr::plus(lin, Expr::times(Expr::Scalar(Scalar::Beta), Expr::Source));
         }
         if form.bias {
-            lin = Expr::add(lin, Expr::ColumnBias);
+            lin = Expr::plus(lin, Expr::ColumnBias);
         }
         if form.residual == Some(ResidualAt::BeforeActivation) {
-            lin = Expr::add(lin, Expr::Source);
+            lin = Expr::plus(lin, Expr::Source);
         }
         let mut out = Expr::act(form.activation, lin);
         if form.residual == Some(ResidualAt::AfterActivation) {
-            out = Expr::add(out, Expr::Source);
+            out = Expr::plus(out, Expr::Source);
         }
         Ok(Epilogue { expr: out })
     }
@@ -264,7 +264,7 @@ impl Epilogue {
     /// Recovers the normal form, or `None` for trees outside it.
     pub fn normal_form(&self) -> Option<NormalForm> {
         let (inner, residual_after) = match &self.expr {
-            Expr::Binary(BinaryOp::Add, a, b) if **b == Expr::Source && a.reads_source() == false => (a.as_ref(), true),
+            Expr::Binary(BinaryOp::Add, a, b) if **b == Expr::Source && !a.reads_source() => (a.as_ref(), true),
             e => (e, false),
         };
         let (activation, lin) = match inner {
@@ -278,10 +278,10 @@ impl Epilogue {
             terms.push(b.as_ref());
             cur = a.as_ref();
         }
-        if *cur != Expr::mul(Expr::Scalar(Scalar::Alpha), Expr::Acc) {
+        if *cur != Expr::times(Expr::Scalar(Scalar::Alpha), Expr::Acc) {
             return None;
         }
-        let beta_c = Expr::mul(Expr::Scalar(Scalar::Beta), Expr::Source);
+        let beta_c = Expr::times(Expr::Scalar(Scalar::Beta), Expr::Source);
         let (mut beta_source, mut bias, mut residual_before) = (false, false, false);
         // Terms were collected outermost-first; the builder adds beta*C, then bias, then the residual.
         for t in terms.into_iter().rev() {
@@ -352,7 +352,7 @@ mod tests {
 
     #[test]
     fn trees_outside_the_normal_form_are_recognised_as_such() {
-        let odd = Epilogue { expr: Expr::act(Activation::Relu, Expr::mul(Expr::Acc, Expr::ColumnBias)) };
+        let odd = Epilogue { expr: Expr::act(Activation::Relu, Expr::times(Expr::Acc, Expr::ColumnBias)) };
         assert_eq!(odd.normal_form(), None);
         assert!(Epilogue::new(NormalForm {
             beta_source: true,

@@ -1,0 +1,358 @@
+//! Rust mirrors of the C ABI in `codegen/include/bolt_kernel.h`, which every generated kernel
+//! exports:
+//!
+//! ```c
+//! BoltStatus <symbol>_can_implement(const void* problem);
+//! size_t     <symbol>_workspace_size(const void* problem);
+//! BoltStatus <symbol>_run(const void* problem, const BoltArgs* args, void* workspace, void* stream);
+//! ```
+//!
+//! The layouts are checked against the header by compiling a C program that prints every
+//! `sizeof`/`offsetof` (see the tests below).
+
+use std::ffi::c_void;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::spec::{Family, Layout};
+
+/// `BOLT_ABI_VERSION` of the header; recorded in every manifest and checked on load.
+pub const ABI_VERSION: u32 = 1;
+
+/// The header itself, written next to the rendered sources of every build (so builds do not
+/// depend on where this crate's checkout lives).
+pub const HEADER: &str = include_str!("../include/bolt_kernel.h");
+
+/// File name under which [`HEADER`] is included by generated sources.
+pub const HEADER_NAME: &str = "bolt_kernel.h";
+
+/// `BoltGemmProblem`: D = epilogue(A @ B) with A M x K, B K x N, C/D M x N in the kernel's
+/// layouts; leading dimensions and batch strides in elements.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct BoltGemmProblem {
+    pub m: i64,
+    pub n: i64,
+    pub k: i64,
+    pub batch: i64,
+    pub lda: i64,
+    pub ldb: i64,
+    pub ldc: i64,
+    pub ldd: i64,
+    pub batch_stride_a: i64,
+    pub batch_stride_b: i64,
+    pub batch_stride_c: i64,
+    pub batch_stride_d: i64,
+}
+
+impl BoltGemmProblem {
+    /// A densely packed problem (batch 1) for operands in `layouts` (A, B, C/D): leading
+    /// dimensions are the packed ones, batch strides the operand sizes.
+    pub fn packed(m: i64, n: i64, k: i64, layouts: [Layout; 3]) -> BoltGemmProblem {
+        let ld = |layout: Layout, rows: i64, cols: i64| match layout {
+            Layout::RowMajor => cols,
+            Layout::ColumnMajor => rows,
+        };
+        let ldc = ld(layouts[2], m, n);
+        BoltGemmProblem {
+            m,
+            n,
+            k,
+            batch: 1,
+            lda: ld(layouts[0], m, k),
+            ldb: ld(layouts[1], k, n),
+            ldc,
+            ldd: ldc,
+            batch_stride_a: m * k,
+            batch_stride_b: k * n,
+            batch_stride_c: m * n,
+            batch_stride_d: m * n,
+        }
+    }
+}
+
+/// `BoltConv2dProblem`: NHWC activations, KRSC filters, NPQK output.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct BoltConv2dProblem {
+    pub n: i32,
+    pub h: i32,
+    pub w: i32,
+    pub c: i32,
+    pub k: i32,
+    pub r: i32,
+    pub s: i32,
+    pub p: i32,
+    pub q: i32,
+    pub pad_h: i32,
+    pub pad_w: i32,
+    pub stride_h: i32,
+    pub stride_w: i32,
+    pub dilation_h: i32,
+    pub dilation_w: i32,
+    pub groups: i32,
+}
+
+/// `BoltArgs`: device pointers and epilogue scalars. `c` and `bias` are null unless the
+/// kernel's epilogue reads them.
+///
+/// With cudarc (not a dependency here: this crate is built and tested without a GPU), the
+/// pointers come from `CudaSlice::device_ptr()` (a `CUdeviceptr`, cast with `as *const c_void`)
+/// and the stream of [`crate::loader::Kernel::run`] from `CudaStream::cu_stream()`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BoltArgs {
+    pub a: *const c_void,
+    pub b: *const c_void,
+    pub c: *const c_void,
+    pub bias: *const c_void,
+    pub d: *mut c_void,
+    pub alpha: f32,
+    pub beta: f32,
+}
+
+impl Default for BoltArgs {
+    fn default() -> Self {
+        BoltArgs {
+            a: std::ptr::null(),
+            b: std::ptr::null(),
+            c: std::ptr::null(),
+            bias: std::ptr::null(),
+            d: std::ptr::null_mut(),
+            alpha: 1.0,
+            beta: 0.0,
+        }
+    }
+}
+
+/// `BoltStatus` exactly as the C functions return it (a C enum is an `int`). Kept as a raw
+/// integer: a value outside the enum must not be undefined behaviour on the Rust side.
+/// [`BoltStatus::status`] turns it into a [`Status`].
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BoltStatus(pub i32);
+
+impl BoltStatus {
+    pub const OK: BoltStatus = BoltStatus(0);
+    pub const ERR_NULL_ARGUMENT: BoltStatus = BoltStatus(1);
+    pub const ERR_MISALIGNED_OPERAND: BoltStatus = BoltStatus(2);
+    pub const ERR_UNSUPPORTED_PROBLEM: BoltStatus = BoltStatus(3);
+    pub const ERR_WORKSPACE_TOO_SMALL: BoltStatus = BoltStatus(4);
+    pub const ERR_CUTLASS_INTERNAL: BoltStatus = BoltStatus(5);
+    pub const ERR_LAUNCH_FAILED: BoltStatus = BoltStatus(6);
+    pub const ERR_UNKNOWN: BoltStatus = BoltStatus(7);
+
+    pub fn status(self) -> Status {
+        match self.0 {
+            0 => Status::Ok,
+            1 => Status::NullArgument,
+            2 => Status::MisalignedOperand,
+            3 => Status::UnsupportedProblem,
+            4 => Status::WorkspaceTooSmall,
+            5 => Status::CutlassInternal,
+            6 => Status::LaunchFailed,
+            7 => Status::Unknown,
+            other => Status::Invalid(other),
+        }
+    }
+}
+
+/// What a kernel function reported.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Status {
+    Ok,
+    /// A required pointer is null.
+    NullArgument,
+    /// A leading dimension or pointer breaks the kernel's alignment.
+    MisalignedOperand,
+    /// Sizes, strides or groups the kernel cannot do (also: a problem of the wrong kind for
+    /// the kernel, caught on the Rust side without calling it).
+    UnsupportedProblem,
+    WorkspaceTooSmall,
+    /// CUTLASS's initialize/run reported an error.
+    CutlassInternal,
+    /// `cudaGetLastError` after the launch.
+    LaunchFailed,
+    Unknown,
+    /// A value outside the enum: a kernel broke the ABI.
+    Invalid(i32),
+}
+
+impl Status {
+    pub fn is_ok(self) -> bool {
+        self == Status::Ok
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Status::Ok => f.write_str("ok"),
+            Status::NullArgument => f.write_str("null argument"),
+            Status::MisalignedOperand => f.write_str("misaligned operand"),
+            Status::UnsupportedProblem => f.write_str("unsupported problem"),
+            Status::WorkspaceTooSmall => f.write_str("workspace too small"),
+            Status::CutlassInternal => f.write_str("CUTLASS internal error"),
+            Status::LaunchFailed => f.write_str("launch failed"),
+            Status::Unknown => f.write_str("unknown error"),
+            Status::Invalid(v) => write!(f, "invalid status {v} (ABI violation)"),
+        }
+    }
+}
+
+/// `<symbol>_can_implement`.
+pub type CanImplementFn = unsafe extern "C" fn(problem: *const c_void) -> BoltStatus;
+/// `<symbol>_workspace_size`.
+pub type WorkspaceSizeFn = unsafe extern "C" fn(problem: *const c_void) -> usize;
+/// `<symbol>_run`.
+pub type RunFn = unsafe extern "C" fn(
+    problem: *const c_void,
+    args: *const BoltArgs,
+    workspace: *mut c_void,
+    stream: *mut c_void,
+) -> BoltStatus;
+
+/// Suffixes of the three functions every kernel exports after its symbol.
+pub const FUNCTION_SUFFIXES: [&str; 3] = ["_can_implement", "_workspace_size", "_run"];
+
+/// Which problem struct a kernel's functions take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProblemKind {
+    /// [`BoltGemmProblem`].
+    Gemm,
+    /// [`BoltConv2dProblem`].
+    Conv2d,
+}
+
+impl ProblemKind {
+    pub fn of(family: &Family) -> ProblemKind {
+        match family {
+            Family::Gemm | Family::BatchedGemm => ProblemKind::Gemm,
+            Family::Conv2dFprop(_) => ProblemKind::Conv2d,
+        }
+    }
+}
+
+impl fmt::Display for ProblemKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ProblemKind::Gemm => "gemm",
+            ProblemKind::Conv2d => "conv2d",
+        })
+    }
+}
+
+/// A problem struct of the ABI. Sealed: only the two `#[repr(C)]` mirrors implement it.
+pub trait Problem: sealed::Sealed {
+    const KIND: ProblemKind;
+
+    fn as_ptr(&self) -> *const c_void {
+        self as *const Self as *const c_void
+    }
+}
+
+impl Problem for BoltGemmProblem {
+    const KIND: ProblemKind = ProblemKind::Gemm;
+}
+
+impl Problem for BoltConv2dProblem {
+    const KIND: ProblemKind = ProblemKind::Conv2d;
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for super::BoltGemmProblem {}
+    impl Sealed for super::BoltConv2dProblem {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::{offset_of, size_of};
+    use std::process::Command;
+
+    /// (C expression, value on the Rust side) for every size, offset and constant.
+    fn rust_layout() -> Vec<(String, usize)> {
+        let mut v: Vec<(String, usize)> = Vec::new();
+        macro_rules! layout {
+            ($t:ident: $($f:ident),*) => {
+                v.push((format!("sizeof({})", stringify!($t)), size_of::<$t>()));
+                $(v.push((format!("offsetof({}, {})", stringify!($t), stringify!($f)), offset_of!($t, $f)));)*
+            };
+        }
+        layout!(BoltGemmProblem: m, n, k, batch, lda, ldb, ldc, ldd,
+            batch_stride_a, batch_stride_b, batch_stride_c, batch_stride_d);
+        layout!(BoltConv2dProblem: n, h, w, c, k, r, s, p, q, pad_h, pad_w,
+            stride_h, stride_w, dilation_h, dilation_w, groups);
+        layout!(BoltArgs: a, b, c, bias, d, alpha, beta);
+        v.push(("sizeof(BoltStatus)".into(), size_of::<BoltStatus>()));
+        v.push(("BOLT_ABI_VERSION".into(), ABI_VERSION as usize));
+        for (name, value) in [
+            ("BOLT_OK", BoltStatus::OK),
+            ("BOLT_ERR_NULL_ARGUMENT", BoltStatus::ERR_NULL_ARGUMENT),
+            ("BOLT_ERR_MISALIGNED_OPERAND", BoltStatus::ERR_MISALIGNED_OPERAND),
+            ("BOLT_ERR_UNSUPPORTED_PROBLEM", BoltStatus::ERR_UNSUPPORTED_PROBLEM),
+            ("BOLT_ERR_WORKSPACE_TOO_SMALL", BoltStatus::ERR_WORKSPACE_TOO_SMALL),
+            ("BOLT_ERR_CUTLASS_INTERNAL", BoltStatus::ERR_CUTLASS_INTERNAL),
+            ("BOLT_ERR_LAUNCH_FAILED", BoltStatus::ERR_LAUNCH_FAILED),
+            ("BOLT_ERR_UNKNOWN", BoltStatus::ERR_UNKNOWN),
+        ] {
+            v.push((name.into(), value.0 as usize));
+        }
+        v
+    }
+
+    /// Compiles a C program printing each expression with gcc (C, not C++: the header must
+    /// stay valid C) and checks it agrees with the Rust mirrors.
+    #[test]
+    fn mirrors_match_the_c_header() {
+        let expected = rust_layout();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(HEADER_NAME), HEADER).unwrap();
+        let mut program =
+            String::from("#include <stdio.h>\n#include <stddef.h>\n#include \"bolt_kernel.h\"\nint main(void) {\n");
+        for (expr, _) in &expected {
+            program.push_str(&format!("  printf(\"%s=%zu\\n\", \"{expr}\", (size_t)({expr}));\n"));
+        }
+        program.push_str("  return 0;\n}\n");
+        std::fs::write(dir.path().join("layout.c"), program).unwrap();
+        let exe = dir.path().join("layout");
+        let cc = std::env::var("CC").unwrap_or_else(|_| "gcc".into());
+        let out = Command::new(&cc)
+            .args(["-std=c99", "-Wall", "-Werror", "-o"])
+            .arg(&exe)
+            .arg(dir.path().join("layout.c"))
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {cc}: {e}"));
+        assert!(out.status.success(), "{cc} failed:\n{}", String::from_utf8_lossy(&out.stderr));
+        let out = Command::new(&exe).output().unwrap();
+        let printed = String::from_utf8(out.stdout).unwrap();
+        let c_side: Vec<(String, usize)> = printed
+            .lines()
+            .map(|l| {
+                let (k, v) = l.rsplit_once('=').unwrap();
+                (k.to_string(), v.parse().unwrap())
+            })
+            .collect();
+        assert_eq!(c_side.len(), expected.len());
+        for ((expr, rust), (c_expr, c)) in expected.iter().zip(&c_side) {
+            assert_eq!(expr, c_expr);
+            assert_eq!(rust, c, "{expr}: Rust says {rust}, C says {c}");
+        }
+    }
+
+    #[test]
+    fn statuses_and_packed_problems() {
+        assert_eq!(BoltStatus(3).status(), Status::UnsupportedProblem);
+        assert_eq!(BoltStatus(42).status(), Status::Invalid(42));
+        assert!(BoltStatus::OK.status().is_ok());
+        let p = BoltGemmProblem::packed(8, 16, 32, [Layout::RowMajor, Layout::ColumnMajor, Layout::RowMajor]);
+        assert_eq!((p.lda, p.ldb, p.ldc, p.ldd, p.batch), (32, 32, 16, 16, 1));
+        let q = BoltGemmProblem::packed(8, 16, 32, [Layout::ColumnMajor, Layout::RowMajor, Layout::ColumnMajor]);
+        assert_eq!((q.lda, q.ldb, q.ldc), (8, 16, 8));
+        assert_eq!(ProblemKind::of(&Family::BatchedGemm), ProblemKind::Gemm);
+        assert_eq!(serde_json::to_string(&ProblemKind::Conv2d).unwrap(), "\"conv2d\"");
+    }
+}

@@ -1,0 +1,165 @@
+//! nvcc compiles (to objects, for sm_80) every sm80 epilogue kind for both families: all 12
+//! activations x {plain, bias, beta*C, bias + residual before, bias + residual after}, plus a
+//! unit of variants (batched, layouts, split-K, bf16, tf32, grouped and depthwise conv, ...).
+//! Kernels are batched several per translation unit, which costs ~1 s of nvcc per extra kernel
+//! against ~9 s per unit. Needs the toolchain (`bolt-toolchain install`): without it the tests
+//! fail with the toolchain's message.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use bolt_codegen::epilogue::{Activation, Epilogue, ResidualAt};
+use bolt_codegen::render::{render_unit, symbol_for};
+use bolt_codegen::spec::{Family, GroupMode, KernelSpec, Swizzle};
+use bolt_cutlass::{Arch, Toolchain};
+use common::*;
+
+fn toolchain() -> Toolchain {
+    Toolchain::discover().unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Renders `specs` into one unit, compiles it, and checks that the object holds one kernel per
+/// spec and the three ABI functions of each.
+fn compile_unit(name: &str, specs: Vec<KernelSpec>) {
+    let tc = toolchain();
+    let mut specs = specs;
+    // Equal forms (identity with the residual after = before) give equal kernels.
+    let mut seen = std::collections::HashSet::new();
+    specs.retain(|s| seen.insert(symbol_for(s)));
+    let symbols: Vec<String> = specs.iter().map(symbol_for).collect();
+    let pairs: Vec<(&KernelSpec, &str)> = specs.iter().zip(&symbols).map(|(s, n)| (s, n.as_str())).collect();
+    let source = render_unit(&pairs).unwrap_or_else(|e| panic!("{name}: {e}"));
+
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("compile_sm80");
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join(format!("{name}.cu"));
+    let obj = dir.join(format!("{name}.o"));
+    std::fs::write(&src, &source).unwrap();
+    let _ = std::fs::remove_file(&obj);
+    let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("include");
+    let compiled = tc
+        .compile(&src, &obj)
+        .arch(Arch::Sm80)
+        .include(&include)
+        .ptxas_verbose(true)
+        .run()
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+
+    let secs = compiled.elapsed.as_secs_f64();
+    let worst = compiled.kernels.iter().max_by_key(|k| k.registers);
+    let spills: u32 = compiled.kernels.iter().map(|k| k.spill_store_bytes).sum();
+    eprintln!(
+        "{name}: {} kernels ({} distinct instantiations) in {secs:.1}s ({:.2}s per kernel); max {} registers, {spills} B spilled in all",
+        specs.len(),
+        compiled.kernels.iter().filter(|k| k.arch == "sm_80").count(),
+        secs / specs.len() as f64,
+        worst.map_or(0, |k| k.registers),
+    );
+    // Kernels whose CUTLASS types coincide (plain and beta*C differ only in their arguments)
+    // are one instantiation, so there may be fewer entries than specs; every spec's host side
+    // is checked below.
+    let entries = compiled.kernels.iter().filter(|k| k.arch == "sm_80").count();
+    assert!(entries > 0, "{name}: ptxas compiled no sm_80 kernel");
+
+    let nm = Command::new("nm").args(["-g", "--defined-only"]).arg(&obj).output().expect("nm (binutils) runs");
+    let defined = String::from_utf8_lossy(&nm.stdout);
+    for symbol in &symbols {
+        for f in ["can_implement", "workspace_size", "run"] {
+            let name = format!(" T {symbol}_{f}\n");
+            assert!(defined.contains(&name), "{} does not define {symbol}_{f}", obj.display());
+        }
+    }
+}
+
+/// Every activation in `range` with each of the five epilogue forms, through `make`.
+fn activation_matrix(range: std::ops::Range<usize>, make: impl Fn(Epilogue) -> KernelSpec) -> Vec<KernelSpec> {
+    Activation::all()[range].iter().flat_map(|&a| forms(a)).map(make).collect()
+}
+
+fn f16_gemm(e: Epilogue) -> KernelSpec {
+    gemm(types(F16, F32, F16), [ROW; 3], 8, tile(F16, [128, 128, 32], [64, 64, 32], 3), e)
+}
+
+fn f16_conv(e: Epilogue) -> KernelSpec {
+    conv(types(F16, F32, F16), features(false, GroupMode::None), 8, tile(F16, [128, 128, 32], [64, 64, 32], 3), e)
+}
+
+#[test]
+fn gemm_epilogues_first_half() {
+    compile_unit("gemm_epilogues_1", activation_matrix(0..6, f16_gemm));
+}
+
+#[test]
+fn gemm_epilogues_second_half() {
+    compile_unit("gemm_epilogues_2", activation_matrix(6..12, f16_gemm));
+}
+
+#[test]
+fn conv2d_fprop_epilogues_first_half() {
+    compile_unit("conv2d_fprop_epilogues_1", activation_matrix(0..6, f16_conv));
+}
+
+#[test]
+fn conv2d_fprop_epilogues_second_half() {
+    compile_unit("conv2d_fprop_epilogues_2", activation_matrix(6..12, f16_conv));
+}
+
+#[test]
+fn variants() {
+    let bias_relu = epilogue(false, true, Activation::Relu, None);
+    let res_after = epilogue(false, true, Activation::GeluTanh, Some(ResidualAt::AfterActivation));
+    let res_before = epilogue(false, true, Activation::Relu, Some(ResidualAt::BeforeActivation));
+    let betac_bias = epilogue(true, true, Activation::Sigmoid, None);
+    let t16 = tile(F16, [128, 128, 32], [64, 64, 32], 3);
+    let t32 = tile(F32, [128, 128, 16], [64, 64, 16], 3);
+    let small = tile(F16, [64, 64, 32], [32, 32, 32], 4);
+    let split = |mut t: bolt_codegen::spec::Sm80Tile, k| {
+        t.split_k = k;
+        t.swizzle = Swizzle::SplitKSerial;
+        t
+    };
+    let batched = |mut s: KernelSpec| {
+        s.family = Family::BatchedGemm;
+        s
+    };
+    let f16 = types(F16, F32, F16);
+    let specs = vec![
+        // GEMM: batched, layouts, split-K, other types and alignments, two stages.
+        batched(gemm(f16, [ROW, COL, ROW], 8, t16, Epilogue::plain())),
+        batched(gemm(f16, [ROW; 3], 8, t16, res_after.clone())),
+        gemm(f16, [COL, COL, COL], 8, t16, epilogue(true, false, Activation::Tanh, None)),
+        gemm(f16, [ROW; 3], 8, split(t16, 4), res_before.clone()),
+        gemm(f16, [ROW; 3], 8, split(t16, 2), epilogue(false, true, Activation::Silu, None)),
+        gemm(types(BF16, F32, BF16), [ROW, COL, ROW], 8, t16, betac_bias.clone()),
+        gemm(types(F16, F16, F16), [ROW; 3], 8, small, bias_relu.clone()),
+        gemm(types(F16, F32, F32), [ROW; 3], 4, small, bias_relu.clone()),
+        gemm(types(F32, F32, F32), [ROW, COL, ROW], 4, t32, res_after.clone()),
+        gemm(types(F32, F32, F32), [COL, ROW, ROW], 1, t32, bias_relu.clone()),
+        gemm(
+            f16,
+            [ROW; 3],
+            2,
+            tile(F16, [64, 128, 32], [32, 64, 32], 2),
+            epilogue(false, false, Activation::HardSwish, None),
+        ),
+        // Conv: stride support, group modes, split-K, types.
+        conv(f16, features(true, GroupMode::None), 8, t16, bias_relu.clone()),
+        conv(f16, features(false, GroupMode::None), 8, split(t16, 3), res_before),
+        conv(f16, features(false, GroupMode::SingleGroup), 8, small, bias_relu.clone()),
+        conv(f16, features(false, GroupMode::MultipleGroup), 4, small, epilogue(false, false, Activation::Silu, None)),
+        conv(f16, features(false, GroupMode::Depthwise), 1, depthwise_tile(), bias_relu.clone()),
+        conv(
+            types(F32, F32, F32),
+            features(false, GroupMode::Depthwise),
+            1,
+            depthwise_tile(),
+            epilogue(true, false, Activation::Sigmoid, None),
+        ),
+        conv(types(BF16, F32, BF16), features(false, GroupMode::None), 8, t16, betac_bias),
+        conv(types(F32, F32, F32), features(true, GroupMode::None), 4, t32, res_after),
+        conv(types(F16, F16, F16), features(false, GroupMode::None), 2, small, bias_relu),
+    ];
+    compile_unit("variants", specs);
+}

@@ -1,0 +1,245 @@
+
+// ---- Bolt sm90 prelude: shared by every sm90 kernel of a translation unit (guarded) ----------
+#ifndef BOLT_SM90_PRELUDE
+#define BOLT_SM90_PRELUDE
+
+// Headers come from the unit prologue (bolt_codegen::sm90::includes).
+
+namespace bolt_sm90 {
+
+// Activations CUTLASS lacks. Like CUTLASS's parameterised ones (LeakyReLU, Clamp) they take their
+// parameters through `Arguments`, which the EVT's argument struct carries.
+
+// ONNX HardSigmoid: max(0, min(1, alpha * x + beta)).
+template <class T>
+struct HardSigmoid {
+  struct Arguments {
+    T alpha = T(0.2f);
+    T beta = T(0.5f);
+  };
+
+  CUTLASS_HOST_DEVICE T operator()(T const& x, T const& alpha, T const& beta) const {
+    cutlass::maximum<T, /*PropagateNaN=*/true> mx;
+    cutlass::minimum<T, /*PropagateNaN=*/true> mn;
+    return mn(mx(alpha * x + beta, T(0)), T(1));
+  }
+
+  CUTLASS_HOST_DEVICE T operator()(T const& x, Arguments const& args = Arguments()) const {
+    return (*this)(x, args.alpha, args.beta);
+  }
+};
+
+template <class T, int N>
+struct HardSigmoid<cutlass::Array<T, N>> {
+  using Arguments = typename HardSigmoid<T>::Arguments;
+
+  CUTLASS_HOST_DEVICE cutlass::Array<T, N> operator()(cutlass::Array<T, N> const& x,
+                                                      Arguments const& args = Arguments()) const {
+    HardSigmoid<T> op;
+    cutlass::Array<T, N> y;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < N; ++i) {
+      y[i] = op(x[i], args.alpha, args.beta);
+    }
+    return y;
+  }
+};
+
+// softplus(x) = max(x, 0) + log1p(exp(-|x|)): no overflow for large |x|.
+template <class T>
+struct Softplus {
+  CUTLASS_HOST_DEVICE T operator()(T const& x) const {
+    float v = static_cast<float>(x);
+    return T(fmaxf(v, 0.f) + log1pf(expf(-fabsf(v))));
+  }
+};
+
+template <class T, int N>
+struct Softplus<cutlass::Array<T, N>> {
+  CUTLASS_HOST_DEVICE cutlass::Array<T, N> operator()(cutlass::Array<T, N> const& x) const {
+    Softplus<T> op;
+    cutlass::Array<T, N> y;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < N; ++i) {
+      y[i] = op(x[i]);
+    }
+    return y;
+  }
+};
+
+// Hardware info for the kernel arguments: the current device's SM count, never 0. CUTLASS would
+// query it itself when given 0, but stream-K's heuristics divide by it, and a machine without a
+// GPU reports 0 (workspace_size would die of SIGFPE there instead of answering).
+inline cutlass::KernelHardwareInfo hardware_info() {
+  cutlass::KernelHardwareInfo hw;
+  int sm_count = cutlass::KernelHardwareInfo::query_device_multiprocessor_count();
+  if (sm_count <= 0) {
+    (void)cudaGetLastError();  // clear the "no device" error: it is not the caller's
+    sm_count = 1;
+  }
+  hw.sm_count = sm_count;
+  return hw;
+}
+
+}  // namespace bolt_sm90
+
+#endif  // BOLT_SM90_PRELUDE
+
+// =============================================================================================
+// bolt_sm90_gemm_pingpong_nosmem_bias_clip_res: Gemm F16->F16 (acc F32) rcc, tile 64x128x64, cluster 1x1x1, TmaWarpSpecializedPingpong + NoSmem epilogue, align 8/8/2
+// epilogue: (clip(alpha * acc + bias[col]) + C)
+// =============================================================================================
+namespace bolt_sm90_gemm_pingpong_nosmem_bias_clip_res {
+
+using namespace cute;
+using namespace cutlass::epilogue::fusion;
+
+using ElementA = cutlass::half_t;
+using ElementB = cutlass::half_t;
+using ElementC = cutlass::half_t;
+using ElementD = cutlass::half_t;
+using ElementBias = cutlass::half_t;
+using ElementAccumulator = float;
+using ElementCompute = float;
+using ElementScalar = float;
+using LayoutA = cutlass::layout::RowMajor;
+using LayoutB = cutlass::layout::ColumnMajor;
+using LayoutC = cutlass::layout::ColumnMajor;
+constexpr int AlignmentA = 8;
+constexpr int AlignmentB = 8;
+constexpr int AlignmentC = 2;
+constexpr int AlignmentD = 2;
+constexpr int AlignmentBias = 2;
+constexpr auto RoundStyle = cutlass::FloatRoundStyle::round_to_nearest;
+
+using TileShape = Shape<_64, _128, _64>;
+using ClusterShape = Shape<_1, _1, _1>;
+using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+using TileScheduler = cutlass::gemm::PersistentScheduler;
+
+// No-smem epilogue: CUTLASS's builder only offers a linear combination here and EVTs need the
+// TMA epilogue, so the tree is evaluated per element in a thread op that EpilogueTensorBroadcast
+// (which also loads the per-column bias) calls with (acc, C, unused, bias).
+struct ThreadOp {
+  using ElementAccumulator = bolt_sm90_gemm_pingpong_nosmem_bias_clip_res::ElementAccumulator;
+  using ElementBias = bolt_sm90_gemm_pingpong_nosmem_bias_clip_res::ElementBias;
+  using ElementD = bolt_sm90_gemm_pingpong_nosmem_bias_clip_res::ElementD;
+  using ElementOutput = ElementD;
+  using ElementC = ElementD;
+  using ElementCompute = float;
+  using ActivationFunctor = cutlass::epilogue::thread::Identity<float>;  // unused: the tree is inlined
+  static constexpr int kCount = 1;
+  static constexpr bool IsBinaryOp0Enabled = true;
+  static constexpr bool IsBinaryOp1Enabled = false;
+  static constexpr bool IsUnaryOpEnabled = true;
+
+  struct Params {
+    float alpha = 1.f;
+    float beta = 0.f;
+  };
+
+  Params params;
+
+  CUTLASS_HOST_DEVICE ThreadOp(Params const& p) : params(p) {}
+  CUTLASS_HOST_DEVICE bool is_source0_needed() const { return true; }
+  CUTLASS_HOST_DEVICE bool is_source1_needed() const { return false; }
+
+  CUTLASS_HOST_DEVICE ElementD operator()(ElementAccumulator const& acc_, ElementC const& source_,
+                                          ElementC const&, ElementBias const& bias_) const {
+    [[maybe_unused]] float const acc = static_cast<float>(acc_);
+    [[maybe_unused]] float const source = static_cast<float>(source_);
+    [[maybe_unused]] float const bias = static_cast<float>(bias_);
+    [[maybe_unused]] float const alpha = params.alpha;
+    [[maybe_unused]] float const beta = params.beta;
+    return ElementD((cutlass::epilogue::thread::Clamp<float>{}(((alpha * acc) + bias), 0.0f, 6.0f) + source));
+  }
+};
+
+using CollectiveEpilogue = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<
+    cutlass::epilogue::collective::EpilogueTensorBroadcast<
+        cutlass::detail::TagToStrideC_t<LayoutC>, cutlass::detail::TagToStrideC_t<LayoutC>,
+        ThreadOp, cutlass::gemm::EpilogueDefault, /*PerColumnBias=*/true>>;
+
+using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    ElementA, LayoutA, AlignmentA, ElementB, LayoutB, AlignmentB, ElementAccumulator,
+    TileShape, ClusterShape,
+    cutlass::gemm::collective::StageCountAutoCarveout<
+        static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    KernelSchedule>::CollectiveOp;
+
+using GemmKernel = cutlass::gemm::kernel::GemmUniversal<
+    Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, TileScheduler>;
+using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
+
+struct Kernel {
+  using Problem = BoltGemmProblem;
+  using Operator = Gemm;
+
+  // Sizes, leading dimensions and batch strides: what can_implement can see.
+  static BoltStatus check_problem(BoltGemmProblem const& p) {
+    if (p.m <= 0 || p.n <= 0 || p.k <= 0 || p.m > INT_MAX || p.n > INT_MAX || p.k > INT_MAX) {
+      return BOLT_ERR_UNSUPPORTED_PROBLEM;
+    }
+    if (p.batch != 1) {
+      return BOLT_ERR_UNSUPPORTED_PROBLEM;
+    }
+    if (p.lda < p.k || p.ldb < p.k || p.ldd < p.m || p.ldc < p.m) {
+      return BOLT_ERR_UNSUPPORTED_PROBLEM;
+    }
+    // TMA (and the vectorised epilogue) need each operand's contiguous extent, leading dimension
+    // and batch stride to keep its alignment.
+    if (p.k % AlignmentA || p.lda % AlignmentA || p.k % AlignmentB || p.ldb % AlignmentB ||
+        p.m % AlignmentD || p.ldd % AlignmentD || p.ldc % AlignmentC) {
+      return BOLT_ERR_MISALIGNED_OPERAND;
+    }
+    return BOLT_OK;
+  }
+
+  static BoltStatus check_pointers(BoltArgs const& args) {
+    if (!args.a || !args.b || !args.d || !args.c || !args.bias) {
+      return BOLT_ERR_NULL_ARGUMENT;
+    }
+    if (!bolt_detail::is_aligned(args.a, AlignmentA * sizeof(ElementA)) ||
+        !bolt_detail::is_aligned(args.b, AlignmentB * sizeof(ElementB)) ||
+        !bolt_detail::is_aligned(args.c, AlignmentC * sizeof(ElementD)) ||
+        !bolt_detail::is_aligned(args.bias, sizeof(ElementBias)) ||  // read element-wise
+        !bolt_detail::is_aligned(args.d, AlignmentD * sizeof(ElementD))) {
+      return BOLT_ERR_MISALIGNED_OPERAND;
+    }
+    return BOLT_OK;
+  }
+
+  // With all-null args for can_implement and workspace queries.
+  static Gemm::Arguments make_arguments(BoltGemmProblem const& p, BoltArgs const& args) {
+    [[maybe_unused]] float const alpha = args.alpha;
+    [[maybe_unused]] float const beta = args.beta;
+    [[maybe_unused]] auto const* bias = static_cast<ElementBias const*>(args.bias);
+    typename GemmKernel::StrideA stride_a = cute::make_stride(p.lda, cute::Int<1>{}, int64_t(0));
+    typename GemmKernel::StrideB stride_b = cute::make_stride(p.ldb, cute::Int<1>{}, int64_t(0));
+    typename GemmKernel::StrideC stride_c = cute::make_stride(cute::Int<1>{}, p.ldc, int64_t(0));
+    typename GemmKernel::StrideD stride_d = cute::make_stride(cute::Int<1>{}, p.ldd, int64_t(0));
+    typename Gemm::Arguments arguments{
+        cutlass::gemm::GemmUniversalMode::kGemm,
+        {int(p.m), int(p.n), int(p.k), int(p.batch)},
+        {static_cast<ElementA const*>(args.a), stride_a, static_cast<ElementB const*>(args.b), stride_b},
+        { {alpha, beta}, stride_c, static_cast<ElementD*>(args.d), stride_d,
+          const_cast<ElementBias*>(bias), const_cast<ElementD*>(static_cast<ElementD const*>(args.c)), nullptr },
+        bolt_sm90::hardware_info()};
+    return arguments;
+  }
+};
+
+}  // namespace bolt_sm90_gemm_pingpong_nosmem_bias_clip_res
+
+extern "C" BoltStatus bolt_sm90_gemm_pingpong_nosmem_bias_clip_res_can_implement(const void* problem) {
+  return bolt_detail::can_implement<bolt_sm90_gemm_pingpong_nosmem_bias_clip_res::Kernel>(problem);
+}
+
+extern "C" size_t bolt_sm90_gemm_pingpong_nosmem_bias_clip_res_workspace_size(const void* problem) {
+  return bolt_detail::workspace_size<bolt_sm90_gemm_pingpong_nosmem_bias_clip_res::Kernel>(problem);
+}
+
+extern "C" BoltStatus bolt_sm90_gemm_pingpong_nosmem_bias_clip_res_run(const void* problem, const BoltArgs* args, void* workspace, void* stream) {
+  return bolt_detail::run<bolt_sm90_gemm_pingpong_nosmem_bias_clip_res::Kernel>(problem, args, workspace, stream);
+}
