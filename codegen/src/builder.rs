@@ -678,7 +678,8 @@ impl Builder {
             let _memory = gate.acquire(unit_memory(unit));
             compiles.fetch_add(1, Ordering::SeqCst);
             let compile = self.compile_command(&unit.source_path, tmp, include, unit.arch, self.options.ptxas_verbose);
-            let command = compile.args().map(|a| render_args(self.toolchain.nvcc(), &a)).unwrap_or_default();
+            let command =
+                compile.args().map(|a| bolt_cutlass::render_command(self.toolchain.nvcc(), &a)).unwrap_or_default();
             tracing::debug!("{command}");
             let t = Instant::now();
             let result = compile.run();
@@ -747,7 +748,7 @@ impl Builder {
         let mut cmd = Command::new(self.toolchain.nvcc());
         cmd.args(flags).arg("-o").arg(output).args(units.iter().map(|u| &u.object));
         let args: Vec<std::ffi::OsString> = cmd.get_args().map(|a| a.to_owned()).collect();
-        let command = render_args(self.toolchain.nvcc(), &args);
+        let command = bolt_cutlass::render_command(self.toolchain.nvcc(), &args);
         tracing::debug!("{command}");
         let result = cmd.output().map_err(|source| BuildError::Io { path: self.toolchain.nvcc().into(), source })?;
         let stderr = String::from_utf8_lossy(&result.stderr).into_owned() + &String::from_utf8_lossy(&result.stdout);
@@ -788,18 +789,6 @@ fn error_lines(output: &str) -> String {
     }
     let lines: Vec<&str> = output.lines().collect();
     lines[lines.len().saturating_sub(20)..].join("\n")
-}
-
-fn render_args(program: &Path, args: &[std::ffi::OsString]) -> String {
-    let quote = |s: &std::ffi::OsStr| {
-        let s = s.to_string_lossy();
-        if s.is_empty() || s.contains([' ', '"', '\'', '$', '\\']) {
-            format!("'{}'", s.replace('\'', r"'\''"))
-        } else {
-            s.into_owned()
-        }
-    };
-    std::iter::once(quote(program.as_os_str())).chain(args.iter().map(|a| quote(a))).collect::<Vec<_>>().join(" ")
 }
 
 /// Splits kernels (of one arch) into units of at most `max` kernels. Kernels are taken in

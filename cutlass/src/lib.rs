@@ -19,7 +19,7 @@ use std::process::Command;
 pub use config::Config;
 pub use error::{Error, Result, INSTALL_HINT};
 pub use install::{InstallState, Progress};
-pub use nvcc::{parse_ptxas_report, Arch, Compile, Compiled, KernelResources, OutputKind};
+pub use nvcc::{parse_ptxas_report, render_command, Arch, Compile, Compiled, KernelResources, OutputKind};
 pub use pins::{host_platform, Component, Pins, Wheel};
 pub use version::Version;
 

@@ -239,7 +239,7 @@ impl<'a> Compile<'a> {
 }
 
 /// A copy-pasteable rendering of the command, for error messages.
-fn render_command(program: &Path, args: &[OsString]) -> String {
+pub fn render_command(program: &Path, args: &[OsString]) -> String {
     let quote = |s: &OsStr| {
         let s = s.to_string_lossy();
         if s.is_empty() || s.contains([' ', '"', '\'', '$', '\\']) {

@@ -304,18 +304,4 @@ mod tests {
         let y = &conv(&ramp(&[0, 3, 4, 4], 0.0), &ramp(&[2, 3, 3, 3], 0.0), None, &win(&[], &[], &[]), 1).unwrap()[0];
         assert_eq!(y.shape, vec![0, 2, 2, 2]);
     }
-
-    #[test]
-    #[ignore = "timing; run with --ignored --nocapture"]
-    fn timing_resnet_3x3() {
-        let x = ramp(&[1, 64, 56, 56], 0.0);
-        let w = ramp(&[64, 64, 3, 3], 1.0);
-        let window = win(&[], &[1, 1, 1, 1], &[]);
-        conv(&x, &w, None, &window, 1).unwrap();
-        let t = std::time::Instant::now();
-        for _ in 0..10 {
-            conv(&x, &w, None, &window, 1).unwrap();
-        }
-        eprintln!("conv 1x64x56x56 * 64x64x3x3: {:?} per call", t.elapsed() / 10);
-    }
 }
