@@ -206,8 +206,15 @@ fn the_default_model_is_four_partitions_and_two_host_ops() {
 fn real_models_partition_every_anchor() {
     // ResNet-50: 53 convs + the classifier Gemm. BERT-base: per layer Q, K, V, QK^T,
     // attention x V, output projection and the two FFN GEMMs. PP-OCRv4 det: its 62 convs.
-    for (model, convs_or_gemms, activation_kinds) in
-        [("resnet50", 54, 1), ("bert_base", 8 * 12, 1), ("ppocrv4_det", 62, 3)]
+    // VGG-16: 13 convs + 3 Gemms. MobileNetV2: 52 convs (17 blocks, 16 with an expansion
+    // conv) + the classifier (ReLU6 arrives as Clip).
+    for (model, convs_or_gemms, activation_kinds) in [
+        ("resnet50", 54, 1),
+        ("bert_base", 8 * 12, 1),
+        ("ppocrv4_det", 62, 3),
+        ("vgg16", 16, 1),
+        ("mobilenet_v2", 53, 1),
+    ]
     {
         let Some(dir) = common::testdata(&format!("models/{model}")) else { return };
         let g = bolt::import::load(&dir.join("model.onnx")).unwrap().graph;

@@ -40,7 +40,7 @@ fn the_default_model_plans_to_four_kernels_with_the_same_output() {
 
 #[test]
 fn real_models_keep_their_outputs_when_planned() {
-    for model in ["resnet50", "bert_base", "ppocrv4_det", "small_conv_mlp"] {
+    for model in ["resnet50", "vgg16", "mobilenet_v2", "bert_base", "ppocrv4_det", "small_conv_mlp"] {
         let Some(dir) = common::testdata(&format!("models/{model}")) else { return };
         let g = bolt::import::load(&dir.join("model.onnx")).unwrap().graph;
         let set = &data_sets(&dir)[0];

@@ -5,6 +5,10 @@ outputs from onnxruntime CPU, in the ONNX backend-test layout (see refcase.py):
   resnet50/        ResNet-50 v1.5, NCHW, BatchNormalization kept (not folded), batch dim "N"
   bert_base/       BERT-base encoder stack as PyTorch exports it (no embeddings), dims
                    "batch" and "seq"; GELU spelled with Erf, Reshape shapes with 0/-1
+  vgg16/           VGG-16 as torchvision defines it (conv3x3+bias+ReLU stacks, MaxPool, three
+                   Gemm layers; dropout is gone in inference), batch dim "N"
+  mobilenet_v2/    MobileNetV2 1.0: inverted residual blocks, depthwise 3x3 convs, BN kept,
+                   ReLU6 as Clip(0, 6) (torch.onnx's spelling), batch dim "N"
   small_conv_mlp/  conv+relu, conv+relu, GlobalAveragePool, Flatten, Gemm+relu, Gemm
 
 Weights are random, not trained: the point is real graph structure and real tensor sizes.
@@ -168,6 +172,64 @@ def bert_feeds(rng, batch: int, seq: int, pad: list[int]) -> dict:
     return {"hidden_states": rng.standard_normal((batch, seq, 768), dtype=np.float32), "attention_mask": mask}
 
 
+# ---------------------------------------------------------------------------- VGG-16
+def vgg16() -> onnx.ModelProto:
+    g = GraphBuilder(seed=16)
+    x, cin = "input", 3
+    for stage, (convs, width) in enumerate(zip([2, 2, 3, 3, 3], [64, 128, 256, 512, 512]), start=1):
+        for c in range(convs):
+            name = f"features.{stage}.{c}"
+            w = g.randn(f"{name}.weight", (width, cin, 3, 3), np.sqrt(2.0 / (cin * 9)))
+            b = g.randn(f"{name}.bias", width, 0.01)
+            x = g.op("Relu", [g.op("Conv", [x, w, b], name, kernel_shape=[3, 3], pads=[1, 1, 1, 1])], f"{name}.relu")
+            cin = width
+        x = g.op("MaxPool", [x], f"pool{stage}", kernel_shape=[2, 2], strides=[2, 2])
+    x = g.op("Flatten", [x], "flatten", axis=1)
+    for i, (fin, fout) in enumerate([(512 * 7 * 7, 4096), (4096, 4096), (4096, 1000)]):
+        w = g.randn(f"classifier.{i}.weight", (fout, fin), np.sqrt((2.0 if i < 2 else 1.0) / fin))
+        x = g.op("Gemm", [x, w, g.randn(f"classifier.{i}.bias", fout, 0.01)],
+                 "logits" if i == 2 else f"classifier.{i}", transB=1)
+        if i < 2:
+            x = g.op("Relu", [x], f"classifier.{i}.relu")
+    return g.model("vgg16",
+                   [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 3, 224, 224])],
+                   [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 1000])])
+
+
+# ---------------------------------------------------------------------- MobileNetV2
+def mobilenet_v2() -> onnx.ModelProto:
+    g = GraphBuilder(seed=2)
+    zero, six = g.const("relu6.min", np.array(0.0, np.float32)), g.const("relu6.max", np.array(6.0, np.float32))
+
+    def conv_bn(x, name, cin, cout, k, stride, group=1, relu6=True, gamma=(0.8, 1.2)):
+        w = g.randn(f"{name}.weight", (cout, cin // group, k, k), np.sqrt(2.0 / (cin // group * k * k)))
+        y = g.op("Conv", [x, w], name, kernel_shape=[k, k], strides=[stride] * 2, pads=[k // 2] * 4, group=group)
+        bn = [g.uniform(f"{name}.bn.scale", cout, *gamma), g.randn(f"{name}.bn.bias", cout, 0.05),
+              g.randn(f"{name}.bn.mean", cout, 0.05), g.uniform(f"{name}.bn.var", cout, 0.8, 1.25)]
+        y = g.op("BatchNormalization", [y] + bn, f"{name}.bn", epsilon=1e-5)
+        return g.op("Clip", [y, zero, six], f"{name}.relu6") if relu6 else y
+
+    x, cin = conv_bn("input", "features.0", 3, 32, 3, 2), 32
+    # (expansion t, channels c, repeats n, first stride s) from the paper's Table 2.
+    layer = 1
+    for t, c, n, s in [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
+                       (6, 160, 3, 2), (6, 320, 1, 1)]:
+        for i in range(n):
+            name, stride, hidden = f"features.{layer}", s if i == 0 else 1, cin * t
+            y = conv_bn(x, f"{name}.expand", cin, hidden, 1, 1) if t != 1 else x
+            y = conv_bn(y, f"{name}.dw", hidden, hidden, 3, stride, group=hidden)
+            y = conv_bn(y, f"{name}.project", hidden, c, 1, 1, relu6=False, gamma=(0.3, 0.6))
+            x = g.op("Add", [x, y], f"{name}.add") if stride == 1 and cin == c else y
+            cin, layer = c, layer + 1
+    x = conv_bn(x, f"features.{layer}", cin, 1280, 1, 1)
+    x = g.op("Flatten", [g.op("GlobalAveragePool", [x], "gap")], "flatten", axis=1)
+    w = g.randn("classifier.weight", (1000, 1280), np.sqrt(1.0 / 1280))
+    g.op("Gemm", [x, w, g.randn("classifier.bias", 1000, 0.01)], "logits", transB=1)
+    return g.model("mobilenet_v2",
+                   [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 3, 224, 224])],
+                   [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 1000])])
+
+
 # ---------------------------------------------------------------------- small conv MLP
 def small_conv_mlp() -> onnx.ModelProto:
     g = GraphBuilder(seed=17)
@@ -196,7 +258,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--bert-layers", type=int, default=12)
     ap.add_argument("--bert-seq", type=int, default=128, help="sequence length of test_data_set_0")
-    ap.add_argument("--only", nargs="*", choices=["resnet50", "bert_base", "small_conv_mlp"])
+    ap.add_argument("--only", nargs="*", choices=["resnet50", "bert_base", "vgg16", "mobilenet_v2", "small_conv_mlp"])
     ap.add_argument("--force", action="store_true")
     args = ap.parse_args()
 
@@ -208,6 +270,10 @@ def main() -> None:
         "bert_base": (lambda: bert(args.bert_layers),
                       lambda rng: [bert_feeds(rng, 1, args.bert_seq, [16]), bert_feeds(rng, 2, 32, [0, 8])],
                       {"layers": args.bert_layers, "seq0": args.bert_seq}),
+        "vgg16": (vgg16, lambda rng: [{"input": image_batch(rng, 1, 224, 224)},
+                                      {"input": image_batch(rng, 2, 224, 224)}], {}),
+        "mobilenet_v2": (mobilenet_v2, lambda rng: [{"input": image_batch(rng, 1, 224, 224)},
+                                                    {"input": image_batch(rng, 3, 224, 224)}], {}),
         "small_conv_mlp": (small_conv_mlp, lambda rng: [{"input": image_batch(rng, 1, 32, 32)},
                                                         {"input": image_batch(rng, 4, 32, 32)}], {}),
     }
