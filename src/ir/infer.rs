@@ -635,14 +635,46 @@ pub fn infer_node(op: &Op, infos: &[Option<InputInfo>]) -> Result<Vec<TensorType
             };
             vec![TensorType { dtype: t.dtype, shape }]
         }
-        Op::Fused(k) => {
-            let mut v = infer_node(&k.anchor, &infos[..2.min(infos.len())])?;
-            v.truncate(1);
-            v[0].dtype = k.output_dtype;
-            v
+        Op::Fused(k) => vec![fused_type(k, x?, ty(infos, 1)?)?],
+        Op::FusedChain(layers) => {
+            let mut cur = x?.clone();
+            for (i, k) in layers.iter().enumerate() {
+                let w = ty(infos, 1 + 2 * i)?;
+                cur = fused_type(k, &cur, w).map_err(|e| format!("chain layer {i}: {e}"))?;
+            }
+            vec![cur]
+        }
+        Op::FitLastAxis { to } => {
+            let t = x?;
+            let shape = t.shape.as_ref().map(|s| {
+                let mut d = s.0.clone();
+                if let Some(last) = d.last_mut() {
+                    *last = Dim::Known(*to);
+                }
+                Shape(d)
+            });
+            vec![TensorType { dtype: t.dtype, shape }]
         }
         Op::Opaque { .. } => vec![],
     })
+}
+
+/// Output type of a planned kernel from its A and weight types (NHWC convs are inferred as
+/// the NCHW conv they equal, then permuted back).
+fn fused_type(k: &FusedKernel, a: &TensorType, w: &TensorType) -> Result<TensorType, String> {
+    let nhwc = k.layout == ConvLayout::Nhwc && matches!(*k.anchor, Op::Conv { .. });
+    let permute = |t: &TensorType, p: [usize; 4]| TensorType {
+        dtype: t.dtype,
+        shape: t.shape.as_ref().map(|s| if s.rank() == 4 { Shape(p.iter().map(|&i| s.0[i].clone()).collect()) } else { s.clone() }),
+    };
+    const TO_NCHW: [usize; 4] = [0, 3, 1, 2];
+    const TO_NHWC: [usize; 4] = [0, 2, 3, 1];
+    let (a, w) = if nhwc { (permute(a, TO_NCHW), permute(w, TO_NCHW)) } else { (a.clone(), w.clone()) };
+    let info = |t| Some(InputInfo { ty: Some(t), value: None, dims: None });
+    let mut v = infer_node(&k.anchor, &[info(&a), info(&w)])?;
+    let mut out = v.swap_remove(0);
+    out.dtype = k.output_dtype;
+    Ok(if nhwc { permute(&out, TO_NHWC) } else { out })
 }
 
 fn check_perm(p: &[usize], rank: usize) -> Result<(), String> {

@@ -274,6 +274,18 @@ pub struct FusedKernel {
     pub source: Option<(f32, ResidualAt)>,
     pub activation: Option<Activation>,
     pub output_dtype: DType,
+    /// Memory layout of a conv kernel's activations, source and output. GEMMs are row-major.
+    pub layout: ConvLayout,
+}
+
+/// Layout of a conv kernel's tensors.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub enum ConvLayout {
+    /// As the model has it: NCHW activations, OIHW (KCRS) weights.
+    #[default]
+    Nchw,
+    /// What Bolt's kernels run: NHWC activations, OHWI (KRSC) weights.
+    Nhwc,
 }
 
 /// Broadcasting binary arithmetic.
@@ -438,6 +450,15 @@ pub enum Op {
     Resize(ResizeAttrs),
     /// A planned kernel: an anchor and its fused epilogue (never imported; the planner makes it).
     Fused(Arc<FusedKernel>),
+    /// Planned back-to-back kernels run as one: each layer's output is the next one's A
+    /// operand and never leaves the threadblock. Inputs: A, then per layer its weight and
+    /// optional bias, then the last layer's optional source.
+    FusedChain(Arc<Vec<FusedKernel>>),
+    /// Zero-pads or truncates the last axis to `to` elements (the planner's alignment padding
+    /// of NHWC channels / GEMM K and N, and its removal).
+    FitLastAxis {
+        to: usize,
+    },
     /// Any other operator: imported as-is and left to the host framework.
     Opaque {
         domain: String,
@@ -496,6 +517,8 @@ impl Op {
             Op::ReduceMean { .. } => "ReduceMean",
             Op::Resize(_) => "Resize",
             Op::Fused(_) => "BoltKernel",
+            Op::FusedChain(_) => "BoltKernelChain",
+            Op::FitLastAxis { .. } => "BoltFitLastAxis",
             Op::Opaque { op_type, .. } => op_type,
         }
     }

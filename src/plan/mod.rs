@@ -1,153 +1,68 @@
-//! The planner: turns each partition into one kernel node ([`Op::Fused`]) with its weights
-//! prepared once, at plan time: BatchNormalization folded into conv weights and bias, every
-//! constant bias term (times its scale) summed into one vector, scalar Mul/Div folded into
-//! alpha. The planned graph runs on the reference executor, so a plan is checked against the
-//! model it came from (tests/plan.rs). Layout (NHWC) and padding are the next passes here.
+//! The planner: from a partitioned graph to the kernels Bolt runs, as a rewritten graph the
+//! reference executor can run (so every plan is checked against the model it came from,
+//! tests/plan.rs), plus the decisions taken and why ([`report`]).
+//!
+//! Passes, in order:
+//! 1. [`fuse`]: each partition becomes one kernel node (BN folded, biases summed, scalars in
+//!    alpha).
+//! 2. [`layout`]: conv kernels run NHWC; transposes only where a region of consecutive conv
+//!    kernels meets the rest of the model; weights converted once.
+//! 3. [`padding`]: channel / K / N sizes padded to the 128-bit vector width so aligned kernels
+//!    apply; weights padded once, activation padding fused into the producing kernel when it
+//!    is one of ours.
+//! 4. [`b2b`]: back-to-back GEMM / conv->1x1 conv chains fused into one kernel when the
+//!    threadblock-residence rules hold and the traffic model says it pays.
 
-use crate::error::{Error, Result};
-use crate::ir::{FusedKernel, Graph, Node, Op, Tensor};
-use crate::partition::{partition, AnchorKind, Partition, Partitioning};
-use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+pub mod b2b;
+pub mod cost;
+pub mod edit;
+mod fuse;
+pub mod layout;
+pub mod padding;
+pub mod report;
 
-/// A planned model: the rewritten graph plus the partitioning it came from.
+use crate::compile::DimBindings;
+use crate::error::Result;
+use crate::ir::Graph;
+use crate::partition::{partition, Partitioning};
+pub use cost::Device;
+
+/// What the planner may do and for which device and shapes it estimates costs.
+#[derive(Clone, Debug)]
+pub struct PlanOptions {
+    pub device: Device,
+    /// Values of symbolic dims for cost estimates (unbound dims count as 1).
+    pub bindings: DimBindings,
+    pub nhwc: bool,
+    pub pad: bool,
+    pub b2b: bool,
+}
+
+impl Default for PlanOptions {
+    fn default() -> Self {
+        PlanOptions { device: Device::h100(), bindings: DimBindings::new(), nhwc: true, pad: true, b2b: true }
+    }
+}
+
+/// A planned model: the rewritten graph plus every decision that made it.
 pub struct Plan {
     pub graph: Graph,
     pub partitioning: Partitioning,
+    pub layout: Vec<layout::Transform>,
+    pub padding: Vec<padding::Padding>,
+    pub chains: Vec<b2b::ChainDecision>,
 }
 
-/// Partitions `g` and rewrites every partition into one fused kernel node.
+/// Plans `g` with the default options (H100 costs, every pass on).
 pub fn plan(g: &Graph) -> Result<Plan> {
+    plan_with(g, &PlanOptions::default())
+}
+
+pub fn plan_with(g: &Graph, opts: &PlanOptions) -> Result<Plan> {
     let partitioning = partition(g);
-    let mut out = g.clone();
-    let index: HashMap<&str, usize> = g.nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect();
-    let mut removed: HashSet<usize> = HashSet::new();
-    // Fused nodes replace the partition's last node, where all their inputs exist.
-    let mut replacement: HashMap<usize, Node> = HashMap::new();
-    for p in &partitioning.partitions {
-        let node = fuse(g, p, &mut out)?;
-        let last = p.nodes.iter().map(|n| index[n.as_str()]).max().expect("a partition has nodes");
-        removed.extend(p.nodes.iter().map(|n| index[n.as_str()]));
-        replacement.insert(last, node);
-    }
-    out.nodes = (0..g.nodes.len())
-        .filter_map(|i| replacement.remove(&i).or_else(|| (!removed.contains(&i)).then(|| g.nodes[i].clone())))
-        .collect();
-    // Weights only the original anchors read are dead now.
-    let used: HashSet<&str> = out.nodes.iter().flat_map(|n| n.inputs.iter().flatten().map(String::as_str)).collect();
-    let keep: Vec<String> =
-        out.initializers.keys().filter(|k| used.contains(k.as_str()) || out.outputs.contains(k)).cloned().collect();
-    out.initializers.retain(|k, _| keep.contains(k));
-    for (k, t) in &out.initializers {
-        out.types.insert(k.clone(), crate::ir::TensorType::new(t.dtype(), crate::ir::Shape::from_static(&t.shape)));
-    }
-    out.sort_and_check()?;
-    crate::ir::infer::infer_graph(&mut out, &HashMap::new())?;
-    Ok(Plan { graph: out, partitioning })
-}
-
-fn constant(g: &Graph, name: &str) -> Option<Arc<Tensor>> {
-    g.initializers.get(name).cloned().or_else(|| {
-        g.nodes.iter().find_map(|n| match &n.op {
-            Op::Constant { value } if n.outputs[0] == name => Some(value.clone()),
-            _ => None,
-        })
-    })
-}
-
-/// Builds the fused node of partition `p`, adding its prepared weights to `out`.
-fn fuse(g: &Graph, p: &Partition, out: &mut Graph) -> Result<Node> {
-    let err = |reason: String| Error::Node { node: p.anchor.clone(), op_type: "partition".into(), reason };
-    let anchor_node = g.nodes.iter().find(|n| n.name == p.anchor).expect("anchor exists");
-    let e = &p.epilogue;
-    let channels = match p.output_type.as_ref().and_then(|t| t.shape.as_ref()) {
-        Some(s) => match p.kind {
-            AnchorKind::Conv2d { .. } => s.0.get(1).and_then(|d| d.known()),
-            _ => s.0.last().and_then(|d| d.known()),
-        },
-        None => None,
-    };
-    // Only a bias or a folded BatchNormalization needs the channel count (attention's
-    // batched GEMMs have a symbolic sequence length there).
-    let needs_channels = !e.bias.is_empty() || e.batch_norm.is_some();
-    let channels = match channels {
-        Some(c) => c,
-        None if !needs_channels => 0,
-        None => return Err(err("output channel count is not static".into())),
-    };
-
-    let mut weight_name = p.b.clone();
-    let mut bias = vec![0.0f64; channels];
-    let mut has_bias = !e.bias.is_empty();
-    let own_bias = match p.kind {
-        AnchorKind::Conv2d { .. } => anchor_node.input(2).map(str::to_string),
-        _ => None,
-    };
-    // BatchNormalization: y = s*(conv + b0 - mean) + beta with s = gamma / sqrt(var + eps);
-    // scale the weights per output channel by s and fold the shift into the bias.
-    let mut bn_scale: Option<Vec<f64>> = None;
-    if let Some(bn_name) = &e.batch_norm {
-        let bn = g.nodes.iter().find(|n| &n.name == bn_name).expect("bn exists");
-        let Op::BatchNormalization { epsilon, .. } = bn.op else { unreachable!("partitioner checked") };
-        let stat = |i: usize| -> Result<Vec<f64>> {
-            let t = bn
-                .input(i)
-                .and_then(|n| constant(g, n))
-                .ok_or_else(|| err(format!("BatchNormalization input {i} is not constant")))?;
-            Ok(t.to_f64_vec())
-        };
-        let (gamma, beta, mean, var) = (stat(1)?, stat(2)?, stat(3)?, stat(4)?);
-        let s: Vec<f64> = gamma.iter().zip(&var).map(|(g, v)| g / (v + epsilon as f64).sqrt()).collect();
-        let w = constant(g, &p.b).ok_or_else(|| err("conv weight is not constant".into()))?;
-        let per = w.len() / channels;
-        let scaled: Vec<f64> = w.to_f64_vec().iter().enumerate().map(|(i, x)| x * s[i / per]).collect();
-        weight_name = format!("{}.bolt_folded_weight", p.anchor);
-        let wt = Tensor::from_f64_as(w.dtype(), w.shape.clone(), &scaled).expect("float weight");
-        out.initializers.insert(weight_name.clone(), Arc::new(wt));
-        for c in 0..channels {
-            bias[c] += e.alpha as f64 * (beta[c] - s[c] * mean[c]);
-        }
-        bn_scale = Some(s);
-        has_bias = true;
-    }
-    for term in &e.bias {
-        let t = constant(g, &term.tensor).ok_or_else(|| err(format!("bias '{}' is not constant", term.tensor)))?;
-        let v = t.to_f64_vec();
-        if v.len() != 1 && v.len() != channels {
-            return Err(err(format!("bias '{}' has {} values for {channels} channels", term.tensor, v.len())));
-        }
-        for (c, b) in bias.iter_mut().enumerate() {
-            let x = if v.len() == 1 { v[0] } else { v[c] };
-            // The conv's own bias comes before the BatchNormalization and is scaled by it.
-            let through_bn = match (&bn_scale, &own_bias) {
-                (Some(s), Some(own)) if *own == term.tensor => s[c],
-                _ => 1.0,
-            };
-            *b += term.scale as f64 * through_bn * x;
-        }
-    }
-    let dtype = g.types.get(&p.a).map(|t| t.dtype).ok_or_else(|| err("input type unknown".into()))?;
-    let mut inputs = vec![Some(p.a.clone()), Some(weight_name), None, None];
-    if has_bias {
-        let name = format!("{}.bolt_bias", p.anchor);
-        out.initializers
-            .insert(name.clone(), Arc::new(Tensor::from_f64_as(dtype, vec![channels], &bias).expect("float")));
-        inputs[2] = Some(name);
-    }
-    inputs[3] = e.source.clone();
-    while inputs.last() == Some(&None) {
-        inputs.pop();
-    }
-    let anchor = match &anchor_node.op {
-        Op::Gemm { trans_a, trans_b, .. } => Op::Gemm { alpha: 1.0, beta: 0.0, trans_a: *trans_a, trans_b: *trans_b },
-        other => other.clone(),
-    };
-    let kernel = FusedKernel {
-        anchor: Box::new(anchor),
-        alpha: e.alpha,
-        source: e.source_at.map(|at| (e.source_scale, at)),
-        activation: e.activation,
-        output_dtype: e.output_dtype,
-    };
-    Ok(Node { name: p.anchor.clone(), op: Op::Fused(Arc::new(kernel)), inputs, outputs: vec![p.output.clone()] })
+    let mut graph = fuse::fuse_partitions(g, &partitioning)?;
+    let layout = if opts.nhwc { layout::to_nhwc(&mut graph)? } else { Vec::new() };
+    let padding = if opts.pad { padding::pad(&mut graph, opts)? } else { Vec::new() };
+    let chains = if opts.b2b { b2b::fuse_chains(&mut graph, opts)? } else { Vec::new() };
+    Ok(Plan { graph, partitioning, layout, padding, chains })
 }

@@ -3,9 +3,33 @@
 //! oracle for generated kernels and for checking that a plan preserves the model's meaning.
 
 use super::{req, OpResult};
-use crate::ir::{FusedKernel, Op, ResidualAt, Tensor};
+use crate::ir::{ConvLayout, FusedKernel, Op, ResidualAt, Tensor};
+
+const TO_NCHW: [usize; 4] = [0, 3, 1, 2];
+const TO_NHWC: [usize; 4] = [0, 2, 3, 1];
+
+fn permuted(t: &Tensor, perm: &[usize]) -> Result<Tensor, String> {
+    Ok(super::layout::transpose(t, Some(perm))?.remove(0))
+}
 
 pub fn fused(k: &FusedKernel, inputs: &[Option<&Tensor>]) -> OpResult {
+    // An NHWC conv kernel computes what the NCHW conv does on the permuted tensors: the
+    // oracle says so literally (the GPU kernel never transposes).
+    if k.layout == ConvLayout::Nhwc && matches!(*k.anchor, Op::Conv { .. }) {
+        let nchw: Vec<Option<Tensor>> = inputs
+            .iter()
+            .enumerate()
+            .map(|(i, t)| match t {
+                Some(t) if i != 2 => permuted(t, &TO_NCHW).map(Some),
+                Some(t) => Ok(Some((*t).clone())),
+                None => Ok(None),
+            })
+            .collect::<Result<_, String>>()?;
+        let refs: Vec<Option<&Tensor>> = nchw.iter().map(Option::as_ref).collect();
+        let k = FusedKernel { layout: ConvLayout::Nchw, ..k.clone() };
+        let out = fused(&k, &refs)?.remove(0);
+        return Ok(vec![permuted(&out, &TO_NHWC)?]);
+    }
     let a = req(inputs, 0)?;
     let w = req(inputs, 1)?;
     let acc = super::eval_op(&k.anchor, &[Some(a), Some(w)])?.remove(0);
@@ -47,4 +71,33 @@ pub fn fused(k: &FusedKernel, inputs: &[Option<&Tensor>]) -> OpResult {
         .collect();
     Ok(vec![Tensor::from_f64_as(k.output_dtype, shape, &out.iter().map(|&x| x as f64).collect::<Vec<_>>())
         .ok_or("output type is not a float type")?])
+}
+
+/// A back-to-back chain, layer by layer: each intermediate is rounded to its layer's output
+/// type, as the fused kernel does when it feeds the next layer's MMA from registers or
+/// shared memory.
+pub fn fused_chain(layers: &[FusedKernel], inputs: &[Option<&Tensor>]) -> OpResult {
+    let mut cur = req(inputs, 0)?.clone();
+    let last = layers.len().checked_sub(1).ok_or("empty chain")?;
+    for (i, k) in layers.iter().enumerate() {
+        let source = if i == last { inputs.get(1 + 2 * layers.len()).copied().flatten() } else { None };
+        let args = [Some(&cur), Some(req(inputs, 1 + 2 * i)?), inputs.get(2 + 2 * i).copied().flatten(), source];
+        cur = fused(k, &args).map_err(|e| format!("chain layer {i}: {e}"))?.remove(0);
+    }
+    Ok(vec![cur])
+}
+
+/// Zero-pads or truncates the last axis.
+pub fn fit_last_axis(x: &Tensor, to: usize) -> OpResult {
+    let from = *x.shape.last().ok_or("cannot pad a scalar")?;
+    let rows = x.len() / from.max(1);
+    let v = x.to_f64_vec();
+    let mut out = vec![0.0f64; rows * to];
+    for r in 0..rows {
+        let n = from.min(to);
+        out[r * to..r * to + n].copy_from_slice(&v[r * from..r * from + n]);
+    }
+    let mut shape = x.shape.clone();
+    *shape.last_mut().expect("rank >= 1") = to;
+    Ok(vec![Tensor::from_f64_as(x.dtype(), shape, &out).ok_or("only float tensors are padded")?])
 }

@@ -78,6 +78,8 @@ pub fn eval_op(op: &Op, inputs: &[Option<&Tensor>]) -> OpResult {
         }
         Op::Resize(attrs) => resize::resize(req(inputs, 0)?, opt(inputs, 1), opt(inputs, 2), opt(inputs, 3), attrs),
         Op::Fused(k) => fused::fused(k, inputs),
+        Op::FusedChain(layers) => fused::fused_chain(layers, inputs),
+        Op::FitLastAxis { to } => fused::fit_last_axis(req(inputs, 0)?, *to),
         Op::Opaque { why, .. } => Err(format!("not computed by the reference executor: {why}")),
     }
 }

@@ -1,0 +1,339 @@
+//! Pass 4: back-to-back fusion (Bolt section 3.1.1). GEMM -> GEMM and conv -> 1x1 conv chains
+//! run as one persistent kernel whose intermediate activations never leave the threadblock:
+//! in registers (RF-resident) or in shared memory.
+//!
+//! Threadblock residence: every layer has the same M (rows; N*P*Q for convs), so one
+//! threadblock can own a row block through the whole chain if it holds all N columns of every
+//! layer. Later convs must be 1x1, stride 1, no padding (so layer i+1's rows are layer i's
+//! rows). Only the last layer may read a residual tensor. The chain is kept only when the
+//! traffic model ([`super::cost`]) says it is faster than the layers run one by one.
+
+use super::cost::{ceil_div, Device, KernelWork};
+use super::edit::{bound_shape, constant, finish};
+use super::PlanOptions;
+use crate::error::Result;
+use crate::ir::{ConvLayout, DType, FusedKernel, Graph, Node, Op};
+use serde::Serialize;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+/// The widest N a threadblock holds for every layer (CUTLASS's fused examples go to 256).
+pub const MAX_RESIDENT_N: usize = 256;
+/// Registers hold the whole warp tile row of each layer up to this N (warp N = threadblock N
+/// = layer N; 16-row warps keep N/2 f32 accumulators per thread, 64 registers at N = 128).
+pub const MAX_REGISTER_RESIDENT_N: usize = 128;
+/// Threadblock rows of a fused kernel (as in CUTLASS's examples/13_two_tensor_op_fusion).
+pub const FUSED_TB_M: usize = 64;
+/// Fusing must win by this margin: the model is coarse.
+pub const MIN_GAIN: f64 = 1.05;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Residency {
+    Registers,
+    SharedMemory,
+}
+
+/// One GEMM-like layer of a candidate chain.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Layer {
+    pub node: String,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    /// Bytes of the A operand as stored (a conv reads its input tensor, not M x K).
+    pub input_bytes: usize,
+    pub weight_bytes: usize,
+    pub output_bytes: usize,
+    pub source_bytes: usize,
+}
+
+impl Layer {
+    fn flops(&self) -> f64 {
+        2.0 * (self.m * self.n * self.k) as f64
+    }
+
+    /// The layer as its own kernel: 128 x min(128, N) tiles, two threadblocks per SM.
+    fn alone(&self) -> KernelWork {
+        let tb_n = self.n.clamp(32, 128);
+        KernelWork {
+            bytes: (self.input_bytes + self.weight_bytes + self.output_bytes + self.source_bytes) as f64,
+            flops: self.flops(),
+            threadblocks: ceil_div(self.m, 128) * ceil_div(self.n, tb_n),
+            threadblocks_per_sm: 2,
+        }
+    }
+}
+
+/// A candidate chain and what the planner decided.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ChainDecision {
+    pub layers: Vec<Layer>,
+    pub fused: bool,
+    pub residency: Option<Residency>,
+    pub reason: String,
+    pub unfused: Option<KernelWork>,
+    pub fused_work: Option<KernelWork>,
+    pub unfused_seconds: f64,
+    pub fused_seconds: f64,
+}
+
+impl ChainDecision {
+    pub fn names(&self) -> Vec<&str> {
+        self.layers.iter().map(|l| l.node.as_str()).collect()
+    }
+}
+
+fn kernel(n: &Node) -> Option<&FusedKernel> {
+    match &n.op {
+        Op::Fused(k) => Some(k),
+        _ => None,
+    }
+}
+
+#[derive(PartialEq)]
+enum Family {
+    Gemm,
+    Conv,
+}
+
+fn family(k: &FusedKernel) -> Option<Family> {
+    match &*k.anchor {
+        Op::MatMul | Op::Gemm { trans_a: false, .. } => Some(Family::Gemm),
+        Op::Conv { group: 1, .. } => Some(Family::Conv),
+        _ => None,
+    }
+}
+
+/// M, N, K and byte counts of a kernel node under `bindings`.
+pub fn layer(g: &Graph, n: &Node, bindings: &HashMap<String, usize>) -> Option<Layer> {
+    let k = kernel(n)?;
+    let a = bound_shape(g, n.input(0)?, bindings)?;
+    let w = bound_shape(g, n.input(1)?, bindings)?;
+    let out = bound_shape(g, &n.outputs[0], bindings)?;
+    let elem = g.types.get(&n.outputs[0])?.dtype.size_bytes()?.max(1);
+    let count = |s: &[usize]| s.iter().product::<usize>();
+    let (m, nn, kk) = match &*k.anchor {
+        Op::Conv { .. } => {
+            let (ch, spatial) = match k.layout {
+                ConvLayout::Nhwc => (out[3], out[0] * out[1] * out[2]),
+                ConvLayout::Nchw => (out[1], out[0] * out[2] * out[3]),
+            };
+            (spatial, ch, count(&w) / ch)
+        }
+        Op::Gemm { trans_b, .. } => {
+            let (kk, nn) = if *trans_b { (w[1], w[0]) } else { (w[0], w[1]) };
+            (count(&out) / nn, nn, kk)
+        }
+        _ => {
+            let nn = *out.last()?;
+            (count(&out) / nn, nn, *a.last()?)
+        }
+    };
+    Some(Layer {
+        node: n.name.clone(),
+        m,
+        n: nn,
+        k: kk,
+        input_bytes: count(&a) * elem,
+        weight_bytes: (count(&w) + n.input(2).map_or(0, |_| nn)) * elem,
+        output_bytes: count(&out) * elem,
+        source_bytes: n.input(3).map_or(0, |_| count(&out) * elem),
+    })
+}
+
+/// Whether `y` may follow `x` in a chain: None when they are not a GEMM/GEMM or conv/conv
+/// pair at all, Some(Err(reason)) when they are but a residence rule forbids it.
+fn link(g: &Graph, x: &Node, y: &Node) -> Option<std::result::Result<(), String>> {
+    let (kx, ky) = (kernel(x)?, kernel(y)?);
+    let (fx, fy) = (family(kx)?, family(ky)?);
+    if fx != fy || y.input(0) != Some(x.outputs[0].as_str()) {
+        return None;
+    }
+    let dtype = g.types.get(&x.outputs[0]).map(|t| t.dtype);
+    Some(if !matches!(dtype, Some(DType::F16 | DType::BF16)) {
+        Err(format!(
+            "{} -> {}: back-to-back kernels are f16/bf16 (tensor-core mainloops of CUTLASS's fused kernels); this chain is {}",
+            x.name,
+            y.name,
+            dtype.map_or("untyped".into(), |d| d.to_string())
+        ))
+    } else if kx.source.is_some() {
+        Err(format!("{} adds a residual tensor: only the last layer of a chain may read one", x.name))
+    } else if y.input(1).and_then(|w| constant(g, w)).is_none() {
+        Err(format!("{}'s weight is not constant", y.name))
+    } else if let Op::Conv { window, .. } = &*ky.anchor {
+        let ones = |v: &Option<Vec<usize>>| v.as_ref().is_none_or(|v| v.iter().all(|&s| s == 1));
+        let zeros = window.pads.as_ref().is_none_or(|p| p.iter().all(|&p| p == 0));
+        let w = y.input(1).and_then(|w| g.types.get(w)).and_then(|t| t.shape.as_ref()).and_then(|s| s.as_static());
+        let one_by_one = w.is_some_and(|w| match ky.layout {
+            ConvLayout::Nhwc => w[1] == 1 && w[2] == 1,
+            ConvLayout::Nchw => w[2] == 1 && w[3] == 1,
+        });
+        if one_by_one && ones(&window.strides) && ones(&window.dilations) && zeros && window.auto_pad == crate::ir::AutoPad::NotSet
+        {
+            Ok(())
+        } else {
+            Err(format!("{}: later layers of a conv chain must be 1x1, stride 1, no padding", y.name))
+        }
+    } else {
+        Ok(())
+    })
+}
+
+/// Decides one maximal chain.
+pub fn decide(layers: Vec<Layer>, dev: &Device) -> ChainDecision {
+    let names = layers.iter().map(|l| l.node.as_str()).collect::<Vec<_>>().join(" -> ");
+    let mut d = ChainDecision {
+        layers: layers.clone(),
+        fused: false,
+        residency: None,
+        reason: String::new(),
+        unfused: None,
+        fused_work: None,
+        unfused_seconds: 0.0,
+        fused_seconds: 0.0,
+    };
+    if let Some(wide) = layers.iter().find(|l| l.n > MAX_RESIDENT_N) {
+        d.reason = format!(
+            "{names}: {} has N = {}; one threadblock must hold all N columns of every layer (at most {MAX_RESIDENT_N})",
+            wide.node, wide.n
+        );
+        return d;
+    }
+    let residency = if layers.iter().all(|l| l.n <= MAX_REGISTER_RESIDENT_N) {
+        Residency::Registers
+    } else {
+        Residency::SharedMemory
+    };
+    let first = &layers[0];
+    let last = layers.last().expect("a chain has layers");
+    let unfused = KernelWork {
+        bytes: layers.iter().map(|l| l.alone().bytes).sum(),
+        flops: layers.iter().map(Layer::flops).sum(),
+        threadblocks: first.alone().threadblocks,
+        threadblocks_per_sm: 2,
+    };
+    let unfused_s: f64 = layers.iter().map(|l| l.alone().seconds(dev)).sum();
+    let fused = KernelWork {
+        bytes: (first.input_bytes
+            + layers.iter().map(|l| l.weight_bytes).sum::<usize>()
+            + last.output_bytes
+            + last.source_bytes) as f64,
+        flops: unfused.flops,
+        threadblocks: ceil_div(first.m, FUSED_TB_M),
+        threadblocks_per_sm: 1,
+    };
+    let fused_s = fused.seconds(dev);
+    let mb = |b: f64| b / 1e6;
+    let detail = format!(
+        "{:.1} MB -> {:.1} MB DRAM traffic, {} threadblocks on {} SMs, est {:.1} us unfused vs {:.1} us fused ({:.2}x)",
+        mb(unfused.bytes),
+        mb(fused.bytes),
+        fused.threadblocks,
+        dev.sms,
+        unfused_s * 1e6,
+        fused_s * 1e6,
+        unfused_s / fused_s
+    );
+    d.fused = unfused_s > fused_s * MIN_GAIN;
+    d.reason = if d.fused {
+        format!("{names}: fused, {residency:?}-resident: {detail}")
+    } else if fused.threadblocks < dev.sms {
+        format!("{names}: not fused: too few row blocks to fill the GPU: {detail}")
+    } else {
+        format!("{names}: not fused: does not pay: {detail}")
+    };
+    d.residency = d.fused.then_some(residency);
+    d.unfused = Some(unfused);
+    d.fused_work = Some(fused);
+    d.unfused_seconds = unfused_s;
+    d.fused_seconds = fused_s;
+    d
+}
+
+/// Finds chains among the kernel nodes of `g`, decides each, and rewrites the fused ones
+/// into [`Op::FusedChain`] nodes. Returns every decision, rejected links included (their
+/// reasons are model hints).
+pub fn fuse_chains(g: &mut Graph, opts: &PlanOptions) -> Result<Vec<ChainDecision>> {
+    let producers: HashMap<&str, usize> =
+        g.nodes.iter().enumerate().flat_map(|(i, n)| n.outputs.iter().map(move |o| (o.as_str(), i))).collect();
+    let cons = super::edit::consumers(g);
+    // next[i] = j when j may follow i.
+    let mut next: HashMap<usize, usize> = HashMap::new();
+    let mut has_prev: HashSet<usize> = HashSet::new();
+    let mut decisions = Vec::new();
+    for (j, y) in g.nodes.iter().enumerate() {
+        let Some(&i) = y.input(0).and_then(|a| producers.get(a)) else { continue };
+        let x = &g.nodes[i];
+        let only_reader = cons.get(&x.outputs[0]).is_some_and(|c| c.len() == 1) && !g.outputs.contains(&x.outputs[0]);
+        match link(g, x, y) {
+            Some(Ok(())) if only_reader => {
+                next.insert(i, j);
+                has_prev.insert(j);
+            }
+            Some(Ok(())) => {}
+            Some(Err(reason)) => {
+                let layers = [x, y].iter().filter_map(|n| layer(g, n, &opts.bindings)).collect();
+                decisions.push(ChainDecision {
+                    layers,
+                    fused: false,
+                    residency: None,
+                    reason: format!("not chained: {reason}"),
+                    unfused: None,
+                    fused_work: None,
+                    unfused_seconds: 0.0,
+                    fused_seconds: 0.0,
+                });
+            }
+            None => {}
+        }
+    }
+    let mut replace: HashMap<usize, Node> = HashMap::new();
+    let mut removed: HashSet<usize> = HashSet::new();
+    for start in 0..g.nodes.len() {
+        if has_prev.contains(&start) || !next.contains_key(&start) {
+            continue;
+        }
+        let mut chain = vec![start];
+        while let Some(&j) = next.get(chain.last().expect("non-empty")) {
+            chain.push(j);
+        }
+        let Some(layers) = chain.iter().map(|&i| layer(g, &g.nodes[i], &opts.bindings)).collect::<Option<Vec<_>>>()
+        else {
+            continue;
+        };
+        let d = decide(layers, &opts.device);
+        if d.fused {
+            let nodes: Vec<&Node> = chain.iter().map(|&i| &g.nodes[i]).collect();
+            let mut inputs = vec![nodes[0].inputs[0].clone()];
+            for n in &nodes {
+                inputs.push(n.inputs.get(1).cloned().flatten());
+                inputs.push(n.inputs.get(2).cloned().flatten());
+            }
+            inputs.push(nodes.last().expect("non-empty").inputs.get(3).cloned().flatten());
+            let layers: Vec<FusedKernel> = nodes.iter().map(|n| kernel(n).expect("kernel").clone()).collect();
+            let last = *chain.last().expect("non-empty");
+            replace.insert(
+                last,
+                Node {
+                    name: format!("b2b[{}]", d.names().join(",")),
+                    op: Op::FusedChain(Arc::new(layers)),
+                    inputs,
+                    outputs: g.nodes[last].outputs.clone(),
+                },
+            );
+            removed.extend(chain);
+        }
+        decisions.push(d);
+    }
+    if !replace.is_empty() {
+        let nodes = std::mem::take(&mut g.nodes);
+        g.nodes = nodes
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, n)| replace.remove(&i).or_else(|| (!removed.contains(&i)).then_some(n)))
+            .collect();
+        finish(g)?;
+    }
+    Ok(decisions)
+}

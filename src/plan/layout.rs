@@ -1,0 +1,148 @@
+//! Pass 2: conv kernels run NHWC (Bolt's CUTLASS convs are NHWC / KRSC). NCHW models get one
+//! transpose where data enters a region of consecutive conv kernels and one where it leaves,
+//! never a pair around every conv: a tensor that only conv kernels read (as their input or
+//! residual) stays NHWC between them. Conv weights are converted to OHWI once, here.
+//!
+//! The transposes are standalone kernels for now; folding the entry one into the first
+//! conv's loads and the exit one into the last conv's epilogue store needs codegen support.
+
+use super::edit::{consumers, fresh_name, finish, node};
+use crate::error::{Error, Result};
+use crate::ir::{ConvLayout, FusedKernel, Graph, Node, Op};
+use serde::Serialize;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+pub const TO_NHWC: [usize; 4] = [0, 2, 3, 1];
+pub const TO_NCHW: [usize; 4] = [0, 3, 1, 2];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Direction {
+    NchwToNhwc,
+    NhwcToNchw,
+}
+
+/// One inserted layout transform.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Transform {
+    /// The NCHW tensor of the model that is converted (at a region's entry) or produced (at
+    /// its exit).
+    pub tensor: String,
+    pub direction: Direction,
+    /// The kernel next to it: the region's first conv reading it, or the last one writing it.
+    pub kernel: String,
+    /// Region of consecutive NHWC conv kernels (numbered in graph order).
+    pub region: usize,
+}
+
+fn is_conv(n: &Node) -> bool {
+    matches!(&n.op, Op::Fused(k) if matches!(*k.anchor, Op::Conv { .. }))
+}
+
+/// Rewrites every conv kernel of `g` to NHWC. Returns the transforms inserted.
+pub fn to_nhwc(g: &mut Graph) -> Result<Vec<Transform>> {
+    let convs: HashSet<usize> = (0..g.nodes.len()).filter(|&i| is_conv(&g.nodes[i])).collect();
+    if convs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let old = g.clone();
+    let cons = consumers(&old);
+    // A conv output stays NHWC when conv kernels are all that read it, as input or residual.
+    let stays_nhwc = |t: &str| {
+        !old.outputs.iter().any(|o| o == t)
+            && cons.get(t).is_some_and(|c| c.iter().all(|&(i, k)| convs.contains(&i) && (k == 0 || k == 3)))
+    };
+    let producer: HashMap<&str, usize> =
+        old.nodes.iter().enumerate().flat_map(|(i, n)| n.outputs.iter().map(move |o| (o.as_str(), i))).collect();
+    let nhwc_tensor = |t: &str| producer.get(t).is_some_and(|p| convs.contains(p)) && stays_nhwc(t);
+
+    // Regions: convs joined by tensors that stay NHWC (union-find over node indices).
+    let mut parent: Vec<usize> = (0..g.nodes.len()).collect();
+    fn root(p: &mut [usize], mut i: usize) -> usize {
+        while p[i] != i {
+            p[i] = p[p[i]];
+            i = p[i];
+        }
+        i
+    }
+    for &i in &convs {
+        let t = &old.nodes[i].outputs[0];
+        if nhwc_tensor(t) {
+            for &(j, _) in &cons[t.as_str()] {
+                let (a, b) = (root(&mut parent, i), root(&mut parent, j));
+                parent[a] = b;
+            }
+        }
+    }
+    let mut region_ids: HashMap<usize, usize> = HashMap::new();
+    let mut sorted: Vec<usize> = convs.iter().copied().collect();
+    sorted.sort_unstable();
+    for &i in &sorted {
+        let r = root(&mut parent, i);
+        let next = region_ids.len();
+        region_ids.entry(r).or_insert(next);
+    }
+
+    let mut taken = HashSet::new();
+    let mut inserted: Vec<Node> = Vec::new();
+    let mut transforms = Vec::new();
+    let mut entry: HashMap<String, String> = HashMap::new();
+    let mut new_weights = HashMap::new();
+    for &i in &sorted {
+        let region = region_ids[&root(&mut parent, i)];
+        let n = &old.nodes[i];
+        let Op::Fused(k) = &n.op else { unreachable!("is_conv") };
+        let mut inputs = n.inputs.clone();
+        for slot in [0, 3] {
+            let Some(Some(x)) = n.inputs.get(slot) else { continue };
+            if nhwc_tensor(x) {
+                continue;
+            }
+            let t = match entry.get(x) {
+                Some(t) => t.clone(),
+                None => {
+                    let t = fresh_name(&old, &mut taken, &format!("{x}.nhwc"));
+                    let name = fresh_name(&old, &mut taken, &format!("{x}.to_nhwc"));
+                    inserted.push(node(name, Op::Transpose { perm: Some(TO_NHWC.to_vec()) }, vec![Some(x.clone())], t.clone()));
+                    transforms.push(Transform { tensor: x.clone(), direction: Direction::NchwToNhwc, kernel: n.name.clone(), region });
+                    entry.insert(x.clone(), t.clone());
+                    t
+                }
+            };
+            inputs[slot] = Some(t);
+        }
+        // Weights: OIHW -> OHWI once when constant, else a transpose node.
+        let w = n.input(1).ok_or_else(|| Error::node(n, "conv kernel without a weight"))?.to_string();
+        match super::edit::constant(&old, &w) {
+            Some(t) => {
+                let name = fresh_name(&old, &mut taken, &format!("{w}.ohwi"));
+                let p = crate::reference::eval_op(&Op::Transpose { perm: Some(TO_NHWC.to_vec()) }, &[Some(&t)])
+                    .map_err(|e| Error::node(n, format!("weight '{w}': {e}")))?
+                    .remove(0);
+                new_weights.insert(name.clone(), Arc::new(p));
+                inputs[1] = Some(name);
+            }
+            None => {
+                let t = fresh_name(&old, &mut taken, &format!("{w}.ohwi"));
+                let name = fresh_name(&old, &mut taken, &format!("{w}.to_ohwi"));
+                inserted.push(node(name, Op::Transpose { perm: Some(TO_NHWC.to_vec()) }, vec![Some(w.clone())], t.clone()));
+                inputs[1] = Some(t);
+            }
+        }
+        let out = &n.outputs[0];
+        let mut outputs = n.outputs.clone();
+        if !nhwc_tensor(out) {
+            let t = fresh_name(&old, &mut taken, &format!("{out}.nhwc"));
+            let name = fresh_name(&old, &mut taken, &format!("{out}.to_nchw"));
+            inserted.push(node(name, Op::Transpose { perm: Some(TO_NCHW.to_vec()) }, vec![Some(t.clone())], out.clone()));
+            transforms.push(Transform { tensor: out.clone(), direction: Direction::NhwcToNchw, kernel: n.name.clone(), region });
+            outputs[0] = t;
+        }
+        let kernel = FusedKernel { layout: ConvLayout::Nhwc, ..(**k).clone() };
+        g.nodes[i] = Node { name: n.name.clone(), op: Op::Fused(Arc::new(kernel)), inputs, outputs };
+    }
+    g.nodes.extend(inserted);
+    g.initializers.extend(new_weights);
+    finish(g)?;
+    Ok(transforms)
+}
