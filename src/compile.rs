@@ -97,7 +97,8 @@ pub struct Anchor {
     pub fused_nodes: usize,
 }
 
-fn describe(e: &crate::partition::FusedEpilogue) -> String {
+/// Human-readable epilogue, e.g. `batchnorm(folded) + bias -> Relu + residual`.
+pub fn describe(e: &crate::partition::FusedEpilogue) -> String {
     use crate::partition::ResidualAt;
     let mut parts = Vec::new();
     if e.batch_norm.is_some() {

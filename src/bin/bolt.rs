@@ -31,6 +31,30 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Plan a model and report what Bolt fuses, pads, transposes and leaves to the host, and
+    /// why, with hints for the model's author. Markdown by default. With no MODEL, uses the
+    /// built-in default model.
+    Report {
+        model: Option<PathBuf>,
+        /// Size of a symbolic dim for cost estimates, e.g. --dim N=32 (repeatable; default 1).
+        #[arg(long = "dim", value_name = "NAME=SIZE", value_parser = parse_binding)]
+        dims: Vec<(String, usize)>,
+        /// GPU whose numbers the cost model uses: h100 or a100.
+        #[arg(long, default_value = "h100")]
+        device: String,
+        /// Print JSON instead of Markdown.
+        #[arg(long)]
+        json: bool,
+        /// Keep NCHW (no layout pass).
+        #[arg(long)]
+        no_nhwc: bool,
+        /// No alignment padding.
+        #[arg(long)]
+        no_pad: bool,
+        /// No back-to-back fusion.
+        #[arg(long)]
+        no_b2b: bool,
+    },
     /// Run ONNX test cases (model.onnx + test_data_set_*/) through the reference executor and
     /// compare with their expected outputs.
     Check {
@@ -98,6 +122,29 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     println!("(no model given: using the built-in default model)\n");
                 }
                 print!("{summary}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Report { model, dims, device, json, no_nhwc, no_pad, no_b2b } => {
+            let (graph, name) = match &model {
+                Some(p) => (bolt::import::load(p)?.graph, p.display().to_string()),
+                None => (bolt::models::default_model()?, "built-in default model".to_string()),
+            };
+            let device = bolt::plan::Device::by_name(&device)
+                .ok_or_else(|| anyhow::anyhow!("--device {device}: unknown GPU (known: h100, a100)"))?;
+            let opts = bolt::plan::PlanOptions {
+                device,
+                bindings: dims.into_iter().collect(),
+                nhwc: !no_nhwc,
+                pad: !no_pad,
+                b2b: !no_b2b,
+            };
+            let plan = bolt::plan::plan_with(&graph, &opts).with_context(|| format!("planning {name}"))?;
+            let report = bolt::plan::report::report(&name, &graph, &plan, &opts);
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{}", report.to_markdown());
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -52,14 +52,17 @@ impl Layer {
         2.0 * (self.m * self.n * self.k) as f64
     }
 
-    /// The layer as its own kernel: 128 x min(128, N) tiles, two threadblocks per SM.
-    fn alone(&self) -> KernelWork {
-        let tb_n = self.n.clamp(32, 128);
+    /// The layer as its own kernel: 128 x 128 tiles (two per SM) when they fill the GPU,
+    /// else 64 x 64 (four per SM), as a tuned library would pick.
+    fn alone(&self, dev: &Device) -> KernelWork {
+        let large = ceil_div(self.m, 128) * ceil_div(self.n, 128);
+        let (threadblocks, threadblocks_per_sm) =
+            if large >= dev.sms { (large, 2) } else { (ceil_div(self.m, 64) * ceil_div(self.n, 64), 4) };
         KernelWork {
             bytes: (self.input_bytes + self.weight_bytes + self.output_bytes + self.source_bytes) as f64,
             flops: self.flops(),
-            threadblocks: ceil_div(self.m, 128) * ceil_div(self.n, tb_n),
-            threadblocks_per_sm: 2,
+            threadblocks,
+            threadblocks_per_sm,
         }
     }
 }
@@ -150,17 +153,11 @@ fn link(g: &Graph, x: &Node, y: &Node) -> Option<std::result::Result<(), String>
         return None;
     }
     let dtype = g.types.get(&x.outputs[0]).map(|t| t.dtype);
-    Some(if !matches!(dtype, Some(DType::F16 | DType::BF16)) {
-        Err(format!(
-            "{} -> {}: back-to-back kernels are f16/bf16 (tensor-core mainloops of CUTLASS's fused kernels); this chain is {}",
-            x.name,
-            y.name,
-            dtype.map_or("untyped".into(), |d| d.to_string())
-        ))
-    } else if kx.source.is_some() {
-        Err(format!("{} adds a residual tensor: only the last layer of a chain may read one", x.name))
+    let pair = format!("{} -> {}", x.name, y.name);
+    let rule = if kx.source.is_some() {
+        Err(format!("{pair}: {} adds a residual tensor; only the last layer of a chain may read one", x.name))
     } else if y.input(1).and_then(|w| constant(g, w)).is_none() {
-        Err(format!("{}'s weight is not constant", y.name))
+        Err(format!("{pair}: {}'s weight is not constant", y.name))
     } else if let Op::Conv { window, .. } = &*ky.anchor {
         let ones = |v: &Option<Vec<usize>>| v.as_ref().is_none_or(|v| v.iter().all(|&s| s == 1));
         let zeros = window.pads.as_ref().is_none_or(|p| p.iter().all(|&p| p == 0));
@@ -169,15 +166,26 @@ fn link(g: &Graph, x: &Node, y: &Node) -> Option<std::result::Result<(), String>
             ConvLayout::Nhwc => w[1] == 1 && w[2] == 1,
             ConvLayout::Nchw => w[2] == 1 && w[3] == 1,
         });
-        if one_by_one && ones(&window.strides) && ones(&window.dilations) && zeros && window.auto_pad == crate::ir::AutoPad::NotSet
+        if one_by_one
+            && ones(&window.strides)
+            && ones(&window.dilations)
+            && zeros
+            && window.auto_pad == crate::ir::AutoPad::NotSet
         {
             Ok(())
         } else {
-            Err(format!("{}: later layers of a conv chain must be 1x1, stride 1, no padding", y.name))
+            Err(format!("{pair}: later layers of a conv chain must be 1x1, stride 1, no padding"))
         }
     } else {
         Ok(())
-    })
+    };
+    Some(rule.and_then(|()| match dtype {
+        Some(DType::F16 | DType::BF16) => Ok(()),
+        other => Err(format!(
+            "{pair}: back-to-back kernels are f16/bf16 (CUTLASS's fused tensor-core mainloops); this chain is {}",
+            other.map_or("untyped".into(), |d| d.to_string())
+        )),
+    }))
 }
 
 /// Decides one maximal chain.
@@ -208,12 +216,12 @@ pub fn decide(layers: Vec<Layer>, dev: &Device) -> ChainDecision {
     let first = &layers[0];
     let last = layers.last().expect("a chain has layers");
     let unfused = KernelWork {
-        bytes: layers.iter().map(|l| l.alone().bytes).sum(),
+        bytes: layers.iter().map(|l| l.alone(dev).bytes).sum(),
         flops: layers.iter().map(Layer::flops).sum(),
-        threadblocks: first.alone().threadblocks,
+        threadblocks: first.alone(dev).threadblocks,
         threadblocks_per_sm: 2,
     };
-    let unfused_s: f64 = layers.iter().map(|l| l.alone().seconds(dev)).sum();
+    let unfused_s: f64 = layers.iter().map(|l| l.alone(dev).seconds(dev)).sum();
     let fused = KernelWork {
         bytes: (first.input_bytes
             + layers.iter().map(|l| l.weight_bytes).sum::<usize>()
@@ -237,11 +245,11 @@ pub fn decide(layers: Vec<Layer>, dev: &Device) -> ChainDecision {
     );
     d.fused = unfused_s > fused_s * MIN_GAIN;
     d.reason = if d.fused {
-        format!("{names}: fused, {residency:?}-resident: {detail}")
+        format!("{names}: {residency:?}-resident: {detail}")
     } else if fused.threadblocks < dev.sms {
-        format!("{names}: not fused: too few row blocks to fill the GPU: {detail}")
+        format!("{names}: too few row blocks to fill the GPU: {detail}")
     } else {
-        format!("{names}: not fused: does not pay: {detail}")
+        format!("{names}: does not pay: {detail}")
     };
     d.residency = d.fused.then_some(residency);
     d.unfused = Some(unfused);
@@ -266,7 +274,22 @@ pub fn fuse_chains(g: &mut Graph, opts: &PlanOptions) -> Result<Vec<ChainDecisio
         let Some(&i) = y.input(0).and_then(|a| producers.get(a)) else { continue };
         let x = &g.nodes[i];
         let only_reader = cons.get(&x.outputs[0]).is_some_and(|c| c.len() == 1) && !g.outputs.contains(&x.outputs[0]);
-        match link(g, x, y) {
+        // A layer wider than a threadblock holds ends the chain there.
+        let verdict = link(g, x, y).map(|r| {
+            r.and_then(|()| {
+                let wide = [x, y].into_iter().find_map(|n| {
+                    layer(g, n, &opts.bindings).filter(|l| l.n > MAX_RESIDENT_N).map(|l| (n.name.clone(), l.n))
+                });
+                match wide {
+                    Some((name, n)) => Err(format!(
+                        "{} -> {}: {name} has N = {n}; one threadblock must hold all N columns of every layer (at most {MAX_RESIDENT_N})",
+                        x.name, y.name
+                    )),
+                    None => Ok(()),
+                }
+            })
+        });
+        match verdict {
             Some(Ok(())) if only_reader => {
                 next.insert(i, j);
                 has_prev.insert(j);
@@ -278,7 +301,7 @@ pub fn fuse_chains(g: &mut Graph, opts: &PlanOptions) -> Result<Vec<ChainDecisio
                     layers,
                     fused: false,
                     residency: None,
-                    reason: format!("not chained: {reason}"),
+                    reason,
                     unfused: None,
                     fused_work: None,
                     unfused_seconds: 0.0,

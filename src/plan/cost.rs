@@ -56,16 +56,23 @@ pub struct KernelWork {
 }
 
 impl KernelWork {
-    /// Estimated seconds: launch + max(compute, memory). Compute pays for whole waves (a
-    /// partial last wave takes as long as a full one); memory bandwidth needs enough SMs
-    /// issuing loads (one SM pulls about twice its fair share).
+    /// Estimated seconds: launch + max(compute, memory). An SM with work runs at its full
+    /// rate, so fewer threadblocks than SMs leave the rest idle, and a partial last wave takes
+    /// as long as a full one. Memory bandwidth needs enough SMs issuing loads (one SM pulls
+    /// about twice its fair share).
     pub fn seconds(&self, dev: &Device) -> f64 {
-        let slots = (dev.sms * self.threadblocks_per_sm.max(1)) as f64;
+        let sms = dev.sms as f64;
         let tbs = self.threadblocks.max(1) as f64;
-        let waves = (tbs / slots).ceil();
-        let compute = self.flops / dev.mma_flops_per_s * (waves * slots / tbs);
-        let active_sms = tbs.min(dev.sms as f64);
-        let bandwidth = dev.dram_bytes_per_s * (2.0 * active_sms / dev.sms as f64).min(1.0);
+        let per_sm = dev.mma_flops_per_s / sms;
+        let compute = if tbs <= sms {
+            self.flops / tbs / per_sm
+        } else {
+            let slots = sms * self.threadblocks_per_sm.max(1) as f64;
+            let waves = (tbs / slots).ceil();
+            self.flops / dev.mma_flops_per_s * (waves * slots / tbs)
+        };
+        let active_sms = tbs.min(sms);
+        let bandwidth = dev.dram_bytes_per_s * (2.0 * active_sms / sms).min(1.0);
         dev.launch_s + compute.max(self.bytes / bandwidth)
     }
 }

@@ -1,1 +1,297 @@
-//! Reports
+//! What the planner did and why, for people (Markdown) and tools (JSON): per partition the
+//! ops fused, kernel family, epilogue, layout and padding; back-to-back decisions with their
+//! reasons; layout transforms; host ops grouped by reason; and system-friendly model hints
+//! (Bolt section 3.3): changes to the model that would let more of it run fast.
+
+use super::b2b::ChainDecision;
+use super::layout::{Direction, Transform};
+use super::padding::{ActivationPadding, PaddedDim, Padding};
+use super::{Plan, PlanOptions};
+use crate::ir::{Graph, Op};
+use crate::partition::AnchorKind;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub model: String,
+    pub device: String,
+    /// Symbolic dim values the cost estimates assumed.
+    pub bindings: BTreeMap<String, usize>,
+    pub nodes: usize,
+    pub planned_nodes: usize,
+    pub partitions: Vec<PartitionReport>,
+    pub chains: Vec<ChainDecision>,
+    pub layout: Vec<Transform>,
+    pub padding: Vec<Padding>,
+    pub host: Vec<HostGroup>,
+    pub hints: Vec<Hint>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct PartitionReport {
+    pub anchor: String,
+    pub family: String,
+    /// `node (OpType)` of every node fused, anchor first.
+    pub fused: Vec<String>,
+    pub epilogue: String,
+    pub output_dtype: String,
+    /// The fused back-to-back chain it runs in, if any.
+    pub chain: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct HostGroup {
+    pub reason: String,
+    /// Op type -> count.
+    pub ops: BTreeMap<String, usize>,
+    pub examples: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum HintKind {
+    ChannelsNotMultipleOf8,
+    ActivationBreaksFusion,
+    ChainCouldFuse,
+    LayoutBoundary,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Hint {
+    pub kind: HintKind,
+    pub nodes: Vec<String>,
+    pub message: String,
+}
+
+fn family(kind: &AnchorKind) -> String {
+    match kind {
+        AnchorKind::Gemm { trans_a, trans_b } => format!("GEMM (Gemm, transA={trans_a}, transB={trans_b})"),
+        AnchorKind::MatMul => "GEMM (MatMul)".into(),
+        AnchorKind::BatchedMatMul => "batched GEMM".into(),
+        AnchorKind::Conv2d { group: 1, .. } => "Conv2d fprop".into(),
+        AnchorKind::Conv2d { group, .. } => format!("Conv2d fprop, {group} groups"),
+    }
+}
+
+pub fn report(model: &str, original: &Graph, plan: &Plan, opts: &PlanOptions) -> Report {
+    let node_op = |name: &str| {
+        original.nodes.iter().find(|n| n.name == name).map_or("?".to_string(), |n| n.op.op_type().to_string())
+    };
+    let chain_of = |anchor: &str| {
+        plan.chains.iter().find(|c| c.fused && c.layers.iter().any(|l| l.node == anchor)).map(|c| c.names().join(" -> "))
+    };
+    let partitions = plan
+        .partitioning
+        .partitions
+        .iter()
+        .map(|p| PartitionReport {
+            anchor: p.anchor.clone(),
+            family: family(&p.kind),
+            fused: p.nodes.iter().map(|n| format!("{n} ({})", node_op(n))).collect(),
+            epilogue: crate::compile::describe(&p.epilogue),
+            output_dtype: p.epilogue.output_dtype.to_string(),
+            chain: chain_of(&p.anchor),
+        })
+        .collect();
+    let mut groups: BTreeMap<String, HostGroup> = BTreeMap::new();
+    for h in &plan.partitioning.host {
+        let g = groups.entry(h.reason.clone()).or_insert_with(|| HostGroup {
+            reason: h.reason.clone(),
+            ops: BTreeMap::new(),
+            examples: Vec::new(),
+        });
+        *g.ops.entry(h.op_type.clone()).or_default() += 1;
+        if g.examples.len() < 3 {
+            g.examples.push(h.node.clone());
+        }
+    }
+    Report {
+        model: model.to_string(),
+        device: opts.device.name.to_string(),
+        bindings: opts.bindings.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+        nodes: original.nodes.len(),
+        planned_nodes: plan.graph.nodes.len(),
+        partitions,
+        chains: plan.chains.clone(),
+        layout: plan.layout.clone(),
+        padding: plan.padding.clone(),
+        host: groups.into_values().collect(),
+        hints: hints(original, plan),
+    }
+}
+
+/// Model hints: what the model's author could change.
+fn hints(g: &Graph, plan: &Plan) -> Vec<Hint> {
+    let mut out = Vec::new();
+    // Channels / K / N not multiples of 8: f16 kernels then need padding or narrow loads.
+    for p in &plan.partitioning.partitions {
+        let shape = |t: &str| g.types.get(t).and_then(|t| t.shape.as_ref()).and_then(|s| s.as_static());
+        let dims: Vec<(&str, usize)> = match (&p.kind, shape(&p.b)) {
+            (AnchorKind::Conv2d { group, .. }, Some(w)) => vec![("output channels", w[0]), ("input channels", w[1] * group)],
+            (AnchorKind::Gemm { trans_b, .. }, Some(w)) if w.len() == 2 => {
+                let (k, n) = if *trans_b { (w[1], w[0]) } else { (w[0], w[1]) };
+                vec![("K", k), ("N", n)]
+            }
+            (AnchorKind::MatMul, Some(w)) if w.len() == 2 => vec![("K", w[0]), ("N", w[1])],
+            _ => vec![],
+        };
+        let odd: Vec<String> = dims.iter().filter(|(_, d)| d % 8 != 0).map(|(what, d)| format!("{what} = {d}")).collect();
+        if !odd.is_empty() {
+            out.push(Hint {
+                kind: HintKind::ChannelsNotMultipleOf8,
+                nodes: vec![p.anchor.clone()],
+                message: format!(
+                    "{}: {}; multiples of 8 let f16 kernels use 128-bit accesses without padding",
+                    p.anchor,
+                    odd.join(", ")
+                ),
+            });
+        }
+    }
+    // Elementwise ops right after a kernel that stayed on the host: a round trip through memory.
+    let cons = super::edit::consumers(g);
+    for p in &plan.partitioning.partitions {
+        let Some(readers) = cons.get(&p.output) else { continue };
+        for &(i, _) in readers {
+            let n = &g.nodes[i];
+            let elementwise = matches!(n.op, Op::Unary(_) | Op::Clip | Op::Binary(_));
+            if !elementwise || plan.partitioning.host.iter().all(|h| h.node != n.name) {
+                continue;
+            }
+            let why = if readers.len() > 1 {
+                format!("{} is read by {} nodes, so it cannot stay inside the kernel", p.output, readers.len())
+            } else if p.epilogue.activation.is_some() {
+                "the kernel's epilogue already applies an activation".to_string()
+            } else {
+                "not an epilogue Bolt fuses".to_string()
+            };
+            out.push(Hint {
+                kind: HintKind::ActivationBreaksFusion,
+                nodes: vec![p.anchor.clone(), n.name.clone()],
+                message: format!("{} ({}) after kernel {} runs on the host: {why}", n.name, n.op.op_type(), p.anchor),
+            });
+        }
+    }
+    for c in &plan.chains {
+        if !c.fused {
+            out.push(Hint { kind: HintKind::ChainCouldFuse, nodes: c.names().iter().map(|s| s.to_string()).collect(), message: c.reason.clone() });
+        }
+    }
+    // Layout boundaries: each one is a transpose kernel; host ops between convs cause them.
+    let mut by_region: BTreeMap<usize, usize> = BTreeMap::new();
+    for t in &plan.layout {
+        *by_region.entry(t.region).or_default() += 1;
+    }
+    let regions = by_region.len();
+    if regions > 1 {
+        out.push(Hint {
+            kind: HintKind::LayoutBoundary,
+            nodes: vec![],
+            message: format!(
+                "{} layout transposes around {regions} NHWC regions: host ops between convs split the regions",
+                plan.layout.len()
+            ),
+        });
+    }
+    out
+}
+
+impl Report {
+    pub fn to_markdown(&self) -> String {
+        let mut s = String::new();
+        let fused_chains = self.chains.iter().filter(|c| c.fused).count();
+        let _ = writeln!(s, "# Bolt plan: {}\n", self.model);
+        let _ = writeln!(
+            s,
+            "{} nodes -> {} planned nodes: {} kernels ({} back-to-back chains fused), {} layout transforms, {} paddings, {} host nodes. Costs for {}{}.\n",
+            self.nodes,
+            self.planned_nodes,
+            self.partitions.len(),
+            fused_chains,
+            self.layout.len(),
+            self.padding.len(),
+            self.host.iter().map(|h| h.ops.values().sum::<usize>()).sum::<usize>(),
+            self.device,
+            if self.bindings.is_empty() {
+                ", symbolic dims = 1".to_string()
+            } else {
+                format!(", {:?}", self.bindings)
+            }
+        );
+        let _ = writeln!(s, "## Partitions\n\n| kernel | family | fused ops | epilogue | out | chain |\n|---|---|---|---|---|---|");
+        for p in &self.partitions {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {} |",
+                p.anchor,
+                p.family,
+                p.fused.join(", "),
+                p.epilogue,
+                p.output_dtype,
+                p.chain.as_deref().unwrap_or("")
+            );
+        }
+        let _ = writeln!(s, "\n## Back-to-back chains\n");
+        if self.chains.is_empty() {
+            let _ = writeln!(s, "No GEMM -> GEMM or conv -> conv pairs where one kernel's only reader is the next.");
+        }
+        for c in &self.chains {
+            let _ = writeln!(s, "- {} {}", if c.fused { "**fused**" } else { "not fused:" }, c.reason);
+        }
+        let _ = writeln!(s, "\n## Layout transforms\n");
+        if self.layout.is_empty() {
+            let _ = writeln!(s, "None (no conv kernels).");
+        } else {
+            let _ = writeln!(s, "| region | tensor | transform | next to kernel |\n|---|---|---|---|");
+            for t in &self.layout {
+                let dir = match t.direction {
+                    Direction::NchwToNhwc => "NCHW -> NHWC (entry)",
+                    Direction::NhwcToNchw => "NHWC -> NCHW (exit)",
+                };
+                let _ = writeln!(s, "| {} | {} | {dir} | {} |", t.region, t.tensor, t.kernel);
+            }
+        }
+        let _ = writeln!(s, "\n## Padding\n");
+        if self.padding.is_empty() {
+            let _ = writeln!(s, "None needed: every channel / K / N size is a multiple of the vector width.");
+        } else {
+            let _ = writeln!(s, "| kernel | dim | from -> to | extra weight bytes | activation | extra MMA work |\n|---|---|---|---|---|---|");
+            for p in &self.padding {
+                let dim = match p.dim {
+                    PaddedDim::InputChannels => "input channels / K",
+                    PaddedDim::OutputChannels => "output channels / N",
+                };
+                let act = match &p.activation {
+                    ActivationPadding::FusedIntoProducer { producer } => format!("fused: {producer} writes it padded"),
+                    ActivationPadding::Standalone { node, extra_bytes, est_seconds } => {
+                        format!("standalone pad `{node}`: {extra_bytes} B, est {:.1} us", est_seconds * 1e6)
+                    }
+                    ActivationPadding::WrittenByKernel => "written padded by this kernel".into(),
+                };
+                let _ = writeln!(
+                    s,
+                    "| {} | {dim} | {} -> {} | {} | {act} | {:.0}% |",
+                    p.kernel,
+                    p.from,
+                    p.to,
+                    p.weight_extra_bytes,
+                    p.extra_flops_fraction * 100.0
+                );
+            }
+        }
+        let _ = writeln!(s, "\n## Left to the host\n\n| reason | ops | e.g. |\n|---|---|---|");
+        for h in &self.host {
+            let ops: Vec<String> = h.ops.iter().map(|(k, v)| format!("{k} x{v}")).collect();
+            let _ = writeln!(s, "| {} | {} | {} |", h.reason, ops.join(", "), h.examples.join(", "));
+        }
+        let _ = writeln!(s, "\n## Model hints\n");
+        if self.hints.is_empty() {
+            let _ = writeln!(s, "None.");
+        }
+        for h in &self.hints {
+            let _ = writeln!(s, "- {:?}: {}", h.kind, h.message);
+        }
+        s
+    }
+}

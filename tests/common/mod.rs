@@ -1,4 +1,7 @@
 //! Shared helpers for integration tests that need generated data (see tests/data/README.md).
+#![allow(dead_code)] // each test binary uses a subset
+
+pub mod nets;
 
 use std::path::PathBuf;
 
@@ -13,6 +16,22 @@ pub fn testdata(sub: &str) -> Option<PathBuf> {
         }
         _ => {
             eprintln!("SKIPPED: BOLT_TESTDATA/{sub} not found; run `bash tests/run.sh` to generate test data");
+            None
+        }
+    }
+}
+
+/// ../shared/workloads/<file> beside the repository (CI clones it there). Missing: skipped
+/// with a message, or a failure under BOLT_REQUIRE_TESTDATA=1.
+pub fn workload(file: &str) -> Option<serde_json::Value> {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/workloads").join(file);
+    match std::fs::read_to_string(&p) {
+        Ok(s) => Some(serde_json::from_str(&s).unwrap_or_else(|e| panic!("{}: {e}", p.display()))),
+        Err(_) if std::env::var("BOLT_REQUIRE_TESTDATA").as_deref() == Ok("1") => {
+            panic!("{} is missing (../shared beside the repository)", p.display())
+        }
+        Err(_) => {
+            eprintln!("SKIPPED: {} not found", p.display());
             None
         }
     }
