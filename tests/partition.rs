@@ -214,8 +214,7 @@ fn real_models_partition_every_anchor() {
         ("ppocrv4_det", 62, 3),
         ("vgg16", 16, 1),
         ("mobilenet_v2", 53, 1),
-    ]
-    {
+    ] {
         let Some(dir) = common::testdata(&format!("models/{model}")) else { return };
         let g = bolt::import::load(&dir.join("model.onnx")).unwrap().graph;
         let p = partition(&g);

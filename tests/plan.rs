@@ -1,6 +1,7 @@
 //! A plan keeps the model's meaning: the planned graph (one fused kernel node per partition,
-//! BatchNormalization folded, bias terms summed, scalars folded into alpha) run on the
-//! reference executor equals the original graph's reference output.
+//! BatchNormalization folded, bias terms summed, scalars folded into alpha, convs in NHWC,
+//! channels padded, back-to-back chains fused) run on the reference executor equals the
+//! original graph's reference output.
 
 mod common;
 
@@ -13,16 +14,32 @@ use std::collections::HashMap;
 const PLAN_TOL: Tolerance = Tolerance { rtol: 1e-3, atol: 1e-4 };
 
 fn assert_plan_preserves(name: &str, g: &Graph, inputs: &HashMap<String, Tensor>) {
+    assert_plan_preserves_within(name, g, inputs, PLAN_TOL);
+}
+
+fn assert_plan_preserves_within(name: &str, g: &Graph, inputs: &HashMap<String, Tensor>, tol: Tolerance) {
     let planned = bolt::plan::plan(g).unwrap();
-    let fused = planned.graph.nodes.iter().filter(|n| matches!(n.op, Op::Fused(_))).count();
-    assert_eq!(fused, planned.partitioning.partitions.len());
+    let fused: usize = planned
+        .graph
+        .nodes
+        .iter()
+        .map(|n| match &n.op {
+            Op::Fused(_) => 1,
+            Op::FusedChain(layers) => layers.len(),
+            _ => 0,
+        })
+        .sum();
+    assert_eq!(fused, planned.partitioning.partitions.len(), "{name}: every partition is one kernel or chain layer");
+    let chains = planned.chains.iter().filter(|c| c.fused).count();
     assert!(fused > 0, "{name}: nothing planned");
     let want = bolt::reference::run(g, inputs).unwrap();
     let got = bolt::reference::run(&planned.graph, inputs).unwrap();
     for o in &g.outputs {
-        let c = compare(o, &got[o], &want[o], PLAN_TOL);
+        let c = compare(o, &got[o], &want[o], tol);
         println!(
-            "{name}: {fused} kernels, {} -> {} nodes, output {o} max abs err {:.2e}",
+            "{name}: {fused} kernels ({chains} b2b chains, {} layout transforms, {} paddings), {} -> {} nodes, output {o} max abs err {:.2e}",
+            planned.layout.len(),
+            planned.padding.len(),
             g.nodes.len(),
             planned.graph.nodes.len(),
             c.max_abs_err
@@ -51,5 +68,24 @@ fn real_models_keep_their_outputs_when_planned() {
             .map(|(i, n)| (n.clone(), read_tensor_pb(&set.join(format!("input_{i}.pb"))).unwrap().1))
             .collect();
         assert_plan_preserves(model, &g, &inputs);
+    }
+}
+
+#[test]
+fn f16_cnns_keep_their_outputs_with_back_to_back_chains_fused() {
+    // In f16 the planner may fuse chains (f32 has no fused mainloop): ResNet-50's 3x3 -> 1x1
+    // bottleneck pairs where the 1x1 is at most 256 wide. Batch 1 keeps the reference quick.
+    for model in ["resnet50", "mobilenet_v2"] {
+        let Some(dir) = common::testdata(&format!("models/{model}")) else { return };
+        let g32 = bolt::import::load(&dir.join("model.onnx")).unwrap().graph;
+        let g = bolt::ir::precision::convert_floats(&g32, bolt::ir::DType::F16).unwrap();
+        let bindings: DimBindings = [("N".to_string(), 1)].into();
+        let inputs = synthetic_inputs(&g, &bindings, 5).unwrap();
+        // f16 rounding differs between folded and unfolded BN over 50 layers.
+        assert_plan_preserves_within(model, &g, &inputs, Tolerance { rtol: 5e-2, atol: 5e-2 });
+        if model == "resnet50" {
+            let plan = bolt::plan::plan(&g).unwrap();
+            assert!(plan.chains.iter().any(|c| c.fused), "ResNet-50 f16 has fusable 3x3 -> 1x1 pairs");
+        }
     }
 }

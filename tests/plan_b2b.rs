@@ -93,7 +93,8 @@ fn mlp_chains_split_where_a_layer_is_too_wide_and_fuse_long_narrow_chains() {
     let problems = w["mlp_chains"]["problems"].as_array().unwrap();
     // DLRM bottom MLP 13 -> 512 -> 256 -> 128: the 512-wide layer cannot be held by one
     // threadblock, so only 512 -> 256 -> 128 (the last two GEMMs) chain, in shared memory.
-    let widths: Vec<usize> = problems[0]["widths"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as usize).collect();
+    let widths: Vec<usize> =
+        problems[0]["widths"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as usize).collect();
     let d = decisions(&mlp(usize_of(&problems[0], "M"), &widths));
     let rejected: Vec<_> = d.iter().filter(|d| !d.fused).collect();
     assert!(rejected.iter().any(|d| d.reason.contains("N = 512")), "{d:?}");
@@ -102,7 +103,8 @@ fn mlp_chains_split_where_a_layer_is_too_wide_and_fuse_long_narrow_chains() {
     assert_eq!(fused[0].layers.iter().map(|l| l.n).collect::<Vec<_>>(), vec![256, 128]);
     assert_eq!(fused[0].residency, Some(Residency::SharedMemory));
     // NeRF-style 8 x 64: all seven GEMMs in one register-resident kernel.
-    let widths: Vec<usize> = problems[1]["widths"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as usize).collect();
+    let widths: Vec<usize> =
+        problems[1]["widths"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as usize).collect();
     let d = decisions(&mlp(usize_of(&problems[1], "M"), &widths));
     assert_eq!(d.len(), 1);
     assert!(d[0].fused);

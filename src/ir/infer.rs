@@ -665,7 +665,13 @@ fn fused_type(k: &FusedKernel, a: &TensorType, w: &TensorType) -> Result<TensorT
     let nhwc = k.layout == ConvLayout::Nhwc && matches!(*k.anchor, Op::Conv { .. });
     let permute = |t: &TensorType, p: [usize; 4]| TensorType {
         dtype: t.dtype,
-        shape: t.shape.as_ref().map(|s| if s.rank() == 4 { Shape(p.iter().map(|&i| s.0[i].clone()).collect()) } else { s.clone() }),
+        shape: t.shape.as_ref().map(|s| {
+            if s.rank() == 4 {
+                Shape(p.iter().map(|&i| s.0[i].clone()).collect())
+            } else {
+                s.clone()
+            }
+        }),
     };
     const TO_NCHW: [usize; 4] = [0, 3, 1, 2];
     const TO_NHWC: [usize; 4] = [0, 2, 3, 1];

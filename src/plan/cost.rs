@@ -34,7 +34,13 @@ impl Device {
 
     /// A100 SXM4: 108 SMs, 2.04 TB/s HBM2e, 312 TFLOP/s dense f16.
     pub fn a100() -> Device {
-        Device { name: "A100-SXM4", sms: 108, dram_bytes_per_s: 2.04e12 * 0.8, mma_flops_per_s: 312e12 * 0.8, launch_s: 2.5e-6 }
+        Device {
+            name: "A100-SXM4",
+            sms: 108,
+            dram_bytes_per_s: 2.04e12 * 0.8,
+            mma_flops_per_s: 312e12 * 0.8,
+            launch_s: 2.5e-6,
+        }
     }
 
     pub fn by_name(name: &str) -> Option<Device> {

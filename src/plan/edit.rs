@@ -70,3 +70,69 @@ pub fn finish(g: &mut Graph) -> Result<()> {
     g.sort_and_check()?;
     crate::ir::infer::infer_graph(g, &HashMap::new())
 }
+
+/// A 4-D OIHW conv weight as OHWI (KRSC), for NHWC kernels. Parallel over output channels:
+/// ResNet-50 moves 25M weights through here.
+pub fn oihw_to_ohwi(t: &Tensor) -> Option<Tensor> {
+    use rayon::prelude::*;
+    fn permute<T: Copy + Default + Send + Sync>(v: &[T], s: &[usize]) -> Vec<T> {
+        let (i, h, w) = (s[1], s[2], s[3]);
+        let per = i * h * w;
+        let mut out = vec![T::default(); v.len()];
+        out.par_chunks_mut(per.max(1)).zip(v.par_chunks(per.max(1))).for_each(|(dst, src)| {
+            // Sequential writes; reads stride by h * w.
+            for (p, row) in dst.chunks_mut(i.max(1)).enumerate() {
+                for (c, d) in row.iter_mut().enumerate() {
+                    *d = src[c * h * w + p];
+                }
+            }
+        });
+        out
+    }
+    if t.rank() != 4 {
+        return None;
+    }
+    let s = t.shape.clone();
+    let data = crate::map_data!(&t.data, v => permute(v, &s));
+    Tensor::new(vec![s[0], s[2], s[3], s[1]], data).ok()
+}
+
+/// [`oihw_to_ohwi`] taking ownership: 1x1 kernels are the same bytes in both layouts, so
+/// only the shape changes (no copy of ResNet-50's 14M 1x1 weights).
+pub fn into_ohwi(t: Arc<Tensor>) -> Option<Tensor> {
+    if t.rank() != 4 {
+        return None;
+    }
+    let s = t.shape.clone();
+    if s[2] * s[3] == 1 {
+        let mut owned = Arc::try_unwrap(t).unwrap_or_else(|shared| (*shared).clone());
+        owned.shape = vec![s[0], 1, 1, s[1]];
+        return Some(owned);
+    }
+    oihw_to_ohwi(&t)
+}
+
+/// `w` with every row (leading-axis slice) `r` multiplied by `scale[r]`, computed in f64
+/// and rounded once to the weight's type.
+pub fn scale_rows(w: &Tensor, scale: &[f64]) -> Option<Tensor> {
+    use crate::ir::TensorData;
+    use rayon::prelude::*;
+    fn scaled<T: crate::ir::Element + Copy + Send + Sync>(v: &[T], scale: &[f64]) -> Vec<T> {
+        let per = v.len() / scale.len().max(1);
+        let mut out = v.to_vec();
+        out.par_chunks_mut(per.max(1)).zip(scale.par_iter()).for_each(|(row, &s)| {
+            for x in row {
+                *x = T::from_f64(x.to_f64() * s);
+            }
+        });
+        out
+    }
+    let data = match &w.data {
+        TensorData::F32(v) => TensorData::F32(scaled(v, scale)),
+        TensorData::F16(v) => TensorData::F16(scaled(v, scale)),
+        TensorData::BF16(v) => TensorData::BF16(scaled(v, scale)),
+        TensorData::F64(v) => TensorData::F64(scaled(v, scale)),
+        _ => return None,
+    };
+    Tensor::new(w.shape.clone(), data).ok()
+}

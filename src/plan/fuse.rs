@@ -2,7 +2,7 @@
 //! once, at plan time: BatchNormalization folded into conv weights and bias, every constant
 //! bias term (times its scale) summed into one vector, scalar Mul/Div folded into alpha.
 
-use super::edit::{constant, finish};
+use super::edit::{constant, finish, scale_rows};
 use crate::error::{Error, Result};
 use crate::ir::{FusedKernel, Graph, Node, Op, Tensor};
 use crate::partition::{AnchorKind, Partition, Partitioning};
@@ -73,10 +73,11 @@ fn fuse(g: &Graph, p: &Partition, out: &mut Graph) -> Result<Node> {
         let (gamma, beta, mean, var) = (stat(1)?, stat(2)?, stat(3)?, stat(4)?);
         let s: Vec<f64> = gamma.iter().zip(&var).map(|(g, v)| g / (v + epsilon as f64).sqrt()).collect();
         let w = constant(g, &p.b).ok_or_else(|| err("conv weight is not constant".into()))?;
-        let per = w.len() / channels;
-        let scaled: Vec<f64> = w.to_f64_vec().iter().enumerate().map(|(i, x)| x * s[i / per]).collect();
+        if w.shape.first() != Some(&channels) {
+            return Err(err(format!("conv weight {:?} does not lead with {channels} output channels", w.shape)));
+        }
         weight_name = format!("{}.bolt_folded_weight", p.anchor);
-        let wt = Tensor::from_f64_as(w.dtype(), w.shape.clone(), &scaled).expect("float weight");
+        let wt = scale_rows(&w, &s).ok_or_else(|| err("conv weight is not a float tensor".into()))?;
         out.initializers.insert(weight_name.clone(), Arc::new(wt));
         for c in 0..channels {
             bias[c] += e.alpha as f64 * (beta[c] - s[c] * mean[c]);

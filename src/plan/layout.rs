@@ -6,7 +6,7 @@
 //! The transposes are standalone kernels for now; folding the entry one into the first
 //! conv's loads and the exit one into the last conv's epilogue store needs codegen support.
 
-use super::edit::{consumers, fresh_name, finish, node};
+use super::edit::{consumers, finish, fresh_name, into_ohwi, node};
 use crate::error::{Error, Result};
 use crate::ir::{ConvLayout, FusedKernel, Graph, Node, Op};
 use serde::Serialize;
@@ -45,7 +45,10 @@ pub fn to_nhwc(g: &mut Graph) -> Result<Vec<Transform>> {
     if convs.is_empty() {
         return Ok(Vec::new());
     }
-    let old = g.clone();
+    // Weights are taken out of `g` below (a sole reader's 1x1 weight changes shape in place),
+    // so the snapshot the rules read holds no initializers.
+    let mut old = g.clone();
+    old.initializers = HashMap::new();
     let cons = consumers(&old);
     // A conv output stays NHWC when conv kernels are all that read it, as input or residual.
     let stays_nhwc = |t: &str| {
@@ -86,7 +89,15 @@ pub fn to_nhwc(g: &mut Graph) -> Result<Vec<Transform>> {
     let mut taken = HashSet::new();
     let mut inserted: Vec<Node> = Vec::new();
     let mut transforms = Vec::new();
+    // NHWC versions of NCHW tensors: a conv output that leaves its region is written NHWC by
+    // the kernel (then transposed for the other readers), so conv readers take that directly.
     let mut entry: HashMap<String, String> = HashMap::new();
+    for &i in &sorted {
+        let out = &old.nodes[i].outputs[0];
+        if !nhwc_tensor(out) {
+            entry.insert(out.clone(), fresh_name(&old, &mut taken, &format!("{out}.nhwc")));
+        }
+    }
     let mut new_weights = HashMap::new();
     for &i in &sorted {
         let region = region_ids[&root(&mut parent, i)];
@@ -103,8 +114,18 @@ pub fn to_nhwc(g: &mut Graph) -> Result<Vec<Transform>> {
                 None => {
                     let t = fresh_name(&old, &mut taken, &format!("{x}.nhwc"));
                     let name = fresh_name(&old, &mut taken, &format!("{x}.to_nhwc"));
-                    inserted.push(node(name, Op::Transpose { perm: Some(TO_NHWC.to_vec()) }, vec![Some(x.clone())], t.clone()));
-                    transforms.push(Transform { tensor: x.clone(), direction: Direction::NchwToNhwc, kernel: n.name.clone(), region });
+                    inserted.push(node(
+                        name,
+                        Op::Transpose { perm: Some(TO_NHWC.to_vec()) },
+                        vec![Some(x.clone())],
+                        t.clone(),
+                    ));
+                    transforms.push(Transform {
+                        tensor: x.clone(),
+                        direction: Direction::NchwToNhwc,
+                        kernel: n.name.clone(),
+                        region,
+                    });
                     entry.insert(x.clone(), t.clone());
                     t
                 }
@@ -113,29 +134,50 @@ pub fn to_nhwc(g: &mut Graph) -> Result<Vec<Transform>> {
         }
         // Weights: OIHW -> OHWI once when constant, else a transpose node.
         let w = n.input(1).ok_or_else(|| Error::node(n, "conv kernel without a weight"))?.to_string();
-        match super::edit::constant(&old, &w) {
+        let sole_reader = cons.get(&w).is_some_and(|c| c.len() == 1) && !old.outputs.contains(&w);
+        let weight = match g.initializers.get(&w) {
+            Some(_) if sole_reader => g.initializers.remove(&w),
+            Some(t) => Some(t.clone()),
+            None => super::edit::constant(&old, &w),
+        };
+        match weight {
             Some(t) => {
                 let name = fresh_name(&old, &mut taken, &format!("{w}.ohwi"));
-                let p = crate::reference::eval_op(&Op::Transpose { perm: Some(TO_NHWC.to_vec()) }, &[Some(&t)])
-                    .map_err(|e| Error::node(n, format!("weight '{w}': {e}")))?
-                    .remove(0);
+                let shape = t.shape.clone();
+                let p = into_ohwi(t)
+                    .ok_or_else(|| Error::node(n, format!("weight '{w}' of shape {shape:?} is not 4-D")))?;
                 new_weights.insert(name.clone(), Arc::new(p));
                 inputs[1] = Some(name);
             }
             None => {
                 let t = fresh_name(&old, &mut taken, &format!("{w}.ohwi"));
                 let name = fresh_name(&old, &mut taken, &format!("{w}.to_ohwi"));
-                inserted.push(node(name, Op::Transpose { perm: Some(TO_NHWC.to_vec()) }, vec![Some(w.clone())], t.clone()));
+                inserted.push(node(
+                    name,
+                    Op::Transpose { perm: Some(TO_NHWC.to_vec()) },
+                    vec![Some(w.clone())],
+                    t.clone(),
+                ));
                 inputs[1] = Some(t);
             }
         }
         let out = &n.outputs[0];
         let mut outputs = n.outputs.clone();
         if !nhwc_tensor(out) {
-            let t = fresh_name(&old, &mut taken, &format!("{out}.nhwc"));
+            let t = entry[out].clone();
             let name = fresh_name(&old, &mut taken, &format!("{out}.to_nchw"));
-            inserted.push(node(name, Op::Transpose { perm: Some(TO_NCHW.to_vec()) }, vec![Some(t.clone())], out.clone()));
-            transforms.push(Transform { tensor: out.clone(), direction: Direction::NhwcToNchw, kernel: n.name.clone(), region });
+            inserted.push(node(
+                name,
+                Op::Transpose { perm: Some(TO_NCHW.to_vec()) },
+                vec![Some(t.clone())],
+                out.clone(),
+            ));
+            transforms.push(Transform {
+                tensor: out.clone(),
+                direction: Direction::NhwcToNchw,
+                kernel: n.name.clone(),
+                region,
+            });
             outputs[0] = t;
         }
         let kernel = FusedKernel { layout: ConvLayout::Nhwc, ..(**k).clone() };

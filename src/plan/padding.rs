@@ -10,7 +10,7 @@
 //!
 //! Grouped and depthwise convs, batched GEMMs and transposed A operands are left as they are.
 
-use super::cost::{KernelWork, Device};
+use super::cost::{Device, KernelWork};
 use super::edit::{bound_shape, constant, consumers, finish, fresh_name, node};
 use super::PlanOptions;
 use crate::error::{Error, Result};

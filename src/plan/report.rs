@@ -79,7 +79,10 @@ pub fn report(model: &str, original: &Graph, plan: &Plan, opts: &PlanOptions) ->
         original.nodes.iter().find(|n| n.name == name).map_or("?".to_string(), |n| n.op.op_type().to_string())
     };
     let chain_of = |anchor: &str| {
-        plan.chains.iter().find(|c| c.fused && c.layers.iter().any(|l| l.node == anchor)).map(|c| c.names().join(" -> "))
+        plan.chains
+            .iter()
+            .find(|c| c.fused && c.layers.iter().any(|l| l.node == anchor))
+            .map(|c| c.names().join(" -> "))
     };
     let partitions = plan
         .partitioning
@@ -128,7 +131,9 @@ fn hints(g: &Graph, plan: &Plan) -> Vec<Hint> {
     for p in &plan.partitioning.partitions {
         let shape = |t: &str| g.types.get(t).and_then(|t| t.shape.as_ref()).and_then(|s| s.as_static());
         let dims: Vec<(&str, usize)> = match (&p.kind, shape(&p.b)) {
-            (AnchorKind::Conv2d { group, .. }, Some(w)) => vec![("output channels", w[0]), ("input channels", w[1] * group)],
+            (AnchorKind::Conv2d { group, .. }, Some(w)) => {
+                vec![("output channels", w[0]), ("input channels", w[1] * group)]
+            }
             (AnchorKind::Gemm { trans_b, .. }, Some(w)) if w.len() == 2 => {
                 let (k, n) = if *trans_b { (w[1], w[0]) } else { (w[0], w[1]) };
                 vec![("K", k), ("N", n)]
@@ -136,7 +141,8 @@ fn hints(g: &Graph, plan: &Plan) -> Vec<Hint> {
             (AnchorKind::MatMul, Some(w)) if w.len() == 2 => vec![("K", w[0]), ("N", w[1])],
             _ => vec![],
         };
-        let odd: Vec<String> = dims.iter().filter(|(_, d)| d % 8 != 0).map(|(what, d)| format!("{what} = {d}")).collect();
+        let odd: Vec<String> =
+            dims.iter().filter(|(_, d)| d % 8 != 0).map(|(what, d)| format!("{what} = {d}")).collect();
         if !odd.is_empty() {
             out.push(Hint {
                 kind: HintKind::ChannelsNotMultipleOf8,
@@ -175,7 +181,11 @@ fn hints(g: &Graph, plan: &Plan) -> Vec<Hint> {
     }
     for c in &plan.chains {
         if !c.fused {
-            out.push(Hint { kind: HintKind::ChainCouldFuse, nodes: c.names().iter().map(|s| s.to_string()).collect(), message: c.reason.clone() });
+            out.push(Hint {
+                kind: HintKind::ChainCouldFuse,
+                nodes: c.names().iter().map(|s| s.to_string()).collect(),
+                message: c.reason.clone(),
+            });
         }
     }
     // Layout boundaries: each one is a transpose kernel; host ops between convs cause them.
@@ -219,7 +229,10 @@ impl Report {
                 format!(", {:?}", self.bindings)
             }
         );
-        let _ = writeln!(s, "## Partitions\n\n| kernel | family | fused ops | epilogue | out | chain |\n|---|---|---|---|---|---|");
+        let _ = writeln!(
+            s,
+            "## Partitions\n\n| kernel | family | fused ops | epilogue | out | chain |\n|---|---|---|---|---|---|"
+        );
         for p in &self.partitions {
             let _ = writeln!(
                 s,

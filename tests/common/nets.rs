@@ -27,7 +27,8 @@ impl Net {
     }
 
     pub fn random(&mut self, base: &str, shape: &[usize], std: f64) -> String {
-        let v: Vec<f64> = (0..shape.iter().product()).map(|_| (self.rng.gen::<f64>() * 2.0 - 1.0) * std * 1.7).collect();
+        let v: Vec<f64> =
+            (0..shape.iter().product()).map(|_| (self.rng.gen::<f64>() * 2.0 - 1.0) * std * 1.7).collect();
         let name = self.name(base);
         self.b.initializer(&name, Tensor::from_f64_as(self.dtype, shape.to_vec(), &v).unwrap())
     }

@@ -1,0 +1,110 @@
+//! The layout pass: conv kernels run NHWC, with one transpose where data enters a region of
+//! consecutive conv kernels and one where it leaves; weights converted once.
+
+mod common;
+
+use bolt::ir::{ConvLayout, DType, Graph, Op};
+use bolt::plan::layout::Direction;
+use bolt::plan::{plan_with, Plan, PlanOptions};
+use common::nets::{inputs, Net};
+
+fn planned(g: &Graph) -> Plan {
+    let plan = plan_with(g, &PlanOptions { pad: false, b2b: false, ..Default::default() }).unwrap();
+    // Whatever the layout, the plan computes what the model does.
+    let x = inputs(g);
+    let (want, got) = (bolt::reference::run(g, &x).unwrap(), bolt::reference::run(&plan.graph, &x).unwrap());
+    for o in &g.outputs {
+        let c = bolt::cases::compare(o, &got[o], &want[o], bolt::cases::Tolerance { rtol: 1e-4, atol: 1e-5 });
+        assert!(c.failure.is_none(), "{}", c.failure.unwrap());
+    }
+    plan
+}
+
+fn transposes(p: &Plan) -> usize {
+    p.graph.nodes.iter().filter(|n| matches!(n.op, Op::Transpose { .. })).count()
+}
+
+#[test]
+fn consecutive_convs_share_one_region_and_a_host_op_splits_regions() {
+    let mut n = Net::new(DType::F32);
+    let x = n.input("x", &[2, 8, 16, 16]);
+    let y = n.conv(&x, 8, 16, 3, 1, 1);
+    let y = n.relu(&y);
+    let y = n.conv(&y, 16, 16, 3, 1, 1);
+    let y = n.relu(&y);
+    let pool = Op::MaxPool {
+        window: bolt::ir::Window {
+            kernel_shape: Some(vec![2, 2]),
+            strides: Some(vec![2, 2]),
+            pads: None,
+            dilations: None,
+            auto_pad: bolt::ir::AutoPad::NotSet,
+        },
+        ceil_mode: false,
+        storage_order: 0,
+    };
+    let y = n.op("pool", pool, &[&y]);
+    let y = n.conv(&y, 16, 32, 1, 1, 0);
+    let g = n.finish(&[&y]);
+    let p = planned(&g);
+    // x -> [conv, conv] -> pool -> [conv] -> out: an entry and an exit per region.
+    let dirs: Vec<(usize, Direction)> = p.layout.iter().map(|t| (t.region, t.direction)).collect();
+    assert_eq!(
+        dirs,
+        vec![
+            (0, Direction::NchwToNhwc),
+            (0, Direction::NhwcToNchw),
+            (1, Direction::NchwToNhwc),
+            (1, Direction::NhwcToNchw)
+        ]
+    );
+    assert_eq!(transposes(&p), 4);
+    // Every conv kernel is NHWC with an OHWI weight.
+    for node in &p.graph.nodes {
+        if let Op::Fused(k) = &node.op {
+            assert_eq!(k.layout, ConvLayout::Nhwc);
+            let name = node.input(1).unwrap();
+            let (w, oihw) = (&p.graph.initializers[name], &g.initializers[name.trim_end_matches(".ohwi")]);
+            assert_eq!(w.shape, [oihw.shape[0], oihw.shape[2], oihw.shape[3], oihw.shape[1]]);
+        }
+    }
+}
+
+#[test]
+fn a_residual_block_stays_nhwc_and_its_input_is_transposed_once() {
+    // x -> conv -> relu -> conv (+ x) -> relu: x feeds a conv and the residual add.
+    let mut n = Net::new(DType::F32);
+    let x = n.input("x", &[1, 16, 8, 8]);
+    let y = n.conv(&x, 16, 16, 3, 1, 1);
+    let y = n.relu(&y);
+    let y = n.conv(&y, 16, 16, 3, 1, 1);
+    let y = n.op("add", Op::Binary(bolt::ir::Binary::Add), &[&y, &x]);
+    let y = n.relu(&y);
+    let p = planned(&n.finish(&[&y]));
+    assert_eq!(p.partitioning.partitions.len(), 2);
+    assert_eq!(p.layout.len(), 2, "{:?}", p.layout);
+    assert_eq!(transposes(&p), 2);
+}
+
+#[test]
+fn a_conv_output_read_by_the_host_and_a_conv_is_written_once_in_nhwc() {
+    let mut n = Net::new(DType::F32);
+    let x = n.input("x", &[1, 8, 8, 8]);
+    let y = n.conv(&x, 8, 8, 3, 1, 1);
+    let z = n.conv(&y, 8, 8, 1, 1, 0);
+    let p = planned(&n.finish(&[&y, &z]));
+    // y is a graph output (exit transpose); the second conv still reads the NHWC y.
+    assert_eq!(transposes(&p), 3, "entry x, exit y, exit z");
+    let second = p.graph.nodes.iter().find(|n| n.name == p.partitioning.partitions[1].anchor).unwrap();
+    assert!(second.input(0).unwrap().ends_with(".nhwc"));
+}
+
+#[test]
+fn gemm_only_models_get_no_transforms() {
+    let mut n = Net::new(DType::F32);
+    let x = n.input("x", &[4, 16]);
+    let y = n.linear(&x, 16, 16);
+    let p = planned(&n.finish(&[&y]));
+    assert!(p.layout.is_empty());
+    assert_eq!(transposes(&p), 0);
+}

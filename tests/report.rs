@@ -1,0 +1,83 @@
+//! `bolt report`: what the planner did and why, as Markdown for people and JSON for tools.
+
+mod common;
+
+use std::process::Command;
+
+fn bolt(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_bolt")).args(args).output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn the_default_model_report_has_every_section() {
+    let (ok, md, err) = bolt(&["report"]);
+    assert!(ok, "{err}");
+    for section in [
+        "## Partitions",
+        "## Back-to-back chains",
+        "## Layout transforms",
+        "## Padding",
+        "## Left to the host",
+        "## Model hints",
+    ] {
+        assert!(md.contains(section), "missing {section}:\n{md}");
+    }
+    // conv1 reads the 3-channel image: padded, transposed at entry, and hinted.
+    assert!(md.contains("| conv1 | input channels / K | 3 -> 4 |"), "{md}");
+    assert!(md.contains("NCHW -> NHWC (entry)"));
+    assert!(md.contains("conv1: input channels = 3"));
+}
+
+#[test]
+fn json_report_carries_the_same_decisions() {
+    let (ok, json, err) = bolt(&["report", "--json", "--device", "a100", "--dim", "N=32"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["device"], "A100-SXM4");
+    assert_eq!(v["bindings"]["N"], 32);
+    assert_eq!(v["partitions"].as_array().unwrap().len(), 4);
+    assert_eq!(v["layout"].as_array().unwrap().len(), 2);
+    assert_eq!(v["padding"][0]["to"], 4);
+    let chains = v["chains"].as_array().unwrap();
+    assert!(chains.iter().all(|c| c["fused"] == false && c["reason"].as_str().is_some_and(|r| !r.is_empty())));
+}
+
+#[test]
+fn passes_can_be_switched_off() {
+    let (ok, json, _) = bolt(&["report", "--json", "--no-nhwc", "--no-pad", "--no-b2b"]);
+    assert!(ok);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert!(v["layout"].as_array().unwrap().is_empty());
+    assert!(v["padding"].as_array().unwrap().is_empty());
+    assert!(v["chains"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn bad_input_names_the_problem_and_fails() {
+    let (ok, _, err) = bolt(&["report", "/nonexistent/model.onnx"]);
+    assert!(!ok);
+    assert!(err.contains("/nonexistent/model.onnx"), "{err}");
+    let (ok, _, err) = bolt(&["report", "--device", "tpu"]);
+    assert!(!ok);
+    assert!(err.contains("tpu") && err.contains("h100"), "{err}");
+}
+
+#[test]
+fn real_model_reports_hint_at_what_the_author_could_change() {
+    let Some(dir) = common::testdata("models/ppocrv4_det") else { return };
+    let (ok, json, err) = bolt(&["report", "--json", dir.join("model.onnx").to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let kinds: std::collections::BTreeSet<&str> =
+        v["hints"].as_array().unwrap().iter().map(|h| h["kind"].as_str().unwrap()).collect();
+    // PP-OCRv4 det: 3/6/12/18/42-channel convs, SE-block Muls after activations, and host
+    // ops (pools, resizes) splitting NHWC regions.
+    for k in ["ChannelsNotMultipleOf8", "ActivationBreaksFusion", "LayoutBoundary"] {
+        assert!(kinds.contains(k), "{kinds:?}");
+    }
+}
