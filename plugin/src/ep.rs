@@ -128,6 +128,22 @@ pub fn subgraph(g: &Graph, names: &[String]) -> Graph {
     sub
 }
 
+/// The fused kernel adds its source operand (Gemm's C, a residual) element-wise at the
+/// output's shape: a C that broadcasts (e.g. [1, N] read at runtime) cannot be fused, so the
+/// partition stays with ORT.
+pub fn source_fits(g: &Graph, p: &bolt::partition::Partition) -> Result<(), String> {
+    let Some(src) = &p.epilogue.source else { return Ok(()) };
+    let shape = |t: &str| g.types.get(t).and_then(|ty| ty.shape.clone());
+    match (shape(src), shape(&p.output)) {
+        (Some(s), Some(o)) if s == o && !s.0.iter().any(|d| matches!(d, bolt::ir::Dim::Unknown)) => Ok(()),
+        (s, o) => Err(format!(
+            "source '{src}' of shape {} is not known to have the output's shape {}",
+            s.map_or("?".into(), |s| s.to_string()),
+            o.map_or("?".into(), |s| s.to_string())
+        )),
+    }
+}
+
 unsafe extern "system" fn ep_get_capability(
     ep: *mut OrtEp,
     g: *const OrtGraph,
@@ -149,6 +165,10 @@ unsafe extern "system" fn ep_get_capability(
         }
         let options = OrtNodeFusionOptions { ort_version_supported: EP_API_VERSION, drop_constant_initializers: true };
         for p in &parts.partitions {
+            if let Err(why) = source_fits(&imported.graph, p) {
+                me.log(|| format!("partition {} not claimed: {why}", p.anchor));
+                continue;
+            }
             // Claim only what plans: a partition Bolt cannot prepare stays with ORT.
             let sub = subgraph(&imported.graph, &p.nodes);
             if let Err(e) = bolt::plan::plan(&sub) {

@@ -69,4 +69,5 @@ def session_options(options: dict[str, str] | None = None, so: ort.SessionOption
 def session(model, options: dict[str, str] | None = None, so: ort.SessionOptions | None = None) -> ort.InferenceSession:
     """An InferenceSession on `model` (path or bytes) with Bolt first and ORT's CPU provider for the rest."""
     so = session_options(options, so)
-    return ort.InferenceSession(str(model) if isinstance(model, Path) else model, sess_options=so)
+    # No silent fallback to CPU-only: a Bolt error (bad option, failed compile) raises.
+    return ort.InferenceSession(str(model) if isinstance(model, Path) else model, sess_options=so, enable_fallback=0)
