@@ -454,3 +454,46 @@ unsafe extern "system" fn ep_get_compiled_model_compatibility_info(
 ) -> *const c_char {
     guard_value(std::ptr::null(), || this(ep).compat.as_ptr())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bolt::ir::builder::GraphBuilder;
+    use bolt::ir::{DType, Dim, Shape, Unary};
+
+    /// relu(a @ w + c) with a [m, 4] and C read at run time.
+    fn gemm_graph(c_shape: Shape) -> Graph {
+        let mut b = GraphBuilder::new("t");
+        let a = b.input("a", DType::F32, Shape(vec![Dim::Sym("m".into()), Dim::Known(4)]));
+        let c = b.input("c", DType::F32, c_shape);
+        let w = b.initializer("w", Tensor::from_f32(vec![4, 5], vec![0.5; 20]));
+        let y = b.node("g", Op::Gemm { alpha: 1.0, beta: 1.0, trans_a: false, trans_b: false }, &[&a, &w, &c]);
+        let r = b.node("r", Op::Unary(Unary::Relu), &[&y]);
+        b.output(&r);
+        b.finish().unwrap()
+    }
+
+    #[test]
+    fn subgraph_takes_constants_inputs_and_outputs() {
+        let g = gemm_graph(Shape(vec![Dim::Sym("m".into()), Dim::Known(5)]));
+        let parts = bolt::partition::partition(&g);
+        assert_eq!(parts.partitions.len(), 1);
+        let p = &parts.partitions[0];
+        assert_eq!(p.nodes, ["g", "r"]);
+        let sub = subgraph(&g, &p.nodes);
+        assert_eq!(sub.inputs, ["a", "c"]);
+        assert!(sub.initializers.contains_key("w"));
+        assert_eq!(sub.outputs, ["r_out"]);
+        assert!(source_fits(&g, p).is_ok());
+        let plan = bolt::plan::plan(&sub).unwrap();
+        assert_eq!(plan.graph.nodes.len(), 1);
+    }
+
+    #[test]
+    fn broadcasting_source_is_not_claimed() {
+        let g = gemm_graph(Shape::from_static(&[1, 5]));
+        let p = &bolt::partition::partition(&g).partitions[0];
+        let e = source_fits(&g, p).unwrap_err();
+        assert!(e.contains("'c'") && e.contains("[1, 5]"), "{e}");
+    }
+}

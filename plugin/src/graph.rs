@@ -280,9 +280,12 @@ pub unsafe fn tensor_meta(v: *const OrtValue) -> Res<(DType, Vec<usize>)> {
     Ok((DType::from_onnx(elem), dims))
 }
 
+/// Element type, dims and little-endian bytes of a tensor.
+type RawTensor = (DType, Vec<usize>, Vec<u8>);
+
 /// Copies a tensor value out of ORT as raw little-endian bytes (None for element types Bolt
 /// does not hold, e.g. strings).
-unsafe fn value_bytes(v: *const OrtValue) -> Res<Option<(DType, Vec<usize>, Vec<u8>)>> {
+unsafe fn value_bytes(v: *const OrtValue) -> Res<Option<RawTensor>> {
     let (dtype, dims) = tensor_meta(v)?;
     let Some(esize) = dtype.size_bytes() else { return Ok(None) };
     let count: usize = dims.iter().product();
@@ -351,6 +354,8 @@ pub unsafe fn value_to_tensor(v: *const OrtValue, name: &str) -> Res<Tensor> {
 ///
 /// # Safety
 /// `dst` points at a writable buffer of at least `t.size_bytes()` bytes.
+// The byte-pointer cast is a no-op for the u8 variant only.
+#[allow(clippy::unnecessary_cast)]
 pub unsafe fn write_tensor(t: &Tensor, dst: *mut c_void) {
     let n = t.size_bytes();
     if n == 0 {
