@@ -259,3 +259,20 @@ print("ok", len(outs))
 """
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "ok 3" in r.stdout, (r.returncode, r.stdout, r.stderr[-2000:])
+
+
+def test_graph_bolt_cannot_import_stays_with_ort():
+    # ai.onnx opset 10 is older than Bolt imports: ORT runs everything, results unchanged.
+    w = numpy_helper.from_array(np.ones((4, 3), np.float32), "W")
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["X", "W"], ["Y"], name="mm")],
+        "old",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["m", 4])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["m", 3])],
+        [w],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 10)])
+    m.ir_version = 6
+    sess = bolt_session(m.SerializeToString(), {"verbose": "1"})
+    assert not assignment(sess).get(bolt_ort.EP_NAME)
+    np.testing.assert_allclose(sess.run(None, {"X": np.ones((2, 4), np.float32)})[0], np.full((2, 3), 4.0))
