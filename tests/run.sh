@@ -6,7 +6,7 @@
 #   2. toolchain         CUDA/CUTLASS via bolt-toolchain (pinned, hash-checked)
 #   3. testdata/         ONNX conformance cases + models with onnxruntime reference outputs
 #   4. cargo test --workspace --release   (BOLT_TESTDATA, BOLT_PYTHON set)
-#   5. pytest tests/python
+#   5. cargo build --release -p bolt-ort, then pytest tests/python
 # Steps 1-3 skip work whose inputs are unchanged (stamp files), so reruns are cheap.
 # Set-up failures stop the run at once; both test suites always run, and the exit status
 # is non-zero if either failed.
@@ -61,6 +61,8 @@ cargo test --workspace --release "$@" -- --show-output || cargo_rc=$?
 # -------------------------------------------------------------------------- 5. pytest
 section "pytest tests/python"
 pytest_rc=0
+# The ONNX Runtime plugin EP library that tests/python/test_ort_plugin.py loads.
+cargo build --release -q -p bolt-ort || pytest_rc=$?
 "$PY" -m pytest tests/python -q || pytest_rc=$?
 if [[ $pytest_rc == 5 ]]; then echo "(no python tests collected)"; pytest_rc=0; fi
 

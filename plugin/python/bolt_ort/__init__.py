@@ -1,0 +1,73 @@
+"""Bolt's ONNX Runtime plugin execution provider, from Python.
+
+    import bolt_ort
+    sess = bolt_ort.session("model.onnx")          # Bolt partitions + ORT CPU for the rest
+    outputs = sess.run(None, {"input": x})
+
+The library is found through BOLT_ORT_LIBRARY, else target/release/libbolt_ort.so of the
+repository this package sits in (built by `cargo build --release -p bolt-ort`).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import onnxruntime as ort
+
+EP_NAME = "BoltExecutionProvider"
+REGISTRATION_NAME = "bolt"
+_REPO = Path(__file__).resolve().parents[3]
+
+_registered: str | None = None
+
+
+def library_path() -> Path:
+    """The built plugin library; raises FileNotFoundError naming where it looked."""
+    env = os.environ.get("BOLT_ORT_LIBRARY")
+    path = Path(env) if env else _REPO / "target" / "release" / "libbolt_ort.so"
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"Bolt ORT plugin library not found at {path} "
+            f"({'from BOLT_ORT_LIBRARY' if env else 'build it with: cargo build --release -p bolt-ort'})"
+        )
+    return path.resolve()
+
+
+def register(name: str = REGISTRATION_NAME) -> str:
+    """Registers the library with ONNX Runtime once per process; returns the registration name."""
+    global _registered
+    if _registered is None:
+        ort.register_execution_provider_library(name, str(library_path()))
+        _registered = name
+    return _registered
+
+
+def unregister() -> None:
+    """Unregisters the library (sessions using it must be gone)."""
+    global _registered
+    if _registered is not None:
+        ort.unregister_execution_provider_library(_registered)
+        _registered = None
+
+
+def devices() -> list:
+    """Bolt's OrtEpDevices (the CPU reference device)."""
+    register()
+    return [d for d in ort.get_ep_devices() if d.ep_name == EP_NAME]
+
+
+def session_options(options: dict[str, str] | None = None, so: ort.SessionOptions | None = None) -> ort.SessionOptions:
+    """SessionOptions with Bolt added for its devices (EP options, e.g. {"device": "reference"})."""
+    so = so or ort.SessionOptions()
+    devs = devices()
+    if not devs:
+        raise RuntimeError(f"{EP_NAME} offers no device on this machine")
+    so.add_provider_for_devices(devs, {k: str(v) for k, v in (options or {}).items()})
+    return so
+
+
+def session(model, options: dict[str, str] | None = None, so: ort.SessionOptions | None = None) -> ort.InferenceSession:
+    """An InferenceSession on `model` (path or bytes) with Bolt first and ORT's CPU provider for the rest."""
+    so = session_options(options, so)
+    # No silent fallback to CPU-only: a Bolt error (bad option, failed compile) raises.
+    return ort.InferenceSession(str(model) if isinstance(model, Path) else model, sess_options=so, enable_fallback=0)

@@ -1,0 +1,499 @@
+//! The OrtEp: GetCapability claims Bolt's partitions, Compile plans each claimed subgraph,
+//! and the compute functions run the plans (reference device: Bolt's CPU reference executor).
+
+use crate::abi::*;
+use crate::api::{api, check, cstr, guard, guard_value, verbose, Res};
+use crate::graph;
+use crate::options::{Device, Options};
+use bolt::ir::{Graph, Op, Tensor};
+use ort_sys::{c_char, OrtAllocator, OrtGraph, OrtKernelContext, OrtMemoryInfo, OrtNode, OrtRunOptions, OrtValue};
+use std::collections::{HashMap, HashSet};
+use std::ffi::{c_void, CString};
+use std::sync::Arc;
+
+#[repr(C)]
+pub struct BoltEp {
+    base: OrtEp,
+    name: CString,
+    compat: CString,
+    pub options: Options,
+}
+
+impl BoltEp {
+    pub fn new(name: &str, options: Options) -> Box<BoltEp> {
+        Box::new(BoltEp {
+            base: OrtEp {
+                ort_version_supported: EP_API_VERSION,
+                GetName: ep_get_name,
+                GetCapability: ep_get_capability,
+                Compile: ep_compile,
+                ReleaseNodeComputeInfos: ep_release_node_compute_infos,
+                GetPreferredDataLayout: ep_get_preferred_data_layout,
+                ShouldConvertDataLayoutForOp: ep_should_convert_data_layout_for_op,
+                SetDynamicOptions: ep_set_dynamic_options,
+                OnRunStart: ep_on_run_start,
+                OnRunEnd: ep_on_run_end,
+                CreateAllocator: ep_create_allocator,
+                CreateSyncStreamForDevice: ep_create_sync_stream_for_device,
+                GetCompiledModelCompatibilityInfo: ep_get_compiled_model_compatibility_info,
+            },
+            name: CString::new(name).expect("no NUL"),
+            compat: CString::new(format!("bolt-ort {} device={}", env!("CARGO_PKG_VERSION"), options.device))
+                .expect("no NUL"),
+            options,
+        })
+    }
+
+    pub fn into_raw(self: Box<BoltEp>) -> *mut OrtEp {
+        Box::into_raw(self) as *mut OrtEp
+    }
+
+    /// # Safety
+    /// `ep` came from [`BoltEp::into_raw`] and is not used afterwards.
+    pub unsafe fn from_raw(ep: *mut OrtEp) -> Box<BoltEp> {
+        Box::from_raw(ep as *mut BoltEp)
+    }
+
+    fn log(&self, msg: impl FnOnce() -> String) {
+        if self.options.verbose {
+            eprintln!("[bolt-ort] {}", msg());
+        } else {
+            verbose(msg);
+        }
+    }
+}
+
+unsafe fn this<'a>(ep: *const OrtEp) -> &'a BoltEp {
+    &*(ep as *const BoltEp)
+}
+
+unsafe extern "system" fn ep_get_name(ep: *const OrtEp) -> *const c_char {
+    guard_value(std::ptr::null(), || this(ep).name.as_ptr())
+}
+
+// ------------------------------------------------------------------------- GetCapability
+
+/// The nodes of `g` named in `names`, as a standalone graph: what the fused node will run.
+/// Values read from outside become inputs (constants stay constants), values used outside
+/// or graph outputs become outputs.
+pub fn subgraph(g: &Graph, names: &[String]) -> Graph {
+    let set: HashSet<&str> = names.iter().map(String::as_str).collect();
+    let nodes: Vec<_> = g.nodes.iter().filter(|n| set.contains(n.name.as_str())).cloned().collect();
+    let produced: HashSet<&str> = nodes.iter().flat_map(|n| n.outputs.iter().map(String::as_str)).collect();
+    let constants: HashMap<&str, &Arc<Tensor>> = g
+        .nodes
+        .iter()
+        .filter_map(|n| match &n.op {
+            Op::Constant { value } => Some((n.outputs[0].as_str(), value)),
+            _ => None,
+        })
+        .collect();
+    let mut sub = Graph { name: format!("{}.bolt", g.name), opset: g.opset, ..Default::default() };
+    for n in &nodes {
+        for x in n.inputs.iter().flatten() {
+            if produced.contains(x.as_str()) || sub.initializers.contains_key(x) || sub.inputs.contains(x) {
+                continue;
+            }
+            if let Some(t) = g.initializers.get(x) {
+                sub.initializers.insert(x.clone(), t.clone());
+            } else if let Some(t) = constants.get(x.as_str()) {
+                sub.initializers.insert(x.clone(), (*t).clone());
+            } else {
+                sub.inputs.push(x.clone());
+            }
+        }
+    }
+    let used_outside: HashSet<&str> = g
+        .nodes
+        .iter()
+        .filter(|n| !set.contains(n.name.as_str()))
+        .flat_map(|n| n.inputs.iter().flatten().map(String::as_str))
+        .chain(g.outputs.iter().map(String::as_str))
+        .collect();
+    for n in &nodes {
+        for o in &n.outputs {
+            if !o.is_empty() && used_outside.contains(o.as_str()) {
+                sub.outputs.push(o.clone());
+            }
+        }
+    }
+    let names: HashSet<&String> =
+        sub.inputs.iter().chain(sub.initializers.keys()).chain(nodes.iter().flat_map(|n| n.outputs.iter())).collect();
+    for n in names {
+        if let Some(t) = g.types.get(n) {
+            sub.types.insert(n.clone(), t.clone());
+        }
+    }
+    sub.nodes = nodes;
+    sub
+}
+
+/// The fused kernel adds its source operand (Gemm's C, a residual) element-wise at the
+/// output's shape: a C that broadcasts (e.g. [1, N] read at runtime) cannot be fused, so the
+/// partition stays with ORT.
+pub fn source_fits(g: &Graph, p: &bolt::partition::Partition) -> Result<(), String> {
+    let Some(src) = &p.epilogue.source else { return Ok(()) };
+    let shape = |t: &str| g.types.get(t).and_then(|ty| ty.shape.clone());
+    match (shape(src), shape(&p.output)) {
+        (Some(s), Some(o)) if s == o && !s.0.iter().any(|d| matches!(d, bolt::ir::Dim::Unknown)) => Ok(()),
+        (s, o) => Err(format!(
+            "source '{src}' of shape {} is not known to have the output's shape {}",
+            s.map_or("?".into(), |s| s.to_string()),
+            o.map_or("?".into(), |s| s.to_string())
+        )),
+    }
+}
+
+unsafe extern "system" fn ep_get_capability(
+    ep: *mut OrtEp,
+    g: *const OrtGraph,
+    info: *mut OrtEpGraphSupportInfo,
+) -> Status {
+    guard("GetCapability", || {
+        let me = this(ep);
+        let imported = match graph::import(g, None) {
+            Ok(i) => i,
+            Err(e) => {
+                // A graph Bolt cannot read stays with ORT whole.
+                me.log(|| format!("GetCapability: graph not imported, nothing claimed: {e}"));
+                return Ok(());
+            }
+        };
+        let parts = bolt::partition::partition(&imported.graph);
+        for h in &parts.host {
+            me.log(|| format!("host: {} ({}): {}", h.node, h.op_type, h.reason));
+        }
+        let options = OrtNodeFusionOptions { ort_version_supported: EP_API_VERSION, drop_constant_initializers: true };
+        for p in &parts.partitions {
+            if let Err(why) = source_fits(&imported.graph, p) {
+                me.log(|| format!("partition {} not claimed: {why}", p.anchor));
+                continue;
+            }
+            // Claim only what plans: a partition Bolt cannot prepare stays with ORT.
+            let sub = subgraph(&imported.graph, &p.nodes);
+            if let Err(e) = bolt::plan::plan(&sub) {
+                me.log(|| format!("partition {} not claimed: {e}", p.anchor));
+                continue;
+            }
+            let nodes: Vec<*const OrtNode> = p
+                .nodes
+                .iter()
+                .map(|n| imported.nodes.get(n).copied().ok_or_else(|| format!("node '{n}' is not in the ORT graph")))
+                .collect::<Res<_>>()?;
+            me.log(|| format!("claim partition {} ({:?}): {}", p.anchor, p.kind, p.nodes.join(", ")));
+            check((api().ep.EpGraphSupportInfo_AddNodesToFuse)(info, nodes.as_ptr(), nodes.len(), &options))?;
+        }
+        Ok(())
+    })
+}
+
+// ------------------------------------------------------------------------------- Compile
+
+/// What a compiled fused node runs: its planned graph and the fused node's I/O names in
+/// ORT's order.
+pub struct Kernel {
+    pub name: String,
+    pub inputs: Vec<String>,
+    pub outputs: Vec<String>,
+    pub graph: Graph,
+}
+
+#[repr(C)]
+struct ComputeInfo {
+    base: OrtNodeComputeInfo,
+    kernel: Arc<Kernel>,
+}
+
+unsafe fn node_io(node: *const OrtNode) -> Res<(String, Vec<String>, Vec<String>)> {
+    let ort = api().ort;
+    let mut p: *const c_char = std::ptr::null();
+    check((ort.Node_GetName)(node, &mut p))?;
+    let name = cstr(p);
+    let names = |count: unsafe extern "system" fn(*const OrtNode, *mut usize) -> Status,
+                 get: unsafe extern "system" fn(*const OrtNode, *mut *const ort_sys::OrtValueInfo, usize) -> Status|
+     -> Res<Vec<String>> {
+        let mut n = 0usize;
+        check(count(node, &mut n))?;
+        let mut v = vec![std::ptr::null(); n];
+        if n > 0 {
+            check(get(node, v.as_mut_ptr(), n))?;
+        }
+        v.into_iter()
+            .map(|vi| {
+                if vi.is_null() {
+                    return Ok(String::new());
+                }
+                let mut p: *const c_char = std::ptr::null();
+                check((ort.GetValueInfoName)(vi, &mut p))?;
+                Ok(cstr(p))
+            })
+            .collect()
+    };
+    let inputs = names(ort.Node_GetNumInputs, ort.Node_GetInputs)?;
+    let outputs = names(ort.Node_GetNumOutputs, ort.Node_GetOutputs)?;
+    Ok((name, inputs, outputs))
+}
+
+unsafe extern "system" fn ep_compile(
+    ep: *mut OrtEp,
+    graphs: *const *const OrtGraph,
+    fused_nodes: *const *const OrtNode,
+    count: usize,
+    node_compute_infos: *mut *mut OrtNodeComputeInfo,
+    _ep_context_nodes: *mut *mut OrtNode,
+) -> Status {
+    guard("Compile", || {
+        let me = this(ep);
+        for i in 0..count {
+            *node_compute_infos.add(i) = std::ptr::null_mut();
+        }
+        let mut made: Vec<*mut OrtNodeComputeInfo> = Vec::new();
+        let result = (|| -> Res<()> {
+            for i in 0..count {
+                let (name, inputs, outputs) = node_io(*fused_nodes.add(i))?;
+                // Everything is copied out of the OrtGraph here: it is gone after Compile.
+                let imported = graph::import(*graphs.add(i), Some(&outputs))
+                    .map_err(|e| format!("fused node '{name}': cannot read its graph: {e}"))?;
+                let plan = bolt::plan::plan(&imported.graph)
+                    .map_err(|e| format!("fused node '{name}': planning failed: {e}"))?;
+                me.log(|| {
+                    format!(
+                        "compile {name}: {} node(s) -> {} planned node(s) [{}], inputs {inputs:?}, outputs {outputs:?}",
+                        imported.graph.nodes.len(),
+                        plan.graph.nodes.len(),
+                        plan.graph.nodes.iter().map(|n| n.op.op_type()).collect::<Vec<_>>().join(", ")
+                    )
+                });
+                if me.options.device == Device::Cuda {
+                    return Err("device=cuda: the CUDA device is not built into this library (no GPU kernels)".into());
+                }
+                let kernel = Arc::new(Kernel { name, inputs, outputs, graph: plan.graph });
+                let info = Box::new(ComputeInfo {
+                    base: OrtNodeComputeInfo {
+                        ort_version_supported: EP_API_VERSION,
+                        CreateState: ci_create_state,
+                        Compute: ci_compute,
+                        ReleaseState: ci_release_state,
+                    },
+                    kernel,
+                });
+                let p = Box::into_raw(info) as *mut OrtNodeComputeInfo;
+                made.push(p);
+                *node_compute_infos.add(i) = p;
+            }
+            Ok(())
+        })();
+        if result.is_err() {
+            for (i, p) in made.into_iter().enumerate() {
+                drop(Box::from_raw(p as *mut ComputeInfo));
+                *node_compute_infos.add(i) = std::ptr::null_mut();
+            }
+        }
+        result
+    })
+}
+
+unsafe extern "system" fn ep_release_node_compute_infos(
+    _ep: *mut OrtEp,
+    infos: *mut *mut OrtNodeComputeInfo,
+    num: usize,
+) {
+    let _ = std::panic::catch_unwind(|| {
+        for i in 0..num {
+            let p = *infos.add(i);
+            if !p.is_null() {
+                drop(Box::from_raw(p as *mut ComputeInfo));
+            }
+        }
+    });
+}
+
+unsafe extern "system" fn ci_create_state(
+    this: *mut OrtNodeComputeInfo,
+    _ctx: *mut OrtNodeComputeContext,
+    state: *mut *mut c_void,
+) -> Status {
+    guard("CreateState", || {
+        // The kernel is immutable and shared: the state is the compute info itself.
+        *state = this as *mut c_void;
+        Ok(())
+    })
+}
+
+unsafe extern "system" fn ci_release_state(_this: *mut OrtNodeComputeInfo, _state: *mut c_void) {}
+
+unsafe extern "system" fn ci_compute(
+    this: *mut OrtNodeComputeInfo,
+    _state: *mut c_void,
+    ctx: *mut OrtKernelContext,
+) -> Status {
+    let kernel = (*(this as *mut ComputeInfo)).kernel.clone();
+    guard("Compute", || compute(&kernel, ctx).map_err(|e| format!("fused node '{}': {e}", kernel.name)))
+}
+
+/// Reads the fused node's inputs by name, runs the planned graph, writes the outputs with
+/// the shapes this run produced (symbolic dims are resolved here, per call).
+unsafe fn compute(k: &Kernel, ctx: *mut OrtKernelContext) -> Res<()> {
+    let ort = api().ort;
+    let mut n_in = 0usize;
+    check((ort.KernelContext_GetInputCount)(ctx, &mut n_in))?;
+    let wanted: HashSet<&str> = k.graph.inputs.iter().map(String::as_str).collect();
+    let mut inputs: HashMap<String, Tensor> = HashMap::new();
+    for i in 0..n_in {
+        let Some(name) = k.inputs.get(i) else { break };
+        if !wanted.contains(name.as_str()) {
+            // A constant Bolt copied at Compile time (planned weights are used instead).
+            continue;
+        }
+        let mut v: *const OrtValue = std::ptr::null();
+        check((ort.KernelContext_GetInput)(ctx, i, &mut v))?;
+        if v.is_null() {
+            return Err(format!("input {i} ('{name}') is missing"));
+        }
+        inputs.insert(name.clone(), graph::value_to_tensor(v, name)?);
+    }
+    let mut outs = bolt::reference::run(&k.graph, &inputs).map_err(|e| e.to_string())?;
+    for (i, name) in k.outputs.iter().enumerate() {
+        let t = outs.remove(name).ok_or_else(|| format!("output '{name}' was not computed"))?;
+        let dims: Vec<i64> = t.shape.iter().map(|&d| d as i64).collect();
+        let mut v: *mut OrtValue = std::ptr::null_mut();
+        check((ort.KernelContext_GetOutput)(ctx, i, dims.as_ptr(), dims.len(), &mut v))?;
+        if v.is_null() {
+            return Err(format!("ORT gave no buffer for output {i} ('{name}')"));
+        }
+        let (dtype, shape) = graph::tensor_meta(v)?;
+        if dtype != t.dtype() || shape != t.shape {
+            return Err(format!(
+                "output '{name}': Bolt computed {}{:?} but ORT expects {dtype}{shape:?}",
+                t.dtype(),
+                t.shape
+            ));
+        }
+        let mut data: *mut c_void = std::ptr::null_mut();
+        check((ort.GetTensorMutableData)(v, &mut data))?;
+        if data.is_null() && t.size_bytes() > 0 {
+            return Err(format!("output '{name}' has no buffer"));
+        }
+        graph::write_tensor(&t, data);
+    }
+    Ok(())
+}
+
+// ------------------------------------------------------------------------- stubs
+
+unsafe extern "system" fn ep_get_preferred_data_layout(_ep: *mut OrtEp, layout: *mut i32) -> Status {
+    guard("GetPreferredDataLayout", || {
+        *layout = ORT_EP_DATA_LAYOUT_NCHW;
+        Ok(())
+    })
+}
+
+unsafe extern "system" fn ep_should_convert_data_layout_for_op(
+    _ep: *mut OrtEp,
+    _domain: *const c_char,
+    _op_type: *const c_char,
+    _target: i32,
+    should_convert: *mut i32,
+) -> Status {
+    guard("ShouldConvertDataLayoutForOp", || {
+        // Leave it to ORT (Bolt takes NCHW models and handles layout inside its kernels).
+        *should_convert = -1;
+        Ok(())
+    })
+}
+
+unsafe extern "system" fn ep_set_dynamic_options(
+    _ep: *mut OrtEp,
+    keys: *const *const c_char,
+    values: *const *const c_char,
+    num: usize,
+) -> Status {
+    guard("SetDynamicOptions", || {
+        let pairs: Vec<(String, String)> = (0..num).map(|i| (cstr(*keys.add(i)), cstr(*values.add(i)))).collect();
+        if let Some((k, _)) = pairs.first() {
+            return Err(format!("no dynamic options are supported (got '{k}')"));
+        }
+        Ok(())
+    })
+}
+
+unsafe extern "system" fn ep_on_run_start(_ep: *mut OrtEp, _run_options: *const OrtRunOptions) -> Status {
+    Status::default()
+}
+
+unsafe extern "system" fn ep_on_run_end(_ep: *mut OrtEp, _run_options: *const OrtRunOptions, _sync: bool) -> Status {
+    Status::default()
+}
+
+unsafe extern "system" fn ep_create_allocator(
+    _ep: *mut OrtEp,
+    _memory_info: *const OrtMemoryInfo,
+    allocator: *mut *mut OrtAllocator,
+) -> Status {
+    guard("CreateAllocator", || {
+        // CPU memory: ORT's own CPU allocator.
+        *allocator = std::ptr::null_mut();
+        Ok(())
+    })
+}
+
+unsafe extern "system" fn ep_create_sync_stream_for_device(
+    _ep: *mut OrtEp,
+    _memory_device: *const OrtMemoryDevice,
+    stream: *mut *mut OrtSyncStreamImpl,
+) -> Status {
+    guard("CreateSyncStreamForDevice", || {
+        *stream = std::ptr::null_mut();
+        Ok(())
+    })
+}
+
+unsafe extern "system" fn ep_get_compiled_model_compatibility_info(
+    ep: *mut OrtEp,
+    _graph: *const OrtGraph,
+) -> *const c_char {
+    guard_value(std::ptr::null(), || this(ep).compat.as_ptr())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bolt::ir::builder::GraphBuilder;
+    use bolt::ir::{DType, Dim, Shape, Unary};
+
+    /// relu(a @ w + c) with a [m, 4] and C read at run time.
+    fn gemm_graph(c_shape: Shape) -> Graph {
+        let mut b = GraphBuilder::new("t");
+        let a = b.input("a", DType::F32, Shape(vec![Dim::Sym("m".into()), Dim::Known(4)]));
+        let c = b.input("c", DType::F32, c_shape);
+        let w = b.initializer("w", Tensor::from_f32(vec![4, 5], vec![0.5; 20]));
+        let y = b.node("g", Op::Gemm { alpha: 1.0, beta: 1.0, trans_a: false, trans_b: false }, &[&a, &w, &c]);
+        let r = b.node("r", Op::Unary(Unary::Relu), &[&y]);
+        b.output(&r);
+        b.finish().unwrap()
+    }
+
+    #[test]
+    fn subgraph_takes_constants_inputs_and_outputs() {
+        let g = gemm_graph(Shape(vec![Dim::Sym("m".into()), Dim::Known(5)]));
+        let parts = bolt::partition::partition(&g);
+        assert_eq!(parts.partitions.len(), 1);
+        let p = &parts.partitions[0];
+        assert_eq!(p.nodes, ["g", "r"]);
+        let sub = subgraph(&g, &p.nodes);
+        assert_eq!(sub.inputs, ["a", "c"]);
+        assert!(sub.initializers.contains_key("w"));
+        assert_eq!(sub.outputs, ["r_out"]);
+        assert!(source_fits(&g, p).is_ok());
+        let plan = bolt::plan::plan(&sub).unwrap();
+        assert_eq!(plan.graph.nodes.len(), 1);
+    }
+
+    #[test]
+    fn broadcasting_source_is_not_claimed() {
+        let g = gemm_graph(Shape::from_static(&[1, 5]));
+        let p = &bolt::partition::partition(&g).partitions[0];
+        let e = source_fits(&g, p).unwrap_err();
+        assert!(e.contains("'c'") && e.contains("[1, 5]"), "{e}");
+    }
+}

@@ -1,0 +1,304 @@
+//! Bolt as an ONNX Runtime plugin execution provider.
+//!
+//! ORT loads this library (`onnxruntime.register_execution_provider_library`), calls
+//! [`CreateEpFactories`], and from then on talks to the structs in [`abi`]:
+//! - the factory offers one device, the CPU reference device (CPU memory, ORT's CPU
+//!   allocator, no data transfer or streams), with EP option `device=reference`;
+//! - GetCapability reads the OrtGraph into Bolt IR, runs Bolt's partitioner and claims every
+//!   GEMM/Conv-centric partition as one fused node; all other nodes stay with ORT;
+//! - Compile copies each claimed subgraph out of ORT and plans it (`bolt::plan`); compute runs
+//!   the plan with Bolt's reference executor, with the shapes of each call.
+//!
+//! No Rust panic crosses into ORT: every entry point runs under `catch_unwind` and reports
+//! failures as an OrtStatus naming the entry point.
+
+pub mod abi;
+pub mod api;
+pub mod ep;
+pub mod graph;
+pub mod options;
+
+use abi::*;
+use api::{check, cstr, guard, guard_value, Res};
+use ort_sys::{
+    c_char, OrtAllocator, OrtApiBase, OrtCompiledModelCompatibility, OrtHardwareDevice, OrtHardwareDeviceType,
+    OrtKeyValuePairs, OrtLogger, OrtMemoryInfo, OrtSessionOptions,
+};
+use std::ffi::CString;
+
+/// The execution provider's name (what ORT reports for the nodes it runs).
+pub const EP_NAME: &str = "BoltExecutionProvider";
+pub const VENDOR: &str = "Bolt";
+
+#[repr(C)]
+struct Factory {
+    base: OrtEpFactory,
+    name: CString,
+    vendor: CString,
+    version: CString,
+}
+
+unsafe fn factory<'a>(f: *const OrtEpFactory) -> &'a Factory {
+    &*(f as *const Factory)
+}
+
+/// ORT's entry point: creates Bolt's one factory.
+///
+/// # Safety
+/// Called by ONNX Runtime with the arguments its plugin ABI specifies.
+#[no_mangle]
+pub unsafe extern "system" fn CreateEpFactories(
+    _registered_name: *const c_char,
+    api_base: *const OrtApiBase,
+    _default_logger: *const OrtLogger,
+    factories: *mut *mut OrtEpFactory,
+    max_factories: usize,
+    num_factories: *mut usize,
+) -> Status {
+    let got = std::panic::catch_unwind(|| {
+        if api_base.is_null() || factories.is_null() || num_factories.is_null() {
+            return Err(None);
+        }
+        *num_factories = 0;
+        let ort = ((*api_base).GetApi)(ort_sys::ORT_API_VERSION);
+        if ort.is_null() {
+            eprintln!(
+                "[bolt-ort] this ONNX Runtime does not provide C API version {} (Bolt needs ONNX Runtime >= 1.23)",
+                ort_sys::ORT_API_VERSION
+            );
+            return Err(None);
+        }
+        let ort = &*ort;
+        let ep = (ort.GetEpApi)();
+        if ep.is_null() {
+            return Err(Some("ONNX Runtime returned no OrtEpApi".to_string()));
+        }
+        api::init(ort, &*(ep as *const OrtEpApi));
+        if max_factories < 1 {
+            return Err(Some("ONNX Runtime left no room for a factory".to_string()));
+        }
+        *factories = Box::into_raw(new_factory()) as *mut OrtEpFactory;
+        *num_factories = 1;
+        Ok(())
+    });
+    match got {
+        Ok(Ok(())) | Ok(Err(None)) => Status::default(),
+        Ok(Err(Some(msg))) => api::status(ort_sys::OrtErrorCode::ORT_FAIL, &format!("Bolt EP: {msg}")),
+        Err(p) => api::status(
+            ort_sys::OrtErrorCode::ORT_FAIL,
+            &format!("Bolt EP CreateEpFactories: internal error (panic: {})", api::panic_text(&p)),
+        ),
+    }
+}
+
+/// ORT's entry point: releases a factory made by [`CreateEpFactories`].
+///
+/// # Safety
+/// `factory` came from [`CreateEpFactories`] and is not used afterwards.
+#[no_mangle]
+pub unsafe extern "system" fn ReleaseEpFactory(factory: *mut OrtEpFactory) -> Status {
+    guard("ReleaseEpFactory", || {
+        if !factory.is_null() {
+            drop(Box::from_raw(factory as *mut Factory));
+        }
+        Ok(())
+    })
+}
+
+fn new_factory() -> Box<Factory> {
+    Box::new(Factory {
+        base: OrtEpFactory {
+            ort_version_supported: EP_API_VERSION,
+            GetName: f_get_name,
+            GetVendor: f_get_vendor,
+            GetSupportedDevices: f_get_supported_devices,
+            CreateEp: f_create_ep,
+            ReleaseEp: f_release_ep,
+            GetVendorId: f_get_vendor_id,
+            GetVersion: f_get_version,
+            ValidateCompiledModelCompatibilityInfo: f_validate_compiled_model_compatibility_info,
+            CreateAllocator: f_create_allocator,
+            ReleaseAllocator: f_release_allocator,
+            CreateDataTransfer: f_create_data_transfer,
+            IsStreamAware: f_is_stream_aware,
+            CreateSyncStreamForDevice: f_create_sync_stream_for_device,
+        },
+        name: CString::new(EP_NAME).expect("no NUL"),
+        vendor: CString::new(VENDOR).expect("no NUL"),
+        version: CString::new(env!("CARGO_PKG_VERSION")).expect("no NUL"),
+    })
+}
+
+unsafe extern "system" fn f_get_name(f: *const OrtEpFactory) -> *const c_char {
+    guard_value(std::ptr::null(), || factory(f).name.as_ptr())
+}
+
+unsafe extern "system" fn f_get_vendor(f: *const OrtEpFactory) -> *const c_char {
+    guard_value(std::ptr::null(), || factory(f).vendor.as_ptr())
+}
+
+unsafe extern "system" fn f_get_vendor_id(_f: *const OrtEpFactory) -> u32 {
+    0
+}
+
+unsafe extern "system" fn f_get_version(f: *const OrtEpFactory) -> *const c_char {
+    guard_value(std::ptr::null(), || factory(f).version.as_ptr())
+}
+
+/// Key-value pairs for ORT (which copies them).
+struct Kvp(*mut OrtKeyValuePairs);
+
+impl Kvp {
+    unsafe fn new(pairs: &[(&str, &str)]) -> Kvp {
+        let ort = api::api().ort;
+        let mut p = std::ptr::null_mut();
+        (ort.CreateKeyValuePairs)(&mut p);
+        for (k, v) in pairs {
+            let (k, v) = (CString::new(*k).expect("no NUL"), CString::new(*v).expect("no NUL"));
+            (ort.AddKeyValuePair)(p, k.as_ptr(), v.as_ptr());
+        }
+        Kvp(p)
+    }
+}
+
+impl Drop for Kvp {
+    fn drop(&mut self) {
+        if !self.0.is_null() {
+            // SAFETY: made by CreateKeyValuePairs, released once.
+            unsafe { (api::api().ort.ReleaseKeyValuePairs)(self.0) }
+        }
+    }
+}
+
+unsafe extern "system" fn f_get_supported_devices(
+    f: *mut OrtEpFactory,
+    devices: *const *const OrtHardwareDevice,
+    num_devices: usize,
+    ep_devices: *mut *mut OrtEpDevice,
+    max_ep_devices: usize,
+    num_ep_devices: *mut usize,
+) -> Status {
+    guard("GetSupportedDevices", || {
+        *num_ep_devices = 0;
+        let a = api::api();
+        // The reference device runs on the CPU with CPU memory. (A CUDA device would be
+        // offered for GPU hardware devices once the CUDA kernels are built in.)
+        for i in 0..num_devices {
+            let dev = *devices.add(i);
+            if (a.ort.HardwareDevice_Type)(dev) != OrtHardwareDeviceType::OrtHardwareDeviceType_CPU {
+                continue;
+            }
+            if *num_ep_devices >= max_ep_devices {
+                break;
+            }
+            let metadata = Kvp::new(&[("bolt.device", "reference")]);
+            let options = Kvp::new(&[("device", "reference")]);
+            let mut out = std::ptr::null_mut();
+            check((a.ep.CreateEpDevice)(f, dev, metadata.0, options.0, &mut out))?;
+            *ep_devices.add(*num_ep_devices) = out;
+            *num_ep_devices += 1;
+            break;
+        }
+        Ok(())
+    })
+}
+
+/// The session's config entries (`ep.<name>.<option>` among them).
+unsafe fn session_entries(so: *const OrtSessionOptions) -> Res<Vec<(String, String)>> {
+    let ort = api::api().ort;
+    let mut kvp: *mut OrtKeyValuePairs = std::ptr::null_mut();
+    check((ort.GetSessionOptionsConfigEntries)(so, &mut kvp))?;
+    let kvp = Kvp(kvp);
+    let (mut keys, mut values, mut n) = (std::ptr::null(), std::ptr::null(), 0usize);
+    (ort.GetKeyValuePairs)(kvp.0, &mut keys, &mut values, &mut n);
+    Ok((0..n).map(|i| (cstr(*keys.add(i)), cstr(*values.add(i)))).collect())
+}
+
+unsafe extern "system" fn f_create_ep(
+    f: *mut OrtEpFactory,
+    _devices: *const *const OrtHardwareDevice,
+    _ep_metadata: *const *const OrtKeyValuePairs,
+    _num_devices: usize,
+    session_options: *const OrtSessionOptions,
+    _logger: *const ort_sys::OrtLogger,
+    ep: *mut *mut OrtEp,
+) -> Status {
+    guard("CreateEp", || {
+        *ep = std::ptr::null_mut();
+        let name = factory(f).name.to_string_lossy().into_owned();
+        let entries = session_entries(session_options)?;
+        api::verbose(|| format!("session config: {entries:?}"));
+        let opts = options::from_session_config(&name, entries.iter().map(|(k, v)| (k.as_str(), v.as_str())))?;
+        if opts.device == options::Device::Cuda {
+            return Err("EP option device=cuda: the CUDA device is not built into this library and no GPU kernels \
+                        are available; use device=reference (the CPU reference device)"
+                .into());
+        }
+        *ep = ep::BoltEp::new(&name, opts).into_raw();
+        Ok(())
+    })
+}
+
+unsafe extern "system" fn f_release_ep(_f: *mut OrtEpFactory, ep: *mut OrtEp) {
+    let _ = std::panic::catch_unwind(|| {
+        if !ep.is_null() {
+            drop(ep::BoltEp::from_raw(ep));
+        }
+    });
+}
+
+unsafe extern "system" fn f_validate_compiled_model_compatibility_info(
+    _f: *mut OrtEpFactory,
+    _devices: *const *const OrtHardwareDevice,
+    _num_devices: usize,
+    _info: *const c_char,
+    out: *mut OrtCompiledModelCompatibility,
+) -> Status {
+    guard("ValidateCompiledModelCompatibilityInfo", || {
+        // Bolt writes no EPContext models.
+        *out = OrtCompiledModelCompatibility::EP_NOT_APPLICABLE;
+        Ok(())
+    })
+}
+
+unsafe extern "system" fn f_create_allocator(
+    _f: *mut OrtEpFactory,
+    _memory_info: *const OrtMemoryInfo,
+    _allocator_options: *const OrtKeyValuePairs,
+    allocator: *mut *mut OrtAllocator,
+) -> Status {
+    guard("CreateAllocator", || {
+        // The reference device registers no memory info: ORT's CPU allocator serves it.
+        *allocator = std::ptr::null_mut();
+        Ok(())
+    })
+}
+
+unsafe extern "system" fn f_release_allocator(_f: *mut OrtEpFactory, _allocator: *mut OrtAllocator) {}
+
+unsafe extern "system" fn f_create_data_transfer(
+    _f: *mut OrtEpFactory,
+    data_transfer: *mut *mut OrtDataTransferImpl,
+) -> Status {
+    guard("CreateDataTransfer", || {
+        // CPU memory only: nothing to copy between devices.
+        *data_transfer = std::ptr::null_mut();
+        Ok(())
+    })
+}
+
+unsafe extern "system" fn f_is_stream_aware(_f: *const OrtEpFactory) -> bool {
+    false
+}
+
+unsafe extern "system" fn f_create_sync_stream_for_device(
+    _f: *mut OrtEpFactory,
+    _memory_device: *const OrtMemoryDevice,
+    _stream_options: *const OrtKeyValuePairs,
+    stream: *mut *mut OrtSyncStreamImpl,
+) -> Status {
+    guard("CreateSyncStreamForDevice", || {
+        *stream = std::ptr::null_mut();
+        Ok(())
+    })
+}
