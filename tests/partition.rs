@@ -225,3 +225,19 @@ fn real_models_partition_every_anchor() {
         println!("{model}: {} partitions, activations {kinds:?}, {} host nodes", p.partitions.len(), p.host.len());
     }
 }
+
+#[test]
+fn a_gemm_with_a_broadcast_non_constant_c_stays_with_the_host() {
+    // C of shape [1, N] read from a graph input: the epilogue reads either a constant bias
+    // vector or a full [M, N] source, so this Gemm is not a kernel.
+    let mut b = GraphBuilder::new("t");
+    let x = b.input("x", DType::F32, Shape::from_static(&[4, 8]));
+    let c = b.input("c", DType::F32, Shape::from_static(&[1, 16]));
+    let w = b.initializer("w", f32s(&[8, 16], 0.1));
+    let gemm = Op::Gemm { alpha: 1.0, beta: 1.0, trans_a: false, trans_b: false };
+    let y = b.node("gemm", gemm, &[&x, &w, &c]);
+    b.output(&y);
+    let p = partition(&b.finish().unwrap());
+    assert!(p.partitions.is_empty());
+    assert!(p.host[0].reason.contains("neither a constant per-column bias"), "{}", p.host[0].reason);
+}

@@ -220,6 +220,18 @@ fn anchor(cx: &Ctx, i: usize) -> Result<Option<(AnchorKind, String, String)>, St
         },
         _ => return Ok(None),
     };
+    // Gemm's C joins the epilogue as a per-column bias (constant) or as a source tensor of
+    // the output's shape; a broadcast non-constant C has no epilogue form.
+    if let (Op::Gemm { .. }, Some(c)) = (&n.op, n.input(2)) {
+        let out = cx.shape(&n.outputs[0]);
+        let channels = out.and_then(|s| s.last()).and_then(|d| d.known());
+        let full = matches!((cx.shape(c), out), (Some(p), Some(q)) if p == q && p.iter().all(|d| !matches!(d, crate::ir::Dim::Unknown)));
+        if !cx.is_channel_vector(c, &kind, channels) && !full {
+            return Err(format!(
+                "Gemm's C '{c}' is neither a constant per-column bias nor a tensor of the output's shape"
+            ));
+        }
+    }
     let dtype = cx.g.types.get(&a).map(|t| t.dtype);
     match dtype {
         Some(d) if kernel_dtype(d) => Ok(Some((kind, a, b))),
