@@ -317,8 +317,8 @@ pub mod cuda {
             let mut b = Vec::with_capacity(sets);
             let (ea, eb) = (encode(&host_a, e), encode(&host_b, e));
             for _ in 0..sets {
-                a.push(drv("copy A", self.stream.memcpy_stod(&ea))?);
-                b.push(drv("copy B", self.stream.memcpy_stod(&eb))?);
+                a.push(drv("copy A", self.stream.clone_htod(&ea))?);
+                b.push(drv("copy B", self.stream.clone_htod(&eb))?);
             }
             let d = drv("alloc D", self.stream.alloc_zeros::<u8>(output_len(w) * w.types.output.size_bytes()))?;
             let ws_bytes = match w.problem {
@@ -416,7 +416,7 @@ pub mod cuda {
             Self::check_can_implement(w, &kernel)?;
             let buf = self.buffers(w, &kernel, 1)?;
             self.launch(w, &kernel, &buf, 0)?;
-            let bytes = drv("copy D back", self.stream.memcpy_dtov(&buf.d))?;
+            let bytes = drv("copy D back", self.stream.clone_dtoh(&buf.d))?;
             let d = decode(&bytes, w.types.output);
             check_output(w, &buf.host_a, &buf.host_b, &d, self.plan.check_samples)
         }
