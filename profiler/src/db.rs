@@ -294,6 +294,19 @@ impl Db {
         self.entries.get(&key.id())
     }
 
+    /// The entry for a workload: its exact shape, else the power-of-two bucket of its leading
+    /// (dynamic) dimension.
+    pub fn lookup(
+        &self,
+        workload: &Workload,
+        device: &DeviceSpec,
+        arch: Arch,
+        toolchain: &Toolchain,
+    ) -> Option<&Entry> {
+        let key = Key::new(workload, device, arch, toolchain);
+        self.get(&key).or_else(|| self.get(&key.bucketed(0)))
+    }
+
     pub fn entries(&self) -> impl Iterator<Item = &Entry> {
         self.entries.values()
     }

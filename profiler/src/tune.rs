@@ -25,6 +25,9 @@ pub struct TuneOptions {
     pub time_budget: Option<Duration>,
     /// Skip workloads whose key is already in the database.
     pub resume: bool,
+    /// The leading dimension (GEMM M, conv batch N) is dynamic: results are keyed by its
+    /// power-of-two bucket ([`Key::bucketed`]), so one tuning serves every size in the bucket.
+    pub dynamic_leading_dim: bool,
 }
 
 impl TuneOptions {
@@ -36,6 +39,7 @@ impl TuneOptions {
             top_k: DEFAULT_TOP_K,
             time_budget: None,
             resume: false,
+            dynamic_leading_dim: false,
         }
     }
 }
@@ -130,7 +134,10 @@ pub fn tune(
     let mut results = Vec::with_capacity(workloads.len());
     for (index, w) in workloads.iter().enumerate() {
         progress(Event::Workload { index, name: &w.name });
-        let key = Key::new(w, &opts.device, opts.arch, &opts.toolchain);
+        let mut key = Key::new(w, &opts.device, opts.arch, &opts.toolchain);
+        if opts.dynamic_leading_dim {
+            key = key.bucketed(0);
+        }
         let peak_flops = opts.device.peak_flops(w.types.input);
         let base =
             |outcome: Outcome, entry: Option<Entry>, estimate: Option<Estimate>, n: usize, x: usize| TuneResult {
@@ -187,38 +194,41 @@ pub fn tune(
             if over_budget {
                 outcome = Outcome::AnalyticFallback("time budget spent".into());
             } else {
-                let mut fastest: Option<(usize, f64)> = None;
+                let mut timed: Vec<(usize, f64)> = Vec::new();
                 for (i, r) in ranking.ranked.iter().enumerate().take(opts.top_k.max(1)) {
                     match timer.time(w, r) {
                         Ok(t) => {
                             tried[i].measured_s = Some(t);
-                            if fastest.is_none_or(|(_, f)| t < f) {
-                                fastest = Some((i, t));
-                            }
+                            timed.push((i, t));
                         }
                         Err(reason) => tried[i].skipped = Some(reason),
                     }
                 }
-                match fastest {
-                    Some((i, t)) => match timer.verify(w, &ranking.ranked[i]) {
+                // Fastest first; the first whose output matches the reference wins.
+                timed.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+                let mut failures = Vec::new();
+                for &(i, t) in &timed {
+                    match timer.verify(w, &ranking.ranked[i]) {
                         Ok(()) => {
                             best = &ranking.ranked[i];
                             source = Source::Measured;
                             outcome = Outcome::Measured;
                             time_s = t;
+                            break;
                         }
                         Err(reason) => {
+                            failures.push(format!("{}: {reason}", ranking.ranked[i].candidate.name));
                             tried[i].skipped = Some(format!("wrong result: {reason}"));
-                            outcome = Outcome::AnalyticFallback(format!(
-                                "the fastest, {}, failed the reference check: {reason}",
-                                ranking.ranked[i].candidate.name
-                            ));
                         }
-                    },
-                    None => {
-                        let why = tried.iter().find_map(|t| t.skipped.clone()).unwrap_or_default();
-                        outcome = Outcome::AnalyticFallback(format!("no candidate could be timed (e.g. {why})"));
                     }
+                }
+                if source != Source::Measured {
+                    outcome = Outcome::AnalyticFallback(if timed.is_empty() {
+                        let why = tried.iter().find_map(|t| t.skipped.clone()).unwrap_or_default();
+                        format!("no candidate could be timed (e.g. {why})")
+                    } else {
+                        format!("every timed candidate failed the reference check ({})", failures.join("; "))
+                    });
                 }
             }
         }

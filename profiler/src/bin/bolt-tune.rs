@@ -126,6 +126,9 @@ struct Common {
     /// Skip workloads already in the database.
     #[arg(long, global = true)]
     resume: bool,
+    /// GEMM M / conv batch is dynamic: key results by its power-of-two bucket.
+    #[arg(long, global = true)]
+    dynamic_m: bool,
     /// Tuning database (default: $BOLT_TUNING_DB, else ~/.cache/bolt/tuning.json).
     #[arg(long, global = true)]
     db: Option<PathBuf>,
@@ -232,6 +235,7 @@ fn run(cli: Cli) -> Result<()> {
     opts.top_k = c.top_k;
     opts.time_budget = c.time_budget.map(Duration::from_secs_f64);
     opts.resume = c.resume;
+    opts.dynamic_leading_dim = c.dynamic_m;
 
     let mut timer = make_timer(c, &detection, &device)?;
     let mode = match &timer {
