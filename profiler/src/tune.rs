@@ -167,7 +167,7 @@ pub fn tune(
                 .excluded
                 .iter()
                 .take(3)
-                .map(|e| format!("{}: {}", e.name, e.reason))
+                .map(|e| if e.name == "*" { e.reason.clone() } else { format!("{}: {}", e.name, e.reason) })
                 .collect::<Vec<_>>()
                 .join("; ");
             let r = base(Outcome::NoCandidate(reason), None, None, n, x);

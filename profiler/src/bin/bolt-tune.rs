@@ -331,9 +331,14 @@ fn outcome_text(o: &Outcome) -> String {
 
 fn print_summary(results: &[TuneResult], out: &mut dyn Write) -> Result<()> {
     let name_w = results.iter().map(|r| r.workload.len()).max().unwrap_or(8).clamp(8, 48);
+    let problem = |r: &TuneResult| match r.key.epilogue.as_str() {
+        "identity" => r.description.clone(),
+        e => format!("{} +{e}", r.description),
+    };
+    let prob_w = results.iter().map(|r| problem(r).len()).max().unwrap_or(8).clamp(8, 56);
     writeln!(
         out,
-        "{:<name_w$}  {:<30}  {:<38}  {:>10}  {:>8}  {:>6}  {:>7}  source",
+        "{:<name_w$}  {:<prob_w$}  {:<38}  {:>10}  {:>8}  {:>6}  {:>7}  source",
         "workload", "problem", "best config", "time (us)", "TFLOP/s", "% peak", "gap %"
     )?;
     for r in results {
@@ -341,9 +346,9 @@ fn print_summary(results: &[TuneResult], out: &mut dyn Write) -> Result<()> {
         let f = |v: Option<f64>, p: usize| v.map(|x| format!("{x:.p$}")).unwrap_or_else(|| "-".into());
         writeln!(
             out,
-            "{:<name_w$}  {:<30}  {:<38}  {:>10}  {:>8}  {:>6}  {:>7}  {}",
+            "{:<name_w$}  {:<prob_w$}  {:<38}  {:>10}  {:>8}  {:>6}  {:>7}  {}",
             r.workload,
-            r.description,
+            problem(r),
             best,
             f(r.time_s().map(|t| t * 1e6), 2),
             f(r.tflops(), 1),
