@@ -19,8 +19,6 @@
 //! (Roller: the top 10 of such a model recall the best config for most operators); absolute
 //! times are rough.
 
-use std::cmp::Ordering;
-
 use bolt_codegen::candidates::{candidates, with_split_k, Candidate};
 use bolt_codegen::spec::{Arch, Family, GroupMode, KernelSchedule, KernelSpec, Swizzle, TileConfig};
 use bolt_codegen::validate::validate;
@@ -47,17 +45,24 @@ const WARPS_FOR_PEAK_SM80: f64 = 8.0;
 const LATENCY_FLOOR: f64 = 0.7;
 /// sm90 convs run one consumer warp group per CTA (no second one to overlap with).
 const SM90_SINGLE_CONSUMER_EFFICIENCY: f64 = 0.9;
+/// sm80 cp.async pipelines (Little's law): the stages in flight on an SM (resident CTAs x
+/// (stages - 1)) must cover a global load's latency with mainloop iterations; short of it,
+/// throughput falls in proportion towards PIPELINE_FLOOR. Global load latency on A100 is
+/// ~300-600 cycles (L2 hit to DRAM; Jia et al., "Dissecting the Ampere GPU architecture").
+/// CUTLASS's tables are deep enough for every tile at full occupancy; the term matters for a
+/// lone CTA per SM with short iterations, where it separates the 3/4/5-stage variants.
+const LOAD_LATENCY_CYCLES: f64 = 600.0;
+const PIPELINE_FLOOR: f64 = 0.6;
 /// Pipelines with fewer than 3 stages cannot keep a load in flight behind the one being
-/// consumed.
+/// consumed (sm80 2-stage SIMT depthwise; an sm90 tile whose epilogue leaves room for 2).
 const SHALLOW_PIPELINE_EFFICIENCY: f64 = 0.85;
 
 /// Registers per thread besides the accumulators (A/B fragments double-buffered, addresses,
 /// predicates, epilogue): CUTLASS's 128-accumulator sm80 kernels compile to ~200-230.
 const REGISTER_OVERHEAD_PER_THREAD: usize = 72;
-/// Threads of an sm90 GEMM CTA: one producer + two consumer warp groups (cooperative,
-/// ping-pong, stream-K); sm90 convs: one producer + one consumer.
-const SM90_GEMM_THREADS: u32 = 384;
-const SM90_CONV_THREADS: u32 = 256;
+/// sm90 kernels run one CTA per SM: CUTLASS's stage-count carveout
+/// (`StageCountAutoCarveout`) fills the SM's shared memory with mainloop stages.
+const SM90_CTAS_PER_SM: u32 = 1;
 
 /// Efficiency of global loads per access width (bytes per thread access). 16-byte accesses
 /// (alignment 8 for 16-bit data) are the fast path; narrower ones issue 2-4x the load
@@ -328,7 +333,6 @@ pub fn estimate(spec: &KernelSpec, workload: &Workload, device: &DeviceSpec) -> 
         split: u64,
         cluster: (u64, u64),
         ctas_per_sm: u32,
-        threads: u32,
         /// smem bytes per K step (operand reads by the MMAs + tile writes).
         smem_bytes_per_iter: f64,
         efficiency: f64,
@@ -362,7 +366,6 @@ pub fn estimate(spec: &KernelSpec, workload: &Workload, device: &DeviceSpec) -> 
                 split: t.split_k as u64,
                 cluster: (1, 1),
                 ctas_per_sm: ctas,
-                threads,
                 smem_bytes_per_iter: reads + writes,
                 efficiency: MMA_EFFICIENCY_SM80,
                 overhead_cycles: KITER_OVERHEAD_CYCLES_SM80,
@@ -381,8 +384,7 @@ pub fn estimate(spec: &KernelSpec, workload: &Workload, device: &DeviceSpec) -> 
                 tk,
                 split: 1,
                 cluster: (t.cluster[0] as u64, t.cluster[1] as u64),
-                ctas_per_sm: 1,
-                threads: if conv { SM90_CONV_THREADS } else { SM90_GEMM_THREADS },
+                ctas_per_sm: SM90_CTAS_PER_SM,
                 smem_bytes_per_iter: reads,
                 efficiency: MMA_EFFICIENCY_SM90,
                 overhead_cycles: KITER_OVERHEAD_CYCLES_SM90,
@@ -391,7 +393,6 @@ pub fn estimate(spec: &KernelSpec, workload: &Workload, device: &DeviceSpec) -> 
             }
         }
     };
-    let _ = g.threads;
 
     let tiles_m = v.m.div_ceil(g.tm).div_ceil(g.cluster.0) * g.cluster.0;
     let tiles_n = v.n.div_ceil(g.tn).div_ceil(g.cluster.1) * g.cluster.1;
@@ -433,7 +434,9 @@ pub fn estimate(spec: &KernelSpec, workload: &Workload, device: &DeviceSpec) -> 
         TileConfig::Sm80(t) => {
             let resident_ctas = (g.ctas_per_sm as f64).min(tiles_per_sm.max(1.0));
             let warps = resident_ctas * t.warps() as f64;
-            LATENCY_FLOOR + (1.0 - LATENCY_FLOOR) * (warps / WARPS_FOR_PEAK_SM80).min(1.0)
+            let covered = resident_ctas * t.stages.saturating_sub(1) as f64 * iter_cycles / LOAD_LATENCY_CYCLES;
+            (LATENCY_FLOOR + (1.0 - LATENCY_FLOOR) * (warps / WARPS_FOR_PEAK_SM80).min(1.0))
+                * (PIPELINE_FLOOR + (1.0 - PIPELINE_FLOOR) * covered.min(1.0))
         }
         TileConfig::Sm90(_) if conv => SM90_SINGLE_CONSUMER_EFFICIENCY,
         TileConfig::Sm90(_) => 1.0,
@@ -529,9 +532,4 @@ pub fn estimate(spec: &KernelSpec, workload: &Workload, device: &DeviceSpec) -> 
         dram_bytes,
         l2_bytes,
     }
-}
-
-/// Orders two rankings' picks (for reports): `Less` if `a` is estimated faster.
-pub fn compare(a: &Ranked, b: &Ranked) -> Ordering {
-    a.estimate.time_s.total_cmp(&b.estimate.time_s).then_with(|| a.candidate.name.cmp(&b.candidate.name))
 }

@@ -163,11 +163,11 @@ impl MaxAlignment for Alignment {
 
 /// Output size of a convolution along one axis.
 pub fn conv_out(size: i64, pad: i64, filter: i64, stride: i64, dilation: i64) -> i64 {
-    let span = size + 2 * pad - dilation * (filter - 1) - 1;
+    let span = size as i128 + 2 * pad as i128 - dilation as i128 * (filter as i128 - 1) - 1;
     if span < 0 || stride <= 0 {
         return 0;
     }
-    span / stride + 1
+    (span / stride as i128 + 1).min(i64::MAX as i128) as i64
 }
 
 /// A Conv2d description before output sizes are derived.
@@ -206,8 +206,10 @@ impl Workload {
                 return Err(invalid(name, format!("{dim} = {v}: every dimension must be positive")));
             }
         }
-        let elements = m.checked_mul(k).and_then(|a| a.checked_mul(batch));
-        if elements.is_none() || (m as i128 * n as i128 * k as i128 * batch as i128) > (1i128 << 62) {
+        // Operand sizes and strides are i64 in the ABI; FLOP counts stay within f64 precision.
+        let (m128, n128, k128, b128) = (m as i128, n as i128, k as i128, batch as i128);
+        let largest = (m128 * k128).max(k128 * n128).max(m128 * n128) * b128;
+        if largest > i64::MAX as i128 / 8 || m128 * n128 * k128 * b128 > 1i128 << 62 {
             return Err(invalid(name, format!("{m}x{n}x{k} (batch {batch}) is too large")));
         }
         let mut problem = BoltGemmProblem::packed(m, n, k, layouts);
@@ -242,6 +244,11 @@ impl Workload {
         if g <= 0 || s.c % g != 0 || s.k % g != 0 {
             return Err(invalid(name, format!("groups = {g} must be positive and divide C = {} and K = {}", s.c, s.k)));
         }
+        let scalars =
+            [s.n, s.h, s.w, s.c, s.k, s.r, s.s, s.pad.0, s.pad.1, s.stride.0, s.stride.1, s.dilation.0, s.dilation.1];
+        if let Some(v) = scalars.iter().find(|&&v| v > i32::MAX as i64) {
+            return Err(invalid(name, format!("{v} does not fit the conv ABI's 32-bit sizes")));
+        }
         let p = conv_out(s.h, s.pad.0, s.r, s.stride.0, s.dilation.0);
         let q = conv_out(s.w, s.pad.1, s.s, s.stride.1, s.dilation.1);
         if p <= 0 || q <= 0 {
@@ -250,10 +257,11 @@ impl Workload {
                 format!("the {}x{} filter does not fit the padded {}x{} input", s.r, s.s, s.h, s.w),
             ));
         }
-        let too_big = [s.n * s.h * s.w * s.c, s.n * p * q * s.k, s.k * s.r * s.s * (s.c / g)]
-            .iter()
-            .any(|&v| v > i32::MAX as i64)
-            || [s.n, s.h, s.w, s.c, s.k, s.r, s.s, s.pad.0, s.pad.1].iter().any(|&v| v > i32::MAX as i64);
+        // Every size is an i32 in the ABI (so the products below cannot overflow i128).
+        let i = |v: i64| v as i128;
+        let tensors =
+            [i(s.n) * i(s.h) * i(s.w) * i(s.c), i(s.n) * i(p) * i(q) * i(s.k), i(s.k) * i(s.r) * i(s.s) * i(s.c / g)];
+        let too_big = tensors.iter().any(|&v| v > i32::MAX as i128);
         if too_big {
             return Err(invalid(name, "a tensor has more than 2^31 elements (the conv ABI takes 32-bit sizes)"));
         }
@@ -601,5 +609,11 @@ mod tests {
         let w = Workload::conv2d("stem", s, F16_F32_F16, Epilogue::plain()).unwrap();
         assert_eq!(w.gemm_view(), GemmView { m: 32 * 112 * 112, n: 64, k: 3 * 49, batch: 1 });
         assert!(Workload::conv2d("bad", Conv2dShape::new(1, 2, 2, 8, 8, 5, 5), F16_F32_F16, Epilogue::plain()).is_err());
+        // Absurd sizes are errors, not overflows.
+        let huge = Conv2dShape { pad: (i64::MAX, i64::MAX), ..Conv2dShape::new(1, i64::MAX, 8, 8, 8, 3, 3) };
+        assert!(Workload::conv2d("huge", huge, F16_F32_F16, Epilogue::plain()).is_err());
+        let rrr = [Layout::RowMajor; 3];
+        assert!(Workload::gemm("huge", (i64::MAX, i64::MAX, 2, 1), F16_F32_F16, rrr, Epilogue::plain()).is_err());
+        assert!(Workload::gemm("neg", (-1, 8, 8, 1), F16_F32_F16, rrr, Epilogue::plain()).is_err());
     }
 }
