@@ -417,7 +417,8 @@ pub fn estimate(spec: &KernelSpec, workload: &Workload, device: &DeviceSpec) -> 
     let waves = (tiles as f64 / slots).ceil().max(1.0) as u64;
     let wave_efficiency = tiles as f64 / (waves as f64 * slots);
     let tiles_per_sm = if stream_k {
-        // Data-parallel full waves, the remainder's K iterations spread evenly over all SMs.
+        // Every K iteration of every tile spread evenly over the SMs (CUTLASS's data-parallel
+        // full waves + stream-K remainder give the busiest SM the same load).
         let total_iters = tiles * k_iters;
         (total_iters as f64 / usable_sms).ceil() / k_iters as f64
     } else {
@@ -472,11 +473,11 @@ pub fn estimate(spec: &KernelSpec, workload: &Workload, device: &DeviceSpec) -> 
         unique
     } else {
         let concurrent = (slots as u64).min(tiles_m * tiles_n).max(1);
-        let (along_m, along_n) = if tiles_n > tiles_m { (tiles_n, tiles_m) } else { (tiles_m, tiles_n) };
+        let (long, short) = if tiles_n > tiles_m { (tiles_n, tiles_m) } else { (tiles_m, tiles_n) };
         // Rasterise along the longer dimension in groups of `swizzle` along the other.
-        let group_short = (g.swizzle as u64).min(along_n).max(1);
-        let group_long = concurrent.div_ceil(group_short).min(along_m).max(1);
-        let group_short = concurrent.div_ceil(group_long).min(along_n).max(group_short);
+        let group_short = (g.swizzle as u64).min(short).max(1);
+        let group_long = concurrent.div_ceil(group_short).min(long).max(1);
+        let group_short = concurrent.div_ceil(group_long).min(short).max(group_short);
         let (gm, gn) = if tiles_n > tiles_m { (group_short, group_long) } else { (group_long, group_short) };
         let per_group = (gm * g.tm) as f64 * k * in_b + (gn * g.tn) as f64 * k * in_b;
         let groups = (tiles_m * tiles_n) as f64 / (gm * gn) as f64 * batch as f64;

@@ -308,9 +308,18 @@ impl Workload {
     }
 
     /// The implicit-GEMM view: conv M = N·P·Q, N = K/groups, K = C/groups·R·S, batch = groups.
+    /// Depthwise convs run CUTLASS's depthwise kernel, whose tiles span channels: M = N·P·Q,
+    /// N = K (channels), K = R·S, batch 1 (the same FLOPs).
     pub fn gemm_view(&self) -> GemmView {
+        let depthwise = matches!(self.family, Family::Conv2dFprop(f) if f.groups == GroupMode::Depthwise);
         match self.problem {
             Problem::Gemm(p) => GemmView { m: p.m as u64, n: p.n as u64, k: p.k as u64, batch: p.batch.max(1) as u64 },
+            Problem::Conv2d(p) if depthwise => GemmView {
+                m: p.n as u64 * p.p as u64 * p.q as u64,
+                n: p.k as u64,
+                k: p.r as u64 * p.s as u64,
+                batch: 1,
+            },
             Problem::Conv2d(p) => {
                 let g = p.groups.max(1) as u64;
                 GemmView {
@@ -609,6 +618,10 @@ mod tests {
         let w = Workload::conv2d("stem", s, F16_F32_F16, Epilogue::plain()).unwrap();
         assert_eq!(w.gemm_view(), GemmView { m: 32 * 112 * 112, n: 64, k: 3 * 49, batch: 1 });
         assert!(Workload::conv2d("bad", Conv2dShape::new(1, 2, 2, 8, 8, 5, 5), F16_F32_F16, Epilogue::plain()).is_err());
+        let dw = Conv2dShape { groups: 32, pad: (1, 1), ..Conv2dShape::new(8, 14, 14, 32, 32, 3, 3) };
+        let w = Workload::conv2d("dw", dw, F16_F32_F16, Epilogue::plain()).unwrap();
+        assert_eq!(w.gemm_view(), GemmView { m: 8 * 14 * 14, n: 32, k: 9, batch: 1 });
+        assert_eq!(w.flops(), 2.0 * (8 * 14 * 14 * 32 * 9) as f64);
         // Absurd sizes are errors, not overflows.
         let huge = Conv2dShape { pad: (i64::MAX, i64::MAX), ..Conv2dShape::new(1, i64::MAX, 8, 8, 8, 3, 3) };
         assert!(Workload::conv2d("huge", huge, F16_F32_F16, Epilogue::plain()).is_err());

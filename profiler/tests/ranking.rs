@@ -178,4 +178,12 @@ fn conv_ranking_and_epilogue_rules() {
     .unwrap();
     let t = |w: &Workload| rank(w, &dev, Arch::Sm80)[0].estimate.time_s;
     assert!(t(&unpadded) > 1.3 * t(&padded), "{} vs {}", t(&unpadded), t(&padded));
+
+    // Depthwise: the SIMT kernels on sm80 (at scalar alignment), none on sm90.
+    let dw = Conv2dShape { groups: 256, pad: (1, 1), ..Conv2dShape::new(32, 28, 28, 256, 256, 3, 3) };
+    let w = Workload::conv2d("dw", dw, F16_F32_F16, Epilogue::plain()).unwrap();
+    let r = rank(&w, &dev, Arch::Sm80);
+    assert_eq!(r.len(), 3);
+    assert!(r.iter().all(|x| x.candidate.name.ends_with("_simt")));
+    assert!(rank(&w, &DeviceSpec::h100_sxm5_80gb(), Arch::Sm90).is_empty());
 }
