@@ -8,7 +8,7 @@
 //! The GPU side ([`cuda::CudaTimer`]) needs the `cuda` feature and a driver. The plan, the
 //! statistics and the CPU reference are plain Rust and tested here without a GPU.
 
-use bolt_codegen::spec::{Element, Layout};
+use bolt_codegen::spec::{Alignment, Element, KernelSpec, Layout};
 use rand::{Rng, SeedableRng};
 
 use crate::analytic::Ranked;
@@ -89,6 +89,21 @@ pub fn median(samples: &[f64]) -> Option<f64> {
     v.sort_by(f64::total_cmp);
     let mid = v.len() / 2;
     Some(if v.len() % 2 == 1 { v[mid] } else { (v[mid - 1] + v[mid]) / 2.0 })
+}
+
+/// Whether a library kernel built as `library` can stand in for the ranked spec `wanted` when
+/// timing a workload whose operands permit `alignment`: same arch, family, types, layouts and
+/// tile, an alignment no wider than the problem's. The epilogue is not compared: mainloops
+/// are timed with the library's plain epilogue, and only the winner is built with its real one.
+pub fn serves(library: &KernelSpec, wanted: &KernelSpec, alignment: Alignment) -> bool {
+    library.arch == wanted.arch
+        && library.family == wanted.family
+        && library.types == wanted.types
+        && library.layouts == wanted.layouts
+        && library.tile == wanted.tile
+        && library.alignment.a <= alignment.a
+        && library.alignment.b <= alignment.b
+        && library.alignment.c <= alignment.c
 }
 
 /// Times candidates of workloads. `Err` is a reason the candidate was skipped.
@@ -283,29 +298,11 @@ pub mod cuda {
             Ok(CudaTimer { ctx, stream, library, plan })
         }
 
-        /// The library kernel of a ranked candidate: same arch, family, types, layouts and
-        /// tile, an alignment the workload satisfies; the epilogue is not compared (mainloops
-        /// are timed with the plain epilogue).
+        /// The library kernel that [`super::serves`] the ranked candidate.
         fn kernel(&self, w: &Workload, r: &Ranked) -> Result<Kernel, String> {
-            let s = &r.spec;
-            self.library
-                .kernels()
-                .iter()
-                .find(|k| {
-                    let ks = k.spec();
-                    ks.arch == s.arch
-                        && ks.family == s.family
-                        && ks.types == s.types
-                        && ks.layouts == s.layouts
-                        && ks.tile == s.tile
-                        && ks.alignment.a <= w.alignment.a
-                        && ks.alignment.b <= w.alignment.b
-                        && ks.alignment.c <= w.alignment.c
-                })
-                .cloned()
-                .ok_or_else(|| {
-                    format!("{} is not in the kernel library {}", r.candidate.name, self.library.path().display())
-                })
+            self.library.kernels().iter().find(|k| super::serves(k.spec(), &r.spec, w.alignment)).cloned().ok_or_else(
+                || format!("{} is not in the kernel library {}", r.candidate.name, self.library.path().display()),
+            )
         }
 
         fn buffers(&self, w: &Workload, kernel: &Kernel, sets: usize) -> Result<Buffers, String> {
@@ -428,6 +425,31 @@ mod tests {
     use super::*;
     use crate::workload::{Conv2dShape, F16_F32_F16};
     use bolt_codegen::epilogue::Epilogue;
+
+    #[test]
+    fn library_kernels_serve_ranked_specs_of_the_same_mainloop() {
+        use bolt_codegen::builder::candidate_library_specs;
+        use bolt_codegen::spec::Arch;
+        let library = candidate_library_specs(&[Arch::Sm80, Arch::Sm90]);
+        let rcr = [Layout::RowMajor, Layout::ColumnMajor, Layout::RowMajor];
+        let bias_gelu = crate::workload::parse_epilogue("bias+gelu").unwrap();
+        let dev = DeviceSpec::h100_sxm5_80gb();
+        let w = Workload::gemm("w", (1280, 3072, 768, 1), F16_F32_F16, rcr, bias_gelu.clone()).unwrap();
+        // Every ranked candidate of an aligned RCR GEMM is in the library, whatever the epilogue.
+        for arch in [Arch::Sm80, Arch::Sm90] {
+            let ranked = crate::analytic::rank(&w, &DeviceSpec::for_arch(arch), arch);
+            let split = |r: &Ranked| matches!(r.spec.tile, bolt_codegen::spec::TileConfig::Sm80(t) if t.split_k > 1);
+            for r in ranked.iter().filter(|r| !split(r)) {
+                assert!(library.iter().any(|l| serves(l, &r.spec, w.alignment)), "{}", r.candidate.name);
+            }
+        }
+        // Row-major B is not in the library; neither is anything for a 4-aligned problem.
+        let rrr = Workload::gemm("w", (1280, 3072, 768, 1), F16_F32_F16, [Layout::RowMajor; 3], bias_gelu).unwrap();
+        let top = &crate::analytic::rank(&rrr, &dev, Arch::Sm90)[0];
+        assert!(!library.iter().any(|l| serves(l, &top.spec, rrr.alignment)));
+        let top = &crate::analytic::rank(&w, &dev, Arch::Sm90)[0];
+        assert!(!library.iter().any(|l| serves(l, &top.spec, Alignment { a: 4, b: 8, c: 8 })));
+    }
 
     #[test]
     fn median_of_odd_even_and_empty() {
