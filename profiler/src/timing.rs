@@ -33,6 +33,14 @@ pub struct TimingPlan {
 /// Default number of candidates timed per workload.
 pub const DEFAULT_TOP_K: usize = 8;
 
+/// Host time per launch when launches queue back to back (driver call + ABI dispatch): the
+/// floor of a timed run of a tiny kernel.
+const LAUNCH_HOST_S: f64 = 4e-6;
+/// Pageable host-to-device copy bandwidth (PCIe 4/5 x16 in practice).
+const H2D_BANDWIDTH: f64 = 10e9;
+/// CPU reference throughput for the sampled check (f64 multiply-adds per second).
+const CPU_REFERENCE_FLOPS: f64 = 1e9;
+
 impl TimingPlan {
     pub fn new(device: &DeviceSpec) -> TimingPlan {
         TimingPlan {
@@ -42,6 +50,19 @@ impl TimingPlan {
             rotate_bytes: 2 * device.l2_bytes,
             check_samples: 256,
         }
+    }
+
+    /// Seconds of a measured tuning of `workload` whose candidates have the analytic
+    /// `estimates` (fastest first): input upload, warm-up and timed launches of the top-k
+    /// (each launch at least [`LAUNCH_HOST_S`]), one verification run and its CPU check.
+    pub fn estimated_seconds(&self, workload: &Workload, estimates: &[f64]) -> f64 {
+        let sets = self.buffer_sets(workload);
+        let upload = (sets * input_bytes(workload)) as f64 / H2D_BANDWIDTH;
+        let launches = (self.warmup as usize + self.repeats as usize * sets) as f64;
+        let timed: f64 = estimates.iter().take(self.top_k).map(|t| launches * t.max(LAUNCH_HOST_S)).sum();
+        let check = 2.0 * self.check_samples as f64 * workload.gemm_view().k as f64 / CPU_REFERENCE_FLOPS;
+        let first = estimates.first().copied().unwrap_or(0.0);
+        upload + timed + first + check
     }
 
     /// Input buffer sets (A and B) to rotate through so that together they exceed
@@ -271,13 +292,17 @@ pub mod cuda {
         stream: Arc<CudaStream>,
         library: KernelLibrary,
         plan: TimingPlan,
+        /// Inputs of the workload being tuned, shared by its top-k candidates.
+        buffers: Option<Buffers>,
     }
 
+    /// Device inputs (rotated sets), the output, and the host copy of set 0 for the reference.
     struct Buffers {
+        problem: Problem,
+        types: bolt_codegen::spec::Types,
         a: Vec<CudaSlice<u8>>,
         b: Vec<CudaSlice<u8>>,
         d: CudaSlice<u8>,
-        workspace: Option<CudaSlice<u8>>,
         host_a: Vec<f32>,
         host_b: Vec<f32>,
     }
@@ -295,7 +320,7 @@ pub mod cuda {
             let library = KernelLibrary::open(library).map_err(|e| e.to_string())?;
             let ctx = drv("cannot open GPU 0", CudaContext::new(0))?;
             let stream = ctx.default_stream();
-            Ok(CudaTimer { ctx, stream, library, plan })
+            Ok(CudaTimer { ctx, stream, library, plan, buffers: None })
         }
 
         /// The library kernel that [`super::serves`] the ranked candidate.
@@ -305,36 +330,54 @@ pub mod cuda {
             )
         }
 
-        fn buffers(&self, w: &Workload, kernel: &Kernel, sets: usize) -> Result<Buffers, String> {
+        /// Makes sure `self.buffers` holds the inputs of `w` (allocated and uploaded once per
+        /// workload: `plan.buffer_sets(w)` copies of A and B, together larger than 2x L2).
+        fn prepare(&mut self, w: &Workload) -> Result<(), String> {
+            if self.buffers.as_ref().is_some_and(|b| b.problem == w.problem && b.types == w.types) {
+                return Ok(());
+            }
+            self.buffers = None; // free the previous workload's memory first
+            let sets = self.plan.buffer_sets(w);
             let (la, lb) = operand_lens(w);
             let e = w.types.input;
             let host_a = host_values(la, e, 1);
             let host_b = host_values(lb, e, 2);
+            let (ea, eb) = (encode(&host_a, e), encode(&host_b, e));
             let mut a = Vec::with_capacity(sets);
             let mut b = Vec::with_capacity(sets);
-            let (ea, eb) = (encode(&host_a, e), encode(&host_b, e));
             for _ in 0..sets {
                 a.push(drv("copy A", self.stream.clone_htod(&ea))?);
                 b.push(drv("copy B", self.stream.clone_htod(&eb))?);
             }
             let d = drv("alloc D", self.stream.alloc_zeros::<u8>(output_len(w) * w.types.output.size_bytes()))?;
-            let ws_bytes = match w.problem {
+            self.buffers = Some(Buffers { problem: w.problem, types: w.types, a, b, d, host_a, host_b });
+            Ok(())
+        }
+
+        fn workspace(&self, w: &Workload, kernel: &Kernel) -> Result<Option<CudaSlice<u8>>, String> {
+            let bytes = match w.problem {
                 Problem::Gemm(p) => kernel.workspace_size(&p),
                 Problem::Conv2d(p) => kernel.workspace_size(&p),
             };
-            let workspace = if ws_bytes > 0 {
-                Some(drv("alloc workspace", self.stream.alloc_zeros::<u8>(ws_bytes))?)
-            } else {
-                None
-            };
-            Ok(Buffers { a, b, d, workspace, host_a, host_b })
+            if bytes == 0 {
+                return Ok(None);
+            }
+            // Split-K / stream-K workspaces hold semaphores and partials: zeroed, as CUTLASS expects.
+            Ok(Some(drv("alloc workspace", self.stream.alloc_zeros::<u8>(bytes))?))
         }
 
-        fn launch(&self, w: &Workload, kernel: &Kernel, buf: &Buffers, set: usize) -> Result<(), String> {
+        fn launch(
+            &self,
+            w: &Workload,
+            kernel: &Kernel,
+            workspace: Option<&CudaSlice<u8>>,
+            set: usize,
+        ) -> Result<(), String> {
+            let buf = self.buffers.as_ref().ok_or("no buffers prepared")?;
             let (a, _ga) = buf.a[set].device_ptr(&self.stream);
             let (b, _gb) = buf.b[set].device_ptr(&self.stream);
             let (d, _gd) = buf.d.device_ptr(&self.stream);
-            let ws = buf.workspace.as_ref().map(|s| s.device_ptr(&self.stream));
+            let ws = workspace.map(|s| s.device_ptr(&self.stream));
             let ws_ptr = ws.as_ref().map(|(p, _)| *p as *mut c_void).unwrap_or(std::ptr::null_mut());
             let args = BoltArgs {
                 a: a as *const c_void,
@@ -385,10 +428,11 @@ pub mod cuda {
         fn time(&mut self, w: &Workload, r: &Ranked) -> Result<f64, String> {
             let kernel = self.kernel(w, r)?;
             Self::check_can_implement(w, &kernel)?;
-            let sets = self.plan.buffer_sets(w);
-            let buf = self.buffers(w, &kernel, sets)?;
+            self.prepare(w)?;
+            let workspace = self.workspace(w, &kernel)?;
+            let sets = self.buffers.as_ref().map_or(1, |b| b.a.len());
             for i in 0..self.plan.warmup as usize {
-                self.launch(w, &kernel, &buf, i % sets)?;
+                self.launch(w, &kernel, workspace.as_ref(), i % sets)?;
             }
             drv("synchronize", self.stream.synchronize())?;
             let flags = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
@@ -398,7 +442,7 @@ pub mod cuda {
             for _ in 0..self.plan.repeats {
                 drv("record", start.record(&self.stream))?;
                 for set in 0..sets {
-                    self.launch(w, &kernel, &buf, set)?;
+                    self.launch(w, &kernel, workspace.as_ref(), set)?;
                 }
                 drv("record", end.record(&self.stream))?;
                 let ms = drv("elapsed", start.elapsed_ms(&end))?;
@@ -411,8 +455,10 @@ pub mod cuda {
         fn verify(&mut self, w: &Workload, r: &Ranked) -> Result<(), String> {
             let kernel = self.kernel(w, r)?;
             Self::check_can_implement(w, &kernel)?;
-            let buf = self.buffers(w, &kernel, 1)?;
-            self.launch(w, &kernel, &buf, 0)?;
+            self.prepare(w)?;
+            let workspace = self.workspace(w, &kernel)?;
+            self.launch(w, &kernel, workspace.as_ref(), 0)?;
+            let buf = self.buffers.as_ref().ok_or("no buffers prepared")?;
             let bytes = drv("copy D back", self.stream.clone_dtoh(&buf.d))?;
             let d = decode(&bytes, w.types.output);
             check_output(w, &buf.host_a, &buf.host_b, &d, self.plan.check_samples)
@@ -449,6 +495,25 @@ mod tests {
         assert!(!library.iter().any(|l| serves(l, &top.spec, rrr.alignment)));
         let top = &crate::analytic::rank(&w, &dev, Arch::Sm90)[0];
         assert!(!library.iter().any(|l| serves(l, &top.spec, Alignment { a: 4, b: 8, c: 8 })));
+    }
+
+    #[test]
+    fn measured_tuning_time_estimate() {
+        let dev = DeviceSpec::h100_sxm5_80gb();
+        let plan = TimingPlan::new(&dev);
+        let rrr = [Layout::RowMajor; 3];
+        let big = Workload::gemm("b", (8192, 8192, 8192, 1), F16_F32_F16, rrr, Epilogue::plain()).unwrap();
+        let est: Vec<f64> = crate::analytic::rank(&big, &dev, bolt_codegen::spec::Arch::Sm90)
+            .iter()
+            .map(|r| r.estimate.time_s)
+            .collect();
+        // 8 candidates x 25 launches x ~1.6 ms, plus 256 MB uploaded: about a third of a second.
+        let t = plan.estimated_seconds(&big, &est);
+        assert!((0.3..0.6).contains(&t), "{t}");
+        // A small GEMM costs launch overhead: ~8 x (5 + 20 x sets) x 4 us.
+        let small = Workload::gemm("s", (1280, 768, 768, 1), F16_F32_F16, rrr, Epilogue::plain()).unwrap();
+        let t = plan.estimated_seconds(&small, &[5e-6; 20]);
+        assert!(t < 0.2, "{t}");
     }
 
     #[test]

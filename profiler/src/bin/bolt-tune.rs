@@ -278,6 +278,25 @@ fn run(cli: Cli) -> Result<()> {
     bar.finish_and_clear();
 
     print_summary(&results, &mut std::io::stdout().lock())?;
+    if timer.is_none() {
+        // What a measured run would cost (the target: a whole model in minutes).
+        let mut plan = bolt_profiler::timing::TimingPlan::new(&device);
+        plan.top_k = c.top_k;
+        let seconds: f64 = workloads
+            .iter()
+            .zip(&results)
+            .filter_map(|(w, r)| {
+                let e = r.entry.as_ref()?;
+                let mut est: Vec<f64> = e.tried.iter().map(|t| t.analytic_s).collect();
+                est.sort_by(f64::total_cmp);
+                Some(plan.estimated_seconds(w, &est))
+            })
+            .sum();
+        eprintln!(
+            "bolt-tune: timing these on a GPU (top-{}, {} warm-up + {} timed runs each) would take about {seconds:.1} s plus CUDA context and library load",
+            plan.top_k, plan.warmup, plan.repeats
+        );
+    }
     eprintln!("bolt-tune: database {} ({} entries)", db.path().display(), db.len());
     if let Some(p) = &c.csv {
         write_csv(p, &results)?;
