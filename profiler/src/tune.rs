@@ -163,13 +163,7 @@ pub fn tune(
         let ranking = rank_all(w, &opts.device, opts.arch);
         let (n, x) = (ranking.ranked.len(), ranking.excluded.len());
         let Some(top) = ranking.ranked.first() else {
-            let reason = ranking
-                .excluded
-                .iter()
-                .take(3)
-                .map(|e| if e.name == "*" { e.reason.clone() } else { format!("{}: {}", e.name, e.reason) })
-                .collect::<Vec<_>>()
-                .join("; ");
+            let reason = exclusion_summary(&ranking.excluded);
             let r = base(Outcome::NoCandidate(reason), None, None, n, x);
             progress(Event::Done { index, outcome: &r.outcome });
             results.push(r);
@@ -254,6 +248,29 @@ pub fn tune(
     db.save()?;
     progress(Event::Finish);
     Ok(results)
+}
+
+/// The distinct reasons candidates were excluded, most common first, with counts and an
+/// example candidate each (at most three reasons).
+fn exclusion_summary(excluded: &[crate::analytic::Excluded]) -> String {
+    let mut reasons: Vec<(&str, usize, &str)> = Vec::new();
+    for e in excluded {
+        match reasons.iter_mut().find(|r| r.0 == e.reason) {
+            Some(r) => r.1 += 1,
+            None => reasons.push((&e.reason, 1, &e.name)),
+        }
+    }
+    reasons.sort_by(|a, b| b.1.cmp(&a.1));
+    reasons
+        .iter()
+        .take(3)
+        .map(|(reason, count, name)| match (*name, *count) {
+            ("*", _) => reason.to_string(),
+            (_, 1) => format!("{name}: {reason}"),
+            (_, c) => format!("{c} candidates (e.g. {name}): {reason}"),
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// [`tune`] with no GPU: every pick is the analytic top-1.

@@ -32,12 +32,16 @@ struct Cli {
 enum Command {
     /// One GEMM D[M,N] = epilogue(A[M,K] B[K,N]) (batched with --batch).
     Gemm {
+        /// Rows of A and D.
         #[arg(long)]
         m: i64,
+        /// Columns of B and D.
         #[arg(long)]
         n: i64,
+        /// The reduction dimension.
         #[arg(long)]
         k: i64,
+        /// Independent GEMMs of this shape (batched GEMM).
         #[arg(long, default_value_t = 1)]
         batch: i64,
         #[command(flatten)]
@@ -45,28 +49,38 @@ enum Command {
     },
     /// One Conv2d fprop, NHWC activations and KRSC filters.
     Conv2d {
+        /// Batch.
         #[arg(long)]
         n: i64,
+        /// Input height.
         #[arg(long)]
         h: i64,
+        /// Input width.
         #[arg(long)]
         w: i64,
+        /// Input channels.
         #[arg(long)]
         c: i64,
+        /// Output channels (filters).
         #[arg(long)]
         k: i64,
+        /// Filter height.
         #[arg(long)]
         r: i64,
+        /// Filter width.
         #[arg(long)]
         s: i64,
+        /// Zero padding on each side (both axes).
         #[arg(long, default_value_t = 0)]
         pad: i64,
         #[arg(long, default_value_t = 1)]
         stride: i64,
         #[arg(long, default_value_t = 1)]
         dilation: i64,
+        /// Groups (C and K divisible by it; groups = C = K is depthwise).
         #[arg(long, default_value_t = 1)]
         groups: i64,
+        /// Input element type: f16, bf16 or f32 (tf32 math); accumulation is f32.
         #[arg(long, default_value = "f16")]
         dtype: String,
         /// Epilogue, e.g. bias+relu, bias+gelu, bias+residual.
