@@ -260,7 +260,7 @@ fn exclusion_summary(excluded: &[crate::analytic::Excluded]) -> String {
             None => reasons.push((&e.reason, 1, &e.name)),
         }
     }
-    reasons.sort_by(|a, b| b.1.cmp(&a.1));
+    reasons.sort_by_key(|r| std::cmp::Reverse(r.1));
     reasons
         .iter()
         .take(3)
