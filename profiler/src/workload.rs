@@ -412,8 +412,9 @@ impl Workload {
 ///   list, which expands to one workload per epilogue) is a GEMM;
 /// * any object with `N`, `H`, `W`, `C`, `K`, `R`, `S` (optional `stride`, `pad`, `dilation`,
 ///   `groups`, scalars or `[h, w]` pairs) is a Conv2d;
-/// * an object whose integer lists are MLP layer widths (`dlrm_mlps`: `bottom`, `top`) with
-///   `batch`/`batches` or a note "batch 2048 and 16384" becomes one GEMM per layer and batch;
+/// * an object whose integer lists are MLP layer widths (`dlrm_mlps`: `bottom`, `top`;
+///   b2b.json's `mlp_chains`: `widths`) with `M`/`batch`/`batches` or a note "batch 2048 and
+///   16384" becomes one GEMM per layer and batch (the unfused layers);
 /// * back-to-back pairs (`N0`/`K0`/`N1` or `K0`/`K1` keys, b2b.json) are not single kernels
 ///   and are skipped.
 ///
@@ -555,7 +556,8 @@ fn walk_item(
     // MLP layer widths: lists of integers with a batch list (or a note naming the batches).
     let is_widths = |v: &Value| v.as_array().is_some_and(|a| a.len() >= 2 && a.iter().all(|x| x.as_i64().is_some()));
     if obj.values().any(is_widths) {
-        let batches: Vec<i64> = match (obj.get("batches"), obj.get("batch"), obj.get("note")) {
+        let batch = obj.get("batch").or_else(|| obj.get("M"));
+        let batches: Vec<i64> = match (obj.get("batches"), batch, obj.get("note")) {
             (Some(Value::Array(b)), _, _) => b.iter().filter_map(Value::as_i64).collect(),
             (_, Some(b), _) => b.as_i64().into_iter().collect(),
             (_, _, Some(Value::String(note))) => note
@@ -566,7 +568,7 @@ fn walk_item(
             _ => vec![],
         };
         if batches.is_empty() {
-            return Err(invalid(name, "MLP layer widths without a batch size (`batch`, `batches` or a note)"));
+            return Err(invalid(name, "MLP layer widths without a batch size (`M`, `batch`, `batches` or a note)"));
         }
         for (key, widths) in obj.iter().filter(|(_, v)| is_widths(v)) {
             let widths: Vec<i64> = widths.as_array().into_iter().flatten().filter_map(Value::as_i64).collect();
@@ -628,5 +630,66 @@ mod tests {
         let rrr = [Layout::RowMajor; 3];
         assert!(Workload::gemm("huge", (i64::MAX, i64::MAX, 2, 1), F16_F32_F16, rrr, Epilogue::plain()).is_err());
         assert!(Workload::gemm("neg", (-1, 8, 8, 1), F16_F32_F16, rrr, Epilogue::plain()).is_err());
+    }
+
+    #[test]
+    fn shapes_files_in_every_supported_form() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("shapes.json");
+        std::fs::write(
+            &path,
+            r#"{
+              "note": "free text is ignored",
+              "bert": {"tokens": 1280, "problems": [
+                  {"name": "ffn1", "M": 1280, "N": 3072, "K": 768, "epilogue": "bias+gelu"},
+                  {"M": 64, "N": 64, "K": 64, "batch": 12}]},
+              "fig9": {"M": 8, "N": 16, "K": 32, "epilogues": ["bias+relu", "bias+softplus"]},
+              "convs": [{"name": "down", "N": 2, "H": 9, "W": 9, "C": 8, "K": 16, "R": 3, "S": 3, "stride": [2, 1], "pad": 1, "groups": 2}],
+              "mlp": {"note": "batch 4 and 8", "bottom": [16, 32, 8]},
+              "chains": {"problems": [{"M": 128, "widths": [64, 64, 64]}]},
+              "pairs": {"problems": [{"M": 2464, "N0": 1, "K0": 4, "N1": 4}, {"H": 56, "W": 56, "C": 48, "K0": 48, "K1": 48}]}
+            }"#,
+        )
+        .unwrap();
+        let ws = load_shapes_file(&path, F16_F32_F16, [Layout::RowMajor; 3]).unwrap();
+        let names: Vec<&str> = ws.iter().map(|w| w.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "bert/problems/ffn1",
+                "bert/problems/1",
+                "chains/problems/0/widths0_b128",
+                "chains/problems/0/widths1_b128",
+                "convs/down",
+                "fig9/bias+relu",
+                "fig9/bias+softplus",
+                "mlp/bottom0_b4",
+                "mlp/bottom1_b4",
+                "mlp/bottom0_b8",
+                "mlp/bottom1_b8",
+            ]
+        );
+        assert_eq!(ws[0].epilogue.name(), "bias_gelu_erf");
+        assert_eq!(ws[1].family, Family::BatchedGemm);
+        assert_eq!(ws[1].shape(), vec![64, 64, 64, 12]);
+        let conv = &ws[4];
+        assert_eq!(conv.shape(), vec![2, 9, 9, 8, 16, 3, 3, 1, 1, 2, 1, 1, 1, 2]);
+        assert!(matches!(conv.problem, Problem::Conv2d(p) if p.p == 5 && p.q == 9));
+        assert_eq!(ws[6].epilogue.name(), "bias_softplus");
+        // MLP layers: M = batch, K = width in, N = width out.
+        assert_eq!(ws[9].shape(), vec![8, 32, 16, 1]);
+
+        // Errors name the file and the problem.
+        for (text, want) in [
+            (r#"{"a": [{"M": 8, "N": 8.5, "K": 8}]}"#, "`a/0`: `N` = 8.5 is not an integer"),
+            (r#"{"a": {"M": 8, "N": 8, "K": 8, "epilogue": "bias+magic"}}"#, "unknown epilogue `bias+magic`"),
+            (r#"{"a": {"N": 1, "H": 4, "W": 4, "C": 8, "K": 8, "R": 3, "S": 3, "stride": "two"}}"#, "`stride`"),
+            (r#"{"mlp": {"top": [4, 8]}}"#, "without a batch size"),
+            (r#"[1, 2, 3]"#, "no GEMM"),
+        ] {
+            std::fs::write(&path, text).unwrap();
+            let e = load_shapes_file(&path, F16_F32_F16, [Layout::RowMajor; 3]).unwrap_err().to_string();
+            assert!(e.contains("shapes.json") && e.contains(want), "{e}");
+        }
     }
 }
