@@ -89,3 +89,26 @@ fn f16_cnns_keep_their_outputs_with_back_to_back_chains_fused() {
         }
     }
 }
+
+#[test]
+fn a_plan_lowers_to_one_typed_workload_per_kernel() {
+    use bolt_codegen::spec::{Family, Layout};
+    use bolt_profiler::workload::Problem;
+    let g = bolt::models::default_model().unwrap();
+    let plan = bolt::plan::plan(&g).unwrap();
+    let bindings: DimBindings = [("N".to_string(), 8)].into();
+    let (uses, skipped) = bolt::plan::lower::workloads(&plan.graph, &bindings);
+    assert!(skipped.is_empty(), "{skipped:?}");
+    let names: Vec<String> = uses.iter().map(|u| format!("{} {}", u.node, u.workload.describe())).collect();
+    println!("{names:#?}");
+    assert_eq!(uses.len(), 4);
+    // conv1 reads the NHWC image padded from 3 to 4 channels (f32: 128-bit = 4 elements).
+    let Problem::Conv2d(c) = uses[0].workload.problem else { panic!("{names:?}") };
+    assert!(matches!(uses[0].workload.family, Family::Conv2dFprop(_)));
+    assert_eq!((c.n, c.c, c.r, c.s, c.pad_h), (8, 4, 3, 3, 1));
+    assert_eq!(uses[0].workload.epilogue.name(), "bias_relu");
+    // The Gemms (transB = 1 in the model) read their weights K-major: column-major B.
+    let Problem::Gemm(p) = uses[2].workload.problem else { panic!("{names:?}") };
+    assert_eq!(p.m, 8);
+    assert_eq!(uses[2].workload.layouts, [Layout::RowMajor, Layout::ColumnMajor, Layout::RowMajor]);
+}

@@ -385,9 +385,11 @@ pub fn infer_node(op: &Op, infos: &[Option<InputInfo>]) -> Result<Vec<TensorType
         Op::Reshape { allowzero } => {
             let t = x?;
             let target = input(infos, 1)?;
-            let shape = match target.dims {
-                Some(d) => Some(reshape_shape(t.shape.as_ref(), d, target.value, *allowzero)?),
-                None => target.shape().and_then(|s| s.0.first()).and_then(Dim::known).map(unknown_dims),
+            let shape = match (target.dims, target.value) {
+                (Some(d), v) => Some(reshape_shape(t.shape.as_ref(), d, v, *allowzero)?),
+                // A constant target (an initializer, as exporters fold it).
+                (None, Some(v)) => Some(reshape_shape(t.shape.as_ref(), &[], Some(v), *allowzero)?),
+                (None, None) => target.shape().and_then(|s| s.0.first()).and_then(Dim::known).map(unknown_dims),
             };
             vec![TensorType { dtype: t.dtype, shape }]
         }
@@ -675,7 +677,12 @@ fn fused_type(k: &FusedKernel, a: &TensorType, w: &TensorType) -> Result<TensorT
     };
     const TO_NCHW: [usize; 4] = [0, 3, 1, 2];
     const TO_NHWC: [usize; 4] = [0, 2, 3, 1];
-    let (a, w) = if nhwc { (permute(a, TO_NCHW), permute(w, TO_NCHW)) } else { (a.clone(), w.clone()) };
+    let (a, mut w) = if nhwc { (permute(a, TO_NCHW), permute(w, TO_NCHW)) } else { (a.clone(), w.clone()) };
+    if k.weight_transposed {
+        if let Some(s) = &mut w.shape {
+            s.0.reverse();
+        }
+    }
     let info = |t| Some(InputInfo { ty: Some(t), value: None, dims: None });
     let mut v = infer_node(&k.anchor, &[info(&a), info(&w)])?;
     let mut out = v.swap_remove(0);

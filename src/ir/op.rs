@@ -276,6 +276,10 @@ pub struct FusedKernel {
     pub output_dtype: DType,
     /// Memory layout of a conv kernel's activations, source and output. GEMMs are row-major.
     pub layout: ConvLayout,
+    /// GEMM kernels: the planner stored the 2-D weight transposed ([N, K], K-major), the
+    /// operand layout tensor-core mainloops read fastest (and the only one sm90 tf32 wgmma
+    /// takes). The anchor's meaning is on the untransposed weight.
+    pub weight_transposed: bool,
 }
 
 /// Layout of a conv kernel's tensors.

@@ -124,7 +124,7 @@ pub fn layer(g: &Graph, n: &Node, bindings: &HashMap<String, usize>) -> Option<L
             (spatial, ch, count(&w) / ch)
         }
         Op::Gemm { trans_b, .. } => {
-            let (kk, nn) = if *trans_b { (w[1], w[0]) } else { (w[0], w[1]) };
+            let (kk, nn) = if *trans_b != k.weight_transposed { (w[1], w[0]) } else { (w[0], w[1]) };
             (count(&out) / nn, nn, kk)
         }
         _ => {

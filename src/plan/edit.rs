@@ -136,3 +136,19 @@ pub fn scale_rows(w: &Tensor, scale: &[f64]) -> Option<Tensor> {
     };
     Tensor::new(w.shape.clone(), data).ok()
 }
+
+/// `g` with every graph input's symbolic dims bound (unbound ones to 1) and shapes re-inferred.
+pub fn bind_inputs(g: &Graph, bindings: &HashMap<String, usize>) -> Result<Graph> {
+    let mut b = g.clone();
+    for i in &g.inputs {
+        if let Some(s) = bound_shape(g, i, bindings) {
+            let dtype = g.types[i].dtype;
+            b.types.insert(i.clone(), TensorType::new(dtype, Shape::from_static(&s)));
+        }
+    }
+    let inputs: HashSet<&String> = g.inputs.iter().collect();
+    let inits: HashSet<&String> = g.initializers.keys().collect();
+    b.types.retain(|k, _| inputs.contains(k) || inits.contains(k));
+    crate::ir::infer::infer_graph(&mut b, &HashMap::new())?;
+    Ok(b)
+}

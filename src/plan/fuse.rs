@@ -124,6 +124,7 @@ fn fuse(g: &Graph, p: &Partition, out: &mut Graph) -> Result<Node> {
         activation: e.activation,
         output_dtype: e.output_dtype,
         layout: crate::ir::ConvLayout::Nchw,
+        weight_transposed: false,
     };
     Ok(Node { name: p.anchor.clone(), op: Op::Fused(Arc::new(kernel)), inputs, outputs: vec![p.output.clone()] })
 }

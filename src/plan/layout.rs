@@ -188,3 +188,42 @@ pub fn to_nhwc(g: &mut Graph) -> Result<Vec<Transform>> {
     finish(g)?;
     Ok(transforms)
 }
+
+/// Stores constant 2-D GEMM weights K-major ([N, K]) once, at plan time: the operand layout
+/// tensor-core mainloops read fastest on sm80 and the only one sm90 tf32 wgmma takes (the
+/// pre-generated library's GEMMs are row-major A, column-major B). Returns the kernels changed.
+pub fn weights_k_major(g: &mut Graph) -> Result<Vec<String>> {
+    let cons = consumers(g);
+    let mut taken = HashSet::new();
+    let mut changed = Vec::new();
+    for i in 0..g.nodes.len() {
+        let n = &g.nodes[i];
+        let Op::Fused(k) = &n.op else { continue };
+        let k_major = match &*k.anchor {
+            Op::MatMul => false,
+            Op::Gemm { trans_a: false, trans_b, .. } => *trans_b,
+            _ => continue,
+        };
+        let Some(w) = n.input(1).map(str::to_string) else { continue };
+        let Some(t) = g.initializers.get(&w).cloned() else { continue };
+        if k_major || k.weight_transposed || t.rank() != 2 {
+            continue;
+        }
+        let wt = crate::reference::eval_op(&Op::Transpose { perm: Some(vec![1, 0]) }, &[Some(&t)])
+            .map_err(|e| Error::node(n, format!("weight '{w}': {e}")))?
+            .remove(0);
+        let name = fresh_name(g, &mut taken, &format!("{w}.kmajor"));
+        if cons.get(&w).is_some_and(|c| c.len() == 1) && !g.outputs.contains(&w) {
+            g.initializers.remove(&w);
+        }
+        g.initializers.insert(name.clone(), Arc::new(wt));
+        let kernel = FusedKernel { weight_transposed: true, ..(**k).clone() };
+        changed.push(n.name.clone());
+        g.nodes[i].op = Op::Fused(Arc::new(kernel));
+        g.nodes[i].inputs[1] = Some(name);
+    }
+    if !changed.is_empty() {
+        finish(g)?;
+    }
+    Ok(changed)
+}

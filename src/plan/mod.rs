@@ -6,7 +6,8 @@
 //! 1. [`fuse`]: each partition becomes one kernel node (BN folded, biases summed, scalars in
 //!    alpha).
 //! 2. [`layout`]: conv kernels run NHWC; transposes only where a region of consecutive conv
-//!    kernels meets the rest of the model; weights converted once.
+//!    kernels meets the rest of the model; conv weights converted to OHWI and GEMM weights
+//!    to K-major once.
 //! 3. [`padding`]: channel / K / N sizes padded to the 128-bit vector width so aligned kernels
 //!    apply; weights padded once, activation padding fused into the producing kernel when it
 //!    is one of ours.
@@ -18,6 +19,7 @@ pub mod cost;
 pub mod edit;
 mod fuse;
 pub mod layout;
+pub mod lower;
 pub mod padding;
 pub mod report;
 
@@ -49,6 +51,8 @@ pub struct Plan {
     pub graph: Graph,
     pub partitioning: Partitioning,
     pub layout: Vec<layout::Transform>,
+    /// GEMM kernels whose constant weight the planner stored K-major.
+    pub k_major_weights: Vec<String>,
     pub padding: Vec<padding::Padding>,
     pub chains: Vec<b2b::ChainDecision>,
 }
@@ -62,7 +66,8 @@ pub fn plan_with(g: &Graph, opts: &PlanOptions) -> Result<Plan> {
     let partitioning = partition(g);
     let mut graph = fuse::fuse_partitions(g, &partitioning)?;
     let layout = if opts.nhwc { layout::to_nhwc(&mut graph)? } else { Vec::new() };
+    let k_major_weights = if opts.nhwc { layout::weights_k_major(&mut graph)? } else { Vec::new() };
     let padding = if opts.pad { padding::pad(&mut graph, opts)? } else { Vec::new() };
     let chains = if opts.b2b { b2b::fuse_chains(&mut graph, opts)? } else { Vec::new() };
-    Ok(Plan { graph, partitioning, layout, padding, chains })
+    Ok(Plan { graph, partitioning, layout, k_major_weights, padding, chains })
 }

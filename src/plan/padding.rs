@@ -64,10 +64,13 @@ fn round_up(x: usize, m: usize) -> usize {
 fn weight_axes(g: &Graph, n: &Node) -> Option<(usize, usize)> {
     let Op::Fused(k) = &n.op else { return None };
     let w = constant(g, n.input(1)?)?;
+    // A 2-D weight is [K, N], or [N, K] when stored transposed (either by the model's transB
+    // or by the planner).
+    let gemm = |transposed: bool| Some(if transposed { (1, 0) } else { (0, 1) });
     match &*k.anchor {
         Op::Conv { group: 1, .. } if k.layout == ConvLayout::Nhwc => Some((3, 0)),
-        Op::MatMul if w.rank() == 2 => Some((0, 1)),
-        Op::Gemm { trans_a: false, trans_b, .. } if w.rank() == 2 => Some(if *trans_b { (1, 0) } else { (0, 1) }),
+        Op::MatMul if w.rank() == 2 => gemm(k.weight_transposed),
+        Op::Gemm { trans_a: false, trans_b, .. } if w.rank() == 2 => gemm(*trans_b != k.weight_transposed),
         _ => None,
     }
 }

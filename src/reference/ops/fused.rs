@@ -32,6 +32,13 @@ pub fn fused(k: &FusedKernel, inputs: &[Option<&Tensor>]) -> OpResult {
     }
     let a = req(inputs, 0)?;
     let w = req(inputs, 1)?;
+    let untransposed;
+    let w = if k.weight_transposed {
+        untransposed = permuted(w, &[1, 0])?;
+        &untransposed
+    } else {
+        w
+    };
     let acc = super::eval_op(&k.anchor, &[Some(a), Some(w)])?.remove(0);
     let shape = acc.shape.clone();
     let acc = acc.to_f32_vec();

@@ -87,6 +87,14 @@ enum Command {
         #[arg(long, default_value = "plain")]
         epilogue: String,
     },
+    /// Every kernel an ONNX model needs after Bolt's planner (also `bolt-tune MODEL.onnx`).
+    /// Repeated identical kernels are tuned once.
+    Model {
+        model: PathBuf,
+        /// Size of a symbolic dim, e.g. --dim N=32 (repeatable; unbound dims are 1).
+        #[arg(long = "dim", value_name = "NAME=SIZE", value_parser = parse_binding)]
+        dims: Vec<(String, usize)>,
+    },
     /// Every problem of a shapes file (the formats of ../shared/workloads/{gemm,conv2d,padding}.json).
     Shapes {
         file: PathBuf,
@@ -157,8 +165,19 @@ struct Common {
     json: Option<PathBuf>,
 }
 
+fn parse_binding(s: &str) -> Result<(String, usize), String> {
+    let (k, v) = s.split_once('=').ok_or_else(|| format!("'{s}' is not NAME=SIZE"))?;
+    let v = v.parse().map_err(|_| format!("'{v}' is not a size"))?;
+    Ok((k.to_string(), v))
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // `bolt-tune MODEL.onnx ...` is `bolt-tune model MODEL.onnx ...`.
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| Path::new(a).extension().is_some_and(|e| e == "onnx")) {
+        args.insert(1, "model".into());
+    }
+    let cli = Cli::parse_from(args);
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -202,6 +221,48 @@ fn workloads(cmd: &Command) -> Result<Vec<Workload>> {
             shape.groups = *groups;
             let name = format!("conv_{n}x{h}x{w}x{c}_k{k}_{r}x{s}_s{stride}");
             vec![Workload::conv2d(&name, shape, types_of(dtype)?, epilogue_of(epilogue)?)?]
+        }
+        Command::Model { model, dims } => {
+            let graph = bolt::import::load(model)?.graph;
+            let opts = bolt::plan::PlanOptions { bindings: dims.iter().cloned().collect(), ..Default::default() };
+            let plan = bolt::plan::plan_with(&graph, &opts).with_context(|| format!("planning {}", model.display()))?;
+            let (uses, skipped) = bolt::plan::lower::workloads(&plan.graph, &opts.bindings);
+            for s in &skipped {
+                eprintln!("bolt-tune: {}: not tuned: {}", s.node, s.reason);
+            }
+            let mut unique: Vec<(Workload, usize)> = Vec::new();
+            for u in uses {
+                let same = |w: &Workload| {
+                    (w.family, w.types, w.layouts, w.alignment, &w.epilogue, w.problem)
+                        == (
+                            u.workload.family,
+                            u.workload.types,
+                            u.workload.layouts,
+                            u.workload.alignment,
+                            &u.workload.epilogue,
+                            u.workload.problem,
+                        )
+                };
+                match unique.iter_mut().find(|(w, _)| same(w)) {
+                    Some((_, n)) => *n += 1,
+                    None => unique.push((u.workload, 1)),
+                }
+            }
+            eprintln!(
+                "bolt-tune: {}: {} kernels, {} distinct",
+                model.display(),
+                unique.iter().map(|(_, n)| n).sum::<usize>(),
+                unique.len()
+            );
+            unique
+                .into_iter()
+                .map(|(mut w, n)| {
+                    if n > 1 {
+                        w.name = format!("{} (x{n})", w.name);
+                    }
+                    w
+                })
+                .collect()
         }
         Command::Shapes { file, gemm } => {
             let mut ws = load_shapes_file(file, types_of(&gemm.dtype)?, layouts_of(&gemm.layout)?)?;

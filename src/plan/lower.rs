@@ -1,0 +1,194 @@
+//! From a plan to the kernels it needs: one profiler workload (family, element types, layouts,
+//! the alignment the shapes permit, the typed epilogue, the run-time problem) per kernel node.
+//! The profiler picks a tile configuration for each; codegen renders and builds it.
+
+use super::edit::bound_shape;
+use crate::ir::{Activation, ConvLayout, DType, FusedKernel, Graph, Op, ResidualAt};
+use bolt_codegen::epilogue::{self as ep, Epilogue, NormalForm};
+use bolt_codegen::spec::{Element, Layout, Types};
+use bolt_profiler::workload::{Conv2dShape, Workload};
+use ordered_float::OrderedFloat;
+use serde::Serialize;
+use std::collections::HashMap;
+
+/// One kernel of the plan and what the profiler tunes for it.
+#[derive(Clone, Debug)]
+pub struct KernelUse {
+    pub node: String,
+    /// The fused back-to-back chain this layer belongs to (each layer is tuned on its own
+    /// until the chain kernels have their own candidates).
+    pub chain: Option<String>,
+    pub workload: Workload,
+    /// Run-time epilogue scalars (alpha; beta when the epilogue reads beta*C).
+    pub alpha: f32,
+    pub beta: f32,
+}
+
+/// A kernel node the lowering cannot express, and why.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Unlowered {
+    pub node: String,
+    pub reason: String,
+}
+
+fn element(d: DType) -> Option<Element> {
+    match d {
+        DType::F16 => Some(Element::F16),
+        DType::BF16 => Some(Element::BF16),
+        DType::F32 => Some(Element::F32),
+        _ => None,
+    }
+}
+
+pub fn activation(a: Activation) -> ep::Activation {
+    match a {
+        Activation::Relu => ep::Activation::Relu,
+        Activation::GeluErf => ep::Activation::GeluErf,
+        Activation::GeluTanh => ep::Activation::GeluTanh,
+        Activation::HardSwish => ep::Activation::HardSwish,
+        Activation::HardSigmoid { alpha, beta } => {
+            ep::Activation::HardSigmoid { alpha: OrderedFloat(alpha), beta: OrderedFloat(beta) }
+        }
+        Activation::Softplus => ep::Activation::Softplus,
+        Activation::Sigmoid => ep::Activation::Sigmoid,
+        Activation::Silu => ep::Activation::Silu,
+        Activation::Tanh => ep::Activation::Tanh,
+        Activation::LeakyRelu { alpha } => ep::Activation::LeakyRelu { alpha: OrderedFloat(alpha) },
+        Activation::Clip { min, max } => ep::Activation::Clip { min: OrderedFloat(min), max: OrderedFloat(max) },
+    }
+}
+
+/// The typed epilogue of a planned kernel and its run-time (alpha, beta).
+pub fn epilogue(k: &FusedKernel, has_bias: bool) -> Result<(Epilogue, f32, f32), String> {
+    let act = k.activation.map_or(ep::Activation::Identity, activation);
+    let at = |a: ResidualAt| match a {
+        ResidualAt::BeforeActivation => ep::ResidualAt::BeforeActivation,
+        ResidualAt::AfterActivation => ep::ResidualAt::AfterActivation,
+    };
+    let (beta_source, residual, beta) = match k.source {
+        None => (false, None, 0.0),
+        Some((1.0, a)) => (false, Some(at(a)), 0.0),
+        // A scaled source before the activation is beta * C.
+        Some((scale, ResidualAt::BeforeActivation)) => (true, None, scale),
+        Some((scale, ResidualAt::AfterActivation)) => {
+            return Err(format!("a residual scaled by {scale} after the activation has no epilogue form"))
+        }
+    };
+    let form = NormalForm { beta_source, bias: has_bias, activation: act, residual };
+    Ok((Epilogue::new(form)?, k.alpha, beta))
+}
+
+/// Lowers one kernel whose A operand has shape `a` and type `a_type`; returns the workload,
+/// its (alpha, beta) and the output shape (the next chain layer's A).
+fn lower_one(
+    g: &Graph,
+    name: &str,
+    k: &FusedKernel,
+    (a, a_type): (Vec<usize>, DType),
+    inputs: [Option<&str>; 3],
+    bindings: &HashMap<String, usize>,
+) -> Result<(Workload, f32, f32, Vec<usize>), String> {
+    let w = inputs[0].ok_or("missing weight")?;
+    let w = bound_shape(g, w, bindings).ok_or_else(|| format!("weight '{w}' has an unknown shape"))?;
+    let input = element(a_type).ok_or("operand type is not f16, bf16 or f32")?;
+    let output = element(k.output_dtype).ok_or("output type is not f16, bf16 or f32")?;
+    let types = Types { input, accumulator: Element::F32, output };
+    let (epi, alpha, beta) = epilogue(k, inputs[1].is_some())?;
+    let i64s = |v: usize| v as i64;
+    let (wl, out) = match &*k.anchor {
+        Op::Conv { window, group } => {
+            if k.layout != ConvLayout::Nhwc {
+                return Err("NCHW conv: Bolt's conv kernels are NHWC (plan with the layout pass)".into());
+            }
+            if a.len() != 4 || w.len() != 4 {
+                return Err(format!("conv operands {a:?} and {w:?} are not 4-D"));
+            }
+            let r = window.resolve(&a[1..3], &w[1..3], false).map_err(|e| format!("conv window: {e}"))?;
+            if r.pad_begin != r.pad_end {
+                return Err(format!("asymmetric padding {:?} / {:?}", r.pad_begin, r.pad_end));
+            }
+            let mut s =
+                Conv2dShape::new(i64s(a[0]), i64s(a[1]), i64s(a[2]), i64s(a[3]), i64s(w[0]), i64s(w[1]), i64s(w[2]));
+            s.pad = (i64s(r.pad_begin[0]), i64s(r.pad_begin[1]));
+            s.stride = (i64s(r.strides[0]), i64s(r.strides[1]));
+            s.dilation = (i64s(r.dilations[0]), i64s(r.dilations[1]));
+            s.groups = i64s(*group);
+            (Workload::conv2d(name, s, types, epi), vec![a[0], r.output[0], r.output[1], w[0]])
+        }
+        Op::Gemm { trans_a, trans_b, .. } if a.len() == 2 && w.len() == 2 => {
+            let (m, kk) = if *trans_a { (a[1], a[0]) } else { (a[0], a[1]) };
+            let b_col = *trans_b != k.weight_transposed;
+            let nn = if b_col { w[0] } else { w[1] };
+            let l = |t: bool| if t { Layout::ColumnMajor } else { Layout::RowMajor };
+            let layouts = [l(*trans_a), l(b_col), Layout::RowMajor];
+            (Workload::gemm(name, (i64s(m), i64s(nn), i64s(kk), 1), types, layouts, epi), vec![m, nn])
+        }
+        Op::MatMul if w.len() == 2 && !a.is_empty() => {
+            let kk = a[a.len() - 1];
+            let m = a.iter().product::<usize>() / kk.max(1);
+            let (nn, b) = if k.weight_transposed { (w[0], Layout::ColumnMajor) } else { (w[1], Layout::RowMajor) };
+            let mut out = a.clone();
+            *out.last_mut().expect("non-empty") = nn;
+            let layouts = [Layout::RowMajor, b, Layout::RowMajor];
+            (Workload::gemm(name, (i64s(m), i64s(nn), i64s(kk), 1), types, layouts, epi), out)
+        }
+        Op::MatMul if w.len() == a.len() && a.len() >= 3 => {
+            let r = a.len();
+            let batch: usize = a[..r - 2].iter().product();
+            let mut out = a.clone();
+            out[r - 1] = w[r - 1];
+            let problem = (i64s(a[r - 2]), i64s(w[r - 1]), i64s(a[r - 1]), i64s(batch));
+            (Workload::gemm(name, problem, types, [Layout::RowMajor; 3], epi), out)
+        }
+        other => return Err(format!("{} with operands {a:?} x {w:?} maps to no kernel family", other.op_type())),
+    };
+    wl.map(|w| (w, alpha, beta, out)).map_err(|e| e.to_string())
+}
+
+/// Every kernel of a planned graph as a workload, under `bindings` for symbolic dims (1 when
+/// unbound).
+pub fn workloads(g: &Graph, bindings: &HashMap<String, usize>) -> (Vec<KernelUse>, Vec<Unlowered>) {
+    // Shapes under the bindings: symbolic inference leaves dims it cannot name (Reshape with
+    // -1, Resize) unknown; with static inputs every kernel's shape is known.
+    let bound;
+    let g = match super::edit::bind_inputs(g, bindings) {
+        Ok(b) => {
+            bound = b;
+            &bound
+        }
+        Err(_) => g,
+    };
+    let mut uses = Vec::new();
+    let mut skipped = Vec::new();
+    for n in &g.nodes {
+        let (layers, chain): (Vec<&FusedKernel>, Option<String>) = match &n.op {
+            Op::Fused(k) => (vec![k.as_ref()], None),
+            Op::FusedChain(ks) => (ks.iter().collect(), Some(n.name.clone())),
+            _ => continue,
+        };
+        let Some(a) = n.input(0) else { continue };
+        let mut a_in = match (bound_shape(g, a, bindings), g.types.get(a)) {
+            (Some(s), Some(t)) => (s, t.dtype),
+            _ => {
+                skipped.push(Unlowered { node: n.name.clone(), reason: format!("'{a}' has an unknown shape or type") });
+                continue;
+            }
+        };
+        for (i, k) in layers.iter().enumerate() {
+            // Inputs: A, then (weight, bias) per layer, then the last layer's source.
+            let (w, b) = if chain.is_some() { (1 + 2 * i, 2 + 2 * i) } else { (1, 2) };
+            let name = if chain.is_some() { format!("{}#{i}", n.name) } else { n.name.clone() };
+            match lower_one(g, &name, k, a_in.clone(), [n.input(w), n.input(b), None], bindings) {
+                Ok((workload, alpha, beta, out)) => {
+                    a_in = (out, k.output_dtype);
+                    uses.push(KernelUse { node: name, chain: chain.clone(), workload, alpha, beta });
+                }
+                Err(reason) => {
+                    skipped.push(Unlowered { node: name, reason });
+                    break;
+                }
+            }
+        }
+    }
+    (uses, skipped)
+}
