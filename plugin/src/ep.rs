@@ -490,10 +490,12 @@ mod tests {
     }
 
     #[test]
-    fn broadcasting_source_is_not_claimed() {
+    fn broadcasting_source_is_left_to_ort() {
+        // Bolt's partitioner keeps a Gemm whose runtime C broadcasts ([1, N]) on the host, so
+        // GetCapability never claims it ([`source_fits`] guards the same rule).
         let g = gemm_graph(Shape::from_static(&[1, 5]));
-        let p = &bolt::partition::partition(&g).partitions[0];
-        let e = source_fits(&g, p).unwrap_err();
-        assert!(e.contains("'c'") && e.contains("[1, 5]"), "{e}");
+        let parts = bolt::partition::partition(&g);
+        assert!(parts.partitions.is_empty());
+        assert!(parts.host.iter().any(|h| h.node == "g" && h.reason.contains("'c'")), "{:?}", parts.host);
     }
 }
