@@ -6,7 +6,8 @@
 //! threadblock can own a row block through the whole chain if it holds all N columns of every
 //! layer. Later convs must be 1x1, stride 1, no padding (so layer i+1's rows are layer i's
 //! rows). Only the last layer may read a residual tensor. The chain is kept only when the
-//! traffic model ([`super::cost`]) says it is faster than the layers run one by one.
+//! traffic model ([`super::cost`]) says it is faster than the layers run one by one. A fused
+//! kernel runs two layers ([`MAX_CHAIN_LAYERS`]): longer chains are split into pairs.
 
 use super::cost::{ceil_div, Device, KernelWork};
 use super::edit::{bound_shape, constant, finish};
@@ -26,6 +27,9 @@ pub const MAX_REGISTER_RESIDENT_N: usize = 128;
 pub const FUSED_TB_M: usize = 64;
 /// Fusing must win by this margin: the model is coarse.
 pub const MIN_GAIN: f64 = 1.05;
+/// Layers one fused kernel runs: CUTLASS's back-to-back mainloops chain two GEMMs / convs; a
+/// longer chain is split into consecutive pairs, each decided on its own.
+pub const MAX_CHAIN_LAYERS: usize = 2;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub enum Residency {
@@ -317,37 +321,39 @@ pub fn fuse_chains(g: &mut Graph, opts: &PlanOptions) -> Result<Vec<ChainDecisio
         if has_prev.contains(&start) || !next.contains_key(&start) {
             continue;
         }
-        let mut chain = vec![start];
-        while let Some(&j) = next.get(chain.last().expect("non-empty")) {
-            chain.push(j);
+        let mut whole = vec![start];
+        while let Some(&j) = next.get(whole.last().expect("non-empty")) {
+            whole.push(j);
         }
-        let Some(layers) = chain.iter().map(|&i| layer(g, &g.nodes[i], &opts.bindings)).collect::<Option<Vec<_>>>()
-        else {
-            continue;
-        };
-        let d = decide(layers, &opts.device);
-        if d.fused {
-            let nodes: Vec<&Node> = chain.iter().map(|&i| &g.nodes[i]).collect();
-            let mut inputs = vec![nodes[0].inputs[0].clone()];
-            for n in &nodes {
-                inputs.push(n.inputs.get(1).cloned().flatten());
-                inputs.push(n.inputs.get(2).cloned().flatten());
+        for chain in whole.chunks(MAX_CHAIN_LAYERS).filter(|c| c.len() > 1) {
+            let Some(layers) = chain.iter().map(|&i| layer(g, &g.nodes[i], &opts.bindings)).collect::<Option<Vec<_>>>()
+            else {
+                continue;
+            };
+            let d = decide(layers, &opts.device);
+            if d.fused {
+                let nodes: Vec<&Node> = chain.iter().map(|&i| &g.nodes[i]).collect();
+                let mut inputs = vec![nodes[0].inputs[0].clone()];
+                for n in &nodes {
+                    inputs.push(n.inputs.get(1).cloned().flatten());
+                    inputs.push(n.inputs.get(2).cloned().flatten());
+                }
+                inputs.push(nodes.last().expect("non-empty").inputs.get(3).cloned().flatten());
+                let layers: Vec<FusedKernel> = nodes.iter().map(|n| kernel(n).expect("kernel").clone()).collect();
+                let last = *chain.last().expect("non-empty");
+                replace.insert(
+                    last,
+                    Node {
+                        name: format!("b2b[{}]", d.names().join(",")),
+                        op: Op::FusedChain(Arc::new(layers)),
+                        inputs,
+                        outputs: g.nodes[last].outputs.clone(),
+                    },
+                );
+                removed.extend(chain);
             }
-            inputs.push(nodes.last().expect("non-empty").inputs.get(3).cloned().flatten());
-            let layers: Vec<FusedKernel> = nodes.iter().map(|n| kernel(n).expect("kernel").clone()).collect();
-            let last = *chain.last().expect("non-empty");
-            replace.insert(
-                last,
-                Node {
-                    name: format!("b2b[{}]", d.names().join(",")),
-                    op: Op::FusedChain(Arc::new(layers)),
-                    inputs,
-                    outputs: g.nodes[last].outputs.clone(),
-                },
-            );
-            removed.extend(chain);
+            decisions.push(d);
         }
-        decisions.push(d);
     }
     if !replace.is_empty() {
         let nodes = std::mem::take(&mut g.nodes);
