@@ -82,7 +82,25 @@ pub struct Summary {
     pub anchors: Vec<Anchor>,
     /// Nodes left to the host framework (node, op type, reason).
     pub opaque: Vec<(String, String, String)>,
+    pub plan: Option<PlanSummary>,
     pub reference: Option<ReferenceRun>,
+}
+
+/// What the planner made of the model (`bolt report` has the details) and the kernel the
+/// analytic model picks for each distinct workload (H100, sm90; `bolt-tune` times them).
+#[derive(Debug, serde::Serialize)]
+pub struct PlanSummary {
+    pub milliseconds: f64,
+    pub planned_nodes: usize,
+    pub kernels: usize,
+    pub chains_fused: usize,
+    pub layout_transforms: usize,
+    pub paddings: usize,
+    /// (kernel, problem, analytic pick or why none).
+    pub picks: Vec<(String, String, String)>,
+    pub not_lowered: Vec<(String, String)>,
+    /// Max abs difference between the planned and the original graph on the reference run.
+    pub max_abs_diff: Option<f64>,
 }
 
 /// One partition: a GEMM/Conv anchor and the epilogue ops fused into its kernel.
@@ -157,11 +175,59 @@ pub fn summarize(g: &Graph, bindings: &DimBindings, run: bool) -> Result<Summary
         .map(|h| (h.node.clone(), h.op_type.clone(), h.reason.clone()))
         .collect::<Vec<_>>();
     let runnable = g.nodes.iter().all(|n| !n.op.is_opaque());
+    let t0 = Instant::now();
+    let opts = crate::plan::PlanOptions { bindings: bindings.clone(), ..Default::default() };
+    let planned = crate::plan::plan_with(g, &opts)?;
+    let milliseconds = t0.elapsed().as_secs_f64() * 1e3;
+    let (uses, skipped) = crate::plan::lower::workloads(&planned.graph, bindings);
+    let device = bolt_profiler::device::DeviceSpec::h100_sxm5_80gb();
+    let mut picks: Vec<(String, String, String)> = Vec::new();
+    for u in &uses {
+        let problem = u.workload.describe();
+        if picks.iter().any(|(_, p, _)| *p == problem) {
+            continue;
+        }
+        let pick = match bolt_profiler::analytic::rank_all(&u.workload, &device, bolt_codegen::spec::Arch::Sm90) {
+            r if !r.ranked.is_empty() => {
+                let best = &r.ranked[0];
+                format!("{} (est {:.1} us)", best.candidate.name, best.estimate.time_s * 1e6)
+            }
+            r => format!("no candidate: {}", r.excluded.first().map_or("none".to_string(), |e| e.reason.clone())),
+        };
+        picks.push((u.node.clone(), problem, pick));
+    }
+    let kernels = planned
+        .graph
+        .nodes
+        .iter()
+        .map(|n| match &n.op {
+            Op::Fused(_) => 1,
+            Op::FusedChain(_) => 1,
+            _ => 0,
+        })
+        .sum();
+    let mut plan_summary = PlanSummary {
+        milliseconds,
+        planned_nodes: planned.graph.nodes.len(),
+        kernels,
+        chains_fused: planned.chains.iter().filter(|c| c.fused).count(),
+        layout_transforms: planned.layout.len(),
+        paddings: planned.padding.len(),
+        picks,
+        not_lowered: skipped.into_iter().map(|u| (u.node, u.reason)).collect(),
+        max_abs_diff: None,
+    };
     let reference = if run && runnable {
         let inputs = synthetic_inputs(g, bindings, 0)?;
         let t0 = Instant::now();
         let outs = crate::reference::run(g, &inputs)?;
         let seconds = t0.elapsed().as_secs_f64();
+        // The plan must compute what the model does.
+        let planned_outs = crate::reference::run(&planned.graph, &inputs)?;
+        plan_summary.max_abs_diff = Some(g.outputs.iter().fold(0.0f64, |m, o| {
+            let (a, b) = (outs[o].to_f64_vec(), planned_outs[o].to_f64_vec());
+            a.iter().zip(&b).fold(m, |m, (x, y)| m.max((x - y).abs()))
+        }));
         let outputs = g
             .outputs
             .iter()
@@ -186,6 +252,7 @@ pub fn summarize(g: &Graph, bindings: &DimBindings, run: bool) -> Result<Summary
         outputs: g.outputs.iter().map(|n| (n.clone(), ty(n))).collect(),
         anchors,
         opaque,
+        plan: Some(plan_summary),
         reference,
     })
 }
@@ -226,6 +293,23 @@ impl std::fmt::Display for Summary {
             writeln!(f, "\nLeft to the host framework ({} nodes):", self.opaque.len())?;
             for (o, why, count) in groups {
                 writeln!(f, "  {o} x{count}: {why}")?;
+            }
+        }
+        if let Some(p) = &self.plan {
+            writeln!(
+                f,
+                "\nPlan ({:.1} ms): {} nodes, {} kernels ({} back-to-back chains), {} layout transforms, {} paddings (bolt report shows why)",
+                p.milliseconds, p.planned_nodes, p.kernels, p.chains_fused, p.layout_transforms, p.paddings
+            )?;
+            writeln!(f, "Kernel picks (analytic, H100 sm90; bolt-tune times them on a GPU):")?;
+            for (node, problem, pick) in &p.picks {
+                writeln!(f, "  {node:<24} {problem:<44} {pick}")?;
+            }
+            for (node, why) in &p.not_lowered {
+                writeln!(f, "  {node:<24} not lowered: {why}")?;
+            }
+            if let Some(d) = p.max_abs_diff {
+                writeln!(f, "Planned graph vs model on the reference: max abs diff {d:.2e}")?;
             }
         }
         match &self.reference {

@@ -108,3 +108,28 @@ fn gemm_only_models_get_no_transforms() {
     assert!(p.layout.is_empty());
     assert_eq!(transposes(&p), 0);
 }
+
+#[test]
+fn gemm_weights_are_stored_k_major_once() {
+    // x[5, 70] @ W[70, 33]: the planner stores W^T ([33, 70]) and marks the kernel; the
+    // transpose is exact (odd sizes cross the 32-wide blocks of the parallel transpose).
+    let mut n = Net::new(DType::F32);
+    let x = n.input("x", &[5, 70]);
+    let y = n.linear(&x, 70, 33);
+    let g = n.finish(&[&y]);
+    let p = planned(&g);
+    let node = p.graph.nodes.iter().find(|n| matches!(n.op, Op::Fused(_))).unwrap();
+    let Op::Fused(k) = &node.op else { unreachable!() };
+    assert!(k.weight_transposed);
+    let (wt, w) = (
+        &p.graph.initializers[node.input(1).unwrap()],
+        &g.initializers[node.input(1).unwrap().trim_end_matches(".kmajor")],
+    );
+    assert_eq!(wt.shape, [33, 70]);
+    let (a, b) = (w.to_f32_vec(), wt.to_f32_vec());
+    for r in 0..70 {
+        for c in 0..33 {
+            assert_eq!(a[r * 33 + c], b[c * 70 + r]);
+        }
+    }
+}

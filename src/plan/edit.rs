@@ -152,3 +152,33 @@ pub fn bind_inputs(g: &Graph, bindings: &HashMap<String, usize>) -> Result<Graph
     crate::ir::infer::infer_graph(&mut b, &HashMap::new())?;
     Ok(b)
 }
+
+/// A 2-D tensor transposed ([R, C] -> [C, R]), in parallel over output rows with blocked
+/// reads: BERT-base moves 85M weights through here.
+pub fn transpose_2d(t: &Tensor) -> Option<Tensor> {
+    use rayon::prelude::*;
+    fn tr<T: Copy + Default + Send + Sync>(v: &[T], rows: usize, cols: usize) -> Vec<T> {
+        let mut out = vec![T::default(); v.len()];
+        const B: usize = 32;
+        // Output row block [c0, c0 + B) x every input row.
+        out.par_chunks_mut((B * rows).max(1)).enumerate().for_each(|(blk, dst)| {
+            let c0 = blk * B;
+            let cn = dst.len() / rows.max(1);
+            for r0 in (0..rows).step_by(B) {
+                for r in r0..(r0 + B).min(rows) {
+                    let src = &v[r * cols + c0..r * cols + c0 + cn];
+                    for (dc, x) in src.iter().enumerate() {
+                        dst[dc * rows + r] = *x;
+                    }
+                }
+            }
+        });
+        out
+    }
+    if t.rank() != 2 {
+        return None;
+    }
+    let (rows, cols) = (t.shape[0], t.shape[1]);
+    let data = crate::map_data!(&t.data, v => tr(v, rows, cols));
+    Tensor::new(vec![cols, rows], data).ok()
+}

@@ -209,9 +209,7 @@ pub fn weights_k_major(g: &mut Graph) -> Result<Vec<String>> {
         if k_major || k.weight_transposed || t.rank() != 2 {
             continue;
         }
-        let wt = crate::reference::eval_op(&Op::Transpose { perm: Some(vec![1, 0]) }, &[Some(&t)])
-            .map_err(|e| Error::node(n, format!("weight '{w}': {e}")))?
-            .remove(0);
+        let wt = super::edit::transpose_2d(&t).ok_or_else(|| Error::node(n, format!("weight '{w}' is not 2-D")))?;
         let name = fresh_name(g, &mut taken, &format!("{w}.kmajor"));
         if cons.get(&w).is_some_and(|c| c.len() == 1) && !g.outputs.contains(&w) {
             g.initializers.remove(&w);
