@@ -1067,6 +1067,15 @@ pub fn context(spec: &B2bSpec, symbol: &str) -> Result<(&'static str, B2bContext
     Ok((template, ctx))
 }
 
+/// Layer 0's on-chip epilogue alone (`namespace layer0 { ... EpilogueOp }`) exactly as the
+/// kernel templates include it, for host-side checks of its math. Expects `ElementA`,
+/// `ElementC`, `ElementAccumulator` and `InstructionShape` declared in a namespace named
+/// `symbol`.
+pub fn render_intermediate_epilogue(spec: &B2bSpec, symbol: &str) -> Result<String, RenderError> {
+    let (_, ctx) = context(spec, symbol)?;
+    crate::render::render_template(INTERMEDIATE_TEMPLATE, &crate::render::to_context(&ctx)?)
+}
+
 /// One kernel's definition block (relies on the unit prologue: use [`render_unit`]).
 pub fn render(spec: &B2bSpec, symbol: &str) -> Result<String, RenderError> {
     crate::render::check_symbol(symbol)?;

@@ -8,7 +8,12 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use bolt_codegen::abi::{BoltB2bConv2dProblem, BoltB2bGemmProblem, BoltConv2dProblem};
+use std::ffi::c_void;
+
+use bolt_codegen::abi::{
+    B2bRunFn, BoltB2bArgs, BoltB2bConv2dProblem, BoltB2bGemmProblem, BoltConv2dProblem, CanImplementFn, Status,
+    WorkspaceSizeFn,
+};
 use bolt_codegen::b2b::{
     self, candidates, check_problem, cost, render_unit, symbol_for, validate, B2bFamily, B2bLayer, B2bProblem,
     B2bRejection, B2bSpec, NoCandidate, ProblemRejection, Residency, INSTRUCTION,
@@ -157,10 +162,11 @@ fn symbols_and_blocks() {
 // ---- nvcc ---------------------------------------------------------------------------------------
 
 /// Renders `specs` into one unit and compiles it for sm_80 with the example's headers on the
-/// include path. The object is cached (under target/) by a hash of the source, the ABI header,
-/// the toolchain versions and the flags, so a rerun with nothing changed runs no nvcc. Checks
-/// the object defines the three ABI functions of each kernel.
-fn compile_b2b_unit(name: &str, specs: &[B2bSpec]) {
+/// include path, and links it into a shared library. Object and library are cached (under
+/// target/) by a hash of the source, the ABI header, the toolchain versions and the flags, so a
+/// rerun with nothing changed runs no nvcc. Checks the object defines the three ABI functions of
+/// each kernel; returns the library.
+fn compile_b2b_unit(name: &str, specs: &[B2bSpec]) -> PathBuf {
     let tc = bolt_cutlass::Toolchain::discover().unwrap_or_else(|e| panic!("{e}"));
     let symbols: Vec<String> = specs.iter().map(symbol_for).collect();
     let pairs: Vec<(&B2bSpec, &str)> = specs.iter().zip(&symbols).map(|(s, n)| (s, n.as_str())).collect();
@@ -218,16 +224,133 @@ fn compile_b2b_unit(name: &str, specs: &[B2bSpec]) {
             assert!(defined.contains(&format!(" T {symbol}_{f}\n")), "{name}: {symbol}_{f} not defined");
         }
     }
+    let mut h = KeyHasher::new("bolt-b2b-test-library-v1");
+    h.part("object", &key.0);
+    let (library, _) = cache
+        .get_or_build(EntryKind::Library, &h.finish(), |tmp| {
+            let out = Command::new(tc.nvcc())
+                .args(["-shared", "-cudart", "static", "-Xlinker", "--no-undefined", "-o"])
+                .arg(tmp)
+                .arg(&object)
+                .output()
+                .map_err(|e| e.to_string())?;
+            if out.status.success() {
+                Ok(None)
+            } else {
+                Err(String::from_utf8_lossy(&out.stderr).into_owned())
+            }
+        })
+        .unwrap_or_else(|e| panic!("{name}: link: {e:?}"));
+    library
+}
+
+/// The host side of the ABI (no GPU): `<symbol>_can_implement` agrees with
+/// [`b2b::check_problem`] on every problem (then CUTLASS's own can_implement accepts what both
+/// accept), and `run` refuses null and misaligned arguments before any launch.
+fn check_host_abi(library: &Path, spec: &B2bSpec, problems: &[(&str, B2bProblem)]) {
+    let lib = unsafe { libloading::Library::new(library) }.unwrap();
+    let symbol = symbol_for(spec);
+    let can_implement: libloading::Symbol<CanImplementFn> =
+        unsafe { lib.get(format!("{symbol}_can_implement").as_bytes()) }.unwrap();
+    let run: libloading::Symbol<B2bRunFn> = unsafe { lib.get(format!("{symbol}_run").as_bytes()) }.unwrap();
+    let workspace: libloading::Symbol<WorkspaceSizeFn> =
+        unsafe { lib.get(format!("{symbol}_workspace_size").as_bytes()) }.unwrap();
+    let ptr = |p: &B2bProblem| match p {
+        B2bProblem::Gemm(g) => g as *const BoltB2bGemmProblem as *const c_void,
+        B2bProblem::Conv2d(c) => c as *const BoltB2bConv2dProblem as *const c_void,
+    };
+    let mut accepted = 0;
+    for (what, p) in problems {
+        let rust = match check_problem(spec, p) {
+            Ok(()) => Status::Ok,
+            Err(ProblemRejection::Misaligned(_)) => Status::MisalignedOperand,
+            Err(_) => Status::UnsupportedProblem,
+        };
+        let c = unsafe { can_implement(ptr(p)) }.status();
+        assert_eq!(c, rust, "{symbol}: {what}: C++ says {c}, Rust {:?}", check_problem(spec, p));
+        if c.is_ok() {
+            accepted += 1;
+            assert_eq!(unsafe { workspace(ptr(p)) }, 0);
+            // Null pointers, then a misaligned one: refused before any CUDA call.
+            let mut args = BoltB2bArgs::default();
+            let status = unsafe { run(ptr(p), &args, std::ptr::null_mut(), std::ptr::null_mut()) }.status();
+            assert_eq!(status, Status::NullArgument, "{what}");
+            let buffer = vec![0u64; 64];
+            let aligned = buffer.as_ptr() as *const c_void;
+            args.a = unsafe { (aligned as *const u8).add(2) } as *const c_void;
+            args.c = aligned;
+            args.d = aligned as *mut c_void;
+            for l in &mut args.layer[..2] {
+                l.b = aligned;
+                l.bias = aligned;
+            }
+            let status = unsafe { run(ptr(p), &args, std::ptr::null_mut(), std::ptr::null_mut()) }.status();
+            assert_eq!(status, Status::MisalignedOperand, "{what}");
+        }
+    }
+    assert!(accepted > 0, "{symbol}: no problem accepted");
+    assert_eq!(unsafe { can_implement(std::ptr::null()) }.status(), Status::NullArgument);
 }
 
 #[test]
 fn gemm_pairs_compile_for_sm80() {
-    compile_b2b_unit("b2b_gemm_pairs", &[gemm_rf(), gemm_smem()]);
+    let library = compile_b2b_unit("b2b_gemm_pairs", &[gemm_rf(), gemm_smem()]);
+    let with = |f: &dyn Fn(&mut BoltB2bGemmProblem)| {
+        let B2bProblem::Gemm(mut p) = gemm_pair(81920, 576, 64, 128) else { unreachable!() };
+        f(&mut p);
+        B2bProblem::Gemm(p)
+    };
+    let problems = [
+        ("cutlass example, N1 = 128", gemm_pair(81920, 576, 64, 128)),
+        ("cutlass example, N1 = 256", gemm_pair(81920, 576, 64, 256)),
+        ("narrower layers", gemm_pair(1000, 64, 32, 96)),
+        ("bolt table 1", gemm_pair(128320, 96, 32, 96)),
+        ("N0 over the tile", gemm_pair(4096, 64, 72, 64)),
+        ("N1 over the tile", gemm_pair(4096, 64, 64, 264)),
+        ("odd K", gemm_pair(4096, 66, 64, 128)),
+        ("odd M", gemm_pair(4100, 64, 64, 128)),
+        ("three layers", B2bProblem::Gemm(BoltB2bGemmProblem::packed(4096, 64, &[64, 64, 64]))),
+        ("short lda", with(&|p| p.lda = 64)),
+        ("padded lda", with(&|p| p.lda = 640)),
+        ("misaligned ldd", with(&|p| p.ldd = 132)),
+        ("short ldc (read by the residual)", with(&|p| p.ldc = 64)),
+        ("zero M", with(&|p| p.m = 0)),
+    ];
+    check_host_abi(&library, &gemm_rf(), &problems);
+    check_host_abi(&library, &gemm_smem(), &problems);
 }
 
 #[test]
 fn conv_pairs_compile_for_sm80() {
-    compile_b2b_unit("b2b_conv_pairs", &[conv_rf(), conv_smem()]);
+    let library = compile_b2b_unit("b2b_conv_pairs", &[conv_rf(), conv_smem()]);
+    let B2bProblem::Conv2d(good) = conv_pair(32, 56, 56, 64, 64, 1, 128) else { unreachable!() };
+    let with = |f: &dyn Fn(&mut BoltB2bConv2dProblem)| {
+        let mut p = good;
+        f(&mut p);
+        B2bProblem::Conv2d(p)
+    };
+    let problems = [
+        ("cutlass example, K1 = 128", conv_pair(32, 56, 56, 64, 64, 1, 128)),
+        ("cutlass example, K1 = 256", conv_pair(32, 56, 56, 64, 64, 1, 256)),
+        ("bolt table 2, stride 2", conv_pair(32, 112, 112, 64, 64, 2, 64)),
+        ("bolt table 2, 48 channels", conv_pair(32, 56, 56, 48, 48, 1, 48)),
+        ("3 input channels", conv_pair(32, 224, 224, 3, 64, 2, 64)),
+        ("K0 over the tile", conv_pair(2, 16, 16, 64, 72, 1, 64)),
+        ("second conv 3x3", with(&|p| p.conv[1].r = 3)),
+        (
+            "second conv strided",
+            with(&|p| {
+                p.conv[1].stride_h = 2;
+                p.conv[1].p = 28;
+            }),
+        ),
+        ("second conv padded", with(&|p| p.conv[1].pad_h = 1)),
+        ("second conv on other channels", with(&|p| p.conv[1].c = 32)),
+        ("grouped first conv", with(&|p| p.conv[0].groups = 2)),
+        ("three layers", with(&|p| p.layers = 3)),
+    ];
+    check_host_abi(&library, &conv_rf(), &problems);
+    check_host_abi(&library, &conv_smem(), &problems);
 }
 
 // ---- rejections -------------------------------------------------------------------------------
@@ -553,4 +676,117 @@ fn spec_serialises() {
     let json = serde_json::to_string(&s).unwrap();
     let back: B2bSpec = serde_json::from_str(&json).unwrap();
     assert_eq!(back, s);
+}
+
+// ---- layer 0's on-chip epilogue, on the host ----------------------------------------------------
+
+/// Layer 0's epilogue functor (written out by the template, applied by the fused mainloop to
+/// accumulator fragments) compiled for the host with f32 elements and applied to a sweep of
+/// accumulators and biases, against `Expr::eval`: every activation, with and without bias.
+/// The executable is cached like the kernel objects.
+#[test]
+fn intermediate_epilogues_compute_what_the_tree_says() {
+    const N: usize = 64;
+    const ALPHA: f32 = 1.25;
+    let mut activations = Activation::all();
+    activations.push(Activation::Clip { min: (-1.5).into(), max: f32::INFINITY.into() });
+    let mut cases = Vec::new();
+    for &a in &activations {
+        for bias in [false, true] {
+            let mut s = gemm_rf();
+            s.layers[0].epilogue = epilogue(false, bias, a, None);
+            cases.push(s);
+        }
+    }
+    let acc: Vec<f32> = (0..N).map(|i| -8.0 + 16.0 * i as f32 / N as f32).collect();
+    let bias: Vec<f32> = (0..N).map(|i| ((i * 11 % 17) as f32 / 4.0 - 2.0).clamp(-2.0, 2.0)).collect();
+    let array = |name: &str, v: &[f32]| {
+        let items: Vec<String> = v.iter().map(|x| format!("{x:?}f")).collect();
+        format!("static float const {name}[{N}] = {{{}}};\n", items.join(", "))
+    };
+    let mut src = String::from("#include <cstdio>\n");
+    for h in ["cutlass/cutlass.h", "cutlass/numeric_types.h", "cutlass/array.h", "cutlass/gemm/gemm.h"] {
+        src += &format!("#include <{h}>\n");
+    }
+    for h in ["cutlass/epilogue/thread/activation.h", "cutlass/epilogue/thread/scale_type.h"] {
+        src += &format!("#include <{h}>\n");
+    }
+    src += &array("kAcc", &acc);
+    src += &array("kBias", &bias);
+    for (i, spec) in cases.iter().enumerate() {
+        let name = format!("case_{i}");
+        let functor = b2b::render_intermediate_epilogue(spec, &name).unwrap();
+        src += &format!(
+            "namespace {name} {{\nusing ElementA = float;\nusing ElementC = float;\nusing ElementAccumulator = float;\n\
+             using InstructionShape = cutlass::gemm::GemmShape<16, 8, 16>;\n{functor}\n\
+             void run(float alpha, float *d) {{\n\
+             \x20 using Op = layer0::EpilogueOp;\n\
+             \x20 Op op{{Op::Params(alpha)}};\n\
+             \x20 for (int i = 0; i < {N}; i += Op::kCount) {{\n\
+             \x20   Op::FragmentAccumulator a;\n\
+             \x20   Op::FragmentScaleBias scale, b;\n\
+             \x20   for (int j = 0; j < Op::kCount; ++j) {{ a[j] = kAcc[i + j]; b[j] = kBias[i + j]; scale[j] = 0.f; }}\n\
+             \x20   Op::FragmentOutput out = op(a, scale, b);\n\
+             \x20   for (int j = 0; j < Op::kCount; ++j) d[i + j] = out[j];\n\
+             \x20 }}\n\
+             }}\n}}  // namespace {name}\n"
+        );
+    }
+    src += &format!("int main() {{\n  float d[{N}];\n");
+    for i in 0..cases.len() {
+        src += &format!(
+            "  case_{i}::run({ALPHA:?}f, d);\n  for (int j = 0; j < {N}; ++j) printf(\"{i} %d %.9g\\n\", j, d[j]);\n"
+        );
+    }
+    src += "  return 0;\n}\n";
+
+    let tc = bolt_cutlass::Toolchain::discover().unwrap_or_else(|e| panic!("{e}"));
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("b2b");
+    std::fs::create_dir_all(&dir).unwrap();
+    let cu = dir.join("intermediate_epilogues.cu");
+    std::fs::write(&cu, &src).unwrap();
+    let mut h = KeyHasher::new("bolt-b2b-test-host-epilogues-v1");
+    h.str("source", &src).str("cuda", &tc.cuda_version().to_string()).str("cutlass", &tc.cutlass_version().to_string());
+    let cache = Cache::open(dir.join("cache")).unwrap();
+    let (exe, _) = cache
+        .get_or_build(EntryKind::Library, &h.finish(), |tmp| {
+            let obj = dir.join("intermediate_epilogues.o");
+            let c = tc.compile(&cu, &obj).arch(bolt_cutlass::Arch::Sm80).run().map_err(|e| e.to_string())?;
+            eprintln!(
+                "{} intermediate epilogues compiled for the host in {:.1}s",
+                cases.len(),
+                c.elapsed.as_secs_f64()
+            );
+            let link = Command::new(tc.nvcc()).arg(&obj).arg("-o").arg(tmp).output().map_err(|e| e.to_string())?;
+            if link.status.success() {
+                Ok(None)
+            } else {
+                Err(String::from_utf8_lossy(&link.stderr).into_owned())
+            }
+        })
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    let run = Command::new(&exe).output().unwrap();
+    assert!(run.status.success());
+    let out = String::from_utf8(run.stdout).unwrap();
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for line in out.lines() {
+        let mut f = line.split_whitespace();
+        let (i, j): (usize, usize) = (f.next().unwrap().parse().unwrap(), f.next().unwrap().parse().unwrap());
+        let got: f64 = f.next().unwrap().parse().unwrap();
+        let env = bolt_codegen::epilogue::EvalEnv {
+            acc: acc[j] as f64,
+            alpha: ALPHA as f64,
+            bias: bias[j] as f64,
+            ..Default::default()
+        };
+        let e = &cases[i].layers[0].epilogue;
+        let want = e.expr.eval(&env);
+        if got.is_nan() || (got - want).abs() > 2e-5 * (1.0 + want.abs()) {
+            failures.push(format!("{}: acc {} bias {}: got {got}, want {want}", e.name(), acc[j], bias[j]));
+        }
+        checked += 1;
+    }
+    assert_eq!(checked, cases.len() * N);
+    assert!(failures.is_empty(), "{} mismatches:\n{}", failures.len(), failures[..failures.len().min(20)].join("\n"));
 }
