@@ -1146,3 +1146,216 @@ pub fn symbol_for(spec: &B2bSpec) -> String {
         (h ^ (h >> 32)) as u32
     )
 }
+
+// ================================================================================================
+// Building a library of chain kernels
+// ================================================================================================
+
+/// Version of the b2b manifest format.
+pub const MANIFEST_FORMAT: u32 = 1;
+
+/// Most b2b kernels in one translation unit (each adds ~5 s of nvcc on 2 cores to a ~7 s unit).
+pub const KERNELS_PER_UNIT: usize = 4;
+
+/// `lib<name>.b2b.json` next to a library of chain kernels: which symbols it exports and the
+/// spec of each. Every kernel's functions take a `BoltB2bGemmProblem` (family `Gemm`) or a
+/// `BoltB2bConv2dProblem` (`Conv2dFprop`), and `run` a `BoltB2bArgs`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct B2bManifest {
+    pub format: u32,
+    pub abi_version: u32,
+    /// File name of the library (in the manifest's directory).
+    pub library: String,
+    pub library_blake3: String,
+    pub cuda_version: String,
+    pub cutlass_version: String,
+    /// nvcc arguments of every unit (paths as placeholders).
+    pub nvcc_flags: Vec<String>,
+    /// Sorted by symbol.
+    pub kernels: Vec<B2bManifestEntry>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct B2bManifestEntry {
+    pub symbol: String,
+    pub spec: B2bSpec,
+}
+
+/// What [`build_library`] did.
+#[derive(Clone, Debug)]
+pub struct B2bLibrary {
+    pub library: PathBuf,
+    pub manifest: PathBuf,
+    /// Built symbols, sorted.
+    pub symbols: Vec<String>,
+    /// Specs [`validate`] turned down, with the reason; not built.
+    pub rejected: Vec<(B2bSpec, String)>,
+    /// nvcc wall seconds of each unit compiled in this call (empty: every object was cached).
+    pub nvcc_seconds: Vec<f64>,
+    /// ptxas's report of the units compiled in this call.
+    pub resources: Vec<bolt_cutlass::KernelResources>,
+    pub linked: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum B2bBuildError {
+    #[error(transparent)]
+    Toolchain(#[from] bolt_cutlass::Error),
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("no b2b kernel to build ({} given, all rejected){}", given, .rejected.first().map(|(_, r)| format!("; e.g. {r}")).unwrap_or_default())]
+    NoKernels { given: usize, rejected: Vec<(B2bSpec, String)> },
+    #[error(transparent)]
+    Render(#[from] RenderError),
+    #[error("nvcc failed on {source_file}:\n{message}")]
+    Compile { source_file: PathBuf, message: String },
+    #[error("linking {library} failed:\n{message}")]
+    Link { library: PathBuf, message: String },
+}
+
+/// Builds `specs` (invalid ones are reported, not built) into `<out_dir>/lib<name>.so` plus
+/// `lib<name>.b2b.json`: units of up to [`KERNELS_PER_UNIT`] kernels rendered to `<out_dir>/src`,
+/// compiled for sm_80 with the example's headers on the include path ([`compile_command`]),
+/// linked with the static cudart. Objects and the library go through the content-hash
+/// [`crate::cache::Cache`] at `cache_dir` (default [`crate::cache::Cache::default_dir`]): a
+/// rebuild with nothing changed runs no nvcc.
+pub fn build_library(
+    specs: &[B2bSpec],
+    out_dir: &Path,
+    name: &str,
+    cache_dir: Option<&Path>,
+) -> Result<B2bLibrary, B2bBuildError> {
+    use crate::cache::{self, Cache, CacheError, EntryKind, KeyHasher};
+
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| B2bBuildError::Io { path, source }
+    };
+    let tc = bolt_cutlass::Toolchain::discover()?;
+    let mut selected: Vec<(String, B2bSpec)> = Vec::new();
+    let mut rejected = Vec::new();
+    for spec in specs {
+        let symbol = symbol_for(spec);
+        if selected.iter().any(|(s, _)| *s == symbol) {
+            continue;
+        }
+        match validate(spec) {
+            Ok(()) => selected.push((symbol, spec.clone())),
+            Err(r) => rejected.push((spec.clone(), r.to_string())),
+        }
+    }
+    if selected.is_empty() {
+        return Err(B2bBuildError::NoKernels { given: specs.len(), rejected });
+    }
+    selected.sort_by(|a, b| a.0.cmp(&b.0));
+
+    let include = out_dir.join("include");
+    let src_dir = out_dir.join("src");
+    for dir in [&include, &src_dir] {
+        std::fs::create_dir_all(dir).map_err(io(dir))?;
+    }
+    let header = include.join(crate::abi::HEADER_NAME);
+    if std::fs::read_to_string(&header).ok().as_deref() != Some(crate::abi::HEADER) {
+        cache::write_atomic(&header, crate::abi::HEADER.as_bytes()).map_err(io(&header))?;
+    }
+    let cache_root = match cache_dir {
+        Some(d) => d.to_path_buf(),
+        None => Cache::default_dir().ok_or(bolt_cutlass::Error::NoCacheDir)?,
+    };
+    let cache = Cache::open(&cache_root).map_err(io(&cache_root))?;
+    let flags: Vec<String> =
+        compile_command(&tc, Path::new("<source.cu>"), Path::new("<object.o>"), Path::new("<build>/include"))
+            .args()?
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+    let versions = (tc.cuda_version().to_string(), tc.cutlass_version().to_string());
+
+    let mut objects = Vec::new();
+    let mut nvcc_seconds = Vec::new();
+    let mut resources = Vec::new();
+    let mut library_key = KeyHasher::new("bolt-b2b-library-v1");
+    library_key.str("cuda", &versions.0);
+    for (i, unit) in selected.chunks(KERNELS_PER_UNIT).enumerate() {
+        let pairs: Vec<(&B2bSpec, &str)> = unit.iter().map(|(s, k)| (k, s.as_str())).collect();
+        let text = render_unit(&pairs)?;
+        let source = src_dir.join(format!("{name}_b2b_{i:03}.cu"));
+        std::fs::write(&source, &text).map_err(io(&source))?;
+        let mut h = KeyHasher::new("bolt-b2b-object-v1");
+        h.str("source", &text).str("header", crate::abi::HEADER);
+        h.str("cuda", &versions.0).str("cutlass", &versions.1);
+        for f in &flags {
+            h.str("flag", f);
+        }
+        let key = h.finish();
+        library_key.part("object", &key.0);
+        let (object, _) = cache
+            .get_or_build(EntryKind::Object, &key, |tmp| {
+                let compiled = compile_command(&tc, &source, tmp, &include).ptxas_verbose(true).run();
+                match compiled {
+                    Ok(c) => {
+                        nvcc_seconds.push(c.elapsed.as_secs_f64());
+                        resources.extend(c.kernels.iter().filter(|k| k.arch == "sm_80").cloned());
+                        Ok(Some(c.stderr))
+                    }
+                    Err(e) => Err(e.to_string()),
+                }
+            })
+            .map_err(|e| match e {
+                CacheError::Build(message) => B2bBuildError::Compile { source_file: source.clone(), message },
+                CacheError::Io { path, source } => B2bBuildError::Io { path, source },
+            })?;
+        objects.push(object);
+    }
+
+    let library = out_dir.join(format!("lib{name}.so"));
+    let mut linked = false;
+    let (cached, _) = cache
+        .get_or_build(EntryKind::Library, &library_key.finish(), |tmp| {
+            linked = true;
+            let out = std::process::Command::new(tc.nvcc())
+                .args(["-shared", "-cudart", "static", "-Xlinker", "--no-undefined", "-Xlinker", "--exclude-libs,ALL"])
+                .arg("-o")
+                .arg(tmp)
+                .args(&objects)
+                .output()
+                .map_err(|e| e.to_string())?;
+            if out.status.success() {
+                Ok(None)
+            } else {
+                Err(String::from_utf8_lossy(&out.stderr).into_owned())
+            }
+        })
+        .map_err(|e| match e {
+            CacheError::Build(message) => B2bBuildError::Link { library: library.clone(), message },
+            CacheError::Io { path, source } => B2bBuildError::Io { path, source },
+        })?;
+    cache::copy_atomic(&cached, &library).map_err(io(&library))?;
+    let (_, library_blake3) = cache::hash_file(&library).map_err(io(&library))?;
+    let manifest = B2bManifest {
+        format: MANIFEST_FORMAT,
+        abi_version: crate::abi::ABI_VERSION,
+        library: library.file_name().expect("file name").to_string_lossy().into_owned(),
+        library_blake3,
+        cuda_version: versions.0,
+        cutlass_version: versions.1,
+        nvcc_flags: flags,
+        kernels: selected
+            .iter()
+            .map(|(symbol, spec)| B2bManifestEntry { symbol: symbol.clone(), spec: spec.clone() })
+            .collect(),
+    };
+    let manifest_path = library.with_extension("b2b.json");
+    let mut json = serde_json::to_vec_pretty(&manifest).expect("manifest serialises");
+    json.push(b'\n');
+    cache::write_atomic(&manifest_path, &json).map_err(io(&manifest_path))?;
+    Ok(B2bLibrary {
+        library,
+        manifest: manifest_path,
+        symbols: selected.into_iter().map(|(s, _)| s).collect(),
+        rejected,
+        nvcc_seconds,
+        resources,
+        linked,
+    })
+}

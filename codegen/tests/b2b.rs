@@ -161,87 +161,45 @@ fn symbols_and_blocks() {
 
 // ---- nvcc ---------------------------------------------------------------------------------------
 
-/// Renders `specs` into one unit and compiles it for sm_80 with the example's headers on the
-/// include path, and links it into a shared library. Object and library are cached (under
-/// target/) by a hash of the source, the ABI header, the toolchain versions and the flags, so a
-/// rerun with nothing changed runs no nvcc. Checks the object defines the three ABI functions of
-/// each kernel; returns the library.
+/// Builds `specs` with [`b2b::build_library`]: one unit compiled for sm_80 with the example's
+/// headers on the include path, linked into a shared library. Objects and the library are
+/// cached under target/ by a hash of the source, the ABI header, the toolchain versions and the
+/// flags, so a rerun with nothing changed runs no nvcc. Checks the library exports the three
+/// ABI functions of each kernel and the manifest lists them; returns the library.
 fn compile_b2b_unit(name: &str, specs: &[B2bSpec]) -> PathBuf {
-    let tc = bolt_cutlass::Toolchain::discover().unwrap_or_else(|e| panic!("{e}"));
-    let symbols: Vec<String> = specs.iter().map(symbol_for).collect();
-    let pairs: Vec<(&B2bSpec, &str)> = specs.iter().zip(&symbols).map(|(s, n)| (s, n.as_str())).collect();
-    let source = render_unit(&pairs).unwrap_or_else(|e| panic!("{name}: {e}"));
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("b2b");
-    std::fs::create_dir_all(&dir).unwrap();
-    let src = dir.join(format!("{name}.cu"));
-    std::fs::write(&src, &source).unwrap();
-    let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("include");
-
-    let flags = |src: &Path, obj: &Path| -> Vec<String> {
-        b2b::compile_command(&tc, src, obj, Path::new("<include>"))
-            .args()
-            .unwrap()
-            .iter()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect()
-    };
-    let mut h = KeyHasher::new("bolt-b2b-test-object-v1");
-    h.str("source", &source).str("header", bolt_codegen::abi::HEADER);
-    h.str("cuda", &tc.cuda_version().to_string()).str("cutlass", &tc.cutlass_version().to_string());
-    for f in flags(Path::new("<src>"), Path::new("<obj>")) {
-        h.str("flag", &f);
+    let lib = b2b::build_library(specs, &dir.join(name), name, Some(&dir.join("cache")))
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert!(lib.rejected.is_empty(), "{:?}", lib.rejected);
+    if lib.nvcc_seconds.is_empty() {
+        eprintln!("{name}: objects cached, nvcc not run");
+    } else {
+        let worst = lib.resources.iter().max_by_key(|k| k.registers);
+        let spills: u32 = lib.resources.iter().map(|k| k.spill_store_bytes).sum();
+        eprintln!(
+            "{name}: {} kernels compiled for sm_80 in {:.1}s of nvcc; max {} registers, {spills} B spilled",
+            specs.len(),
+            lib.nvcc_seconds.iter().sum::<f64>(),
+            worst.map_or(0, |k| k.registers)
+        );
+        assert_eq!(spills, 0, "{name}: ptxas spilled");
     }
-    let key = h.finish();
-    let cache = Cache::open(dir.join("cache")).unwrap();
-    let mut seconds = None;
-    let (object, _) = cache
-        .get_or_build(EntryKind::Object, &key, |tmp| {
-            let compiled = b2b::compile_command(&tc, &src, tmp, &include).ptxas_verbose(true).run();
-            match compiled {
-                Ok(c) => {
-                    seconds = Some(c.elapsed.as_secs_f64());
-                    let worst = c.kernels.iter().filter(|k| k.arch == "sm_80").max_by_key(|k| k.registers);
-                    let spills: u32 = c.kernels.iter().map(|k| k.spill_store_bytes).sum();
-                    eprintln!(
-                        "{name}: {} kernels compiled for sm_80 in {:.1}s; max {} registers, {spills} B spilled",
-                        specs.len(),
-                        c.elapsed.as_secs_f64(),
-                        worst.map_or(0, |k| k.registers)
-                    );
-                    Ok::<_, String>(Some(c.stderr))
-                }
-                Err(e) => Err(e.to_string()),
-            }
-        })
-        .unwrap_or_else(|e| panic!("{name}: {e:?}"));
-    if seconds.is_none() {
-        eprintln!("{name}: object cached ({}), nvcc not run", object.display());
-    }
-    let nm = Command::new("nm").args(["-g", "--defined-only"]).arg(&object).output().expect("nm runs");
+    let symbols: Vec<String> = specs.iter().map(symbol_for).collect();
+    let nm = Command::new("nm").args(["-D", "--defined-only"]).arg(&lib.library).output().expect("nm runs");
     let defined = String::from_utf8_lossy(&nm.stdout);
     for symbol in &symbols {
         for f in ["can_implement", "workspace_size", "run"] {
-            assert!(defined.contains(&format!(" T {symbol}_{f}\n")), "{name}: {symbol}_{f} not defined");
+            assert!(defined.contains(&format!(" T {symbol}_{f}\n")), "{name}: {symbol}_{f} not exported");
         }
     }
-    let mut h = KeyHasher::new("bolt-b2b-test-library-v1");
-    h.part("object", &key.0);
-    let (library, _) = cache
-        .get_or_build(EntryKind::Library, &h.finish(), |tmp| {
-            let out = Command::new(tc.nvcc())
-                .args(["-shared", "-cudart", "static", "-Xlinker", "--no-undefined", "-o"])
-                .arg(tmp)
-                .arg(&object)
-                .output()
-                .map_err(|e| e.to_string())?;
-            if out.status.success() {
-                Ok(None)
-            } else {
-                Err(String::from_utf8_lossy(&out.stderr).into_owned())
-            }
-        })
-        .unwrap_or_else(|e| panic!("{name}: link: {e:?}"));
-    library
+    let manifest: b2b::B2bManifest = serde_json::from_slice(&std::fs::read(&lib.manifest).unwrap()).unwrap();
+    let mut listed: Vec<&str> = manifest.kernels.iter().map(|k| k.symbol.as_str()).collect();
+    listed.sort();
+    let mut want: Vec<&str> = symbols.iter().map(String::as_str).collect();
+    want.sort();
+    assert_eq!(listed, want);
+    assert_eq!(manifest.library, format!("lib{name}.so"));
+    lib.library
 }
 
 /// The host side of the ABI (no GPU): `<symbol>_can_implement` agrees with
