@@ -252,6 +252,9 @@ pub enum B2bRejection {
     #[error("operand {operand}: a {rows}x{cols} tile (K contiguous) over {warps} warps: CUTLASS's raked thread map needs rows a multiple of {need} ({arrangement} rows per warp access x {warps} warps), else it drops rows or does not compile (transform/pitch_linear_thread_map.h)")]
     ThreadMap { operand: String, rows: u32, cols: u32, warps: u32, need: u32, arrangement: u32 },
 
+    #[error("layer {layer} (last): the epilogue's output thread map has no whole iteration for {warps} warps ({warps_m} along M) over {n} columns of {alignment}-element accesses ({detail}; epilogue/threadblock/output_tile_thread_map.h)")]
+    EpilogueThreadMap { layer: usize, n: u32, warps: u32, warps_m: u32, alignment: u32, detail: String },
+
     #[error("{residency:?}-resident: accumulators need {registers} registers per thread > {max} ({detail}): ptxas would spill")]
     Registers { residency: Residency, registers: usize, max: usize, detail: String },
 
@@ -286,6 +289,37 @@ fn raked_map(rows: u32, k: u32, warps: u32, element_bytes: usize) -> Result<(), 
         Ok(())
     } else {
         Err((need, arrangement))
+    }
+}
+
+/// CUTLASS's `OutputTileOptimalThreadMap` for the last layer's epilogue (`DefaultEpilogueTensorOp`:
+/// a `n` x 8-row tile per warp row, `warps_m` warp rows of `warps` warps, `alignment`-element
+/// accesses): its row and column iteration counts must be positive (`static_assert`s in
+/// epilogue/threadblock/output_tile_thread_map.h `RowArrangement`).
+fn epilogue_thread_map(n: u32, warps: u32, warps_m: u32, alignment: u32, element_bytes: u32) -> Result<(), String> {
+    let rows_warps = warps / warps_m.max(1);
+    let width = n / alignment;
+    if 8 <= rows_warps {
+        // One-dimensional arrangement: each warp covers 32 accesses of a row.
+        return if width / 32 > 0 { Ok(()) } else { Err(format!("{width} accesses per row < 32")) };
+    }
+    let shape_row = 8 / rows_warps;
+    let target_width = 256 / (alignment * element_bytes);
+    let target_rows = 32 / target_width.max(1);
+    let (access_width, access_rows) = if target_rows > shape_row {
+        (32 / shape_row, shape_row)
+    } else {
+        let w = width.min(32).min(target_width);
+        (w, 8.min(32 / w.max(1)))
+    };
+    let iterations_row = shape_row / access_rows.max(1);
+    let iterations_column = width / access_width.max(1);
+    if iterations_row > 0 && iterations_column > 0 && access_width * alignment <= n {
+        Ok(())
+    } else {
+        Err(format!(
+            "{shape_row} rows per warp, accesses {access_width} wide x {access_rows} rows: {iterations_row} row and {iterations_column} column iterations"
+        ))
     }
 }
 
@@ -392,6 +426,19 @@ pub fn validate(spec: &B2bSpec) -> Result<(), B2bRejection> {
         if let Err((need, arrangement)) = raked_map(rows, cols, warps0, bytes) {
             return Err(B2bRejection::ThreadMap { operand, rows, cols, warps: warps0, need, arrangement });
         }
+    }
+
+    let last = spec.layers.last().expect("layers");
+    let warps_m = last.warp_grid()[0];
+    if let Err(detail) = epilogue_thread_map(last.n, warps0, warps_m, spec.alignment, t.output.size_bytes() as u32) {
+        return Err(B2bRejection::EpilogueThreadMap {
+            layer: count - 1,
+            n: last.n,
+            warps: warps0,
+            warps_m,
+            alignment: spec.alignment,
+            detail,
+        });
     }
 
     let registers = spec.accumulator_registers();

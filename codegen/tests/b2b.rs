@@ -408,6 +408,14 @@ fn every_residence_rule_rejects_with_a_reason() {
     let r = rejected(&map);
     assert!(matches!(r, B2bRejection::ThreadMap { .. }), "{r}");
 
+    // The last layer's epilogue thread map: 8 warps, 2 along M, over 64 columns leave each warp
+    // 2 rows for 4-row accesses (found by compiling every candidate: a static_assert in CUTLASS).
+    let mut epi = gemm_smem();
+    epi.layers[0] = layer(128, [64, 128, 32], [32, 32, 32], bias_relu());
+    epi.layers[1] = layer(64, [64, 64, 32], [32, 16, 32], bias_relu());
+    let r = rejected(&epi);
+    assert!(matches!(r, B2bRejection::EpilogueThreadMap { layer: 1, n: 64, warps: 8, warps_m: 2, .. }), "{r}");
+
     // Tiles: divisibility, sliced K, K steps, warp count.
     let mut div = gemm_rf();
     div.layers[0].warp = [24, 64, 32];
