@@ -521,6 +521,41 @@ pub enum ProblemRejection {
 }
 
 impl B2bProblem {
+    /// A packed GEMM chain: `m` rows, layer 0's K `k`, then each layer's N.
+    pub fn gemm(m: i64, k: i64, ns: &[i64]) -> B2bProblem {
+        B2bProblem::Gemm(BoltB2bGemmProblem::packed(m, k, ns))
+    }
+
+    /// A conv chain: `first`, then a 1x1, stride-1, unpadded conv with `k` outputs on the
+    /// previous output for each of `ks`.
+    pub fn conv(first: BoltConv2dProblem, ks: &[i32]) -> B2bProblem {
+        assert!(ks.len() < B2B_MAX_LAYERS, "{} layers", ks.len() + 1);
+        let mut p = BoltB2bConv2dProblem { layers: ks.len() as i64 + 1, ..Default::default() };
+        p.conv[0] = first;
+        for (i, &k) in ks.iter().enumerate() {
+            let prev = p.conv[i];
+            p.conv[i + 1] = BoltConv2dProblem {
+                n: prev.n,
+                h: prev.p,
+                w: prev.q,
+                c: prev.k,
+                k,
+                r: 1,
+                s: 1,
+                p: prev.p,
+                q: prev.q,
+                pad_h: 0,
+                pad_w: 0,
+                stride_h: 1,
+                stride_w: 1,
+                dilation_h: 1,
+                dilation_w: 1,
+                groups: 1,
+            };
+        }
+        B2bProblem::Conv2d(p)
+    }
+
     pub fn layers(&self) -> usize {
         match self {
             B2bProblem::Gemm(p) => p.layers.clamp(0, B2B_MAX_LAYERS as i64) as usize,

@@ -486,11 +486,12 @@ fn conv_pair(n: i32, h: i32, w: i32, c: i32, k0: i32, stride: i32, k1: i32) -> B
     let mut p = BoltB2bConv2dProblem { layers: 2, ..Default::default() };
     p.conv[0] = c0;
     p.conv[1] = c1;
+    assert_eq!(B2bProblem::conv(c0, &[k1]), B2bProblem::Conv2d(p));
     B2bProblem::Conv2d(p)
 }
 
 fn gemm_pair(m: i64, k0: i64, n0: i64, n1: i64) -> B2bProblem {
-    B2bProblem::Gemm(BoltB2bGemmProblem::packed(m, k0, &[n0, n1]))
+    B2bProblem::gemm(m, k0, &[n0, n1])
 }
 
 #[test]
