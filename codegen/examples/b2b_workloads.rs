@@ -105,11 +105,13 @@ fn main() {
     }
     let lib = b2b::build_library(&specs, &out, "bolt_b2b_workloads", None).unwrap_or_else(|e| panic!("{e}"));
     println!(
-        "{} chains, {} kernels in {} ({:.1}s of nvcc)",
+        "{} chains, {} kernels in {} ({:.1}s of nvcc; compiled now: max {} registers, {} B spilled)",
         entries.len(),
         lib.symbols.len(),
         lib.library.display(),
-        lib.nvcc_seconds.iter().sum::<f64>()
+        lib.nvcc_seconds.iter().sum::<f64>(),
+        lib.resources.iter().map(|r| r.registers).max().unwrap_or(0),
+        lib.resources.iter().map(|r| r.spill_store_bytes).sum::<u32>()
     );
     let index = json!({ "library": lib.library.file_name().unwrap().to_string_lossy(), "chains": entries });
     let path = out.join("workloads.json");

@@ -30,7 +30,14 @@ use crate::epilogue::{Epilogue, NormalForm};
 use crate::render::RenderError;
 use crate::sm80::{self, EpilogueKind, EpilogueLowering};
 use crate::spec::{Arch, Element, Types};
-use crate::validate::MAX_ACCUMULATOR_REGISTERS;
+use crate::validate::{MAX_ACCUMULATOR_REGISTERS, MAX_CONV_ACTIVATION_LOADS};
+
+/// Accumulator registers a fused conv may keep live while layer 0's activation iterator runs
+/// (layer 0's accumulators; in registers, every layer's). The optimized conv iterators keep an
+/// offset and masks per load: with ptxas 13.5, conv chains at 128 live accumulator registers
+/// spilled 4 to 468 bytes (RF 16x128 + 16x128 warps; shared memory with 64x64 layer-0 warps),
+/// at 96 none did.
+pub const MAX_CONV_LIVE_ACCUMULATOR_REGISTERS: usize = 96;
 
 pub const GEMM_TEMPLATE: &str = "sm80_b2b_gemm.cu.tera";
 pub const CONV2D_FPROP_TEMPLATE: &str = "sm80_b2b_conv2d_fprop.cu.tera";
@@ -172,6 +179,14 @@ impl B2bSpec {
         (mainloop.unwrap_or(0) + self.staging_smem_bytes()).max(epilogue)
     }
 
+    /// Registers per thread, estimated before ptxas: the accumulators plus 72 for fragments,
+    /// addresses and predicates, rounded up to the allocation granule of 8, at most 255. Within
+    /// about 10% of ptxas 13.5's counts for the example configurations (168 for the RF GEMM,
+    /// 194 for the shared-memory conv).
+    pub fn estimated_registers(&self) -> usize {
+        ((self.accumulator_registers() + 72).div_ceil(8) * 8).min(255)
+    }
+
     /// Accumulator registers per thread: in registers every layer's fragment is live when the
     /// next layer runs (its A operand), so they add up; staged in shared memory, the largest.
     pub fn accumulator_registers(&self) -> usize {
@@ -254,6 +269,12 @@ pub enum B2bRejection {
 
     #[error("layer {layer} (last): the epilogue's output thread map has no whole iteration for {warps} warps ({warps_m} along M) over {n} columns of {alignment}-element accesses ({detail}; epilogue/threadblock/output_tile_thread_map.h)")]
     EpilogueThreadMap { layer: usize, n: u32, warps: u32, warps_m: u32, alignment: u32, detail: String },
+
+    #[error("conv chain: {registers} accumulator registers live beside layer 0's conv iterators > {max} ({residency:?}-resident): ptxas spills")]
+    ConvRegisters { residency: Residency, registers: usize, max: usize },
+
+    #[error("conv chain: layer 0's activation tile {rows}x{cols} is {loads} loads per thread per stage > {max} ({threads} threads): the optimized activation iterator's per-load offsets and masks make ptxas spill")]
+    ConvActivationLoads { loads: u32, max: u32, rows: u32, cols: u32, threads: u32 },
 
     #[error("{residency:?}-resident: accumulators need {registers} registers per thread > {max} ({detail}): ptxas would spill")]
     Registers { residency: Residency, registers: usize, max: usize, detail: String },
@@ -456,6 +477,31 @@ pub fn validate(spec: &B2bSpec) -> Result<(), B2bRejection> {
             max: MAX_ACCUMULATOR_REGISTERS,
             detail: format!("{detail} of {:?}", t.accumulator),
         });
+    }
+    if spec.family == B2bFamily::Conv2dFprop {
+        let live = match spec.residency {
+            Residency::Registers => registers,
+            Residency::SharedMemory => first.accumulator_registers(t.accumulator),
+        };
+        if live > MAX_CONV_LIVE_ACCUMULATOR_REGISTERS {
+            return Err(B2bRejection::ConvRegisters {
+                residency: spec.residency,
+                registers: live,
+                max: MAX_CONV_LIVE_ACCUMULATOR_REGISTERS,
+            });
+        }
+        let threads = spec.threads();
+        let [rows, _, cols] = first.threadblock;
+        let loads = rows * cols / (16 / t.input.size_bytes() as u32) / threads.max(1);
+        if loads > MAX_CONV_ACTIVATION_LOADS {
+            return Err(B2bRejection::ConvActivationLoads {
+                loads,
+                max: MAX_CONV_ACTIVATION_LOADS,
+                rows,
+                cols,
+                threads,
+            });
+        }
     }
     let available = Arch::Sm80.smem_per_block();
     let smem = spec.smem_bytes();
@@ -729,8 +775,8 @@ fn later_conv_ok(prev: &BoltConv2dProblem, c: &BoltConv2dProblem) -> bool {
 pub struct B2bCost {
     /// Row blocks: ceil(M / threadblock M); the grid has one threadblock column.
     pub threadblocks: u64,
-    /// Threadblocks one SM holds at once (by shared memory and threads; registers unknown
-    /// before ptxas, so an upper bound).
+    /// Threadblocks one SM holds at once, by shared memory, threads and
+    /// [`B2bSpec::estimated_registers`] (ptxas decides the real count).
     pub threadblocks_per_sm: u64,
     pub smem_bytes: usize,
     /// 2 * M * N * K summed over the layers, on the tile-padded N (what the tensor cores do).
@@ -757,7 +803,8 @@ pub fn cost(spec: &B2bSpec, problem: &B2bProblem) -> B2bCost {
     let smem_bytes = spec.smem_bytes();
     let by_smem = (Arch::Sm80.smem_per_block() as u64 + 1024) / (smem_bytes as u64 + 1024).max(1);
     let by_threads = 2048 / u64::from(spec.threads().max(32));
-    let threadblocks_per_sm = by_smem.min(by_threads).clamp(1, 32);
+    let by_registers = 65536 / (u64::from(spec.threads().max(32)) * spec.estimated_registers() as u64);
+    let threadblocks_per_sm = by_smem.min(by_threads).min(by_registers).clamp(1, 32);
 
     let mut flops = 0.0;
     let mut useful = 0.0;
@@ -811,8 +858,9 @@ pub struct B2bCandidates {
     /// The residency the planner's rules pick: registers while every layer's tile N is at most
     /// 128 and the register budget holds, else shared memory.
     pub residency: Residency,
-    /// Valid specs, those of `residency` first, then by [`cost`] (fewest threadblock waves
-    /// proxies: larger occupancy first), each with its cost.
+    /// Valid specs, each with its [`cost`] on `problem`: those of `residency` first, then the
+    /// least tile-padded math, the most threadblocks per SM, the smaller threadblock M, fewer
+    /// stages. The profiler times them; the planner can take the first.
     pub specs: Vec<(B2bSpec, B2bCost)>,
 }
 

@@ -416,6 +416,19 @@ fn every_residence_rule_rejects_with_a_reason() {
     let r = rejected(&epi);
     assert!(matches!(r, B2bRejection::EpilogueThreadMap { layer: 1, n: 64, warps: 8, warps_m: 2, .. }), "{r}");
 
+    // Conv chains keep fewer accumulators live beside the conv iterators (ptxas spilled at 128).
+    let mut conv_regs = conv_rf();
+    conv_regs.types = types(F16, F32, F16);
+    conv_regs.layers[0] = layer(128, [64, 128, 32], [16, 128, 32], bias_relu());
+    conv_regs.layers[1] = layer(128, [64, 128, 32], [16, 128, 32], bias_relu());
+    let r = rejected(&conv_regs);
+    assert!(matches!(r, B2bRejection::ConvRegisters { registers: 128, max: 96, .. }), "{r}");
+    let mut conv_loads = conv_smem();
+    conv_loads.layers[0] = layer(32, [128, 32, 64], [64, 32, 64], bias_relu());
+    conv_loads.layers[1] = layer(64, [128, 64, 32], [64, 64, 32], Epilogue::plain());
+    let r = rejected(&conv_loads);
+    assert!(matches!(r, B2bRejection::ConvActivationLoads { loads: 16, .. }), "{r}");
+
     // Tiles: divisibility, sliced K, K steps, warp count.
     let mut div = gemm_rf();
     div.layers[0].warp = [24, 64, 32];
