@@ -770,3 +770,64 @@ fn intermediate_epilogues_compute_what_the_tree_says() {
     assert_eq!(checked, cases.len() * N);
     assert!(failures.is_empty(), "{} mismatches:\n{}", failures.len(), failures[..failures.len().min(20)].join("\n"));
 }
+
+// ---- shared memory estimate vs CUTLASS ----------------------------------------------------------
+
+/// `B2bSpec::smem_bytes` (what validation and the cost use) against `sizeof(SharedStorage)` of
+/// the instantiated CUTLASS kernels (what the launch asks for), compiled for the host. Cached.
+#[test]
+fn smem_estimates_match_cutlass() {
+    let specs = [gemm_rf(), gemm_smem(), conv_rf(), conv_smem()];
+    let symbols: Vec<String> = specs.iter().map(symbol_for).collect();
+    let pairs: Vec<(&B2bSpec, &str)> = specs.iter().zip(&symbols).map(|(s, n)| (s, n.as_str())).collect();
+    let mut src = render_unit(&pairs).unwrap();
+    src += "\n#include <cstdio>\nint main() {\n";
+    for (spec, symbol) in specs.iter().zip(&symbols) {
+        let kernel = match spec.family {
+            B2bFamily::Gemm => "B2bGemm::B2bGemmKernel",
+            B2bFamily::Conv2dFprop => "B2bConv2dFpropKernel",
+        };
+        src += &format!("  printf(\"%zu\\n\", sizeof({symbol}::{kernel}::SharedStorage));\n");
+    }
+    src += "  return 0;\n}\n";
+    let tc = bolt_cutlass::Toolchain::discover().unwrap_or_else(|e| panic!("{e}"));
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("b2b");
+    std::fs::create_dir_all(&dir).unwrap();
+    let cu = dir.join("smem_sizes.cu");
+    std::fs::write(&cu, &src).unwrap();
+    let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("include");
+    let mut h = KeyHasher::new("bolt-b2b-test-smem-sizes-v1");
+    h.str("source", &src).str("header", bolt_codegen::abi::HEADER);
+    h.str("cuda", &tc.cuda_version().to_string()).str("cutlass", &tc.cutlass_version().to_string());
+    let cache = Cache::open(dir.join("cache")).unwrap();
+    let (exe, _) = cache
+        .get_or_build(EntryKind::Library, &h.finish(), |tmp| {
+            let obj = dir.join("smem_sizes.o");
+            let c = b2b::compile_command(&tc, &cu, &obj, &include).run().map_err(|e| e.to_string())?;
+            eprintln!("shared-memory sizes compiled in {:.1}s", c.elapsed.as_secs_f64());
+            let link = Command::new(tc.nvcc())
+                .args(["-cudart", "static"])
+                .arg(&obj)
+                .arg("-o")
+                .arg(tmp)
+                .output()
+                .map_err(|e| e.to_string())?;
+            if link.status.success() {
+                Ok(None)
+            } else {
+                Err(String::from_utf8_lossy(&link.stderr).into_owned())
+            }
+        })
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    let out = Command::new(&exe).output().unwrap();
+    assert!(out.status.success());
+    let sizes: Vec<usize> = String::from_utf8(out.stdout).unwrap().lines().map(|l| l.parse().unwrap()).collect();
+    for ((spec, symbol), actual) in specs.iter().zip(&symbols).zip(sizes) {
+        let estimate = spec.smem_bytes();
+        eprintln!("{symbol}: estimate {estimate} B, CUTLASS {actual} B");
+        assert!(
+            estimate >= actual && estimate <= actual + actual / 10,
+            "{symbol}: estimate {estimate}, CUTLASS {actual}"
+        );
+    }
+}
