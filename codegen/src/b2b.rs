@@ -1489,3 +1489,143 @@ pub fn build_library(
         linked,
     })
 }
+
+// ================================================================================================
+// Loading
+// ================================================================================================
+
+/// A loaded library of chain kernels (built by [`build_library`]) with its manifest.
+pub struct B2bKernelLibrary {
+    pub manifest: B2bManifest,
+    kernels: Vec<B2bKernel>,
+}
+
+/// One chain kernel of a loaded library; holds the library open.
+#[derive(Clone)]
+pub struct B2bKernel {
+    pub symbol: String,
+    pub spec: B2bSpec,
+    can_implement: crate::abi::CanImplementFn,
+    workspace_size: crate::abi::WorkspaceSizeFn,
+    run: crate::abi::B2bRunFn,
+    _library: std::sync::Arc<libloading::Library>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum B2bLoadError {
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{}: not a b2b manifest of format {MANIFEST_FORMAT}: {reason}", path.display())]
+    Manifest { path: PathBuf, reason: String },
+    #[error("{} does not match its manifest (blake3 {found}, manifest says {expected}): rebuild", library.display())]
+    Stale { library: PathBuf, found: String, expected: String },
+    #[error("cannot load {}: {source}", path.display())]
+    Open { path: PathBuf, source: libloading::Error },
+    #[error("{} lacks `{symbol}`: {source}", library.display())]
+    MissingSymbol { library: PathBuf, symbol: String, source: libloading::Error },
+}
+
+impl B2bKernelLibrary {
+    /// Opens `lib<name>.so` through `lib<name>.b2b.json` next to it: checks the format, the ABI
+    /// version and the library's hash, resolves every kernel's three functions.
+    pub fn open(library: &Path) -> Result<B2bKernelLibrary, B2bLoadError> {
+        let manifest_path = library.with_extension("b2b.json");
+        let bytes =
+            std::fs::read(&manifest_path).map_err(|source| B2bLoadError::Io { path: manifest_path.clone(), source })?;
+        let manifest: B2bManifest = serde_json::from_slice(&bytes)
+            .map_err(|e| B2bLoadError::Manifest { path: manifest_path.clone(), reason: e.to_string() })?;
+        if manifest.format != MANIFEST_FORMAT || manifest.abi_version != crate::abi::ABI_VERSION {
+            return Err(B2bLoadError::Manifest {
+                path: manifest_path,
+                reason: format!("format {} / ABI {}", manifest.format, manifest.abi_version),
+            });
+        }
+        let (_, found) = crate::cache::hash_file(library)
+            .map_err(|source| B2bLoadError::Io { path: library.to_path_buf(), source })?;
+        if found != manifest.library_blake3 {
+            return Err(B2bLoadError::Stale {
+                library: library.to_path_buf(),
+                found,
+                expected: manifest.library_blake3.clone(),
+            });
+        }
+        // SAFETY: a library Bolt built; its initialisers are CUTLASS's and the CUDA runtime's.
+        let lib = std::sync::Arc::new(
+            unsafe { libloading::Library::new(library) }
+                .map_err(|source| B2bLoadError::Open { path: library.to_path_buf(), source })?,
+        );
+        let mut kernels = Vec::new();
+        for entry in &manifest.kernels {
+            let name = |suffix: &str| format!("{}{suffix}", entry.symbol);
+            kernels.push(B2bKernel {
+                symbol: entry.symbol.clone(),
+                spec: entry.spec.clone(),
+                can_implement: resolve(&lib, library, name("_can_implement"))?,
+                workspace_size: resolve(&lib, library, name("_workspace_size"))?,
+                run: resolve(&lib, library, name("_run"))?,
+                _library: lib.clone(),
+            });
+        }
+        Ok(B2bKernelLibrary { manifest, kernels })
+    }
+
+    pub fn kernels(&self) -> &[B2bKernel] {
+        &self.kernels
+    }
+
+    pub fn kernel(&self, symbol: &str) -> Option<&B2bKernel> {
+        self.kernels.iter().find(|k| k.symbol == symbol)
+    }
+}
+
+/// One function of the library, typed as `bolt_kernel.h` declares it.
+fn resolve<T: Copy>(lib: &libloading::Library, library: &Path, symbol: String) -> Result<T, B2bLoadError> {
+    // SAFETY: `T` is the function type bolt_kernel.h declares for `symbol`.
+    unsafe { lib.get::<T>(symbol.as_bytes()) }.map(|f| *f).map_err(|source| B2bLoadError::MissingSymbol {
+        library: library.to_path_buf(),
+        symbol,
+        source,
+    })
+}
+
+impl B2bKernel {
+    fn problem_ptr(&self, problem: &B2bProblem) -> Option<*const std::ffi::c_void> {
+        match (self.spec.family, problem) {
+            (B2bFamily::Gemm, B2bProblem::Gemm(p)) => Some(p as *const BoltB2bGemmProblem as *const _),
+            (B2bFamily::Conv2dFprop, B2bProblem::Conv2d(p)) => Some(p as *const BoltB2bConv2dProblem as *const _),
+            _ => None,
+        }
+    }
+
+    /// `<symbol>_can_implement` (a problem of the other family is unsupported, not passed on).
+    pub fn can_implement(&self, problem: &B2bProblem) -> crate::abi::Status {
+        match self.problem_ptr(problem) {
+            // SAFETY: the pointer is to the problem struct this kernel's family takes.
+            Some(p) => unsafe { (self.can_implement)(p) }.status(),
+            None => crate::abi::Status::UnsupportedProblem,
+        }
+    }
+
+    /// `<symbol>_workspace_size` (0: chain kernels need none).
+    pub fn workspace_size(&self, problem: &B2bProblem) -> usize {
+        // SAFETY: as in can_implement.
+        self.problem_ptr(problem).map_or(0, |p| unsafe { (self.workspace_size)(p) })
+    }
+
+    /// `<symbol>_run` on `stream` (a `cudaStream_t`, null for the default stream).
+    ///
+    /// # Safety
+    /// The pointers in `args` must be device memory of the sizes `problem` implies, and
+    /// `stream` a valid stream of the current context.
+    pub unsafe fn run(
+        &self,
+        problem: &B2bProblem,
+        args: &crate::abi::BoltB2bArgs,
+        stream: *mut std::ffi::c_void,
+    ) -> crate::abi::Status {
+        match self.problem_ptr(problem) {
+            Some(p) => unsafe { (self.run)(p, args, std::ptr::null_mut(), stream) }.status(),
+            None => crate::abi::Status::UnsupportedProblem,
+        }
+    }
+}

@@ -10,10 +10,7 @@ use std::process::Command;
 
 use std::ffi::c_void;
 
-use bolt_codegen::abi::{
-    B2bRunFn, BoltB2bArgs, BoltB2bConv2dProblem, BoltB2bGemmProblem, BoltConv2dProblem, CanImplementFn, Status,
-    WorkspaceSizeFn,
-};
+use bolt_codegen::abi::{BoltB2bArgs, BoltB2bConv2dProblem, BoltB2bGemmProblem, BoltConv2dProblem, Status};
 use bolt_codegen::b2b::{
     self, candidates, check_problem, cost, render_unit, symbol_for, validate, B2bFamily, B2bLayer, B2bProblem,
     B2bRejection, B2bSpec, NoCandidate, ProblemRejection, Residency, INSTRUCTION,
@@ -202,21 +199,14 @@ fn compile_b2b_unit(name: &str, specs: &[B2bSpec]) -> PathBuf {
     lib.library
 }
 
-/// The host side of the ABI (no GPU): `<symbol>_can_implement` agrees with
+/// The host side of the ABI (no GPU), through [`b2b::B2bKernelLibrary`]: `<symbol>_can_implement` agrees with
 /// [`b2b::check_problem`] on every problem (then CUTLASS's own can_implement accepts what both
 /// accept), and `run` refuses null and misaligned arguments before any launch.
 fn check_host_abi(library: &Path, spec: &B2bSpec, problems: &[(&str, B2bProblem)]) {
-    let lib = unsafe { libloading::Library::new(library) }.unwrap();
+    let lib = b2b::B2bKernelLibrary::open(library).unwrap_or_else(|e| panic!("{e}"));
     let symbol = symbol_for(spec);
-    let can_implement: libloading::Symbol<CanImplementFn> =
-        unsafe { lib.get(format!("{symbol}_can_implement").as_bytes()) }.unwrap();
-    let run: libloading::Symbol<B2bRunFn> = unsafe { lib.get(format!("{symbol}_run").as_bytes()) }.unwrap();
-    let workspace: libloading::Symbol<WorkspaceSizeFn> =
-        unsafe { lib.get(format!("{symbol}_workspace_size").as_bytes()) }.unwrap();
-    let ptr = |p: &B2bProblem| match p {
-        B2bProblem::Gemm(g) => g as *const BoltB2bGemmProblem as *const c_void,
-        B2bProblem::Conv2d(c) => c as *const BoltB2bConv2dProblem as *const c_void,
-    };
+    let kernel = lib.kernel(&symbol).unwrap_or_else(|| panic!("{symbol} not in the manifest"));
+    assert_eq!(&kernel.spec, spec);
     let mut accepted = 0;
     for (what, p) in problems {
         let rust = match check_problem(spec, p) {
@@ -224,14 +214,14 @@ fn check_host_abi(library: &Path, spec: &B2bSpec, problems: &[(&str, B2bProblem)
             Err(ProblemRejection::Misaligned(_)) => Status::MisalignedOperand,
             Err(_) => Status::UnsupportedProblem,
         };
-        let c = unsafe { can_implement(ptr(p)) }.status();
+        let c = kernel.can_implement(p);
         assert_eq!(c, rust, "{symbol}: {what}: C++ says {c}, Rust {:?}", check_problem(spec, p));
         if c.is_ok() {
             accepted += 1;
-            assert_eq!(unsafe { workspace(ptr(p)) }, 0);
+            assert_eq!(kernel.workspace_size(p), 0);
             // Null pointers, then a misaligned one: refused before any CUDA call.
             let mut args = BoltB2bArgs::default();
-            let status = unsafe { run(ptr(p), &args, std::ptr::null_mut(), std::ptr::null_mut()) }.status();
+            let status = unsafe { kernel.run(p, &args, std::ptr::null_mut()) };
             assert_eq!(status, Status::NullArgument, "{what}");
             let buffer = vec![0u64; 64];
             let aligned = buffer.as_ptr() as *const c_void;
@@ -242,12 +232,17 @@ fn check_host_abi(library: &Path, spec: &B2bSpec, problems: &[(&str, B2bProblem)
                 l.b = aligned;
                 l.bias = aligned;
             }
-            let status = unsafe { run(ptr(p), &args, std::ptr::null_mut(), std::ptr::null_mut()) }.status();
+            let status = unsafe { kernel.run(p, &args, std::ptr::null_mut()) };
             assert_eq!(status, Status::MisalignedOperand, "{what}");
         }
     }
     assert!(accepted > 0, "{symbol}: no problem accepted");
-    assert_eq!(unsafe { can_implement(std::ptr::null()) }.status(), Status::NullArgument);
+    // A problem of the other family never reaches the C++ side.
+    let other = match spec.family {
+        B2bFamily::Gemm => conv_pair(32, 56, 56, 64, 64, 1, 128),
+        B2bFamily::Conv2dFprop => gemm_pair(81920, 576, 64, 128),
+    };
+    assert_eq!(kernel.can_implement(&other), Status::UnsupportedProblem);
 }
 
 #[test]
