@@ -8,8 +8,8 @@
 //                           void* stream /* cudaStream_t */);
 //
 // `problem` points to a BoltGemmProblem or BoltConv2dProblem according to the kernel's family
-// (the library manifest says which). Functions never throw: C++ exceptions and CUTLASS
-// failures become status codes.
+// (the library manifest says which); back-to-back chain kernels take the BoltB2b* structs
+// below. Functions never throw: C++ exceptions and CUTLASS failures become status codes.
 #ifndef BOLT_KERNEL_H
 #define BOLT_KERNEL_H
 
@@ -64,6 +64,45 @@ typedef struct BoltArgs {
   float alpha;
   float beta;
 } BoltArgs;
+
+// ---- Back-to-back chains (one kernel for GEMM -> GEMM or Conv -> 1x1 Conv) ------------------
+// A chain kernel exports the same three functions; `problem` points to a BoltB2bGemmProblem or
+// BoltB2bConv2dProblem and `run` takes a BoltB2bArgs. Layer i reads layer i-1's output from
+// registers or shared memory; only the last layer's output D is written to memory.
+#define BOLT_B2B_MAX_LAYERS 4
+
+// Layer i computes [m, n[i]] = epilogue_i([m, k_i] @ B_i) with k_0 = k and k_i = n[i-1].
+// A and D (and C, when the last epilogue reads it) are row-major; each weight B_i is
+// column-major K_i x N_i, i.e. an [n[i], k_i] row-major array (ONNX Gemm transB = 1), packed.
+typedef struct BoltB2bGemmProblem {
+  int64_t layers;  // number of layers (the kernel's own count)
+  int64_t m, k;
+  int64_t n[BOLT_B2B_MAX_LAYERS];
+  int64_t lda, ldc, ldd;
+} BoltB2bGemmProblem;
+
+// conv[0] is any conv the kernel's first layer supports; conv[i > 0] must be 1x1, stride 1,
+// unpadded, on conv[i-1]'s output (n, h, w = n, p, q of conv[i-1]; c = conv[i-1].k).
+typedef struct BoltB2bConv2dProblem {
+  int64_t layers;
+  BoltConv2dProblem conv[BOLT_B2B_MAX_LAYERS];
+} BoltB2bConv2dProblem;
+
+// One layer's weights, its per-column bias (null unless its epilogue reads one) and scalars
+// (beta is read by the last layer's epilogue only, when it has beta * C).
+typedef struct BoltB2bLayerArgs {
+  const void* b;
+  const void* bias;
+  float alpha;
+  float beta;
+} BoltB2bLayerArgs;
+
+typedef struct BoltB2bArgs {
+  const void* a;  // layer 0's A operand (activations)
+  const void* c;  // the last layer's source / residual, when its epilogue reads one
+  void* d;        // the last layer's output
+  BoltB2bLayerArgs layer[BOLT_B2B_MAX_LAYERS];
+} BoltB2bArgs;
 
 #ifdef __cplusplus
 }

@@ -126,6 +126,90 @@ impl Default for BoltArgs {
     }
 }
 
+/// `BOLT_B2B_MAX_LAYERS`: the most layers a back-to-back problem or argument struct holds.
+pub const B2B_MAX_LAYERS: usize = 4;
+
+/// `BoltB2bGemmProblem`: layer i computes `[m, n[i]] = epilogue_i([m, k_i] @ B_i)` with
+/// `k_0 = k`, `k_i = n[i-1]`; A, C and D row-major, each B_i column-major (an `[n[i], k_i]`
+/// row-major array), packed.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct BoltB2bGemmProblem {
+    pub layers: i64,
+    pub m: i64,
+    pub k: i64,
+    pub n: [i64; B2B_MAX_LAYERS],
+    pub lda: i64,
+    pub ldc: i64,
+    pub ldd: i64,
+}
+
+impl BoltB2bGemmProblem {
+    /// A densely packed chain: `ns` are the layers' N.
+    pub fn packed(m: i64, k: i64, ns: &[i64]) -> BoltB2bGemmProblem {
+        assert!(!ns.is_empty() && ns.len() <= B2B_MAX_LAYERS, "{} layers", ns.len());
+        let mut n = [0; B2B_MAX_LAYERS];
+        n[..ns.len()].copy_from_slice(ns);
+        let last = *ns.last().expect("non-empty");
+        BoltB2bGemmProblem { layers: ns.len() as i64, m, k, n, lda: k, ldc: last, ldd: last }
+    }
+}
+
+/// `BoltB2bConv2dProblem`: `conv[0]` any conv the kernel supports, `conv[i > 0]` 1x1, stride 1,
+/// unpadded on `conv[i-1]`'s output.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct BoltB2bConv2dProblem {
+    pub layers: i64,
+    pub conv: [BoltConv2dProblem; B2B_MAX_LAYERS],
+}
+
+/// `BoltB2bLayerArgs`: one layer's weights, bias (null unless its epilogue reads one) and scalars.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BoltB2bLayerArgs {
+    pub b: *const c_void,
+    pub bias: *const c_void,
+    pub alpha: f32,
+    pub beta: f32,
+}
+
+impl Default for BoltB2bLayerArgs {
+    fn default() -> Self {
+        BoltB2bLayerArgs { b: std::ptr::null(), bias: std::ptr::null(), alpha: 1.0, beta: 0.0 }
+    }
+}
+
+/// `BoltB2bArgs`: the chain's input, the last layer's source/residual and output, and each
+/// layer's [`BoltB2bLayerArgs`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BoltB2bArgs {
+    pub a: *const c_void,
+    pub c: *const c_void,
+    pub d: *mut c_void,
+    pub layer: [BoltB2bLayerArgs; B2B_MAX_LAYERS],
+}
+
+impl Default for BoltB2bArgs {
+    fn default() -> Self {
+        BoltB2bArgs {
+            a: std::ptr::null(),
+            c: std::ptr::null(),
+            d: std::ptr::null_mut(),
+            layer: [BoltB2bLayerArgs::default(); B2B_MAX_LAYERS],
+        }
+    }
+}
+
+/// `<symbol>_run` of a back-to-back chain kernel.
+pub type B2bRunFn = unsafe extern "C" fn(
+    problem: *const c_void,
+    args: *const BoltB2bArgs,
+    workspace: *mut c_void,
+    stream: *mut c_void,
+) -> BoltStatus;
+
 /// `BoltStatus` exactly as the C functions return it (a C enum is an `int`). Kept as a raw
 /// integer: a value outside the enum must not be undefined behaviour on the Rust side.
 /// [`BoltStatus::status`] turns it into a [`Status`].
@@ -287,6 +371,11 @@ mod tests {
         layout!(BoltConv2dProblem: n, h, w, c, k, r, s, p, q, pad_h, pad_w,
             stride_h, stride_w, dilation_h, dilation_w, groups);
         layout!(BoltArgs: a, b, c, bias, d, alpha, beta);
+        layout!(BoltB2bGemmProblem: layers, m, k, n, lda, ldc, ldd);
+        layout!(BoltB2bConv2dProblem: layers, conv);
+        layout!(BoltB2bLayerArgs: b, bias, alpha, beta);
+        layout!(BoltB2bArgs: a, c, d, layer);
+        v.push(("BOLT_B2B_MAX_LAYERS".into(), B2B_MAX_LAYERS));
         v.push(("sizeof(BoltStatus)".into(), size_of::<BoltStatus>()));
         v.push(("BOLT_ABI_VERSION".into(), ABI_VERSION as usize));
         for (name, value) in [

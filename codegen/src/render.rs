@@ -36,14 +36,18 @@ pub enum RenderError {
     Template { template: String, message: String },
 }
 
-const PROLOGUE_TEMPLATE: &str = "unit_prologue.cu.tera";
+pub(crate) const PROLOGUE_TEMPLATE: &str = "unit_prologue.cu.tera";
 
 /// Every template, embedded.
 const TEMPLATES: &[(&str, &str)] = &[
     (PROLOGUE_TEMPLATE, include_str!("../../templates/unit_prologue.cu.tera")),
+    (sm80::ACTIVATION_TEMPLATE, include_str!("../../templates/sm80_activation.cu.tera")),
     (sm80::EPILOGUE_TEMPLATE, include_str!("../../templates/sm80_epilogue.cu.tera")),
     (sm80::GEMM_TEMPLATE, include_str!("../../templates/sm80_gemm.cu.tera")),
     (sm80::CONV2D_FPROP_TEMPLATE, include_str!("../../templates/sm80_conv2d_fprop.cu.tera")),
+    (crate::b2b::INTERMEDIATE_TEMPLATE, include_str!("../../templates/sm80_b2b_intermediate.cu.tera")),
+    (crate::b2b::GEMM_TEMPLATE, include_str!("../../templates/sm80_b2b_gemm.cu.tera")),
+    (crate::b2b::CONV2D_FPROP_TEMPLATE, include_str!("../../templates/sm80_b2b_conv2d_fprop.cu.tera")),
     (sm90::GEMM_TEMPLATE, include_str!("../../templates/sm90_gemm.cu.tera")),
     (sm90::CONV2D_FPROP_TEMPLATE, include_str!("../../templates/sm90_conv2d_fprop.cu.tera")),
 ];
@@ -92,7 +96,7 @@ pub(crate) fn to_context(value: &impl Serialize) -> Result<tera::Context, Render
         .map_err(|e| RenderError::Template { template: "(context)".into(), message: error_chain(&e) })
 }
 
-fn check_symbol(symbol: &str) -> Result<(), RenderError> {
+pub(crate) fn check_symbol(symbol: &str) -> Result<(), RenderError> {
     let bad = |reason| Err(RenderError::InvalidSymbol { symbol: symbol.into(), reason });
     match symbol.chars().next() {
         None => bad("empty"),

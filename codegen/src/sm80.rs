@@ -15,6 +15,9 @@ pub const GEMM_TEMPLATE: &str = "sm80_gemm.cu.tera";
 pub const CONV2D_FPROP_TEMPLATE: &str = "sm80_conv2d_fprop.cu.tera";
 /// The epilogue part alone (included by both kernel templates; rendered alone by host tests).
 pub const EPILOGUE_TEMPLATE: &str = "sm80_epilogue.cu.tera";
+/// A custom activation functor alone (included by the epilogue template; rendered alone for
+/// the intermediate layers of back-to-back kernels).
+pub const ACTIVATION_TEMPLATE: &str = "sm80_activation.cu.tera";
 
 /// CUTLASS headers the kernel templates need; hoisted into the translation unit's prologue.
 pub const INCLUDES: &[&str] = &[
