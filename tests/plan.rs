@@ -72,9 +72,9 @@ fn real_models_keep_their_outputs_when_planned() {
 }
 
 #[test]
-fn f16_cnns_keep_their_outputs_with_back_to_back_chains_fused() {
-    // In f16 the planner may fuse chains (f32 has no fused mainloop): ResNet-50's 3x3 -> 1x1
-    // bottleneck pairs where the 1x1 is at most 256 wide. Batch 1 keeps the reference quick.
+fn f16_cnns_keep_their_outputs_and_explain_back_to_back_decisions() {
+    // In f16 the planner considers fused chains (f32 has no fused mainloop). Batch 1 keeps
+    // the reference quick.
     for model in ["resnet50", "mobilenet_v2"] {
         let Some(dir) = common::testdata(&format!("models/{model}")) else { return };
         let g32 = bolt::import::load(&dir.join("model.onnx")).unwrap().graph;
@@ -83,9 +83,14 @@ fn f16_cnns_keep_their_outputs_with_back_to_back_chains_fused() {
         let inputs = synthetic_inputs(&g, &bindings, 5).unwrap();
         // f16 rounding differs between folded and unfolded BN over 50 layers.
         assert_plan_preserves_within(model, &g, &inputs, Tolerance { rtol: 5e-2, atol: 5e-2 });
-        if model == "resnet50" {
-            let plan = bolt::plan::plan(&g).unwrap();
-            assert!(plan.chains.iter().any(|c| c.fused), "ResNet-50 f16 has fusable 3x3 -> 1x1 pairs");
+        // ResNet-50's 3x3 -> 1x1 bottleneck pairs pass the traffic model, but their last
+        // layer adds bias and the residual, which CUTLASS's fused epilogue cannot: each is
+        // left unfused with that reason.
+        let plan = bolt::plan::plan(&g).unwrap();
+        for c in &plan.chains {
+            println!("{model}: {} {}", if c.fused { "FUSED" } else { "not fused" }, c.reason);
+            assert!(!c.reason.is_empty());
+            assert_eq!(c.fused, c.kernel.is_some(), "a fused chain names its kernel");
         }
     }
 }

@@ -76,6 +76,9 @@ impl Layer {
 pub struct ChainDecision {
     pub layers: Vec<Layer>,
     pub fused: bool,
+    /// The fused kernel codegen picked for a fused chain (its symbol), from
+    /// `bolt_codegen::b2b::candidates`.
+    pub kernel: Option<String>,
     pub residency: Option<Residency>,
     pub reason: String,
     pub unfused: Option<KernelWork>,
@@ -198,6 +201,7 @@ pub fn decide(layers: Vec<Layer>, dev: &Device) -> ChainDecision {
     let mut d = ChainDecision {
         layers: layers.clone(),
         fused: false,
+        kernel: None,
         residency: None,
         reason: String::new(),
         unfused: None,
@@ -304,6 +308,7 @@ pub fn fuse_chains(g: &mut Graph, opts: &PlanOptions) -> Result<Vec<ChainDecisio
                 decisions.push(ChainDecision {
                     layers,
                     fused: false,
+                    kernel: None,
                     residency: None,
                     reason,
                     unfused: None,
@@ -330,7 +335,21 @@ pub fn fuse_chains(g: &mut Graph, opts: &PlanOptions) -> Result<Vec<ChainDecisio
             else {
                 continue;
             };
-            let d = decide(layers, &opts.device);
+            let mut d = decide(layers, &opts.device);
+            if d.fused {
+                // The traffic model says fuse: codegen must have a kernel for it.
+                match fused_kernel(g, chain, &opts.bindings) {
+                    Ok((symbol, residency)) => {
+                        d.kernel = Some(symbol);
+                        d.residency = Some(residency);
+                    }
+                    Err(why) => {
+                        d.fused = false;
+                        d.residency = None;
+                        d.reason = format!("{}: no fused kernel: {why}", d.names().join(" -> "));
+                    }
+                }
+            }
             if d.fused {
                 let nodes: Vec<&Node> = chain.iter().map(|&i| &g.nodes[i]).collect();
                 let mut inputs = vec![nodes[0].inputs[0].clone()];
@@ -365,4 +384,82 @@ pub fn fuse_chains(g: &mut Graph, opts: &PlanOptions) -> Result<Vec<ChainDecisio
         finish(g)?;
     }
     Ok(decisions)
+}
+
+/// The fused kernel codegen offers for the chain of kernel nodes `chain`: its symbol and
+/// residency, or why there is none.
+fn fused_kernel(
+    g: &Graph,
+    chain: &[usize],
+    bindings: &HashMap<String, usize>,
+) -> std::result::Result<(String, Residency), String> {
+    use bolt_codegen::abi::BoltConv2dProblem;
+    use bolt_codegen::b2b::{self as cg, B2bFamily, B2bProblem};
+    use bolt_codegen::spec::{Element, Types};
+    let nodes: Vec<&Node> = chain.iter().map(|&i| &g.nodes[i]).collect();
+    let kernels: Vec<&FusedKernel> = nodes.iter().filter_map(|n| kernel(n)).collect();
+    let elem = |d: DType| match d {
+        DType::F16 => Ok(Element::F16),
+        DType::BF16 => Ok(Element::BF16),
+        d => Err(format!("{d} chains have no fused kernel")),
+    };
+    let a = nodes[0].input(0).ok_or("no input")?;
+    let dtype = g.types.get(a).map(|t| t.dtype).ok_or("untyped input")?;
+    let input = elem(dtype)?;
+    let output = elem(kernels.last().ok_or("empty chain")?.output_dtype)?;
+    let types = Types { input, accumulator: Element::F32, output };
+    let epilogues = nodes
+        .iter()
+        .zip(&kernels)
+        .map(|(n, k)| super::lower::epilogue(k, n.input(2).is_some()).map(|(e, _, _)| e))
+        .collect::<std::result::Result<Vec<_>, String>>()?;
+    let shapes = nodes
+        .iter()
+        .map(|n| layer(g, n, bindings).ok_or("unknown shapes"))
+        .collect::<std::result::Result<Vec<Layer>, _>>()?;
+    let (family, problem) = match &*kernels[0].anchor {
+        Op::Conv { window, .. } => {
+            let a = bound_shape(g, a, bindings).ok_or("unknown input shape")?;
+            let w = bound_shape(g, nodes[0].input(1).ok_or("no weight")?, bindings).ok_or("unknown weight shape")?;
+            if kernels[0].layout != ConvLayout::Nhwc {
+                return Err("NCHW conv chains have no fused kernel (plan with the layout pass)".into());
+            }
+            let r = window.resolve(&a[1..3], &w[1..3], false)?;
+            if r.pad_begin != r.pad_end {
+                return Err("asymmetric padding".into());
+            }
+            let i = |v: usize| v as i32;
+            let first = BoltConv2dProblem {
+                n: i(a[0]),
+                h: i(a[1]),
+                w: i(a[2]),
+                c: i(a[3]),
+                k: i(w[0]),
+                r: i(w[1]),
+                s: i(w[2]),
+                p: i(r.output[0]),
+                q: i(r.output[1]),
+                pad_h: i(r.pad_begin[0]),
+                pad_w: i(r.pad_begin[1]),
+                stride_h: i(r.strides[0]),
+                stride_w: i(r.strides[1]),
+                dilation_h: i(r.dilations[0]),
+                dilation_w: i(r.dilations[1]),
+                groups: 1,
+            };
+            let ks: Vec<i32> = shapes[1..].iter().map(|l| l.n as i32).collect();
+            (B2bFamily::Conv2dFprop, B2bProblem::conv(first, &ks))
+        }
+        _ => {
+            let ns: Vec<i64> = shapes.iter().map(|l| l.n as i64).collect();
+            (B2bFamily::Gemm, B2bProblem::gemm(shapes[0].m as i64, shapes[0].k as i64, &ns))
+        }
+    };
+    let c = cg::candidates(family, types, &problem, &epilogues).map_err(|e| e.to_string())?;
+    let (spec, _) = c.specs.first().ok_or("no candidate")?;
+    let residency = match spec.residency {
+        cg::Residency::Registers => Residency::Registers,
+        cg::Residency::SharedMemory => Residency::SharedMemory,
+    };
+    Ok((cg::symbol_for(spec), residency))
 }
