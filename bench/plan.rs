@@ -27,12 +27,24 @@ fn main() {
             })
             .collect();
         ms.sort_by(f64::total_cmp);
+        // The same without the layout pass: what storing weights OHWI / K-major costs (one
+        // pass over every weight byte; BERT-base's GEMMs hold 340 MB).
+        let no_layout = bolt::plan::PlanOptions { nhwc: false, ..Default::default() };
+        let mut ms_no: Vec<f64> = (0..runs)
+            .map(|_| {
+                let t = Instant::now();
+                std::hint::black_box(bolt::plan::plan_with(&g, &no_layout).expect("plan"));
+                t.elapsed().as_secs_f64() * 1e3
+            })
+            .collect();
+        ms_no.sort_by(f64::total_cmp);
         println!(
-            "{name:<14} {:>4} nodes  {:8.1} ms  (min {:.1}, max {:.1})",
+            "{name:<14} {:>4} nodes  {:8.1} ms  (min {:.1}, max {:.1});  without weight layout conversion {:.1} ms",
             g.nodes.len(),
             ms[runs / 2],
             ms[0],
-            ms[runs - 1]
+            ms[runs - 1],
+            ms_no[runs / 2]
         );
     }
 }

@@ -250,7 +250,14 @@ impl Report {
             let _ = writeln!(s, "No GEMM -> GEMM or conv -> conv pairs where one kernel's only reader is the next.");
         }
         for c in &self.chains {
-            let _ = writeln!(s, "- {} {}", if c.fused { "**fused**" } else { "not fused:" }, c.reason);
+            match (&c.kernel, c.fused) {
+                (Some(k), true) => {
+                    let _ = writeln!(s, "- **fused** as `{k}`: {}", c.reason);
+                }
+                _ => {
+                    let _ = writeln!(s, "- not fused: {}", c.reason);
+                }
+            }
         }
         let _ = writeln!(s, "\n## Layout transforms\n");
         if self.layout.is_empty() {
