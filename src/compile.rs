@@ -196,16 +196,7 @@ pub fn summarize(g: &Graph, bindings: &DimBindings, run: bool) -> Result<Summary
         };
         picks.push((u.node.clone(), problem, pick));
     }
-    let kernels = planned
-        .graph
-        .nodes
-        .iter()
-        .map(|n| match &n.op {
-            Op::Fused(_) => 1,
-            Op::FusedChain(_) => 1,
-            _ => 0,
-        })
-        .sum();
+    let kernels = planned.graph.nodes.iter().filter(|n| matches!(n.op, Op::Fused(_) | Op::FusedChain(_))).count();
     let mut plan_summary = PlanSummary {
         milliseconds,
         planned_nodes: planned.graph.nodes.len(),

@@ -393,7 +393,6 @@ fn fused_kernel(
     chain: &[usize],
     bindings: &HashMap<String, usize>,
 ) -> std::result::Result<(String, Residency), String> {
-    use bolt_codegen::abi::BoltConv2dProblem;
     use bolt_codegen::b2b::{self as cg, B2bFamily, B2bProblem};
     use bolt_codegen::spec::{Element, Types};
     let nodes: Vec<&Node> = chain.iter().map(|&i| &g.nodes[i]).collect();
@@ -424,29 +423,7 @@ fn fused_kernel(
             if kernels[0].layout != ConvLayout::Nhwc {
                 return Err("NCHW conv chains have no fused kernel (plan with the layout pass)".into());
             }
-            let r = window.resolve(&a[1..3], &w[1..3], false)?;
-            if r.pad_begin != r.pad_end {
-                return Err("asymmetric padding".into());
-            }
-            let i = |v: usize| v as i32;
-            let first = BoltConv2dProblem {
-                n: i(a[0]),
-                h: i(a[1]),
-                w: i(a[2]),
-                c: i(a[3]),
-                k: i(w[0]),
-                r: i(w[1]),
-                s: i(w[2]),
-                p: i(r.output[0]),
-                q: i(r.output[1]),
-                pad_h: i(r.pad_begin[0]),
-                pad_w: i(r.pad_begin[1]),
-                stride_h: i(r.strides[0]),
-                stride_w: i(r.strides[1]),
-                dilation_h: i(r.dilations[0]),
-                dilation_w: i(r.dilations[1]),
-                groups: 1,
-            };
+            let first = super::lower::conv2d_problem(&a, &w, window, 1)?;
             let ks: Vec<i32> = shapes[1..].iter().map(|l| l.n as i32).collect();
             (B2bFamily::Conv2dFprop, B2bProblem::conv(first, &ks))
         }

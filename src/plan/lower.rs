@@ -3,7 +3,8 @@
 //! The profiler picks a tile configuration for each; codegen renders and builds it.
 
 use super::edit::bound_shape;
-use crate::ir::{Activation, ConvLayout, DType, FusedKernel, Graph, Op, ResidualAt};
+use crate::ir::{Activation, ConvLayout, DType, FusedKernel, Graph, Op, ResidualAt, Window};
+use bolt_codegen::abi::BoltConv2dProblem;
 use bolt_codegen::epilogue::{self as ep, Epilogue, NormalForm};
 use bolt_codegen::spec::{Element, Layout, Types};
 use bolt_profiler::workload::{Conv2dShape, Workload};
@@ -78,6 +79,37 @@ pub fn epilogue(k: &FusedKernel, has_bias: bool) -> Result<(Epilogue, f32, f32),
     Ok((Epilogue::new(form)?, k.alpha, beta))
 }
 
+/// The run-time problem of an NHWC conv with input `a` ([N, H, W, C]) and OHWI weight `w`
+/// ([K, R, S, C / groups]).
+pub fn conv2d_problem(a: &[usize], w: &[usize], window: &Window, groups: usize) -> Result<BoltConv2dProblem, String> {
+    if a.len() != 4 || w.len() != 4 {
+        return Err(format!("conv operands {a:?} and {w:?} are not 4-D"));
+    }
+    let r = window.resolve(&a[1..3], &w[1..3], false).map_err(|e| format!("conv window: {e}"))?;
+    if r.pad_begin != r.pad_end {
+        return Err(format!("asymmetric padding {:?} / {:?}", r.pad_begin, r.pad_end));
+    }
+    let i = |v: usize| v as i32;
+    Ok(BoltConv2dProblem {
+        n: i(a[0]),
+        h: i(a[1]),
+        w: i(a[2]),
+        c: i(a[3]),
+        k: i(w[0]),
+        r: i(w[1]),
+        s: i(w[2]),
+        p: i(r.output[0]),
+        q: i(r.output[1]),
+        pad_h: i(r.pad_begin[0]),
+        pad_w: i(r.pad_begin[1]),
+        stride_h: i(r.strides[0]),
+        stride_w: i(r.strides[1]),
+        dilation_h: i(r.dilations[0]),
+        dilation_w: i(r.dilations[1]),
+        groups: i(groups),
+    })
+}
+
 /// Lowers one kernel whose A operand has shape `a` and type `a_type`; returns the workload,
 /// its (alpha, beta) and the output shape (the next chain layer's A).
 fn lower_one(
@@ -85,35 +117,30 @@ fn lower_one(
     name: &str,
     k: &FusedKernel,
     (a, a_type): (Vec<usize>, DType),
-    inputs: [Option<&str>; 3],
+    (weight, bias): (Option<&str>, Option<&str>),
     bindings: &HashMap<String, usize>,
 ) -> Result<(Workload, f32, f32, Vec<usize>), String> {
-    let w = inputs[0].ok_or("missing weight")?;
+    let w = weight.ok_or("missing weight")?;
     let w = bound_shape(g, w, bindings).ok_or_else(|| format!("weight '{w}' has an unknown shape"))?;
     let input = element(a_type).ok_or("operand type is not f16, bf16 or f32")?;
     let output = element(k.output_dtype).ok_or("output type is not f16, bf16 or f32")?;
     let types = Types { input, accumulator: Element::F32, output };
-    let (epi, alpha, beta) = epilogue(k, inputs[1].is_some())?;
+    let (epi, alpha, beta) = epilogue(k, bias.is_some())?;
     let i64s = |v: usize| v as i64;
     let (wl, out) = match &*k.anchor {
         Op::Conv { window, group } => {
             if k.layout != ConvLayout::Nhwc {
                 return Err("NCHW conv: Bolt's conv kernels are NHWC (plan with the layout pass)".into());
             }
-            if a.len() != 4 || w.len() != 4 {
-                return Err(format!("conv operands {a:?} and {w:?} are not 4-D"));
-            }
-            let r = window.resolve(&a[1..3], &w[1..3], false).map_err(|e| format!("conv window: {e}"))?;
-            if r.pad_begin != r.pad_end {
-                return Err(format!("asymmetric padding {:?} / {:?}", r.pad_begin, r.pad_end));
-            }
-            let mut s =
-                Conv2dShape::new(i64s(a[0]), i64s(a[1]), i64s(a[2]), i64s(a[3]), i64s(w[0]), i64s(w[1]), i64s(w[2]));
-            s.pad = (i64s(r.pad_begin[0]), i64s(r.pad_begin[1]));
-            s.stride = (i64s(r.strides[0]), i64s(r.strides[1]));
-            s.dilation = (i64s(r.dilations[0]), i64s(r.dilations[1]));
-            s.groups = i64s(*group);
-            (Workload::conv2d(name, s, types, epi), vec![a[0], r.output[0], r.output[1], w[0]])
+            let c = conv2d_problem(&a, &w, window, *group)?;
+            let l = |v: i32| v as i64;
+            let mut s = Conv2dShape::new(l(c.n), l(c.h), l(c.w), l(c.c), l(c.k), l(c.r), l(c.s));
+            s.pad = (l(c.pad_h), l(c.pad_w));
+            s.stride = (l(c.stride_h), l(c.stride_w));
+            s.dilation = (l(c.dilation_h), l(c.dilation_w));
+            s.groups = l(c.groups);
+            let out = vec![a[0], c.p as usize, c.q as usize, w[0]];
+            (Workload::conv2d(name, s, types, epi), out)
         }
         Op::Gemm { trans_a, trans_b, .. } if a.len() == 2 && w.len() == 2 => {
             let (m, kk) = if *trans_a { (a[1], a[0]) } else { (a[0], a[1]) };
@@ -178,7 +205,7 @@ pub fn workloads(g: &Graph, bindings: &HashMap<String, usize>) -> (Vec<KernelUse
             // Inputs: A, then (weight, bias) per layer, then the last layer's source.
             let (w, b) = if chain.is_some() { (1 + 2 * i, 2 + 2 * i) } else { (1, 2) };
             let name = if chain.is_some() { format!("{}#{i}", n.name) } else { n.name.clone() };
-            match lower_one(g, &name, k, a_in.clone(), [n.input(w), n.input(b), None], bindings) {
+            match lower_one(g, &name, k, a_in.clone(), (n.input(w), n.input(b)), bindings) {
                 Ok((workload, alpha, beta, out)) => {
                     a_in = (out, k.output_dtype);
                     uses.push(KernelUse { node: name, chain: chain.clone(), workload, alpha, beta });
