@@ -144,6 +144,15 @@ pub fn source_fits(g: &Graph, p: &bolt::partition::Partition) -> Result<(), Stri
     }
 }
 
+/// Whether a host may hand partition `p` of `g` to Bolt: its residual source has the output's
+/// shape, and the partition plans on its own. ONNX Runtime's GetCapability and the TVM
+/// patterns' check (through [`crate::capi::bolt_partition_json`]) both ask this, so both hosts
+/// offload the same subgraphs.
+pub fn claimable(g: &Graph, p: &bolt::partition::Partition) -> Result<(), String> {
+    source_fits(g, p)?;
+    bolt::plan::plan(&subgraph(g, &p.nodes)).map(|_| ()).map_err(|e| e.to_string())
+}
+
 unsafe extern "system" fn ep_get_capability(
     ep: *mut OrtEp,
     g: *const OrtGraph,
@@ -165,14 +174,8 @@ unsafe extern "system" fn ep_get_capability(
         }
         let options = OrtNodeFusionOptions { ort_version_supported: EP_API_VERSION, drop_constant_initializers: true };
         for p in &parts.partitions {
-            if let Err(why) = source_fits(&imported.graph, p) {
+            if let Err(why) = claimable(&imported.graph, p) {
                 me.log(|| format!("partition {} not claimed: {why}", p.anchor));
-                continue;
-            }
-            // Claim only what plans: a partition Bolt cannot prepare stays with ORT.
-            let sub = subgraph(&imported.graph, &p.nodes);
-            if let Err(e) = bolt::plan::plan(&sub) {
-                me.log(|| format!("partition {} not claimed: {e}", p.anchor));
                 continue;
             }
             let nodes: Vec<*const OrtNode> = p

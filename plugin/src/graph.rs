@@ -321,6 +321,17 @@ pub unsafe fn value_to_tensor(v: *const OrtValue, name: &str) -> Res<Tensor> {
     if count > 0 && data.is_null() {
         return Err(format!("input '{name}' has no data"));
     }
+    copy_tensor(dtype, dims, data, name)
+}
+
+/// Copies a dense row-major buffer of `dims` elements of `dtype` into a Bolt tensor (the
+/// host-framework boundary: ORT values and DLPack tensors both arrive this way).
+///
+/// # Safety
+/// `data` points at `dims.iter().product()` readable elements of `dtype` (or is anything
+/// when that product is 0).
+pub unsafe fn copy_tensor(dtype: DType, dims: Vec<usize>, data: *const c_void, name: &str) -> Res<Tensor> {
+    let count: usize = dims.iter().product();
     unsafe fn copy<T: Copy>(p: *const c_void, n: usize) -> Vec<T> {
         let mut v: Vec<T> = Vec::with_capacity(n);
         if n > 0 {

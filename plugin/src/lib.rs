@@ -14,6 +14,7 @@
 
 pub mod abi;
 pub mod api;
+pub mod capi;
 pub mod ep;
 pub mod graph;
 pub mod options;
