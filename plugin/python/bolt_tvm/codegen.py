@@ -21,7 +21,7 @@ import tvm
 import tvm_ffi
 
 from . import _lib
-from .relax_to_onnx import function_to_onnx
+from .relax_to_onnx import function_to_onnx, output_count
 
 # Plan reports of the functions compiled in this process, by global symbol.
 REPORTS: dict[str, dict] = {}
@@ -99,35 +99,37 @@ def cache_dir() -> Path:
     return d
 
 
-def shim_source(sym: str, n_inputs: int, model_path: Path, options: dict) -> str:
+def shim_source(sym: str, n_inputs: int, n_outputs: int, model_path: Path, options: dict) -> str:
     ins = [f"in{i}" for i in range(n_inputs)]
+    outs = [f"out{i}" for i in range(n_outputs)]
     return _SHIM.substitute(
         sym=sym,
         model_path=str(model_path),
         library=str(_lib.library_path()),
         options=json.dumps(options),
-        params=", ".join(f"DLTensor* {a}" for a in ins + ["out0"]),
+        params=", ".join(f"DLTensor* {a}" for a in ins + outs),
         inputs=", ".join(ins),
-        outputs="out0",
-        first=ins[0] if ins else "out0",
+        outputs=", ".join(outs),
+        first=(ins + outs)[0],
         n_inputs=n_inputs,
-        n_outputs=1,
+        n_outputs=n_outputs,
     )
 
 
-def compile_object(sym: str, model: bytes, n_inputs: int, options: dict) -> Path:
+def compile_object(sym: str, model: bytes, n_inputs: int, n_outputs: int, options: dict) -> Path:
     """The shim object for one function, from the cache when its inputs are unchanged."""
     cxx = os.environ.get("CXX", "g++")
-    key_src = shim_source(sym, n_inputs, Path("MODEL"), options)
+    key_src = shim_source(sym, n_inputs, n_outputs, Path("MODEL"), options)
     key = hashlib.blake2b(model + key_src.encode() + cxx.encode() + tvm.__version__.encode(), digest_size=16).hexdigest()
     d = cache_dir()
-    obj = d / f"{sym}-{key}.o"
+    stem = f"{sym[:64]}-{key}"  # merged functions have very long symbols
+    obj = d / f"{stem}.o"
     if obj.is_file():
         return obj
-    model_path = d / f"{sym}-{key}.onnx"
+    model_path = d / f"{stem}.onnx"
     model_path.write_bytes(model)
-    src = d / f"{sym}-{key}.cc"
-    src.write_text(shim_source(sym, n_inputs, model_path, options))
+    src = d / f"{stem}.cc"
+    src.write_text(shim_source(sym, n_inputs, n_outputs, model_path, options))
     tmp = obj.with_suffix(f".o.{os.getpid()}")
     cmd = [cxx, "-std=c++17", "-O2", "-fPIC", "-c", str(src), "-o", str(tmp),
            "-I", tvm_ffi.libinfo.find_include_path(), "-I", tvm_ffi.libinfo.find_dlpack_include_path()]
@@ -147,7 +149,7 @@ def compile_function(func, options: dict) -> tvm.runtime.Module:
         REPORTS[sym] = _lib.plan_report(model, options)
     except _lib.BoltError as e:
         raise RuntimeError(f"bolt_tvm: function {sym}: {e}") from None
-    obj = compile_object(sym, model, len(func.params), options)
+    obj = compile_object(sym, model, len(func.params), output_count(func), options)
     return tvm.runtime.load_static_library(str(obj), [sym])
 
 

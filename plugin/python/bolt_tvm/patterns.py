@@ -56,7 +56,9 @@ EPILOGUES = list(itertools.product([False, True], repeat=3))
 
 def _epilogue(out, add1: bool, act: bool, add2: bool):
     if add1:
-        out = is_op("relax.add")(out, wildcard())
+        # A bias reshaped to broadcast ([C] -> [1, C, 1, 1]) is taken with its reshape, so Bolt
+        # sees the constant.
+        out = is_op("relax.add")(out, is_op("relax.reshape")(wildcard(), wildcard()) | wildcard())
     if act:
         out = _activation(out)
     if add2:

@@ -183,14 +183,18 @@ class Converter:
         return self.body(func.body)
 
     def body(self, body) -> _Value:
-        if isinstance(body, relax.SeqExpr):
-            for block in body.blocks:
-                for b in block.bindings:
-                    if not isinstance(b, relax.VarBinding):
-                        raise UnsupportedRelax(f"{self.name}: match_cast bindings are not supported")
-                    self.bind(b.var, b.value)
-            body = body.body
-        return self.value(body, f"{self.name} result")
+        return self.value(self.blocks(body), f"{self.name} result")
+
+    def blocks(self, body):
+        """Binds a SeqExpr's bindings; returns its result expression."""
+        if not isinstance(body, relax.SeqExpr):
+            return body
+        for block in body.blocks:
+            for b in block.bindings:
+                if not isinstance(b, relax.VarBinding):
+                    raise UnsupportedRelax(f"{self.name}: match_cast bindings are not supported")
+                self.bind(b.var, b.value)
+        return body.body
 
     def call(self, call: relax.Call, hint: str) -> _Value:
         op = call.op.name
@@ -335,16 +339,26 @@ class Converter:
 
 
 def function_to_onnx(func: relax.Function, name: str) -> onnx.ModelProto:
-    """An offloaded function (its params are the graph inputs, in order; composite calls are
-    inlined) as an ONNX model."""
+    """An offloaded function as an ONNX model: its params are the graph inputs and the fields
+    of its result (a tensor or a tuple of tensors, as merged functions return) the graph
+    outputs, in order; composite calls are inlined."""
     cv = Converter(name)
     for p in func.params:
         cv.add_input(p)
-    out = cv.body(func.body)
-    sinfo = func.body.ty if not isinstance(func.body, relax.SeqExpr) else func.body.body.ty
-    if isinstance(sinfo, relax.TupleType):
-        raise UnsupportedRelax(f"{name}: functions returning tuples are not supported")
-    return cv.model([(f"{name}_out", out, sinfo)])
+    result = cv.blocks(func.body)
+    fields = list(result.fields) if isinstance(result, relax.Tuple) else [result]
+    outs = []
+    for i, f in enumerate(fields):
+        if not isinstance(f.ty, relax.TensorType):
+            raise UnsupportedRelax(f"{name}: result {i} is not a tensor ({f.ty})")
+        outs.append((f"{name}_out{i}", cv.value(f, f"{name} result {i}"), f.ty))
+    return cv.model(outs)
+
+
+def output_count(func: relax.Function) -> int:
+    """How many output tensors the function's destination-passing call gets."""
+    ret = func.ret_ty
+    return len(ret.fields) if isinstance(ret, relax.TupleType) else 1
 
 
 def bindings_to_onnx(bindings: dict, output, name: str) -> tuple[onnx.ModelProto, Converter]:

@@ -1,0 +1,252 @@
+"""Bolt as a TVM Relax BYOC backend (plugin/python/bolt_tvm) on apache-tvm 0.27 from PyPI, on
+the CPU reference device: which subgraphs `partition_for_bolt` offloads (decided by Bolt's Rust
+partitioner), and modules that are partitioned, built with the `relax.ext.bolt` codegen,
+exported, reloaded and run, against TVM's own llvm build of the unpartitioned module."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+tvm = pytest.importorskip("tvm", reason="apache-tvm is pinned in tests/python/requirements.txt")
+from tvm import relax  # noqa: E402
+from tvm.script import relax as R  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "plugin" / "python"))
+import bolt_tvm  # noqa: E402
+
+TESTDATA = Path(os.environ.get("BOLT_TESTDATA", REPO / "testdata"))
+rng = np.random.default_rng(7)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def library(tmp_path_factory):
+    try:
+        path = bolt_tvm.library_path()
+    except FileNotFoundError as e:
+        pytest.fail(f"{e}. tests/run.sh builds it before pytest.", pytrace=False)
+    # Shim objects go to a fresh cache: each test run compiles them.
+    os.environ["BOLT_CACHE_DIR"] = str(tmp_path_factory.mktemp("bolt-cache"))
+    yield path
+
+
+def randn(*shape, dtype="float32", scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(dtype)
+
+
+def tvm_reference(mod, inputs):
+    """TVM's own llvm build of the module, partitioned by nobody."""
+    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    return vm["main"](*[tvm.runtime.tensor(x) for x in inputs]).numpy()
+
+
+def build_export_run(mod, inputs, tmp_path, options=None):
+    """partition -> RunCodegen -> llvm build -> export_library -> load -> run."""
+    part = bolt_tvm.partition_for_bolt(mod)
+    offloaded = bolt_tvm.offloaded(part)
+    lowered = relax.transform.RunCodegen({"bolt": options} if options else None)(part)
+    lib = tmp_path / "model.so"
+    tvm.compile(lowered, target="llvm").export_library(str(lib))
+    vm = relax.VirtualMachine(tvm.runtime.load_module(str(lib)), tvm.cpu())
+    return offloaded, vm["main"](*[tvm.runtime.tensor(x) for x in inputs]).numpy(), lib
+
+
+# ----------------------------------------------------------------------------- modules
+
+W1, B1 = randn(64, 128, scale=0.1), randn(128)
+
+
+@tvm.script.ir_module
+class MatmulBiasGelu:
+    @R.function
+    def main(x: R.Tensor((32, 64), "float32")):
+        with R.dataflow():
+            y = R.matmul(x, R.const(W1))
+            z = R.add(y, R.const(B1))
+            o = R.nn.gelu(z)
+            R.output(o)
+        return o
+
+
+CW, CB = randn(16, 16, 3, 3, scale=0.2), randn(16)
+
+
+@tvm.script.ir_module
+class ConvBiasReluResidual:
+    @R.function
+    def main(x: R.Tensor((2, 16, 12, 12), "float32")):
+        with R.dataflow():
+            c = R.nn.conv2d(x, R.const(CW), padding=[1, 1, 1, 1])
+            b = R.add(c, R.reshape(R.const(CB), [1, 16, 1, 1]))
+            r = R.nn.relu(b)
+            o = R.add(r, x)
+            R.output(o)
+        return o
+
+
+CW_OHWI = np.ascontiguousarray(CW.transpose(0, 2, 3, 1))
+
+
+@tvm.script.ir_module
+class ConvNhwcBiasRelu:
+    @R.function
+    def main(x: R.Tensor((2, 12, 12, 16), "float32")):
+        with R.dataflow():
+            c = R.nn.conv2d(x, R.const(CW_OHWI), padding=[1, 1, 1, 1], data_layout="NHWC", kernel_layout="OHWI")
+            b = R.add(c, R.const(CB))
+            o = R.nn.relu(b)
+            R.output(o)
+        return o
+
+
+# Bolt Table 1's second GEMM pair: (M, N0, K0, N1) = (16384, 64, 256, 16), f16, bias + ReLU each.
+G0, G0B = randn(256, 64, dtype="float16", scale=0.06), randn(64, dtype="float16", scale=0.1)
+G1, G1B = randn(64, 16, dtype="float16", scale=0.1), randn(16, dtype="float16", scale=0.1)
+
+
+@tvm.script.ir_module
+class TwoGemmChain:
+    @R.function
+    def main(x: R.Tensor((16384, 256), "float16")):
+        with R.dataflow():
+            h = R.nn.relu(R.add(R.matmul(x, R.const(G0)), R.const(G0B)))
+            o = R.nn.relu(R.add(R.matmul(h, R.const(G1)), R.const(G1B)))
+            R.output(o)
+        return o
+
+
+# ------------------------------------------------------------------------------- tests
+
+
+def test_matmul_bias_gelu_is_one_bolt_kernel(tmp_path):
+    x = randn(32, 64)
+    offloaded, got, _ = build_export_run(MatmulBiasGelu, [x], tmp_path)
+    assert list(offloaded.values()) == [["bolt.matmul_add_act"]]
+    (report,) = [bolt_tvm.REPORTS[s] for s in offloaded]
+    (p,) = report["partitions"]
+    assert "GeluErf" in p["epilogue"] and "bias" in p["epilogue"], p
+    np.testing.assert_allclose(got, tvm_reference(MatmulBiasGelu, [x]), rtol=1e-5, atol=1e-5)
+
+
+def test_conv_bias_relu_residual_nchw(tmp_path):
+    x = randn(2, 16, 12, 12)
+    offloaded, got, _ = build_export_run(ConvBiasReluResidual, [x], tmp_path)
+    assert list(offloaded.values()) == [["bolt.conv2d_add_act_add"]]
+    (report,) = [bolt_tvm.REPORTS[s] for s in offloaded]
+    assert "residual" in report["partitions"][0]["epilogue"], report["partitions"]
+    np.testing.assert_allclose(got, tvm_reference(ConvBiasReluResidual, [x]), rtol=1e-4, atol=1e-4)
+
+
+def test_conv_nhwc_ohwi(tmp_path):
+    x = randn(2, 12, 12, 16)
+    offloaded, got, _ = build_export_run(ConvNhwcBiasRelu, [x], tmp_path)
+    assert list(offloaded.values()) == [["bolt.conv2d_add_act"]]
+    np.testing.assert_allclose(got, tvm_reference(ConvNhwcBiasRelu, [x]), rtol=1e-4, atol=1e-4)
+
+
+def test_two_gemm_chain_is_one_back_to_back_kernel(tmp_path):
+    x = randn(16384, 256, dtype="float16")
+    offloaded, got, _ = build_export_run(TwoGemmChain, [x], tmp_path)
+    assert list(offloaded.values()) == [["bolt.b2b_matmul_add_act_matmul_add_act"]]
+    (report,) = [bolt_tvm.REPORTS[s] for s in offloaded]
+    (chain,) = report["chains"]
+    assert chain["fused"] and chain["kernel"], chain
+    want = tvm_reference(TwoGemmChain, [x]).astype(np.float32)
+    # Both compute in f16 with f32 accumulation; they may round the hidden layer differently.
+    np.testing.assert_allclose(got.astype(np.float32), want, rtol=2e-2, atol=2e-2)
+
+
+def test_without_b2b_patterns_the_chain_is_two_composites():
+    part = bolt_tvm.partition_for_bolt(TwoGemmChain, b2b=False)
+    assert sorted(sum(bolt_tvm.offloaded(part).values(), [])) == ["bolt.matmul_add_act"] * 2
+
+
+def test_what_bolt_does_not_take_stays_with_tvm():
+    # A bias that is not constant and does not have the output's shape: Bolt's partitioner
+    # leaves the Add to the host, so only the matmul is offloaded; softmax is never Bolt's.
+    @tvm.script.ir_module
+    class M:
+        @R.function
+        def main(x: R.Tensor((8, 64), "float32"), b: R.Tensor((128,), "float32")):
+            with R.dataflow():
+                y = R.matmul(x, R.const(W1))
+                z = R.add(y, b)
+                o = R.nn.softmax(z)
+                R.output(o)
+            return o
+
+    part = bolt_tvm.partition_for_bolt(M)
+    assert list(bolt_tvm.offloaded(part).values()) == [["bolt.matmul"]]
+    text = part["main"].script()
+    assert "R.add(" in text and "R.nn.softmax(" in text
+
+
+def test_shared_intermediate_is_not_fused():
+    # y feeds both the relu and the output: fusing the relu would hide y, so only the matmul goes.
+    @tvm.script.ir_module
+    class M:
+        @R.function
+        def main(x: R.Tensor((8, 64), "float32")):
+            with R.dataflow():
+                y = R.matmul(x, R.const(W1))
+                r = R.nn.relu(y)
+                o = R.add(r, y)
+                R.output(o)
+            return o
+
+    part = bolt_tvm.partition_for_bolt(M, merge=False)
+    assert sorted(sum(bolt_tvm.offloaded(part).values(), [])) == ["bolt.matmul"]
+
+
+def test_missing_library_at_run_time_is_a_clear_error(tmp_path):
+    x = randn(32, 64)
+    _, _, lib = build_export_run(MatmulBiasGelu, [x], tmp_path)
+    script = (
+        "import sys, numpy as np, tvm\nfrom tvm import relax\n"
+        f"vm = relax.VirtualMachine(tvm.runtime.load_module({str(lib)!r}), tvm.cpu())\n"
+        "vm['main'](tvm.runtime.tensor(np.zeros((32, 64), 'float32')))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       env={**os.environ, "BOLT_LIBRARY": str(tmp_path / "no-such-libbolt.so")})
+    assert r.returncode != 0
+    assert "cannot load the Bolt library" in r.stderr and "no-such-libbolt.so" in r.stderr, r.stderr[-2000:]
+
+
+def test_relax_to_onnx_rejects_what_bolt_cannot_read():
+    @tvm.script.ir_module
+    class M:
+        @R.function
+        def main(x: R.Tensor((8, 64), "float32")):
+            R.func_attr({"global_symbol": "main"})
+            with R.dataflow():
+                o = R.nn.softmax(x)
+                R.output(o)
+            return o
+
+    with pytest.raises(bolt_tvm.UnsupportedRelax, match="relax.nn.softmax"):
+        bolt_tvm.function_to_onnx(M["main"], "main")
+
+
+def test_resnet50_from_onnx_partitions_and_runs(tmp_path):
+    from tvm.relax.frontend.onnx import from_onnx
+
+    path = TESTDATA / "models" / "resnet50" / "model.onnx"
+    if not path.is_file():
+        pytest.skip(f"{path} missing (tests/python/make_models.py makes it)")
+    mod = from_onnx(onnx.load(str(path)), shape_dict={"input": [1, 3, 224, 224]})
+    x = randn(1, 3, 224, 224)
+    offloaded, got, _ = build_export_run(mod, [x], tmp_path)
+    composites = sum(offloaded.values(), [])
+    # Every conv and the classifier GEMM are Bolt's. 49 convs take their BN (and activation,
+    # residual add) along; the 4 downsample convs take none: their BN output feeds the block's
+    # residual add directly, and a TVM pattern cannot end in batch_norm's tuple field.
+    assert sum(c.startswith("bolt.conv2d_bn") for c in composites) == 49, composites
+    assert composites.count("bolt.conv2d") == 4, composites
+    assert sum(c.startswith("bolt.matmul") for c in composites) == 1, composites
+    want = tvm_reference(mod, [x])
+    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
+    assert np.argmax(got) == np.argmax(want)
