@@ -148,6 +148,36 @@ pub struct ReferenceRun {
     pub outputs: Vec<(String, Vec<usize>, f64, f64)>,
 }
 
+/// The kernel for each distinct workload (H100, sm90): the tuning database's entry when `db`
+/// has one (measured or analytic, as `bolt-tune` stored it), else the analytic model's top pick.
+/// Returns (kernel node, problem, pick) per distinct problem.
+pub fn kernel_picks(
+    uses: &[crate::plan::lower::KernelUse],
+    db: Option<&bolt_profiler::db::Db>,
+) -> Vec<(String, String, String)> {
+    let device = bolt_profiler::device::DeviceSpec::h100_sxm5_80gb();
+    let arch = bolt_codegen::spec::Arch::Sm90;
+    let toolchain = bolt_profiler::db::Toolchain::pinned();
+    let mut picks: Vec<(String, String, String)> = Vec::new();
+    for u in uses {
+        let problem = u.workload.describe();
+        if picks.iter().any(|(_, p, _)| *p == problem) {
+            continue;
+        }
+        let tuned = db.and_then(|db| db.lookup(&u.workload, &device, arch, &toolchain));
+        let pick = match (tuned, bolt_profiler::analytic::rank_all(&u.workload, &device, arch)) {
+            (Some(e), _) => format!("{} (tuning db, {:?} {:.1} us)", e.best, e.source, e.time_s * 1e6),
+            (None, r) if !r.ranked.is_empty() => {
+                let best = &r.ranked[0];
+                format!("{} (est {:.1} us)", best.candidate.name, best.estimate.time_s * 1e6)
+            }
+            (None, r) => format!("no candidate: {}", r.excluded.first().map_or("none".to_string(), |e| e.reason.clone())),
+        };
+        picks.push((u.node.clone(), problem, pick));
+    }
+    picks
+}
+
 /// Summarises `g` and, when `run` is set, executes it once with the reference executor.
 pub fn summarize(g: &Graph, bindings: &DimBindings, run: bool) -> Result<Summary> {
     let ty = |n: &str| g.types.get(n).map(|t| t.to_string()).unwrap_or_else(|| "?".into());
@@ -180,22 +210,7 @@ pub fn summarize(g: &Graph, bindings: &DimBindings, run: bool) -> Result<Summary
     let planned = crate::plan::plan_with(g, &opts)?;
     let milliseconds = t0.elapsed().as_secs_f64() * 1e3;
     let (uses, skipped) = crate::plan::lower::workloads(&planned.graph, bindings);
-    let device = bolt_profiler::device::DeviceSpec::h100_sxm5_80gb();
-    let mut picks: Vec<(String, String, String)> = Vec::new();
-    for u in &uses {
-        let problem = u.workload.describe();
-        if picks.iter().any(|(_, p, _)| *p == problem) {
-            continue;
-        }
-        let pick = match bolt_profiler::analytic::rank_all(&u.workload, &device, bolt_codegen::spec::Arch::Sm90) {
-            r if !r.ranked.is_empty() => {
-                let best = &r.ranked[0];
-                format!("{} (est {:.1} us)", best.candidate.name, best.estimate.time_s * 1e6)
-            }
-            r => format!("no candidate: {}", r.excluded.first().map_or("none".to_string(), |e| e.reason.clone())),
-        };
-        picks.push((u.node.clone(), problem, pick));
-    }
+    let picks = kernel_picks(&uses, None);
     let kernels = planned.graph.nodes.iter().filter(|n| matches!(n.op, Op::Fused(_) | Op::FusedChain(_))).count();
     let mut plan_summary = PlanSummary {
         milliseconds,

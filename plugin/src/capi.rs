@@ -117,7 +117,8 @@ fn parse_options(json: *const c_char) -> Result<Options, String> {
 }
 
 /// Imports and plans a model (layout, padding, epilogue and back-to-back fusion); the plan's
-/// report (JSON, as `bolt report --json` prints it) is kept for [`bolt_module_report`].
+/// report (JSON, as `bolt report --json` prints it, plus the kernel picks) is kept for
+/// [`bolt_module_report`].
 /// Options: a JSON object with the ONNX Runtime provider's keys (`device`, `verbose`); NULL for
 /// the defaults.
 ///
@@ -143,7 +144,9 @@ pub unsafe extern "C" fn bolt_module_create(
         let opts = bolt::plan::PlanOptions::default();
         let plan = bolt::plan::plan_with(&m.graph, &opts).map_err(|e| format!("planning failed: {e}"))?;
         let report = bolt::plan::report::report(&m.graph.name, &m.graph, &plan, &opts);
-        let report = serde_json::to_string(&report).map_err(|e| e.to_string())?;
+        let mut report = serde_json::to_value(&report).map_err(|e| e.to_string())?;
+        report["kernels"] = kernel_picks(&plan.graph, &opts.bindings);
+        let report = report.to_string();
         if options.verbose {
             eprintln!("[bolt] planned '{}': {}", m.graph.name, report);
         }
@@ -153,7 +156,17 @@ pub unsafe extern "C" fn bolt_module_create(
     })
 }
 
-/// The plan report of a module (JSON). Free with [`bolt_string_free`].
+/// The kernel each planned workload would run: the tuning database's entry (BOLT_TUNING_DB, else
+/// `bolt-tune`'s default path) when it has one, else the analytic pick.
+fn kernel_picks(planned: &Graph, bindings: &bolt::compile::DimBindings) -> serde_json::Value {
+    let (uses, _) = bolt::plan::lower::workloads(planned, bindings);
+    let path = bolt_profiler::db::Db::default_path();
+    let db = if path.is_file() { bolt_profiler::db::Db::open(&path).ok() } else { None };
+    let picks = bolt::compile::kernel_picks(&uses, db.as_ref());
+    picks.into_iter().map(|(node, problem, pick)| serde_json::json!({"node": node, "problem": problem, "pick": pick})).collect()
+}
+
+/// The plan report of a module (JSON), with a `kernels` list from [`kernel_picks`]. Free with [`bolt_string_free`].
 ///
 /// # Safety
 /// `m` is a live module from [`bolt_module_create`]; `json_out` is writable.

@@ -31,6 +31,8 @@ def library(tmp_path_factory):
         pytest.fail(f"{e}. tests/run.sh builds it before pytest.", pytrace=False)
     # Shim objects go to a fresh cache: each test run compiles them.
     os.environ["BOLT_CACHE_DIR"] = str(tmp_path_factory.mktemp("bolt-cache"))
+    # No tuning database: kernel picks are the analytic model's.
+    os.environ["BOLT_TUNING_DB"] = str(tmp_path_factory.mktemp("no-db") / "tuning.json")
     yield path
 
 
@@ -129,6 +131,9 @@ def test_matmul_bias_gelu_is_one_bolt_kernel(tmp_path):
     (report,) = [bolt_tvm.REPORTS[s] for s in offloaded]
     (p,) = report["partitions"]
     assert "GeluErf" in p["epilogue"] and "bias" in p["epilogue"], p
+    # The codegen picks a CUTLASS kernel for it (no tuning database here: the analytic pick).
+    (k,) = report["kernels"]
+    assert "32x128x64" in k["problem"] and k["pick"].startswith("sm90_"), k
     np.testing.assert_allclose(got, tvm_reference(MatmulBiasGelu, [x]), rtol=1e-5, atol=1e-5)
 
 
