@@ -171,7 +171,9 @@ pub fn kernel_picks(
                 let best = &r.ranked[0];
                 format!("{} (est {:.1} us)", best.candidate.name, best.estimate.time_s * 1e6)
             }
-            (None, r) => format!("no candidate: {}", r.excluded.first().map_or("none".to_string(), |e| e.reason.clone())),
+            (None, r) => {
+                format!("no candidate: {}", r.excluded.first().map_or("none".to_string(), |e| e.reason.clone()))
+            }
         };
         picks.push((u.node.clone(), problem, pick));
     }

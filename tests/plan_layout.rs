@@ -133,3 +133,34 @@ fn gemm_weights_are_stored_k_major_once() {
         }
     }
 }
+
+#[test]
+fn a_model_that_keeps_activations_nhwc_around_its_convs_needs_no_transpose() {
+    // TensorFlow exports (and TVM's NHWC convs handed over as ONNX) wrap NCHW Convs in
+    // NHWC<->NCHW transposes; the region's own boundary transposes cancel against them.
+    let mut n = Net::new(DType::F32);
+    let x = n.input("x", &[2, 12, 12, 8]);
+    let y = n.op("to_nchw", Op::Transpose { perm: Some(vec![0, 3, 1, 2]) }, &[&x]);
+    let y = n.conv(&y, 8, 16, 3, 1, 1);
+    let y = n.relu(&y);
+    let y = n.conv(&y, 16, 16, 1, 1, 0);
+    let y = n.op("to_nhwc", Op::Transpose { perm: Some(vec![0, 2, 3, 1]) }, &[&y]);
+    let g = n.finish(&[&y]);
+    let p = planned(&g);
+    assert_eq!(transposes(&p), 0, "{:?}", p.graph.nodes.iter().map(|n| n.op.op_type()).collect::<Vec<_>>());
+    assert!(p.layout.is_empty(), "{:?}", p.layout);
+    assert_eq!(p.graph.outputs, g.outputs);
+}
+
+#[test]
+fn transposes_that_do_not_undo_each_other_stay() {
+    let mut n = Net::new(DType::F32);
+    let x = n.input("x", &[2, 8, 12, 12]);
+    // [0, 2, 3, 1] twice is not the identity.
+    let y = n.op("t1", Op::Transpose { perm: Some(vec![0, 2, 3, 1]) }, &[&x]);
+    let y = n.op("t2", Op::Transpose { perm: Some(vec![0, 2, 3, 1]) }, &[&y]);
+    let y = n.conv(&y, 12, 16, 3, 1, 1);
+    let g = n.finish(&[&y]);
+    let p = planned(&g);
+    assert_eq!(transposes(&p), 4); // t1, t2, the region's entry and exit
+}

@@ -9,9 +9,9 @@
 
 use crate::ep::claimable;
 use crate::graph::{copy_tensor, write_tensor};
-use bolt::partition::HostNode;
 use crate::options::{Device, Options};
 use bolt::ir::{DType, Graph, Tensor};
+use bolt::partition::HostNode;
 use dlpark::ffi::{DLDataType, DLDataTypeCode, DLDeviceType, DLTensor};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -109,10 +109,8 @@ fn parse_options(json: *const c_char) -> Result<Options, String> {
     }
     let v: serde_json::Map<String, serde_json::Value> =
         serde_json::from_str(text).map_err(|e| format!("options are not a JSON object: {e}"))?;
-    let pairs: Vec<(String, String)> = v
-        .into_iter()
-        .map(|(k, v)| (k, v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string())))
-        .collect();
+    let pairs: Vec<(String, String)> =
+        v.into_iter().map(|(k, v)| (k, v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string()))).collect();
     Options::parse(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
 }
 
@@ -150,7 +148,8 @@ pub unsafe extern "C" fn bolt_module_create(
         if options.verbose {
             eprintln!("[bolt] planned '{}': {}", m.graph.name, report);
         }
-        let module = BoltModule { inputs: m.graph.inputs.clone(), outputs: m.graph.outputs.clone(), graph: plan.graph, report };
+        let module =
+            BoltModule { inputs: m.graph.inputs.clone(), outputs: m.graph.outputs.clone(), graph: plan.graph, report };
         *out = Box::into_raw(Box::new(module));
         Ok(())
     })
@@ -163,7 +162,10 @@ fn kernel_picks(planned: &Graph, bindings: &bolt::compile::DimBindings) -> serde
     let path = bolt_profiler::db::Db::default_path();
     let db = if path.is_file() { bolt_profiler::db::Db::open(&path).ok() } else { None };
     let picks = bolt::compile::kernel_picks(&uses, db.as_ref());
-    picks.into_iter().map(|(node, problem, pick)| serde_json::json!({"node": node, "problem": problem, "pick": pick})).collect()
+    picks
+        .into_iter()
+        .map(|(node, problem, pick)| serde_json::json!({"node": node, "problem": problem, "pick": pick}))
+        .collect()
 }
 
 /// The plan report of a module (JSON), with a `kernels` list from [`kernel_picks`]. Free with [`bolt_string_free`].
@@ -205,7 +207,9 @@ fn dtype_of(t: &DLTensor, name: &str) -> Result<DType, String> {
         (DLDataTypeCode::BOOL, 8) => Some(DType::Bool),
         _ => None,
     };
-    d.ok_or_else(|| format!("tensor '{name}': DLPack dtype (code {}, bits {bits}, lanes {lanes}) is not supported", code.0))
+    d.ok_or_else(|| {
+        format!("tensor '{name}': DLPack dtype (code {}, bits {bits}, lanes {lanes}) is not supported", code.0)
+    })
 }
 
 /// Shape of a DLTensor that Bolt can read as a dense row-major buffer in CPU memory.
@@ -218,8 +222,10 @@ unsafe fn checked_shape(t: &DLTensor, name: &str) -> Result<Vec<usize>, String> 
     }
     let nd = usize::try_from(t.ndim).map_err(|_| format!("tensor '{name}': negative ndim"))?;
     let shape: Vec<i64> = if nd == 0 { Vec::new() } else { std::slice::from_raw_parts(t.shape, nd).to_vec() };
-    let dims: Vec<usize> =
-        shape.iter().map(|&d| usize::try_from(d).map_err(|_| format!("tensor '{name}': negative dim {d}"))).collect::<Result<_, _>>()?;
+    let dims: Vec<usize> = shape
+        .iter()
+        .map(|&d| usize::try_from(d).map_err(|_| format!("tensor '{name}': negative dim {d}")))
+        .collect::<Result<_, _>>()?;
     if !t.strides.is_null() && nd > 0 {
         let strides = std::slice::from_raw_parts(t.strides, nd);
         let mut want = 1i64;

@@ -89,6 +89,7 @@ pub fn to_nhwc(g: &mut Graph) -> Result<Vec<Transform>> {
     let mut taken = HashSet::new();
     let mut inserted: Vec<Node> = Vec::new();
     let mut transforms = Vec::new();
+    let mut transform_nodes: Vec<String> = Vec::new();
     // NHWC versions of NCHW tensors: a conv output that leaves its region is written NHWC by
     // the kernel (then transposed for the other readers), so conv readers take that directly.
     let mut entry: HashMap<String, String> = HashMap::new();
@@ -115,11 +116,12 @@ pub fn to_nhwc(g: &mut Graph) -> Result<Vec<Transform>> {
                     let t = fresh_name(&old, &mut taken, &format!("{x}.nhwc"));
                     let name = fresh_name(&old, &mut taken, &format!("{x}.to_nhwc"));
                     inserted.push(node(
-                        name,
+                        name.clone(),
                         Op::Transpose { perm: Some(TO_NHWC.to_vec()) },
                         vec![Some(x.clone())],
                         t.clone(),
                     ));
+                    transform_nodes.push(name);
                     transforms.push(Transform {
                         tensor: x.clone(),
                         direction: Direction::NchwToNhwc,
@@ -167,11 +169,12 @@ pub fn to_nhwc(g: &mut Graph) -> Result<Vec<Transform>> {
             let t = entry[out].clone();
             let name = fresh_name(&old, &mut taken, &format!("{out}.to_nchw"));
             inserted.push(node(
-                name,
+                name.clone(),
                 Op::Transpose { perm: Some(TO_NCHW.to_vec()) },
                 vec![Some(t.clone())],
                 out.clone(),
             ));
+            transform_nodes.push(name);
             transforms.push(Transform {
                 tensor: out.clone(),
                 direction: Direction::NhwcToNchw,
@@ -185,8 +188,80 @@ pub fn to_nhwc(g: &mut Graph) -> Result<Vec<Transform>> {
     }
     g.nodes.extend(inserted);
     g.initializers.extend(new_weights);
+    cancel_inverse_transposes(g);
+    // A transform whose transpose cancelled against the model's own is not done at all.
+    let live: HashSet<&str> = g.nodes.iter().map(|n| n.name.as_str()).collect();
+    let transforms = transforms
+        .into_iter()
+        .zip(&transform_nodes)
+        .filter(|(_, n)| live.contains(n.as_str()))
+        .map(|(t, _)| t)
+        .collect();
     finish(g)?;
     Ok(transforms)
+}
+
+/// Removes `Transpose(Transpose(x, p), q)` where q undoes p: its readers read `x`. Models that
+/// keep activations NHWC around an NCHW Conv (TensorFlow exports, TVM's NHWC convs handed to
+/// Bolt as ONNX) have such pairs once the region boundary transposes are in. A transpose whose
+/// result is a graph output stays; one nobody reads any more is dropped.
+pub fn cancel_inverse_transposes(g: &mut Graph) -> usize {
+    let perm_of = |op: &Op, rank: usize| match op {
+        Op::Transpose { perm: Some(p) } => Some(p.clone()),
+        Op::Transpose { perm: None } => Some((0..rank).rev().collect()),
+        _ => None,
+    };
+    let mut cancelled = 0;
+    loop {
+        let producer: HashMap<&str, usize> =
+            g.nodes.iter().enumerate().flat_map(|(i, n)| n.outputs.iter().map(move |o| (o.as_str(), i))).collect();
+        let pair = g.nodes.iter().enumerate().find_map(|(b, nb)| {
+            let q = perm_of(&nb.op, 0).filter(|q| !q.is_empty())?;
+            let y = nb.input(0)?;
+            let a = *producer.get(y)?;
+            let p = perm_of(&g.nodes[a].op, q.len())?;
+            let undone = p.len() == q.len() && (0..q.len()).all(|i| p[q[i]] == i);
+            if !undone {
+                return None;
+            }
+            if !g.outputs.contains(&nb.outputs[0]) {
+                return Some((a, b, None));
+            }
+            // The pair ends in a graph output: the node producing `x` may write it under the
+            // output's name instead, when the first transpose is its only reader.
+            let x = g.nodes[a].input(0)?;
+            let readers = g.nodes.iter().filter(|n| n.inputs.iter().flatten().any(|i| i == x)).count();
+            let px = *producer.get(x)?;
+            (readers == 1 && !g.outputs.iter().any(|o| o == x)).then_some((a, b, Some(px)))
+        });
+        let Some((a, b, rename)) = pair else { break };
+        let x = g.nodes[a].inputs[0].clone();
+        let z = g.nodes[b].outputs[0].clone();
+        if let (Some(px), Some(x)) = (rename, &x) {
+            let slot = g.nodes[px].outputs.iter().position(|o| o == x).unwrap_or(0);
+            g.nodes[px].outputs[slot] = z;
+            let (hi, lo) = (a.max(b), a.min(b));
+            g.nodes.remove(hi);
+            g.nodes.remove(lo);
+            cancelled += 1;
+            continue;
+        }
+        for n in &mut g.nodes {
+            for i in n.inputs.iter_mut().flatten() {
+                if *i == z {
+                    *i = x.clone().unwrap_or_default();
+                }
+            }
+        }
+        g.nodes.remove(b);
+        let y = &g.nodes[if a > b { a - 1 } else { a }].outputs[0];
+        let read = g.nodes.iter().any(|n| n.inputs.iter().flatten().any(|i| i == y)) || g.outputs.contains(y);
+        if !read {
+            g.nodes.remove(if a > b { a - 1 } else { a });
+        }
+        cancelled += 1;
+    }
+    cancelled
 }
 
 /// Stores constant 2-D GEMM weights K-major ([N, K]) once, at plan time: the operand layout

@@ -150,6 +150,9 @@ def test_conv_nhwc_ohwi(tmp_path):
     x = randn(2, 12, 12, 16)
     offloaded, got, _ = build_export_run(ConvNhwcBiasRelu, [x], tmp_path)
     assert list(offloaded.values()) == [["bolt.conv2d_add_act"]]
+    # The conv already reads and writes NHWC: the plan adds no layout transform.
+    (report,) = [bolt_tvm.REPORTS[s] for s in offloaded]
+    assert report["layout"] == [] and report["planned_nodes"] == 1, report["layout"]
     np.testing.assert_allclose(got, tvm_reference(ConvNhwcBiasRelu, [x]), rtol=1e-4, atol=1e-4)
 
 
