@@ -56,6 +56,8 @@ struct Opts {
     arch: Arch,
     top_k: usize,
     models: Option<PathBuf>,
+    /// Write package.json only (to see what a profile would build), no nvcc.
+    no_build: bool,
 }
 
 fn parse_args() -> Result<Opts> {
@@ -66,6 +68,7 @@ fn parse_args() -> Result<Opts> {
         arch: Arch::Sm90,
         top_k: 3,
         models: None,
+        no_build: false,
     };
     let mut arch_given = None;
     let mut args = std::env::args().skip(1);
@@ -91,8 +94,9 @@ fn parse_args() -> Result<Opts> {
             }
             "--top-k" => o.top_k = value()?.parse().context("--top-k")?,
             "--models" => o.models = Some(value()?.into()),
+            "--no-build" => o.no_build = true,
             "-h" | "--help" => {
-                println!("bench_package --workloads DIR --out DIR [--profile dry|full] [--arch sm90|sm80 (dry: sm80, full: sm90)] [--top-k N] [--models DIR]");
+                println!("bench_package --workloads DIR --out DIR [--profile dry|full] [--arch sm90|sm80 (dry: sm80, full: sm90)] [--top-k N] [--models DIR] [--no-build]");
                 std::process::exit(0);
             }
             x => bail!("unknown argument {x} (see --help)"),
@@ -299,7 +303,15 @@ fn pad_to_8(w: &Workload) -> Option<Workload> {
             Workload::gemm(&w.name, (g.m, up(g.n), up(g.k), 1), w.types, w.layouts, w.epilogue.clone()).ok()
         }
         Problem::Conv2d(c) if c.groups == 1 && (c.c % 8 != 0 || c.k % 8 != 0) => {
-            let mut s = Conv2dShape::new(c.n as i64, c.h as i64, c.w as i64, up(c.c as i64), up(c.k as i64), c.r as i64, c.s as i64);
+            let mut s = Conv2dShape::new(
+                c.n as i64,
+                c.h as i64,
+                c.w as i64,
+                up(c.c as i64),
+                up(c.k as i64),
+                c.r as i64,
+                c.s as i64,
+            );
             s.pad = (c.pad_h as i64, c.pad_w as i64);
             s.stride = (c.stride_h as i64, c.stride_w as i64);
             s.dilation = (c.dilation_h as i64, c.dilation_w as i64);
@@ -360,7 +372,8 @@ fn padding(p: &mut Pack, suites: &mut BTreeMap<&'static str, Vec<Value>>) -> Res
         let build = p.dry_builds("padding", &w.name);
         let mut c = p.case("padding", "padding.json", &w, build, Arch::Sm80);
         let Problem::Conv2d(u) = w.problem else { bail!("padding.json: `{}` is not a conv", w.name) };
-        let mut shape = Conv2dShape::new(u.n as i64, u.h as i64, u.w as i64, u.c as i64, u.k as i64, u.r as i64, u.s as i64);
+        let mut shape =
+            Conv2dShape::new(u.n as i64, u.h as i64, u.w as i64, u.c as i64, u.k as i64, u.r as i64, u.s as i64);
         shape.pad = (u.pad_h as i64, u.pad_w as i64);
         shape.stride = (u.stride_h as i64, u.stride_w as i64);
         shape.c = (shape.c + 7) / 8 * 8;
@@ -382,8 +395,22 @@ fn padding(p: &mut Pack, suites: &mut BTreeMap<&'static str, Vec<Value>>) -> Res
 fn conv_problem([n, h, w, c]: [i32; 4], k: i32, r: i32, pad: i32, stride: i32) -> BoltConv2dProblem {
     let out = |x: i32| (x + 2 * pad - r) / stride + 1;
     BoltConv2dProblem {
-        n, h, w, c, k, r, s: r, p: out(h), q: out(w), pad_h: pad, pad_w: pad, stride_h: stride, stride_w: stride,
-        dilation_h: 1, dilation_w: 1, groups: 1,
+        n,
+        h,
+        w,
+        c,
+        k,
+        r,
+        s: r,
+        p: out(h),
+        q: out(w),
+        pad_h: pad,
+        pad_w: pad,
+        stride_h: stride,
+        stride_w: stride,
+        dilation_h: 1,
+        dilation_w: 1,
+        groups: 1,
     }
 }
 
@@ -412,8 +439,13 @@ fn back_to_back(p: &mut Pack, suites: &mut BTreeMap<&'static str, Vec<Value>>) -
         ("cutlass_example_shapes", &w["cutlass_example_shapes"]),
     ] {
         for (i, v) in list.as_array().into_iter().flatten().enumerate() {
-            let name = if group == "cutlass_example_shapes" { format!("{group}/{i}") } else { format!("{group}/problems/{i}") };
-            let problem = B2bProblem::gemm(g(v, "M", &name)?, g(v, "K0", &name)?, &[g(v, "N0", &name)?, g(v, "N1", &name)?]);
+            let name = if group == "cutlass_example_shapes" {
+                format!("{group}/{i}")
+            } else {
+                format!("{group}/problems/{i}")
+            };
+            let problem =
+                B2bProblem::gemm(g(v, "M", &name)?, g(v, "K0", &name)?, &[g(v, "N0", &name)?, g(v, "N1", &name)?]);
             chains.push((name, B2bFamily::Gemm, problem, v.clone()));
         }
     }
@@ -436,7 +468,10 @@ fn back_to_back(p: &mut Pack, suites: &mut BTreeMap<&'static str, Vec<Value>>) -
         let m = g(v, "M", &name)?;
         let layers = widths.len() - 1;
         let reason = if layers > bolt_codegen::abi::B2B_MAX_LAYERS {
-            format!("{layers} layers: the ABI holds at most {} (BOLT_B2B_MAX_LAYERS)", bolt_codegen::abi::B2B_MAX_LAYERS)
+            format!(
+                "{layers} layers: the ABI holds at most {} (BOLT_B2B_MAX_LAYERS)",
+                bolt_codegen::abi::B2B_MAX_LAYERS
+            )
         } else {
             let problem = B2bProblem::gemm(m, widths[0], &widths[1..]);
             match b2b::candidates(B2bFamily::Gemm, F16_F32_F16, &problem, &vec![relu.clone(); layers]) {
@@ -493,7 +528,9 @@ fn back_to_back(p: &mut Pack, suites: &mut BTreeMap<&'static str, Vec<Value>>) -
             B2bProblem::Conv2d(cp) => (0..2)
                 .map(|l| {
                     let c = cp.conv[l];
-                    let mut s = Conv2dShape::new(c.n as i64, c.h as i64, c.w as i64, c.c as i64, c.k as i64, c.r as i64, c.s as i64);
+                    let mut s = Conv2dShape::new(
+                        c.n as i64, c.h as i64, c.w as i64, c.c as i64, c.k as i64, c.r as i64, c.s as i64,
+                    );
                     s.pad = (c.pad_h as i64, c.pad_w as i64);
                     s.stride = (c.stride_h as i64, c.stride_w as i64);
                     Workload::conv2d(&format!("{name}/layer{l}"), s, F16_F32_F16, relu.clone())
@@ -541,20 +578,41 @@ fn kernels(p: &mut Pack, suites: &mut BTreeMap<&'static str, Vec<Value>>) -> Res
         ),
         (with_epilogue(&conv_fig9, plain.clone()), "conv2d.json bolt_fig9_epilogue".into(), false),
         (with_epilogue(&conv_fig9, plain.clone()), "conv2d.json bolt_fig9_epilogue (stride 1)".into(), true),
-        (mk_conv("group_single", shape(2, 128)).map_err(err)?, "bolt_fig9_epilogue with C = K = 128, 2 groups".into(), false),
+        (
+            mk_conv("group_single", shape(2, 128)).map_err(err)?,
+            "bolt_fig9_epilogue with C = K = 128, 2 groups".into(),
+            false,
+        ),
         (mk_conv("group_multiple", shape(4, 64)).map_err(err)?, "bolt_fig9_epilogue with 4 groups".into(), false),
-        (mk_conv("depthwise", shape(64, 64)).map_err(err)?, "bolt_fig9_epilogue depthwise (groups = C = 64)".into(), false),
+        (
+            mk_conv("depthwise", shape(64, 64)).map_err(err)?,
+            "bolt_fig9_epilogue depthwise (groups = C = 64)".into(),
+            false,
+        ),
     ];
     let full = p.o.profile == Profile::Full;
     let all_forms = |a: Activation| {
-        let e = |beta_source, bias, residual| Epilogue::new(NormalForm { beta_source, bias, activation: a, residual }).unwrap();
-        vec![e(false, false, None), e(false, true, None), e(true, false, None),
-             e(false, true, Some(ResidualAt::BeforeActivation)), e(false, true, Some(ResidualAt::AfterActivation))]
+        let e = |beta_source, bias, residual| {
+            Epilogue::new(NormalForm { beta_source, bias, activation: a, residual }).unwrap()
+        };
+        vec![
+            e(false, false, None),
+            e(false, true, None),
+            e(true, false, None),
+            e(false, true, Some(ResidualAt::BeforeActivation)),
+            e(false, true, Some(ResidualAt::AfterActivation)),
+        ]
     };
     let matrix: Vec<Epilogue> = Activation::all().into_iter().flat_map(all_forms).collect();
     let small: Vec<Epilogue> = ["plain", "bias+relu"].iter().map(|s| parse_epilogue(s).unwrap()).collect();
-    let sm90_acts = [Activation::Identity, Activation::Relu, Activation::GeluErf, Activation::HardSwish,
-                     Activation::HardSigmoid { alpha: 0.2.into(), beta: 0.5.into() }, Activation::Clip { min: 0.0.into(), max: 6.0.into() }];
+    let sm90_acts = [
+        Activation::Identity,
+        Activation::Relu,
+        Activation::GeluErf,
+        Activation::HardSwish,
+        Activation::HardSigmoid { alpha: 0.2.into(), beta: 0.5.into() },
+        Activation::Clip { min: 0.0.into(), max: 6.0.into() },
+    ];
     let sm90_matrix: Vec<Epilogue> = sm90_acts.into_iter().flat_map(all_forms).collect();
     let mut arches = vec![Arch::Sm80];
     if full && p.o.arch == Arch::Sm90 {
@@ -584,7 +642,14 @@ fn kernels(p: &mut Pack, suites: &mut BTreeMap<&'static str, Vec<Value>>) -> Res
                 base.family
             };
             let label = family_name(&fam);
-            if arch == Arch::Sm90 && !matches!(fam, Family::Gemm | Family::BatchedGemm | Family::Conv2dFprop(ConvFeatures { groups: GroupMode::None, unit_stride: false })) {
+            if arch == Arch::Sm90
+                && !matches!(
+                    fam,
+                    Family::Gemm
+                        | Family::BatchedGemm
+                        | Family::Conv2dFprop(ConvFeatures { groups: GroupMode::None, unit_stride: false })
+                )
+            {
                 suites.entry("kernels").or_default().push(json!({
                     "id": format!("kernels:{:?}/{label}", arch).to_lowercase(), "suite": "kernels", "workload": label,
                     "arch": "sm90", "family": label, "status": "not-available", "kernels": [],
@@ -639,7 +704,8 @@ fn kernels(p: &mut Pack, suites: &mut BTreeMap<&'static str, Vec<Value>>) -> Res
 /// Suite 6's host part: Bolt's tuning of each model (plan, lower, analytic ranking of every
 /// kernel), timed here. GPU-measured tuning needs `bolt-tune --features cuda` on the device.
 fn e2e(p: &mut Pack) -> Value {
-    let models = [("resnet50", "resnet50", vec![("N", 32usize)]), ("bert_base", "bert_base", vec![("batch", 32), ("seq", 128)])];
+    let models =
+        [("resnet50", "resnet50", vec![("N", 32usize)]), ("bert_base", "bert_base", vec![("batch", 32), ("seq", 128)])];
     let mut out = Vec::new();
     for (name, dir, dims) in models {
         let Some(root) = &p.o.models else {
@@ -648,7 +714,9 @@ fn e2e(p: &mut Pack) -> Value {
         };
         let path = root.join(dir).join("model.onnx");
         if !path.exists() {
-            out.push(json!({"model": name, "status": "not-available", "reason": format!("{} not found", path.display())}));
+            out.push(
+                json!({"model": name, "status": "not-available", "reason": format!("{} not found", path.display())}),
+            );
             continue;
         }
         let start = Instant::now();
@@ -670,10 +738,12 @@ fn e2e(p: &mut Pack) -> Value {
                     ranked += usize::from(!rank_all(&u.workload, &p.device, p.o.arch).ranked.is_empty());
                 }
             }
-            Ok(json!({"model": name, "status": "ok", "dims": dims.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>(),
+            Ok(
+                json!({"model": name, "status": "ok", "dims": dims.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>(),
                       "kernels": uses.len(), "distinct_workloads": distinct.len(), "with_candidate": ranked,
                       "not_lowered": skipped.len(), "plan_seconds": planned,
-                      "analytic_tuning_seconds": start.elapsed().as_secs_f64(), "arch": format!("{:?}", p.o.arch).to_lowercase()}))
+                      "analytic_tuning_seconds": start.elapsed().as_secs_f64(), "arch": format!("{:?}", p.o.arch).to_lowercase()}),
+            )
         })();
         out.push(result.unwrap_or_else(|e| json!({"model": name, "status": "error", "reason": format!("{e:#}")})));
     }
@@ -718,7 +788,12 @@ fn build(p: &Pack) -> Result<Value> {
         let start = Instant::now();
         let lib = b2b::build_library_with_flags(&specs, &p.o.out.join("b2b"), "bolt_bench_b2b", None, &[PTX80.into()])
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-        eprintln!("bench_package: {} ({} chain kernels, {:.1}s)", lib.library.display(), lib.symbols.len(), start.elapsed().as_secs_f64());
+        eprintln!(
+            "bench_package: {} ({} chain kernels, {:.1}s)",
+            lib.library.display(),
+            lib.symbols.len(),
+            start.elapsed().as_secs_f64()
+        );
         libs.push(json!({"library": "b2b/libbolt_bench_b2b.so", "arch": "sm80", "kernels": lib.symbols.len(),
                          "seconds": start.elapsed().as_secs_f64(), "ptx_jit_on_sm90": true}));
     }
@@ -756,7 +831,7 @@ fn main() -> Result<()> {
         }
     }
     std::fs::create_dir_all(&p.o.out).with_context(|| format!("creating {}", p.o.out.display()))?;
-    let libraries = build(&p)?;
+    let libraries = if p.o.no_build { json!("not built (--no-build)") } else { build(&p)? };
     let package = json!({
         "format": FORMAT,
         "profile": format!("{:?}", p.o.profile).to_lowercase(),
@@ -772,9 +847,15 @@ fn main() -> Result<()> {
         "commit": std::env::var("BOLT_BENCH_COMMIT").ok(),
     });
     let path = p.o.out.join("package.json");
-    std::fs::write(&path, serde_json::to_string_pretty(&package)? + "\n").with_context(|| format!("writing {}", path.display()))?;
+    std::fs::write(&path, serde_json::to_string_pretty(&package)? + "\n")
+        .with_context(|| format!("writing {}", path.display()))?;
     let count: usize = package["suites"].as_object().unwrap().values().map(|v| v.as_array().unwrap().len()).sum();
-    println!("bench_package: {count} cases, {} kernels + {} chain kernels -> {}", p.specs.len(), p.b2b.len(), path.display());
+    println!(
+        "bench_package: {count} cases, {} kernels + {} chain kernels -> {}",
+        p.specs.len(),
+        p.b2b.len(),
+        path.display()
+    );
     Ok(())
 }
 
@@ -784,9 +865,9 @@ fn parse_named(name: &str) -> Option<Epilogue> {
     let candidates = Activation::all().into_iter().flat_map(|a| {
         [false, true].into_iter().flat_map(move |beta_source| {
             [false, true].into_iter().flat_map(move |bias| {
-                [None, Some(ResidualAt::BeforeActivation), Some(ResidualAt::AfterActivation)]
-                    .into_iter()
-                    .filter_map(move |residual| Epilogue::new(NormalForm { beta_source, bias, activation: a, residual }).ok())
+                [None, Some(ResidualAt::BeforeActivation), Some(ResidualAt::AfterActivation)].into_iter().filter_map(
+                    move |residual| Epilogue::new(NormalForm { beta_source, bias, activation: a, residual }).ok(),
+                )
             })
         })
     });

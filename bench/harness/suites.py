@@ -190,6 +190,7 @@ def bolt_runner(ctx, kernel, ops, alpha=1.0, beta=1.0):
     torch, _ = _torch()
     from .abi import BoltArgs
     a, b, c, bias, d = ops.bolt_tensors()
+    d.fill_(float("nan"))  # poison: an element the kernel does not write fails the check
     ptr = lambda t: t.data_ptr() if t is not None else None  # noqa: E731
     args = BoltArgs(a=ptr(a), b=ptr(b), c=ptr(c), bias=ptr(bias), d=ptr(d), alpha=alpha, beta=beta)
     ws = ctx.libs.workspace_size(kernel, ops.bolt_problem)

@@ -1410,15 +1410,14 @@ pub fn build_library_with_flags(
         None => Cache::default_dir().ok_or(bolt_cutlass::Error::NoCacheDir)?,
     };
     let cache = Cache::open(&cache_root).map_err(io(&cache_root))?;
-    let flags: Vec<String> =
-        with_extra(
-            compile_command(&tc, Path::new("<source.cu>"), Path::new("<object.o>"), Path::new("<build>/include")),
-            extra_flags,
-        )
-        .args()?
-            .iter()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
+    let flags: Vec<String> = with_extra(
+        compile_command(&tc, Path::new("<source.cu>"), Path::new("<object.o>"), Path::new("<build>/include")),
+        extra_flags,
+    )
+    .args()?
+    .iter()
+    .map(|a| a.to_string_lossy().into_owned())
+    .collect();
     let versions = (tc.cuda_version().to_string(), tc.cutlass_version().to_string());
 
     let mut objects = Vec::new();
