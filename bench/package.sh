@@ -51,7 +51,7 @@ cp bench/harness/*.py "$OUT/harness/"
 cp bench/gpu.sh bench/README.md "$OUT/"
 cp "$WORKLOADS"/*.json "$WORKLOADS"/README.md "$OUT/workloads/" 2>/dev/null || cp "$WORKLOADS"/*.json "$OUT/workloads/"
 strip -o "$OUT/plugin/libbolt_ort.so" target/release/libbolt_ort.so
-cp -r plugin/python/bolt_ort "$OUT/plugin/python/"
+cp -r plugin/python/bolt_ort plugin/python/bolt_library.py "$OUT/plugin/python/"
 # Build leftovers the GPU does not need (sources stay: small, and useful to read).
 rm -rf "$OUT"/kernels/logs "$OUT"/b2b/logs "$OUT"/*/.bolt-build.lock
 find "$OUT" -name __pycache__ -prune -exec rm -rf {} +

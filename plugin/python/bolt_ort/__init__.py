@@ -9,28 +9,21 @@ repository this package sits in (built by `cargo build --release -p bolt-ort`).
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import onnxruntime as ort
 
+import bolt_library
+
 EP_NAME = "BoltExecutionProvider"
 REGISTRATION_NAME = "bolt"
-_REPO = Path(__file__).resolve().parents[3]
 
 _registered: str | None = None
 
 
 def library_path() -> Path:
-    """The built plugin library; raises FileNotFoundError naming where it looked."""
-    env = os.environ.get("BOLT_ORT_LIBRARY")
-    path = Path(env) if env else _REPO / "target" / "release" / "libbolt_ort.so"
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"Bolt ORT plugin library not found at {path} "
-            f"({'from BOLT_ORT_LIBRARY' if env else 'build it with: cargo build --release -p bolt-ort'})"
-        )
-    return path.resolve()
+    """The built plugin library (BOLT_ORT_LIBRARY, else this repository's release build)."""
+    return bolt_library.library_path("BOLT_ORT_LIBRARY")
 
 
 def register(name: str = REGISTRATION_NAME) -> str:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import ctypes
 import json
-import os
 from pathlib import Path
 
-_REPO = Path(__file__).resolve().parents[3]
+import bolt_library
+
 _lib: ctypes.CDLL | None = None
 
 
@@ -17,14 +17,7 @@ class BoltError(RuntimeError):
 
 def library_path() -> Path:
     """The Bolt library: BOLT_LIBRARY, else target/release/libbolt_ort.so of this repository."""
-    env = os.environ.get("BOLT_LIBRARY")
-    path = Path(env) if env else _REPO / "target" / "release" / "libbolt_ort.so"
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"Bolt library not found at {path} "
-            f"({'from BOLT_LIBRARY' if env else 'build it with: cargo build --release -p bolt-ort'})"
-        )
-    return path.resolve()
+    return bolt_library.library_path("BOLT_LIBRARY")
 
 
 def lib() -> ctypes.CDLL:
