@@ -101,6 +101,23 @@ pub struct PlanSummary {
     pub not_lowered: Vec<(String, String)>,
     /// Max abs difference between the planned and the original graph on the reference run.
     pub max_abs_diff: Option<f64>,
+    /// Outputs where the planned graph differs from the model beyond [`plan_tolerance`]:
+    /// (output, what differs). A plan must compute what the model does, so `bolt compile`
+    /// fails when this is not empty.
+    pub mismatches: Vec<(String, String)>,
+}
+
+/// How far the planned graph may differ from the model on the reference executor: folding
+/// changes the rounding order (weights scaled before the GEMM, bias terms summed first), and
+/// an f16/bf16 kernel rounds once where the model rounds after every op. The absolute part
+/// scales with the output's magnitude.
+pub fn plan_tolerance(dtype: crate::ir::DType, max_abs: f64) -> crate::cases::Tolerance {
+    let (rtol, atol) = match dtype {
+        crate::ir::DType::F16 => (1e-2, 1e-2),
+        crate::ir::DType::BF16 => (4e-2, 4e-2),
+        _ => (1e-3, 1e-4),
+    };
+    crate::cases::Tolerance { rtol, atol: atol * max_abs.max(1.0) }
 }
 
 /// One partition: a GEMM/Conv anchor and the epilogue ops fused into its kernel.
@@ -110,35 +127,14 @@ pub struct Anchor {
     pub op_type: String,
     pub output_type: String,
     pub gflops: Option<f64>,
-    /// Human-readable epilogue, e.g. `bias + residual -> Relu`.
+    /// The epilogue as the expression it computes, e.g. `relu(acc + bias + C)`.
     pub epilogue: String,
     pub fused_nodes: usize,
 }
 
-/// Human-readable epilogue, e.g. `batchnorm(folded) + bias -> Relu + residual`.
+/// The epilogue as the expression its kernel computes, e.g. `relu(0.125*acc + bias) + residual`.
 pub fn describe(e: &crate::partition::FusedEpilogue) -> String {
-    use crate::partition::ResidualAt;
-    let mut parts = Vec::new();
-    if e.batch_norm.is_some() {
-        parts.push("batchnorm(folded)".to_string());
-    }
-    if e.alpha != 1.0 {
-        parts.push(format!("x{}", e.alpha));
-    }
-    if !e.bias.is_empty() {
-        parts.push("bias".into());
-    }
-    if e.source_at == Some(ResidualAt::BeforeActivation) {
-        parts.push("residual".into());
-    }
-    let mut s = if parts.is_empty() { "plain".to_string() } else { parts.join(" + ") };
-    if let Some(a) = e.activation {
-        s = format!("{s} -> {a:?}");
-    }
-    if e.source_at == Some(ResidualAt::AfterActivation) {
-        s.push_str(" + residual");
-    }
-    s
+    e.to_string()
 }
 
 #[derive(Debug, serde::Serialize)]
@@ -224,6 +220,7 @@ pub fn summarize(g: &Graph, bindings: &DimBindings, run: bool) -> Result<Summary
         picks,
         not_lowered: skipped.into_iter().map(|u| (u.node, u.reason)).collect(),
         max_abs_diff: None,
+        mismatches: Vec::new(),
     };
     let reference = if run && runnable {
         let inputs = synthetic_inputs(g, bindings, 0)?;
@@ -232,10 +229,20 @@ pub fn summarize(g: &Graph, bindings: &DimBindings, run: bool) -> Result<Summary
         let seconds = t0.elapsed().as_secs_f64();
         // The plan must compute what the model does.
         let planned_outs = crate::reference::run(&planned.graph, &inputs)?;
-        plan_summary.max_abs_diff = Some(g.outputs.iter().fold(0.0f64, |m, o| {
-            let (a, b) = (outs[o].to_f64_vec(), planned_outs[o].to_f64_vec());
-            a.iter().zip(&b).fold(m, |m, (x, y)| m.max((x - y).abs()))
-        }));
+        let mut max_abs_diff = 0.0f64;
+        for o in &g.outputs {
+            let (want, got) = (&outs[o], &planned_outs[o]);
+            let scale = want.to_f64_vec().iter().fold(0.0f64, |m, x| m.max(x.abs()));
+            let tol = plan_tolerance(want.dtype(), scale);
+            let check = crate::cases::compare(o, got, want, tol);
+            max_abs_diff = max_abs_diff.max(check.max_abs_err);
+            if let Some(why) = check.failure {
+                plan_summary
+                    .mismatches
+                    .push((o.clone(), format!("{why}; tolerance rtol {:e}, atol {:e}", tol.rtol, tol.atol)));
+            }
+        }
+        plan_summary.max_abs_diff = Some(max_abs_diff);
         let outputs = g
             .outputs
             .iter()
@@ -318,6 +325,9 @@ impl std::fmt::Display for Summary {
             }
             if let Some(d) = p.max_abs_diff {
                 writeln!(f, "Planned graph vs model on the reference: max abs diff {d:.2e}")?;
+            }
+            for (o, why) in &p.mismatches {
+                writeln!(f, "  PLANNED GRAPH DIFFERS FROM THE MODEL on output {o}: {why}")?;
             }
         }
         match &self.reference {

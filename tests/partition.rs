@@ -48,8 +48,8 @@ fn matmul_bias_and_erf_gelu_formula_fuse_into_one_partition() {
     assert_eq!(p.partitions.len(), 1, "{:#?}", p);
     let part = &p.partitions[0];
     assert_eq!(part.kind, AnchorKind::MatMul);
-    assert_eq!(part.epilogue.bias, vec![BiasTerm { tensor: "bias".into(), scale: 1.0 }]);
-    assert_eq!(part.epilogue.activation, Some(Activation::GeluErf));
+    assert_eq!(part.epilogue.form().bias, vec![BiasTerm { tensor: "bias".into(), scale: 1.0 }]);
+    assert_eq!(part.epilogue.form().activation, Some(Activation::GeluErf));
     assert_eq!(part.nodes.len(), 7);
     assert_eq!(part.output, "mul_half_out");
     assert!(p.host.is_empty(), "{:?}", p.host);
@@ -62,7 +62,7 @@ fn x_times_sigmoid_x_is_silu_not_sigmoid() {
         b.node("mul", Op::Binary(Binary::Mul), &[&y, &s])
     });
     let p = partition(&g);
-    assert_eq!(p.partitions[0].epilogue.activation, Some(Activation::Silu));
+    assert_eq!(p.partitions[0].epilogue.form().activation, Some(Activation::Silu));
     assert_eq!(p.partitions[0].output, "mul_out");
 }
 
@@ -75,7 +75,7 @@ fn hardswish_written_with_clip_is_recognised() {
         let m = b.node("mul", Op::Binary(Binary::Mul), &[&y, &c]);
         b.node("div6", Op::Binary(Binary::Div), &[&m, &six])
     });
-    assert_eq!(partition(&g).partitions[0].epilogue.activation, Some(Activation::HardSwish));
+    assert_eq!(partition(&g).partitions[0].epilogue.form().activation, Some(Activation::HardSwish));
 }
 
 #[test]
@@ -90,7 +90,7 @@ fn a_tensor_read_outside_the_chain_is_never_fused_away() {
     b.output(&z);
     let p = partition(&b.finish().unwrap());
     assert_eq!(p.partitions[0].nodes, vec!["mm"]);
-    assert!(p.partitions[0].epilogue.bias.is_empty());
+    assert!(p.partitions[0].epilogue.form().bias.is_empty());
     assert!(p.host.iter().any(|h| h.node == "add_bias"));
 }
 
@@ -125,8 +125,9 @@ fn conv_batchnorm_residual_relu_is_one_partition() {
     assert_eq!(p.partitions.len(), 1);
     let e = &p.partitions[0].epilogue;
     assert_eq!(e.batch_norm.as_deref(), Some("bn"));
-    assert_eq!((e.source.as_deref(), e.source_at), (Some("r"), Some(ResidualAt::BeforeActivation)));
-    assert_eq!(e.activation, Some(Activation::Relu));
+    let src = e.form().source.as_ref().unwrap();
+    assert_eq!((src.tensor.as_str(), src.at), ("r", ResidualAt::BeforeActivation));
+    assert_eq!(e.form().activation, Some(Activation::Relu));
 }
 
 #[test]
@@ -143,7 +144,7 @@ fn residual_after_activation_and_cast_fuse() {
     b.output(&y);
     let p = partition(&b.finish().unwrap());
     let e = &p.partitions[0].epilogue;
-    assert_eq!(e.source_at, Some(ResidualAt::AfterActivation));
+    assert_eq!(e.form().source.as_ref().map(|s| s.at), Some(ResidualAt::AfterActivation));
     assert_eq!(e.output_dtype, DType::F16);
     assert_eq!(p.partitions[0].nodes.len(), 5);
 }
@@ -159,7 +160,7 @@ fn gemm_bias_and_scalar_scaling_fold_into_alpha_and_bias_scale() {
     let y = b.node("div", Op::Binary(Binary::Div), &[&y, &eight]);
     b.output(&y);
     let e = partition(&b.finish().unwrap()).partitions[0].epilogue.clone();
-    assert_eq!((e.alpha, e.bias), (0.25, vec![BiasTerm { tensor: "c".into(), scale: 0.0625 }]));
+    assert_eq!((e.form().alpha, &e.form().bias), (0.25, &vec![BiasTerm { tensor: "c".into(), scale: 0.0625 }]));
 }
 
 #[test]
@@ -188,7 +189,7 @@ fn unsupported_anchors_stay_with_the_host_with_a_reason() {
 #[test]
 fn the_default_model_is_four_partitions_and_two_host_ops() {
     let p = partition(&bolt::models::default_model().unwrap());
-    let anchors: Vec<_> = p.partitions.iter().map(|p| (p.anchor.as_str(), p.epilogue.activation)).collect();
+    let anchors: Vec<_> = p.partitions.iter().map(|p| (p.anchor.as_str(), p.epilogue.form().activation)).collect();
     assert_eq!(
         anchors,
         vec![
@@ -220,7 +221,7 @@ fn real_models_partition_every_anchor() {
         let p = partition(&g);
         assert_eq!(p.partitions.len(), convs_or_gemms, "{model}: {} partitions", p.partitions.len());
         let kinds: std::collections::BTreeSet<String> =
-            p.partitions.iter().filter_map(|q| q.epilogue.activation.map(|a| format!("{a:?}"))).collect();
+            p.partitions.iter().filter_map(|q| q.epilogue.form().activation.map(|a| format!("{a:?}"))).collect();
         assert!(kinds.len() >= activation_kinds, "{model}: activations {kinds:?}");
         println!("{model}: {} partitions, activations {kinds:?}, {} host nodes", p.partitions.len(), p.host.len());
     }

@@ -132,7 +132,7 @@ pub fn subgraph(g: &Graph, names: &[String]) -> Graph {
 /// output's shape: a C that broadcasts (e.g. [1, N] read at runtime) cannot be fused, so the
 /// partition stays with ORT.
 pub fn source_fits(g: &Graph, p: &bolt::partition::Partition) -> Result<(), String> {
-    let Some(src) = &p.epilogue.source else { return Ok(()) };
+    let Some(src) = p.epilogue.form().source.as_ref().map(|s| &s.tensor) else { return Ok(()) };
     let shape = |t: &str| g.types.get(t).and_then(|ty| ty.shape.clone());
     match (shape(src), shape(&p.output)) {
         (Some(s), Some(o)) if s == o && !s.0.iter().any(|d| matches!(d, bolt::ir::Dim::Unknown)) => Ok(()),

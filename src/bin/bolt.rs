@@ -123,6 +123,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 }
                 print!("{summary}");
             }
+            // A plan that changes the model's answer is a bug, never a result.
+            if let Some((o, why)) = summary.plan.as_ref().and_then(|p| p.mismatches.first()) {
+                bail!("the planned graph differs from the model on output '{o}': {why}");
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Report { model, dims, device, json, no_nhwc, no_pad, no_b2b } => {

@@ -220,6 +220,25 @@ pub enum Activation {
     Clip { min: f32, max: f32 },
 }
 
+/// The function as the report writes it: `relu`, `leaky_relu[0.1]`, `clip[0, 6]`.
+impl std::fmt::Display for Activation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Activation::Relu => f.write_str("relu"),
+            Activation::GeluErf => f.write_str("gelu"),
+            Activation::GeluTanh => f.write_str("gelu_tanh"),
+            Activation::HardSwish => f.write_str("hardswish"),
+            Activation::HardSigmoid { alpha, beta } => write!(f, "hardsigmoid[{alpha}, {beta}]"),
+            Activation::Softplus => f.write_str("softplus"),
+            Activation::Sigmoid => f.write_str("sigmoid"),
+            Activation::Silu => f.write_str("silu"),
+            Activation::Tanh => f.write_str("tanh"),
+            Activation::LeakyRelu { alpha } => write!(f, "leaky_relu[{alpha}]"),
+            Activation::Clip { min, max } => write!(f, "clip[{min}, {max}]"),
+        }
+    }
+}
+
 impl Activation {
     pub fn apply(&self, x: f64) -> f64 {
         let u = |u: Unary| crate::reference::unary_fn(u)(x);

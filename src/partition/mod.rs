@@ -1,17 +1,19 @@
 //! The partitioner: GEMM/Conv anchors with their epilogue chains become partitions (one kernel
 //! each); everything else stays with the host framework, with the reason.
 //!
-//! An anchor (MatMul, Gemm, Conv) absorbs, in this order, what follows it when each step's
-//! input is read by nobody else and is not a graph output:
-//! BatchNormalization (folded into the weights at plan time), a scalar Mul/Div (alpha), a
-//! per-column / per-channel constant bias Add, a residual Add (before the activation), one
-//! activation in any spelling (see [`activation`]), a residual Add (after it), and a Cast.
+//! An anchor (MatMul, Gemm, Conv) absorbs what follows it when each op's input is read by
+//! nobody else and is not a graph output: a BatchNormalization right after a conv (folded into
+//! the weights at plan time), then in any order scalar Mul/Div, per-column / per-channel
+//! constant bias Adds, a residual Add and one activation in any spelling (see [`activation`]),
+//! as long as the kernel can compute the result exactly (see [`epilogue`]), then a Cast.
 
 pub mod activation;
+pub mod epilogue;
 
 pub use crate::ir::ResidualAt;
 use crate::ir::{Binary, DType, Graph, Op, Tensor, TensorType, Window};
 pub use activation::Activation;
+pub use epilogue::{BiasTerm, FusedEpilogue, KernelForm, SourceTerm, Step};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -26,32 +28,6 @@ pub enum AnchorKind {
     BatchedMatMul,
     /// 2-D convolution (NCHW in the model; NHWC inside Bolt's kernels).
     Conv2d { window: Window, group: usize },
-}
-
-/// What the partition's epilogue computes, with the tensors it reads.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
-pub struct FusedEpilogue {
-    /// Scalar multiplying the accumulator (Gemm's alpha times folded scalar Mul/Div).
-    pub alpha: f32,
-    /// BatchNormalization node folded into the conv weights and bias at plan time.
-    pub batch_norm: Option<String>,
-    /// Constant per-column (GEMM) or per-output-channel (conv) terms; the plan sums them
-    /// (each times its scale) into one bias vector.
-    pub bias: Vec<BiasTerm>,
-    /// A tensor of the output's shape added before or after the activation (Gemm's C with
-    /// its beta, or a residual connection).
-    pub source: Option<String>,
-    pub source_scale: f32,
-    pub source_at: Option<ResidualAt>,
-    pub activation: Option<Activation>,
-    /// Output element type when a Cast was fused.
-    pub output_dtype: DType,
-}
-
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
-pub struct BiasTerm {
-    pub tensor: String,
-    pub scale: f32,
 }
 
 #[derive(Clone, Debug, serde::Serialize)]
@@ -134,10 +110,10 @@ impl<'g> Ctx<'g> {
     /// every other dim 1) or per channel (conv: [C,1,1] or [1,C,1,1]).
     fn is_channel_vector(&self, t: &str, kind: &AnchorKind, channels: Option<usize>) -> bool {
         let Some(c) = self.consts.get(t) else { return false };
-        // A single value is a bias too (the plan expands it per channel), as long as it does
-        // not raise the rank of the output.
+        // A single value is a bias too (the plan expands it per channel); the chain checks
+        // that the Add does not raise the output's rank.
         if c.len() == 1 {
-            return self.shape(t).is_some_and(|s| channels.is_some() && s.len() <= 4);
+            return channels.is_some();
         }
         let Some(n) = channels else { return false };
         let s = &c.shape;
@@ -240,7 +216,26 @@ fn anchor(cx: &Ctx, i: usize) -> Result<Option<(AnchorKind, String, String)>, St
     }
 }
 
-/// Absorbs the epilogue chain after anchor `i`.
+/// Whether an epilogue op turning `from` into `to` keeps the shape: a fused kernel writes
+/// the anchor's output shape, so a broadcast that raises the rank (a `[1, 1, N]` bias on a
+/// 2-D GEMM) or widens a dim stays with the host.
+fn keeps_shape(cx: &Ctx, from: &str, to: &str) -> bool {
+    use crate::ir::Dim;
+    match (cx.shape(from), cx.shape(to)) {
+        (Some(p), Some(q)) => {
+            p.len() == q.len()
+                && p.iter().zip(q).all(|(a, b)| match (a, b) {
+                    (Dim::Unknown, _) | (_, Dim::Unknown) => false,
+                    _ => a == b,
+                })
+        }
+        _ => false,
+    }
+}
+
+/// Absorbs the epilogue chain after anchor `i`: any sequence of scalar Mul/Div, bias Add,
+/// residual Add and one activation whose result the kernel can compute (see [`epilogue`]),
+/// then a Cast.
 fn grow(cx: &mut Ctx, i: usize, kind: AnchorKind, a: String, b: String) -> Partition {
     let g = cx.g;
     let n = &g.nodes[i];
@@ -248,36 +243,29 @@ fn grow(cx: &mut Ctx, i: usize, kind: AnchorKind, a: String, b: String) -> Parti
     let mut nodes = vec![n.name.clone()];
     let mut cur = n.outputs[0].clone();
     let out_dtype = g.types.get(&cur).map(|t| t.dtype).unwrap_or(DType::F32);
-    let mut e = FusedEpilogue {
-        alpha: 1.0,
-        batch_norm: None,
-        bias: Vec::new(),
-        source: None,
-        source_scale: 1.0,
-        source_at: None,
-        activation: None,
-        output_dtype: out_dtype,
-    };
+    let mut e = FusedEpilogue::new(out_dtype);
     let channels = g.types.get(&cur).and_then(|t| t.shape.as_ref()).and_then(|s| match kind {
         AnchorKind::Conv2d { .. } => s.0.get(1).and_then(|d| d.known()),
         _ => s.0.last().and_then(|d| d.known()),
     });
-    // The anchor's own bias / C operand.
-    match &n.op {
+    // The anchor's own alpha and bias / C operand: Gemm is alpha*A*B + beta*C.
+    let own = match &n.op {
         Op::Gemm { alpha, beta, .. } => {
-            e.alpha = *alpha;
-            if let Some(c) = n.input(2) {
+            let c = n.input(2).map(|c| {
+                let tensor = c.to_string();
                 if cx.is_channel_vector(c, &kind, channels) {
-                    e.bias.push(BiasTerm { tensor: c.to_string(), scale: *beta });
+                    Step::Bias { tensor, scale: *beta }
                 } else {
-                    e.source = Some(c.to_string());
-                    e.source_scale = *beta;
-                    e.source_at = Some(ResidualAt::BeforeActivation);
+                    Step::Source { tensor, scale: *beta }
                 }
-            }
+            });
+            [(*alpha != 1.0).then_some(Step::Scale(*alpha)), c]
         }
-        Op::Conv { .. } => e.bias.extend(n.input(2).map(|b| BiasTerm { tensor: b.to_string(), scale: 1.0 })),
-        _ => {}
+        Op::Conv { .. } => [None, n.input(2).map(|b| Step::Bias { tensor: b.to_string(), scale: 1.0 })],
+        _ => [None, None],
+    };
+    for step in own.into_iter().flatten() {
+        e.push(step).expect("an anchor's own alpha and C have a kernel form");
     }
 
     let take = |cx: &mut Ctx, ni: usize, nodes: &mut Vec<String>, cur: &mut String| {
@@ -288,110 +276,91 @@ fn grow(cx: &mut Ctx, i: usize, kind: AnchorKind, a: String, b: String) -> Parti
     let other = |ni: usize, cur: &str| -> Option<String> {
         let n = &g.nodes[ni];
         match (n.input(0), n.input(1)) {
-            (Some(x), Some(y)) if x == cur => Some(y.to_string()),
-            (Some(x), Some(y)) if y == cur => Some(x.to_string()),
+            (Some(x), Some(y)) if x == cur && y != cur => Some(y.to_string()),
+            (Some(x), Some(y)) if y == cur && x != cur => Some(x.to_string()),
             _ => None,
         }
     };
-    let same_shape = |cx: &Ctx, t: &str, cur: &str| -> bool {
-        matches!((cx.shape(t), cx.shape(cur)), (Some(p), Some(q)) if p == q && p.iter().all(|d| d.known().is_some() || matches!(d, crate::ir::Dim::Sym(_))))
-    };
 
-    // 1. BatchNormalization right after a conv, inference mode, constant statistics.
+    // BatchNormalization right after a conv, inference mode, constant statistics.
     if let (AnchorKind::Conv2d { .. }, Some(ni)) = (&kind, cx.sole_consumer(&cur)) {
         let bn = &g.nodes[ni];
         if let Op::BatchNormalization { training_mode: false, .. } = bn.op {
             if bn.inputs[1..].iter().all(|x| x.as_ref().is_some_and(|x| cx.consts.contains_key(x)))
                 && bn.outputs.len() == 1
+                && keeps_shape(cx, &cur, &bn.outputs[0])
             {
                 e.batch_norm = Some(bn.name.clone());
                 take(cx, ni, &mut nodes, &mut cur);
             }
         }
     }
-    // 2. Scalar Mul / Div: scales the accumulator and whatever the anchor already added
-    //    (its bias or C), which the plan folds into those constants / scales.
-    while let Some(ni) = cx.sole_consumer(&cur) {
-        let node = &g.nodes[ni];
-        let factor = match (&node.op, other(ni, &cur).and_then(|t| cx.scalar(&t))) {
-            (Op::Binary(Binary::Mul), Some(s)) => s,
-            // Only x / s: s / x is not linear in x.
-            (Op::Binary(Binary::Div), Some(s)) if node.input(0) == Some(cur.as_str()) && s != 0.0 => 1.0 / s,
-            _ => break,
-        };
-        e.alpha *= factor;
-        e.bias.iter_mut().for_each(|b| b.scale *= factor);
-        e.source_scale *= factor;
-        take(cx, ni, &mut nodes, &mut cur);
-    }
-    // 3. Constant per-column / per-channel bias terms.
-    while let Some(ni) = cx.sole_consumer(&cur) {
-        match (&g.nodes[ni].op, other(ni, &cur)) {
-            (Op::Binary(Binary::Add), Some(t)) if cx.is_channel_vector(&t, &kind, channels) => {
-                e.bias.push(BiasTerm { tensor: t, scale: 1.0 });
-                take(cx, ni, &mut nodes, &mut cur);
-            }
-            _ => break,
-        }
-    }
-    // 4. Residual before the activation.
-    let residual = |cx: &Ctx, cur: &str| -> Option<(usize, String)> {
-        let ni = cx.sole_consumer(cur)?;
-        let t = other(ni, cur)?;
-        (matches!(g.nodes[ni].op, Op::Binary(Binary::Add)) && !cx.consts.contains_key(&t) && same_shape(cx, &t, cur))
-            .then_some((ni, t))
-    };
-    if e.source.is_none() {
-        if let Some((ni, t)) = residual(cx, &cur) {
-            e.source = Some(t);
-            e.source_at = Some(ResidualAt::BeforeActivation);
-            take(cx, ni, &mut nodes, &mut cur);
-        }
-    }
-    // 5. One activation, in any spelling. Decomposed forms read `cur` more than once, so
-    //    the region matcher checks who reads what itself.
-    let single = cx.sole_consumer(&cur).and_then(|ni| {
-        let a = match &g.nodes[ni].op {
-            Op::Unary(u) => Activation::of_unary(*u),
-            Op::Clip => {
-                match (g.nodes[ni].input(1).map(|t| cx.scalar(t)), g.nodes[ni].input(2).map(|t| cx.scalar(t))) {
-                    (Some(Some(min)), Some(Some(max))) => Some(Activation::Clip { min, max }),
-                    (Some(Some(min)), None) => Some(Activation::Clip { min, max: f32::INFINITY }),
-                    _ => None,
+
+    // The chain, one op at a time, in the model's order.
+    loop {
+        // An activation in any spelling. Decomposed forms read `cur` more than once, so the
+        // region matcher checks who reads what itself; prefer the larger decomposed form
+        // (x * Sigmoid(x) starts with a Sigmoid reading x but is SiLU).
+        let single = cx.sole_consumer(&cur).and_then(|ni| {
+            let a = match &g.nodes[ni].op {
+                Op::Unary(u) => Activation::of_unary(*u),
+                Op::Clip => {
+                    match (g.nodes[ni].input(1).map(|t| cx.scalar(t)), g.nodes[ni].input(2).map(|t| cx.scalar(t))) {
+                        (Some(Some(min)), Some(Some(max))) => Some(Activation::Clip { min, max }),
+                        (Some(Some(min)), None) => Some(Activation::Clip { min, max: f32::INFINITY }),
+                        (None, Some(Some(max))) => Some(Activation::Clip { min: f32::NEG_INFINITY, max }),
+                        _ => None,
+                    }
                 }
+                _ => None,
+            };
+            a.filter(|_| keeps_shape(cx, &cur, &g.nodes[ni].outputs[0])).map(|a| (ni, a))
+        });
+        let region = activation::match_activation(g, &cur, &cx.consumers, &cx.consts)
+            .filter(|m| m.nodes.iter().all(|&k| !cx.taken[k]) && keeps_shape(cx, &cur, &m.output));
+        let activation = match (region, single) {
+            (Some(m), s) if m.nodes.len() > 1 || s.is_none() => Some((m.activation, m.nodes, m.output)),
+            (_, Some((ni, a))) => Some((a, vec![ni], g.nodes[ni].outputs[0].clone())),
+            _ => None,
+        };
+        if let Some((a, region, output)) = activation {
+            if e.push(Step::Activation(a)).is_ok() {
+                for &k in &region {
+                    cx.taken[k] = true;
+                    nodes.push(g.nodes[k].name.clone());
+                }
+                cur = output;
+                continue;
+            }
+            break;
+        }
+        // A scalar, a bias or a residual.
+        let Some(ni) = cx.sole_consumer(&cur) else { break };
+        let node = &g.nodes[ni];
+        if node.outputs.len() != 1 || !keeps_shape(cx, &cur, &node.outputs[0]) {
+            break;
+        }
+        let Some(t) = other(ni, &cur) else { break };
+        let step = match &node.op {
+            Op::Binary(Binary::Mul) => cx.scalar(&t).map(Step::Scale),
+            // Only x / s: s / x is not linear in x.
+            Op::Binary(Binary::Div) if node.input(0) == Some(cur.as_str()) => {
+                cx.scalar(&t).filter(|&s| s != 0.0).map(|s| Step::Scale(1.0 / s))
+            }
+            Op::Binary(Binary::Add) if cx.is_channel_vector(&t, &kind, channels) => {
+                Some(Step::Bias { tensor: t, scale: 1.0 })
+            }
+            Op::Binary(Binary::Add) if !cx.consts.contains_key(&t) && keeps_shape(cx, &t, &cur) => {
+                Some(Step::Source { tensor: t, scale: 1.0 })
             }
             _ => None,
         };
-        a.map(|a| (ni, a))
-    });
-    let region = activation::match_activation(g, &cur, &cx.consumers, &cx.consts)
-        .filter(|m| m.nodes.iter().all(|&k| !cx.taken[k]));
-    // Prefer the larger decomposed form: x * Sigmoid(x) starts with a Sigmoid reading x but
-    // is SiLU.
-    match (region, single) {
-        (Some(m), s) if m.nodes.len() > 1 || s.is_none() => {
-            e.activation = Some(m.activation);
-            for &k in &m.nodes {
-                cx.taken[k] = true;
-                nodes.push(g.nodes[k].name.clone());
-            }
-            cur = m.output;
-        }
-        (_, Some((ni, a))) => {
-            e.activation = Some(a);
-            take(cx, ni, &mut nodes, &mut cur);
-        }
-        _ => {}
-    }
-    // 6. Residual after the activation.
-    if e.source.is_none() && e.activation.is_some() {
-        if let Some((ni, t)) = residual(cx, &cur) {
-            e.source = Some(t);
-            e.source_at = Some(ResidualAt::AfterActivation);
-            take(cx, ni, &mut nodes, &mut cur);
+        match step.map(|s| e.push(s)) {
+            Some(Ok(())) => take(cx, ni, &mut nodes, &mut cur),
+            _ => break,
         }
     }
-    // 7. Output conversion.
+    // Output conversion.
     if let Some(ni) = cx.sole_consumer(&cur) {
         if let Op::Cast { to, .. } = g.nodes[ni].op {
             if kernel_dtype(to) {

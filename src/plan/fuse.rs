@@ -1,6 +1,6 @@
 //! Pass 1: every partition becomes one kernel node ([`Op::Fused`]) with its weights prepared
 //! once, at plan time: BatchNormalization folded into conv weights and bias, every constant
-//! bias term (times its scale) summed into one vector, scalar Mul/Div folded into alpha.
+//! bias term (times its coefficient in the kernel form) summed into one vector.
 
 use super::edit::{constant, finish, scale_rows};
 use crate::error::{Error, Result};
@@ -34,6 +34,7 @@ fn fuse(g: &Graph, p: &Partition, out: &mut Graph) -> Result<Node> {
     let err = |reason: String| Error::Node { node: p.anchor.clone(), op_type: "partition".into(), reason };
     let anchor_node = g.nodes.iter().find(|n| n.name == p.anchor).expect("anchor exists");
     let e = &p.epilogue;
+    let form = e.form();
     let channels = match p.output_type.as_ref().and_then(|t| t.shape.as_ref()) {
         Some(s) => match p.kind {
             AnchorKind::Conv2d { .. } => s.0.get(1).and_then(|d| d.known()),
@@ -43,7 +44,7 @@ fn fuse(g: &Graph, p: &Partition, out: &mut Graph) -> Result<Node> {
     };
     // Only a bias or a folded BatchNormalization needs the channel count (attention's
     // batched GEMMs have a symbolic sequence length there).
-    let needs_channels = !e.bias.is_empty() || e.batch_norm.is_some();
+    let needs_channels = !form.bias.is_empty() || e.batch_norm.is_some();
     let channels = match channels {
         Some(c) => c,
         None if !needs_channels => 0,
@@ -52,7 +53,7 @@ fn fuse(g: &Graph, p: &Partition, out: &mut Graph) -> Result<Node> {
 
     let mut weight_name = p.b.clone();
     let mut bias = vec![0.0f64; channels];
-    let mut has_bias = !e.bias.is_empty();
+    let mut has_bias = !form.bias.is_empty();
     let own_bias = match p.kind {
         AnchorKind::Conv2d { .. } => anchor_node.input(2).map(str::to_string),
         _ => None,
@@ -80,12 +81,12 @@ fn fuse(g: &Graph, p: &Partition, out: &mut Graph) -> Result<Node> {
         let wt = scale_rows(&w, &s).ok_or_else(|| err("conv weight is not a float tensor".into()))?;
         out.initializers.insert(weight_name.clone(), Arc::new(wt));
         for c in 0..channels {
-            bias[c] += e.alpha as f64 * (beta[c] - s[c] * mean[c]);
+            bias[c] += form.alpha as f64 * (beta[c] - s[c] * mean[c]);
         }
         bn_scale = Some(s);
         has_bias = true;
     }
-    for term in &e.bias {
+    for (k, term) in form.bias.iter().enumerate() {
         let t = constant(g, &term.tensor).ok_or_else(|| err(format!("bias '{}' is not constant", term.tensor)))?;
         let v = t.to_f64_vec();
         if v.len() != 1 && v.len() != channels {
@@ -93,9 +94,10 @@ fn fuse(g: &Graph, p: &Partition, out: &mut Graph) -> Result<Node> {
         }
         for (c, b) in bias.iter_mut().enumerate() {
             let x = if v.len() == 1 { v[0] } else { v[c] };
-            // The conv's own bias comes before the BatchNormalization and is scaled by it.
+            // The conv's own bias (the first term) comes before the BatchNormalization and is
+            // scaled by it.
             let through_bn = match (&bn_scale, &own_bias) {
-                (Some(s), Some(own)) if *own == term.tensor => s[c],
+                (Some(s), Some(_)) if k == 0 => s[c],
                 _ => 1.0,
             };
             *b += term.scale as f64 * through_bn * x;
@@ -109,7 +111,7 @@ fn fuse(g: &Graph, p: &Partition, out: &mut Graph) -> Result<Node> {
             .insert(name.clone(), Arc::new(Tensor::from_f64_as(dtype, vec![channels], &bias).expect("float")));
         inputs[2] = Some(name);
     }
-    inputs[3] = e.source.clone();
+    inputs[3] = form.source.as_ref().map(|s| s.tensor.clone());
     while inputs.last() == Some(&None) {
         inputs.pop();
     }
@@ -119,9 +121,9 @@ fn fuse(g: &Graph, p: &Partition, out: &mut Graph) -> Result<Node> {
     };
     let kernel = FusedKernel {
         anchor: Box::new(anchor),
-        alpha: e.alpha,
-        source: e.source_at.map(|at| (e.source_scale, at)),
-        activation: e.activation,
+        alpha: form.alpha,
+        source: form.source.as_ref().map(|s| (s.scale, s.at)),
+        activation: form.activation,
         output_dtype: e.output_dtype,
         layout: crate::ir::ConvLayout::Nchw,
         weight_transposed: false,

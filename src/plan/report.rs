@@ -167,7 +167,7 @@ fn hints(g: &Graph, plan: &Plan) -> Vec<Hint> {
             }
             let why = if readers.len() > 1 {
                 format!("{} is read by {} nodes, so it cannot stay inside the kernel", p.output, readers.len())
-            } else if p.epilogue.activation.is_some() {
+            } else if p.epilogue.form().activation.is_some() {
                 "the kernel's epilogue already applies an activation".to_string()
             } else {
                 "not an epilogue Bolt fuses".to_string()

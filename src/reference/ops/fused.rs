@@ -3,7 +3,8 @@
 //! oracle for generated kernels and for checking that a plan preserves the model's meaning.
 
 use super::{req, OpResult};
-use crate::ir::{ConvLayout, FusedKernel, Op, ResidualAt, Tensor};
+use crate::ir::{ConvLayout, FusedKernel, Op, Tensor};
+use bolt_codegen::epilogue::EvalEnv;
 
 const TO_NCHW: [usize; 4] = [0, 3, 1, 2];
 const TO_NHWC: [usize; 4] = [0, 2, 3, 1];
@@ -30,16 +31,13 @@ pub fn fused(k: &FusedKernel, inputs: &[Option<&Tensor>]) -> OpResult {
         let out = fused(&k, &refs)?.remove(0);
         return Ok(vec![permuted(&out, &TO_NHWC)?]);
     }
-    let a = req(inputs, 0)?;
-    let w = req(inputs, 1)?;
-    let untransposed;
-    let w = if k.weight_transposed {
-        untransposed = permuted(w, &[1, 0])?;
-        &untransposed
-    } else {
-        w
-    };
-    let acc = super::eval_op(&k.anchor, &[Some(a), Some(w)])?.remove(0);
+    // The mainloop reads f16/bf16 operands exactly and accumulates in f32: compute the anchor
+    // on the operands widened to f32, so the only rounding is the output's, after the epilogue.
+    let widen = |t: &Tensor| Tensor::from_f32(t.shape.clone(), t.to_f32_vec());
+    let a = widen(req(inputs, 0)?);
+    let w = widen(req(inputs, 1)?);
+    let w = if k.weight_transposed { permuted(&w, &[1, 0])? } else { w };
+    let acc = super::eval_op(&k.anchor, &[Some(&a), Some(&w)])?.remove(0);
     let shape = acc.shape.clone();
     let acc = acc.to_f32_vec();
     // Which output element belongs to which column / channel.
@@ -53,31 +51,28 @@ pub fn fused(k: &FusedKernel, inputs: &[Option<&Tensor>]) -> OpResult {
         None => None,
     };
     let source = match (super::opt(inputs, 3), k.source) {
-        (Some(s), Some((scale, at))) if s.shape == shape => Some((s.to_f32_vec(), scale, at)),
+        (Some(s), Some(_)) if s.shape == shape => Some(s.to_f32_vec()),
         (Some(s), Some(_)) => return Err(format!("source has shape {:?}, the output {:?}", s.shape, shape)),
         (None, Some(_)) => return Err("the epilogue reads a source tensor but none was given".into()),
         (_, None) => None,
     };
-    let out: Vec<f32> = (0..acc.len())
+    // The typed tree the kernel is generated from, evaluated per element: the lowering is the
+    // kernel's meaning, so a plan checked against the model checks the lowering too.
+    let (epilogue, alpha, beta) = crate::plan::lower::epilogue(k, bias.is_some())?;
+    let out: Vec<f64> = (0..acc.len())
         .map(|i| {
-            let mut v = k.alpha * acc[i];
-            if let Some(b) = &bias {
-                v += b[(i / inner) % channels];
-            }
-            if let Some((s, scale, ResidualAt::BeforeActivation)) = &source {
-                v += scale * s[i];
-            }
-            if let Some(a) = k.activation {
-                v = a.apply(v as f64) as f32;
-            }
-            if let Some((s, scale, ResidualAt::AfterActivation)) = &source {
-                v += scale * s[i];
-            }
-            v
+            let env = EvalEnv {
+                acc: acc[i] as f64,
+                alpha: alpha as f64,
+                beta: beta as f64,
+                source: source.as_ref().map_or(0.0, |s| s[i] as f64),
+                bias: bias.as_ref().map_or(0.0, |b| b[(i / inner) % channels] as f64),
+            };
+            // The kernel computes in f32.
+            epilogue.expr.eval(&env) as f32 as f64
         })
         .collect();
-    Ok(vec![Tensor::from_f64_as(k.output_dtype, shape, &out.iter().map(|&x| x as f64).collect::<Vec<_>>())
-        .ok_or("output type is not a float type")?])
+    Ok(vec![Tensor::from_f64_as(k.output_dtype, shape, &out).ok_or("output type is not a float type")?])
 }
 
 /// A back-to-back chain, layer by layer: each intermediate is rounded to its layer's output
