@@ -101,19 +101,31 @@ fn numbered(dir: &Path, prefix: &str) -> Vec<PathBuf> {
 
 /// Runs a case with the reference executor and compares every output of every data set.
 pub fn run_case(case_dir: &Path, tol: Tolerance) -> CaseResult {
+    run_case_as(case_dir, tol, false)
+}
+
+/// Runs a case's planned graph (fused kernels, NHWC, padding, back-to-back chains) with the
+/// reference executor and compares it with the case's expected outputs: the plan checked
+/// against outputs Bolt did not compute.
+pub fn run_planned_case(case_dir: &Path, tol: Tolerance) -> CaseResult {
+    run_case_as(case_dir, tol, true)
+}
+
+fn run_case_as(case_dir: &Path, tol: Tolerance, planned: bool) -> CaseResult {
     let name = case_dir.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
     let start = std::time::Instant::now();
     let mut result = CaseResult { name, outputs: Vec::new(), error: None, seconds: 0.0 };
-    if let Err(e) = run_case_inner(case_dir, tol, &mut result.outputs) {
+    if let Err(e) = run_case_inner(case_dir, tol, planned, &mut result.outputs) {
         result.error = Some(e.to_string());
     }
     result.seconds = start.elapsed().as_secs_f64();
     result
 }
 
-fn run_case_inner(case_dir: &Path, tol: Tolerance, checks: &mut Vec<OutputCheck>) -> Result<()> {
+fn run_case_inner(case_dir: &Path, tol: Tolerance, planned: bool, checks: &mut Vec<OutputCheck>) -> Result<()> {
     let model = import::load(&case_dir.join("model.onnx"))?;
     let g = &model.graph;
+    let plan = if planned { Some(crate::plan::plan(g)?) } else { None };
     let sets = data_sets(case_dir);
     if sets.is_empty() {
         return Err(Error::File { path: case_dir.into(), reason: "no test_data_set_* directories".into() });
@@ -129,7 +141,7 @@ fn run_case_inner(case_dir: &Path, tol: Tolerance, checks: &mut Vec<OutputCheck>
             })?;
             inputs.insert(name.clone(), t);
         }
-        let outs = crate::reference::run(g, &inputs)?;
+        let outs = crate::reference::run(plan.as_ref().map_or(g, |p| &p.graph), &inputs)?;
         for (i, p) in numbered(&set, "output_").iter().enumerate() {
             let (_, want) = read_tensor_pb(p)?;
             let out_name = g.outputs.get(i).ok_or_else(|| Error::File {

@@ -151,6 +151,11 @@ fn residence_rules_reject_with_a_reason() {
     let y = n.linear(&y, 32, 32);
     let d = decisions(&n.finish(&[&y]));
     assert!(!d[0].fused && d[0].reason.contains("f16/bf16"), "{}", d[0].reason);
+    // Weights the layout pass did not store [N, K] (no NHWC / K-major pass): the fused
+    // mainloop would read them transposed.
+    let opts = PlanOptions { nhwc: false, ..PlanOptions::default() };
+    let d = plan_with(&mlp(64, &[32, 32, 32]), &opts).unwrap().chains;
+    assert!(!d[0].fused && d[0].reason.contains("weight is not stored"), "{}", d[0].reason);
     // The intermediate is also a graph output: it must be written, so no chain at all.
     let mut n = Net::new(DType::F16);
     let x = n.input("x", &[64, 32]);

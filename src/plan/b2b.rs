@@ -161,7 +161,29 @@ fn link(g: &Graph, x: &Node, y: &Node) -> Option<std::result::Result<(), String>
     }
     let dtype = g.types.get(&x.outputs[0]).map(|t| t.dtype);
     let pair = format!("{} -> {}", x.name, y.name);
-    let rule = if kx.source.is_some() {
+    // CUTLASS's fused mainloops read every GEMM weight as an [N, K] array (column-major B)
+    // and every conv as NHWC activations with OHWI weights; a layer stored otherwise would be
+    // read transposed.
+    let weight_layout = |n: &Node, k: &FusedKernel| -> std::result::Result<(), String> {
+        let rank = n.input(1).and_then(|w| g.types.get(w)).and_then(|t| t.shape.as_ref()).map(|s| s.0.len());
+        let ok = match &*k.anchor {
+            Op::MatMul => k.weight_transposed && rank == Some(2),
+            Op::Gemm { trans_b, .. } => *trans_b != k.weight_transposed && rank == Some(2),
+            Op::Conv { .. } => k.layout == ConvLayout::Nhwc && rank == Some(4),
+            _ => false,
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(format!(
+                "{pair}: {}'s weight is not stored as the fused kernel reads it (2-D [N, K] GEMM weights, OHWI conv weights with NHWC activations)",
+                n.name
+            ))
+        }
+    };
+    let rule = if let Err(e) = weight_layout(x, kx).and_then(|()| weight_layout(y, ky)) {
+        Err(e)
+    } else if kx.source.is_some() {
         Err(format!("{pair}: {} adds a residual tensor; only the last layer of a chain may read one", x.name))
     } else if y.input(1).and_then(|w| constant(g, w)).is_none() {
         Err(format!("{pair}: {}'s weight is not constant", y.name))

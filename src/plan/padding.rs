@@ -184,7 +184,9 @@ fn pad_inputs(
         let Some((in_axis, _)) = weight_axes(&old, n) else { continue };
         let (a, wn) = (n.input(0).expect("A").to_string(), n.input(1).expect("weight").to_string());
         let Some(w) = constant(&old, &wn) else { continue };
-        let Some(elem) = elem_bytes(&old, n.input(1).expect("weight")) else { continue };
+        // The weight's own element type: pad_outputs may have renamed it to a padded
+        // initializer whose type is not inferred yet.
+        let Some(elem) = w.dtype().size_bytes() else { continue };
         let last = old.types.get(&a).and_then(|t| t.shape.as_ref()).and_then(|s| s.0.last()?.known());
         let Some(ca) = padded.get(&a).copied().or(last) else { continue };
         let (kw, align) = (w.shape[in_axis], vector_elements(elem));

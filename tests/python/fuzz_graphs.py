@@ -1,0 +1,480 @@
+"""Differential graph fuzzer for Bolt's fused epilogues, in the spirit of NNSmith.
+
+Builds random valid ONNX graphs: GEMM/Conv anchors (MatMul, batched MatMul, Gemm with every
+attribute and every C broadcast, Conv with groups, strides, pads, dilations, auto_pad), each
+followed by a random epilogue chain (scalar Mul/Div on either side, per-channel, scalar and
+rank-raising bias, residuals before and after activations, every activation Bolt knows in its
+single-op and decomposed spellings, casts, shared intermediates, graph outputs in the middle of
+a chain). Every graph is checked three ways against things Bolt did not compute:
+
+  1. the planned graph against the model, both on Bolt's reference executor (`bolt compile`
+     fails when they differ beyond its written tolerance);
+  2. the model and the planned graph on the reference executor against onnxruntime's CPU
+     provider (`bolt check` and `bolt check --planned` on the case directory);
+  3. the model through Bolt's ONNX Runtime provider (bolt_ort) against onnxruntime's CPU
+     provider.
+
+Run more seeds than CI does:
+
+    .venv/bin/python tests/python/fuzz_graphs.py --seeds 500 [--start 1000] [--save]
+
+`--save` writes every failing graph to fuzz/corpus/graphs/ (replayed by
+tests/python/test_fuzz_graphs.py in CI). A graph's name records the generator version and
+seed, so `--start SEED --seeds 1` rebuilds it while the generator is unchanged.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+REPO = Path(__file__).resolve().parents[2]
+CORPUS = REPO / "fuzz" / "corpus" / "graphs"
+# Bump when the generator changes what a seed builds.
+GENERATOR_VERSION = 1
+OPSET = 17
+# f32 outputs: folding reorders rounding; f16 outputs (a fused Cast) may differ by an f16 ulp.
+RTOL, ATOL = 4e-3, 1e-3
+
+sys.path.insert(0, str(REPO / "plugin" / "python"))
+ort.set_default_logger_severity(3)
+
+
+def bolt_exe() -> Path:
+    """The `bolt` command line (BOLT_EXE, else this repository's release build)."""
+    p = Path(os.environ.get("BOLT_EXE", REPO / "target" / "release" / "bolt"))
+    if not p.exists():
+        raise FileNotFoundError(f"{p} does not exist: build it with `cargo build --release --bin bolt`")
+    return p
+
+
+# ------------------------------------------------------------------------------- builder
+
+
+@dataclass
+class Builder:
+    """A graph under construction; shapes are tracked by hand as the generator knows them."""
+
+    rng: np.random.Generator
+    nodes: list = field(default_factory=list)
+    inits: list = field(default_factory=list)
+    inputs: list = field(default_factory=list)
+    feeds: dict = field(default_factory=dict)
+    outputs: list = field(default_factory=list)
+    shapes: dict = field(default_factory=dict)
+    n: int = 0
+
+    def name(self, stem: str) -> str:
+        self.n += 1
+        return f"{stem}{self.n}"
+
+    def const(self, arr: np.ndarray, stem: str = "c") -> str:
+        name = self.name(stem)
+        self.inits.append(numpy_helper.from_array(np.asarray(arr, dtype=np.float32), name))
+        self.shapes[name] = tuple(np.shape(arr))
+        return name
+
+    def input(self, shape, stem: str = "in") -> str:
+        name = self.name(stem)
+        self.inputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, list(shape)))
+        self.feeds[name] = self.rng.standard_normal(shape).astype(np.float32)
+        self.shapes[name] = tuple(shape)
+        return name
+
+    def op(self, op_type: str, ins: list, shape, **attrs) -> str:
+        out = self.name(op_type.lower())
+        self.nodes.append(helper.make_node(op_type, ins, [out], name=f"{op_type}_{self.n}", **attrs))
+        self.shapes[out] = tuple(shape) if shape is not None else None
+        return out
+
+    def output(self, t: str, elem=TensorProto.FLOAT) -> None:
+        if t not in [o.name for o in self.outputs] and t not in self.feeds:
+            self.outputs.append(helper.make_tensor_value_info(t, elem, None))
+
+    def model(self, name: str) -> onnx.ModelProto:
+        g = helper.make_graph(self.nodes, name, self.inputs, self.outputs, initializer=self.inits)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)])
+        m.ir_version = 8
+        m = onnx.shape_inference.infer_shapes(m, strict_mode=True)
+        # Declared output types: the inferred ones (a Cast makes some f16).
+        vi = {v.name: v for v in list(m.graph.value_info) + list(m.graph.output)}
+        for o in m.graph.output:
+            if o.name in vi and vi[o.name].type.tensor_type.HasField("shape"):
+                o.type.CopyFrom(vi[o.name].type)
+        onnx.checker.check_model(m, full_check=True)
+        return m
+
+
+def weight(b: Builder, shape, fan_in: int) -> str:
+    return b.const(b.rng.standard_normal(shape) / np.sqrt(max(fan_in, 1)), "w")
+
+
+# ------------------------------------------------------------------------------- anchors
+
+
+def gemm_anchor(b: Builder, x: str | None, k: int | None):
+    """MatMul / batched MatMul / Gemm; returns (output, shape)."""
+    rng = b.rng
+    m, n = int(rng.integers(1, 9)), int(rng.choice([3, 4, 8, 16]))
+    kind = rng.choice(["matmul", "matmul3d", "batched", "gemm"]) if x is None else rng.choice(["matmul", "gemm"])
+    if x is None:
+        k = int(rng.choice([4, 5, 8, 16]))
+    if kind == "matmul3d":
+        a = b.input((2, m, k))
+        return b.op("MatMul", [a, weight(b, (k, n), k)], (2, m, n)), (2, m, n)
+    if kind == "batched":
+        a, w = b.input((2, m, k)), b.input((2, k, n))
+        return b.op("MatMul", [a, w], (2, m, n)), (2, m, n)
+    if x is not None:
+        m = b.shapes[x][0]
+    if kind == "matmul":
+        a = x or b.input((m, k))
+        return b.op("MatMul", [a, weight(b, (k, n), k)], (m, n)), (m, n)
+    trans_a, trans_b = int(rng.integers(0, 2)), int(rng.integers(0, 2))
+    if x is not None:
+        trans_a = 0
+    a = x or b.input((k, m) if trans_a else (m, k))
+    w = weight(b, (n, k) if trans_b else (k, n), k)
+    attrs = {"transA": trans_a, "transB": trans_b}
+    if rng.random() < 0.5:
+        attrs["alpha"] = float(rng.choice([0.5, 2.0, 0.125, -1.0]))
+    ins = [a, w]
+    c = rng.choice(["none", "vec", "row", "scalar", "full_const", "full_input", "col_const", "vec_input"])
+    if c != "none":
+        if rng.random() < 0.5:
+            attrs["beta"] = float(rng.choice([0.5, 2.0, 0.0, -1.0]))
+        shape = {"vec": (n,), "row": (1, n), "scalar": (1,), "full_const": (m, n), "full_input": (m, n),
+                 "col_const": (m, 1), "vec_input": (n,)}[c]
+        ins.append(b.input(shape) if c.endswith("input") else b.const(rng.standard_normal(shape)))
+    return b.op("Gemm", ins, (m, n), **attrs), (m, n)
+
+
+def conv_out(size, k, s, p0, p1, d):
+    return (size + p0 + p1 - d * (k - 1) - 1) // s + 1
+
+
+def conv_anchor(b: Builder, x: str | None):
+    rng = b.rng
+    if x is None:
+        c = int(rng.choice([2, 4, 6, 8]))
+        h, w = int(rng.integers(4, 10)), int(rng.integers(4, 10))
+        x = b.input((int(rng.integers(1, 3)), c, h, w))
+    nb, c, h, w = b.shapes[x]
+    groups = int(rng.choice([g for g in (1, 2, c) if c % g == 0])) if rng.random() < 0.4 else 1
+    kout = groups * int(rng.choice([1, 2, 3, 4])) if groups > 1 else int(rng.choice([4, 6, 8]))
+    kh, kw = int(rng.choice([1, 2, 3])), int(rng.choice([1, 3]))
+    s = [int(rng.choice([1, 1, 2])) for _ in range(2)]
+    d = [int(rng.choice([1, 1, 2])) for _ in range(2)]
+    attrs = {"kernel_shape": [kh, kw], "strides": s, "dilations": d}
+    if groups > 1:
+        attrs["group"] = groups
+    auto_pad = rng.choice(["NOTSET", "NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"])
+    if auto_pad == "NOTSET":
+        pads = [int(rng.integers(0, 2)) for _ in range(4)]
+        attrs["pads"] = pads
+        oh = conv_out(h, kh, s[0], pads[0], pads[2], d[0])
+        ow = conv_out(w, kw, s[1], pads[1], pads[3], d[1])
+    else:
+        attrs["auto_pad"] = str(auto_pad)
+        if auto_pad != "VALID":  # ORT's CPU conv has no dilation with SAME_*
+            d = attrs["dilations"] = [1, 1]
+        if auto_pad == "VALID":
+            oh, ow = conv_out(h, kh, s[0], 0, 0, d[0]), conv_out(w, kw, s[1], 0, 0, d[1])
+        else:
+            oh, ow = -(-h // s[0]), -(-w // s[1])
+    if oh < 1 or ow < 1:
+        attrs = {"kernel_shape": [1, 1]}
+        kh = kw = 1
+        oh, ow = h, w
+        groups = 1
+    ins = [x, weight(b, (kout, c // groups, kh, kw), c // groups * kh * kw)]
+    if rng.random() < 0.6:
+        ins.append(b.const(rng.standard_normal(kout)))
+    return b.op("Conv", ins, (nb, kout, oh, ow), **attrs), (nb, kout, oh, ow)
+
+
+# ---------------------------------------------------------------------------- activations
+
+
+def scalar(b: Builder, v: float) -> str:
+    return b.const(np.array(v, dtype=np.float32), "s")
+
+
+def activation(b: Builder, x: str, shape) -> str:
+    """One activation in a random spelling (single op or an exporter's decomposition)."""
+    rng = b.rng
+    kind = rng.choice(["Relu", "Sigmoid", "Tanh", "LeakyRelu", "Clip", "Clip_min", "HardSigmoid", "HardSwish",
+                       "Softplus", "Elu", "silu", "gelu_erf", "gelu_erf2", "gelu_tanh", "hardswish_clip",
+                       "hardswish_hs"])
+    op = lambda t, ins, **a: b.op(t, ins, shape, **a)  # noqa: E731
+    if kind in ("Relu", "Sigmoid", "Tanh", "Softplus", "HardSwish"):
+        return op(kind, [x])
+    if kind == "LeakyRelu":
+        return op(kind, [x], alpha=float(rng.choice([0.01, 0.1, 0.2])))
+    if kind == "Elu":  # sqrt(x*x + 1): element-wise, but no activation Bolt knows
+        return op("Sqrt", [op("Add", [op("Mul", [x, x]), scalar(b, 1.0)])])
+    if kind == "HardSigmoid":
+        return op(kind, [x], alpha=float(rng.choice([0.2, 1 / 6])), beta=0.5)
+    if kind == "Clip":
+        return op(kind, [x, scalar(b, float(rng.choice([0.0, -1.0]))), scalar(b, float(rng.choice([6.0, 1.0])))])
+    if kind == "Clip_min":
+        return op("Clip", [x, scalar(b, 0.0)])
+    if kind == "silu":
+        s = op("Sigmoid", [x])
+        return op("Mul", [x, s] if rng.random() < 0.5 else [s, x])
+    if kind in ("gelu_erf", "gelu_erf2"):
+        e = op("Erf", [op("Div", [x, scalar(b, float(np.sqrt(2.0)))])])
+        one = op("Add", [e, scalar(b, 1.0)])
+        if kind == "gelu_erf":
+            return op("Mul", [op("Mul", [x, one]), scalar(b, 0.5)])
+        return op("Mul", [op("Mul", [x, scalar(b, 0.5)]), one])
+    if kind == "gelu_tanh":
+        x3 = op("Mul", [op("Mul", [x, x]), x])
+        inner = op("Mul", [op("Add", [x, op("Mul", [x3, scalar(b, 0.044715)])]), scalar(b, float(np.sqrt(2 / np.pi)))])
+        return op("Mul", [op("Mul", [x, scalar(b, 0.5)]), op("Add", [op("Tanh", [inner]), scalar(b, 1.0)])])
+    if kind == "hardswish_clip":
+        c = op("Clip", [op("Add", [x, scalar(b, 3.0)]), scalar(b, 0.0), scalar(b, 6.0)])
+        return op("Div", [op("Mul", [x, c]), scalar(b, 6.0)])
+    # x * HardSigmoid(x, 1/6, 0.5)
+    return op("Mul", [x, op("HardSigmoid", [x], alpha=1 / 6, beta=0.5)])
+
+
+# ----------------------------------------------------------------------------- epilogues
+
+
+def epilogue(b: Builder, x: str, shape, conv: bool, anchor_in: str | None) -> tuple[str, bool]:
+    """A random chain after an anchor; returns (last tensor, whether it ends in a Cast)."""
+    rng = b.rng
+    cur, earlier = x, []
+    ch = shape[1] if conv else shape[-1]
+    for _ in range(int(rng.integers(0, 6))):
+        step = rng.choice(["mul", "div", "bias", "bias", "residual", "residual", "act", "act", "output_mid",
+                           "shared", "sub", "rank_raise"])
+        if step == "mul":
+            shp = [(), (1,), (1,) * len(shape)][int(rng.integers(0, 3))]
+            s = b.const(np.full(shp, float(rng.choice([0.1, 0.125, 2.0, -0.5, 3.0])), dtype=np.float32), "s")
+            cur = b.op("Mul", [cur, s] if rng.random() < 0.5 else [s, cur], shape)
+        elif step == "div":
+            s = scalar(b, float(rng.choice([8.0, 0.5, -4.0, np.sqrt(8.0)])))
+            # s / x is not linear in x: stays with the host.
+            ins = [cur, s] if rng.random() < 0.85 else [s, cur]
+            if ins[0] == s:
+                ins = [s, b.op("Add", [cur, scalar(b, 10.0)], shape)]  # keep away from 0
+            cur = b.op("Div", ins, shape)
+        elif step == "bias":
+            if conv:
+                shp = [(ch, 1, 1), (1, ch, 1, 1), (1,)][int(rng.integers(0, 3))]
+            else:
+                shp = [(ch,), (1,) * (len(shape) - 1) + (ch,), ()][int(rng.integers(0, 3))]
+            bias = b.const(rng.standard_normal(shp))
+            cur = b.op("Add", [cur, bias] if rng.random() < 0.5 else [bias, cur], shape)
+        elif step == "rank_raise":  # a bias that raises the output's rank: not the kernel's shape
+            bias = b.const(rng.standard_normal((1, 1, ch, 1, 1) if conv else (1,) * len(shape) + (ch,)))
+            new = (1,) + tuple(shape)
+            cur = b.op("Add", [cur, bias], new)
+            return cur, False
+        elif step == "residual":
+            pick = rng.random()
+            if pick < 0.2 and earlier:
+                r = earlier[int(rng.integers(0, len(earlier)))]  # a shared intermediate
+            elif pick < 0.3:
+                r = cur  # x + x
+            elif pick < 0.45 and anchor_in is not None and b.shapes.get(anchor_in) == tuple(shape):
+                r = anchor_in  # a ResNet-style skip from the anchor's input
+            else:
+                r = b.input(shape, "r")
+            cur = b.op("Add", [cur, r] if rng.random() < 0.5 else [r, cur], shape)
+        elif step == "sub":
+            cur = b.op("Sub", [cur, b.const(rng.standard_normal((ch, 1, 1) if conv else (ch,)))], shape)
+        elif step == "act":
+            cur = activation(b, cur, shape)
+        elif step == "output_mid":
+            b.output(cur)
+        elif step == "shared":
+            b.output(b.op("Relu", [cur], shape))
+        earlier.append(cur)
+    if rng.random() < 0.15:
+        return b.op("Cast", [cur], shape, to=TensorProto.FLOAT16), True
+    return cur, False
+
+
+def generate(seed: int) -> tuple[onnx.ModelProto, dict]:
+    """The graph of `seed`: 1 to 3 anchor blocks of one family, each with its epilogue chain."""
+    b = Builder(np.random.default_rng([GENERATOR_VERSION, seed]))
+    family = b.rng.choice(["gemm", "conv"])
+    x, k = None, None
+    for _ in range(int(b.rng.integers(1, 4))):
+        if family == "gemm":
+            y, shape = gemm_anchor(b, x, k)
+        else:
+            y, shape = conv_anchor(b, x)
+        out, cast = epilogue(b, y, shape, family == "conv", x)
+        if cast or b.shapes.get(out) != tuple(shape) or (family == "gemm" and len(shape) != 2):
+            b.output(out, TensorProto.FLOAT16 if cast else TensorProto.FLOAT)
+            break
+        x, k = out, shape[-1]
+    else:
+        b.output(x)
+    return b.model(f"fuzz_v{GENERATOR_VERSION}_seed{seed}"), b.feeds
+
+
+# ----------------------------------------------------------------------------- checking
+
+
+def feeds_for(model: onnx.ModelProto, seed: int) -> dict:
+    """Random inputs for a stored model (corpus replay)."""
+    rng = np.random.default_rng(seed)
+    init = {i.name for i in model.graph.initializer}
+    feeds = {}
+    for i in model.graph.input:
+        if i.name in init:
+            continue
+        shape = [d.dim_value for d in i.type.tensor_type.shape.dim]
+        feeds[i.name] = rng.standard_normal(shape).astype(np.float32)
+    return feeds
+
+
+def ort_cpu(model: onnx.ModelProto, feeds: dict) -> list:
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+def close(got, want) -> str | None:
+    if got.shape != want.shape or got.dtype != want.dtype:
+        return f"{got.dtype}{list(got.shape)} but ORT CPU gives {want.dtype}{list(want.shape)}"
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    bad = ~(np.abs(g - w) <= ATOL + RTOL * np.abs(w))
+    if bad.any():
+        i = int(np.argmax(np.where(bad, np.abs(g - w), -1)))
+        return f"max abs err {np.abs(g - w).max():.3e} (element {i}: {g.flat[i]} vs ORT {w.flat[i]})"
+    return None
+
+
+def write_case(d: Path, model: onnx.ModelProto, feeds: dict, want: list) -> None:
+    d.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(d / "model.onnx"))
+    ds = d / "test_data_set_0"
+    ds.mkdir(exist_ok=True)
+    for i, (n, a) in enumerate(feeds.items()):
+        (ds / f"input_{i}.pb").write_bytes(numpy_helper.from_array(a, n).SerializeToString())
+    for j, (o, a) in enumerate(zip(model.graph.output, want)):
+        (ds / f"output_{j}.pb").write_bytes(numpy_helper.from_array(a, o.name).SerializeToString())
+
+
+def bolt_check(root: Path, planned: bool) -> dict:
+    """{case: why} for the cases `bolt check [--planned]` fails under ROOT."""
+    cmd = [str(bolt_exe()), "check", str(root), "--rtol", str(RTOL), "--atol", str(ATOL)]
+    if planned:
+        cmd.append("--planned")
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    fails = {}
+    for line in r.stdout.splitlines():
+        m = re.match(r"FAIL (\S+)\s+(.*)", line)
+        if m:
+            fails[m.group(1)] = m.group(2)
+    if r.returncode != 0 and not fails:
+        fails["<bolt check>"] = r.stderr.strip() or r.stdout[-2000:]
+    return fails
+
+
+def bolt_compile(model_path: Path) -> str | None:
+    r = subprocess.run([str(bolt_exe()), "compile", str(model_path)], capture_output=True, text=True)
+    return None if r.returncode == 0 else (r.stderr.strip().splitlines() or ["exit %d" % r.returncode])[-1]
+
+
+@dataclass
+class Outcome:
+    failures: dict  # case -> [why, ...]
+    claimed: int = 0  # anchors the provider ran on Bolt
+    anchors: int = 0
+
+
+def check_cases(cases: dict, provider: bool = True) -> Outcome:
+    """Checks {name: (model, feeds)} three ways; returns what failed, per case."""
+    out = Outcome(failures={})
+    fail = lambda n, why: out.failures.setdefault(n, []).append(why)  # noqa: E731
+    if provider:
+        import bolt_ort
+
+        bolt_ort.register()
+    with tempfile.TemporaryDirectory(prefix="bolt-fuzz-") as tmp:
+        root = Path(tmp)
+        for name, (model, feeds) in cases.items():
+            want = ort_cpu(model, feeds)
+            write_case(root / name, model, feeds, want)
+            # 1. planned graph vs model on the reference executor.
+            why = bolt_compile(root / name / "model.onnx")
+            if why:
+                fail(name, f"bolt compile: {why}")
+            # 3. through the ONNX Runtime provider.
+            if provider:
+                so = ort.SessionOptions()
+                so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+                try:
+                    sess = bolt_ort.session(model.SerializeToString(), so=so)
+                    got = sess.run(None, feeds)
+                except Exception as e:  # noqa: BLE001 - any provider error is a finding
+                    fail(name, f"bolt_ort: {str(e).splitlines()[0]}")
+                    continue
+                for o, g, w in zip(model.graph.output, got, want):
+                    if (why := close(g, w)) is not None:
+                        fail(name, f"bolt_ort output {o.name}: {why}")
+                ops = [(n.op_type, sub.ep_name) for sub in sess.get_provider_graph_assignment_info()
+                       for n in sub.get_nodes()]
+                out.anchors += sum(op in ("MatMul", "Gemm", "Conv") for op, _ in ops)
+                out.claimed += sum(op in ("MatMul", "Gemm", "Conv") and ep == bolt_ort.EP_NAME for op, ep in ops)
+        # 2. model and planned graph on the reference executor vs ORT CPU.
+        for planned in (False, True):
+            for name, why in bolt_check(root, planned).items():
+                fail(name, f"bolt check{' --planned' if planned else ''}: {why}")
+    return out
+
+
+def seed_cases(start: int, count: int) -> dict:
+    cases = {}
+    for s in range(start, start + count):
+        m, f = generate(s)
+        cases[m.graph.name] = (m, f)
+    return cases
+
+
+def corpus_cases() -> dict:
+    cases = {}
+    for p in sorted(CORPUS.glob("*.onnx")):
+        m = onnx.load(str(p))
+        cases[p.stem] = (m, feeds_for(m, sum(p.stem.encode())))
+    return cases
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, default=200, help="how many seeds")
+    ap.add_argument("--start", type=int, default=0, help="first seed")
+    ap.add_argument("--save", action="store_true", help=f"write failing graphs to {CORPUS.relative_to(REPO)}")
+    ap.add_argument("--no-provider", action="store_true", help="skip the ONNX Runtime provider check")
+    a = ap.parse_args()
+    cases = seed_cases(a.start, a.seeds)
+    out = check_cases(cases, provider=not a.no_provider)
+    for name, whys in sorted(out.failures.items()):
+        print(f"FAIL {name}")
+        for w in whys:
+            print(f"     {w}")
+        if a.save and name in cases:
+            CORPUS.mkdir(parents=True, exist_ok=True)
+            onnx.save(cases[name][0], str(CORPUS / f"{name}.onnx"))
+    print(f"{len(cases)} graphs, {len(out.failures)} failing; provider ran {out.claimed} of {out.anchors} anchors on Bolt")
+    return 1 if out.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

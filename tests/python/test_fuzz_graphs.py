@@ -1,0 +1,143 @@
+"""Fused epilogues against onnxruntime's CPU provider (nothing Bolt computed): hand-written
+regressions for the epilogue algebra, the fuzzer's corpus of graphs that once failed, and a
+fixed number of fuzzer seeds. Each graph is checked three ways (fuzz_graphs.py): planned vs
+model on the reference executor (`bolt compile`), reference and planned graph vs ORT CPU
+(`bolt check [--planned]`), and Bolt's ONNX Runtime provider vs ORT CPU.
+
+Needs target/release/bolt and libbolt_ort.so (tests/run.sh builds both before pytest)."""
+import numpy as np
+import pytest
+from onnx import TensorProto
+
+import fuzz_graphs as fz
+
+# CI runs this many seeds (a few seconds); `fuzz_graphs.py --seeds N` runs more.
+CI_SEEDS = 150
+
+
+@pytest.fixture(scope="module", autouse=True)
+def built():
+    try:
+        fz.bolt_exe()
+    except FileNotFoundError as e:
+        pytest.fail(str(e), pytrace=False)
+
+
+def regression(build) -> tuple:
+    b = fz.Builder(np.random.default_rng(7))
+    out = build(b)
+    b.output(out, TensorProto.FLOAT16 if b.nodes[-1].op_type == "Cast" else TensorProto.FLOAT)
+    return b.model(build.__name__), b.feeds
+
+
+def mm(b, m=4, k=16, n=32):
+    return b.op("MatMul", [b.input((m, k)), fz.weight(b, (k, n), k)], (m, n))
+
+
+def conv(b, x, c=8, k=8):
+    w = fz.weight(b, (k, c, 3, 3), c * 9)
+    return b.op("Conv", [x, w, b.const(b.rng.standard_normal(k))], (1, k, 6, 6), pads=[1, 1, 1, 1])
+
+
+def add(b, x, y, shape):
+    return b.op("Add", [x, y], shape)
+
+
+def scale(b, op, x, s, shape):
+    return b.op(op, [x, fz.scalar(b, s)], shape)
+
+
+# Each builds a graph whose epilogue order matters; the names say the chain.
+def matmul_div8_residual(b):  # the issue's case: the residual was divided by 8 too
+    return add(b, scale(b, "Div", mm(b), 8.0, (4, 32)), b.input((4, 32)), (4, 32))
+
+
+def conv_mul01_skip(b):  # Conv -> Mul(0.1) -> Add(x): the skip was scaled by 0.1
+    x = b.input((1, 8, 6, 6))
+    return add(b, scale(b, "Mul", conv(b, x), 0.1, (1, 8, 6, 6)), x, (1, 8, 6, 6))
+
+
+def scalar_on_the_left_then_residual(b):
+    y = b.op("Mul", [fz.scalar(b, 0.125), mm(b)], (4, 32))
+    return add(b, b.input((4, 32)), y, (4, 32))
+
+
+def gemm_alpha_beta_bias_div_residual_relu(b):
+    x = b.input((4, 16))
+    y = b.op("Gemm", [x, fz.weight(b, (32, 16), 16), b.const(b.rng.standard_normal(32))], (4, 32),
+             alpha=2.0, beta=0.5, transB=1)
+    y = add(b, scale(b, "Div", y, 4.0, (4, 32)), b.input((4, 32)), (4, 32))
+    return b.op("Relu", [y], (4, 32))
+
+
+def gemm_full_c_scaled_then_second_source(b):  # C is the source: a later residual stays on the host
+    y = b.op("Gemm", [b.input((4, 16)), fz.weight(b, (16, 32), 16), b.input((4, 32))], (4, 32), beta=2.0)
+    return add(b, scale(b, "Mul", y, 0.5, (4, 32)), b.input((4, 32)), (4, 32))
+
+
+def bias_scale_bias_relu(b):  # (acc + b1) * 0.5 + b2: b1 is scaled, b2 is not
+    y = add(b, mm(b), b.const(b.rng.standard_normal(32)), (4, 32))
+    y = add(b, scale(b, "Mul", y, 0.5, (4, 32)), b.const(b.rng.standard_normal(32)), (4, 32))
+    return b.op("Relu", [y], (4, 32))
+
+
+def residual_then_scale(b):  # (acc + r) * 0.25: the residual is scaled
+    return scale(b, "Mul", add(b, mm(b), b.input((4, 32)), (4, 32)), 0.25, (4, 32))
+
+
+def relu_then_scale_then_residual(b):  # a scalar after the activation: not a kernel form
+    x = b.input((1, 8, 6, 6))
+    y = scale(b, "Mul", b.op("Relu", [conv(b, x)], (1, 8, 6, 6)), 2.0, (1, 8, 6, 6))
+    return add(b, y, x, (1, 8, 6, 6))
+
+
+def residual_after_relu_then_scale(b):
+    y = add(b, b.op("Relu", [mm(b)], (4, 32)), b.input((4, 32)), (4, 32))
+    return scale(b, "Mul", y, 3.0, (4, 32))
+
+
+def scale_residual_silu_cast_f16(b):  # rounded once, to f16, after the epilogue
+    y = add(b, scale(b, "Mul", mm(b), 0.125, (4, 32)), b.input((4, 32)), (4, 32))
+    y = b.op("Mul", [y, b.op("Sigmoid", [y], (4, 32))], (4, 32))
+    return b.op("Cast", [y], (4, 32), to=TensorProto.FLOAT16)
+
+
+def rank_raising_bias(b):  # a [1, 1, N] bias on a 2-D GEMM: the output is 3-D
+    return b.op("Add", [mm(b), b.const(b.rng.standard_normal((1, 1, 32)))], (1, 4, 32))
+
+
+REGRESSIONS = [
+    matmul_div8_residual,
+    conv_mul01_skip,
+    scalar_on_the_left_then_residual,
+    gemm_alpha_beta_bias_div_residual_relu,
+    gemm_full_c_scaled_then_second_source,
+    bias_scale_bias_relu,
+    residual_then_scale,
+    relu_then_scale_then_residual,
+    residual_after_relu_then_scale,
+    scale_residual_silu_cast_f16,
+    rank_raising_bias,
+]
+
+
+def test_epilogue_order_regressions_match_ort_cpu():
+    cases = {f.__name__: regression(f) for f in REGRESSIONS}
+    out = fz.check_cases(cases)
+    assert not out.failures, out.failures
+    # Every anchor ran on Bolt, so the comparison is of Bolt's fused kernels.
+    assert out.claimed == out.anchors == len(REGRESSIONS), (out.claimed, out.anchors)
+
+
+def test_fuzz_corpus_replays_clean():
+    cases = fz.corpus_cases()
+    assert cases, f"empty corpus {fz.CORPUS}"
+    out = fz.check_cases(cases)
+    assert not out.failures, out.failures
+
+
+def test_fixed_fuzz_seeds_run_clean():
+    out = fz.check_cases(fz.seed_cases(0, CI_SEEDS))
+    assert not out.failures, {k: v for k, v in list(out.failures.items())[:5]}
+    # The generator mostly builds graphs Bolt takes: a check that Bolt ran nothing proves nothing.
+    assert out.claimed >= 0.8 * out.anchors, (out.claimed, out.anchors)
