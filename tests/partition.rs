@@ -242,3 +242,43 @@ fn a_gemm_with_a_broadcast_non_constant_c_stays_with_the_host() {
     assert!(p.partitions.is_empty());
     assert!(p.host[0].reason.contains("neither a constant per-column bias"), "{}", p.host[0].reason);
 }
+
+/// The epilogue keeps the model's order: a scalar scales what precedes it only, and the
+/// report writes the expression the kernel computes.
+#[test]
+fn epilogue_steps_keep_the_models_order_and_print_as_the_kernels_expression() {
+    let g = gemm_graph(|b, y| {
+        let r = b.input("r", DType::F32, Shape::from_static(&[4, 16]));
+        let y = bias_add(b, y);
+        let eight = scalar(b, "eight", 8.0);
+        let y = b.node("div", Op::Binary(Binary::Div), &[&y, &eight]);
+        let y = b.node("res", Op::Binary(Binary::Add), &[&r, &y]);
+        let y = b.node("relu", Op::Unary(Unary::Relu), &[&y]);
+        let r2 = b.input("r2", DType::F32, Shape::from_static(&[4, 16]));
+        b.node("res2", Op::Binary(Binary::Add), &[&y, &r2])
+    });
+    let p = partition(&g);
+    let e = &p.partitions[0].epilogue;
+    // The bias is divided with the product; the residual after the Div is not; a second
+    // residual has no kernel form (one source tensor) and stays with the host.
+    assert_eq!(e.to_string(), "relu(0.125*acc + 0.125*bias + C)");
+    assert_eq!(e.form().source.as_ref().map(|s| s.scale), Some(1.0));
+    assert_eq!(p.host.iter().map(|h| h.node.as_str()).collect::<Vec<_>>(), ["res2"]);
+    let summary = bolt::compile::summarize(&g, &Default::default(), true).unwrap();
+    assert_eq!(summary.anchors[0].epilogue, "relu(0.125*acc + 0.125*bias + C)");
+    let plan = summary.plan.unwrap();
+    assert!(plan.mismatches.is_empty() && plan.max_abs_diff.unwrap() < 1e-5, "{:?}", plan.mismatches);
+}
+
+/// A fused output never changes rank: a [1, 1, N] bias on a 2-D GEMM broadcasts the output
+/// to 3-D, so it stays with the host.
+#[test]
+fn a_rank_raising_bias_is_not_fused() {
+    let g = gemm_graph(|b, y| {
+        let bias = b.initializer("bias3", f32s(&[1, 1, 16], 0.5));
+        b.node("add3", Op::Binary(Binary::Add), &[&y, &bias])
+    });
+    let p = partition(&g);
+    assert_eq!(p.partitions[0].nodes, ["mm"]);
+    assert_eq!(p.host[0].node, "add3");
+}

@@ -61,8 +61,10 @@ cargo test --workspace --release "$@" -- --show-output || cargo_rc=$?
 # -------------------------------------------------------------------------- 5. pytest
 section "pytest tests/python"
 pytest_rc=0
-# The ONNX Runtime plugin EP library that tests/python/test_ort_plugin.py loads.
+# The ONNX Runtime plugin EP library that tests/python/test_ort_plugin.py loads, and the
+# bolt command line the epilogue fuzzer (tests/python/test_fuzz_graphs.py) runs.
 cargo build --release -q -p bolt-ort || pytest_rc=$?
+cargo build --release -q -p bolt --bin bolt || pytest_rc=$?
 "$PY" -m pytest tests/python -q || pytest_rc=$?
 if [[ $pytest_rc == 5 ]]; then echo "(no python tests collected)"; pytest_rc=0; fi
 
