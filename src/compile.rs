@@ -2,7 +2,7 @@
 //! later stages (partition, plan, codegen) will take. Each stage extends this file's pipeline.
 
 use crate::error::{Error, Result};
-use crate::ir::{Dim, Graph, Op, Tensor};
+use crate::ir::{DType, Dim, Graph, Op, Tensor};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use std::collections::HashMap;
 use std::time::Instant;
@@ -111,10 +111,10 @@ pub struct PlanSummary {
 /// changes the rounding order (weights scaled before the GEMM, bias terms summed first), and
 /// an f16/bf16 kernel rounds once where the model rounds after every op. The absolute part
 /// scales with the output's magnitude.
-pub fn plan_tolerance(dtype: crate::ir::DType, max_abs: f64) -> crate::cases::Tolerance {
+pub fn plan_tolerance(dtype: DType, max_abs: f64) -> crate::cases::Tolerance {
     let (rtol, atol) = match dtype {
-        crate::ir::DType::F16 => (1e-2, 1e-2),
-        crate::ir::DType::BF16 => (4e-2, 4e-2),
+        DType::F16 => (1e-2, 1e-2),
+        DType::BF16 => (4e-2, 4e-2),
         _ => (1e-3, 1e-4),
     };
     crate::cases::Tolerance { rtol, atol: atol * max_abs.max(1.0) }
@@ -230,10 +230,17 @@ pub fn summarize(g: &Graph, bindings: &DimBindings, run: bool) -> Result<Summary
         // The plan must compute what the model does.
         let planned_outs = crate::reference::run(&planned.graph, &inputs)?;
         let mut max_abs_diff = 0.0f64;
+        // The coarsest float type the model computes in sets the tolerance (an f16 model may
+        // cast its output to f32).
+        let coarsest = g.types.values().map(|t| t.dtype).fold(None, |c, d| match (c, d) {
+            (_, DType::BF16) | (Some(DType::BF16), _) => Some(DType::BF16),
+            (_, DType::F16) | (Some(DType::F16), _) => Some(DType::F16),
+            (c, _) => c,
+        });
         for o in &g.outputs {
             let (want, got) = (&outs[o], &planned_outs[o]);
             let scale = want.to_f64_vec().iter().fold(0.0f64, |m, x| m.max(x.abs()));
-            let tol = plan_tolerance(want.dtype(), scale);
+            let tol = plan_tolerance(coarsest.unwrap_or(want.dtype()), scale);
             let check = crate::cases::compare(o, got, want, tol);
             max_abs_diff = max_abs_diff.max(check.max_abs_err);
             if let Some(why) = check.failure {

@@ -41,10 +41,11 @@ from onnx import TensorProto, helper, numpy_helper
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO / "fuzz" / "corpus" / "graphs"
 # Bump when the generator changes what a seed builds.
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 OPSET = 17
-# f32 outputs: folding reorders rounding; f16 outputs (a fused Cast) may differ by an f16 ulp.
-RTOL, ATOL = 4e-3, 1e-3
+# (rtol, atol) per graph element type. f32: folding reorders rounding, and a fused Cast to f16
+# may differ by an f16 ulp. f16 graphs: ORT rounds after every op, a fused kernel once.
+TOLERANCE = {"f32": (4e-3, 1e-3), "f16": (2e-2, 2e-2)}
 
 sys.path.insert(0, str(REPO / "plugin" / "python"))
 ort.set_default_logger_severity(3)
@@ -66,6 +67,7 @@ class Builder:
     """A graph under construction; shapes are tracked by hand as the generator knows them."""
 
     rng: np.random.Generator
+    half: bool = False  # f16 inputs, weights and constants
     nodes: list = field(default_factory=list)
     inits: list = field(default_factory=list)
     inputs: list = field(default_factory=list)
@@ -80,14 +82,14 @@ class Builder:
 
     def const(self, arr: np.ndarray, stem: str = "c") -> str:
         name = self.name(stem)
-        self.inits.append(numpy_helper.from_array(np.asarray(arr, dtype=np.float32), name))
+        self.inits.append(numpy_helper.from_array(np.asarray(arr, dtype=self.np_type), name))
         self.shapes[name] = tuple(np.shape(arr))
         return name
 
     def input(self, shape, stem: str = "in") -> str:
         name = self.name(stem)
-        self.inputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, list(shape)))
-        self.feeds[name] = self.rng.standard_normal(shape).astype(np.float32)
+        self.inputs.append(helper.make_tensor_value_info(name, self.elem, list(shape)))
+        self.feeds[name] = self.rng.standard_normal(shape).astype(self.np_type)
         self.shapes[name] = tuple(shape)
         return name
 
@@ -97,20 +99,27 @@ class Builder:
         self.shapes[out] = tuple(shape) if shape is not None else None
         return out
 
-    def output(self, t: str, elem=TensorProto.FLOAT) -> None:
-        if t not in [o.name for o in self.outputs] and t not in self.feeds:
-            self.outputs.append(helper.make_tensor_value_info(t, elem, None))
+    @property
+    def np_type(self):
+        return np.float16 if self.half else np.float32
+
+    @property
+    def elem(self):
+        return TensorProto.FLOAT16 if self.half else TensorProto.FLOAT
+
+    def output(self, t: str) -> None:
+        if t not in self.outputs and t not in self.feeds:
+            self.outputs.append(t)
 
     def model(self, name: str) -> onnx.ModelProto:
-        g = helper.make_graph(self.nodes, name, self.inputs, self.outputs, initializer=self.inits)
+        # Infer every tensor's type first (a Cast changes the element type), then declare the
+        # outputs with their inferred types.
+        g = helper.make_graph(self.nodes, name, self.inputs, [], initializer=self.inits)
         m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)])
         m.ir_version = 8
         m = onnx.shape_inference.infer_shapes(m, strict_mode=True)
-        # Declared output types: the inferred ones (a Cast makes some f16).
-        vi = {v.name: v for v in list(m.graph.value_info) + list(m.graph.output)}
-        for o in m.graph.output:
-            if o.name in vi and vi[o.name].type.tensor_type.HasField("shape"):
-                o.type.CopyFrom(vi[o.name].type)
+        vi = {v.name: v for v in m.graph.value_info}
+        m.graph.output.extend(vi[o] for o in self.outputs)
         onnx.checker.check_model(m, full_check=True)
         return m
 
@@ -304,13 +313,14 @@ def epilogue(b: Builder, x: str, shape, conv: bool, anchor_in: str | None) -> tu
             b.output(b.op("Relu", [cur], shape))
         earlier.append(cur)
     if rng.random() < 0.15:
-        return b.op("Cast", [cur], shape, to=TensorProto.FLOAT16), True
+        return b.op("Cast", [cur], shape, to=TensorProto.FLOAT if b.half else TensorProto.FLOAT16), True
     return cur, False
 
 
 def generate(seed: int) -> tuple[onnx.ModelProto, dict]:
     """The graph of `seed`: 1 to 3 anchor blocks of one family, each with its epilogue chain."""
-    b = Builder(np.random.default_rng([GENERATOR_VERSION, seed]))
+    rng = np.random.default_rng([GENERATOR_VERSION, seed])
+    b = Builder(rng, half=bool(rng.random() < 0.3))
     family = b.rng.choice(["gemm", "conv"])
     x, k = None, None
     for _ in range(int(b.rng.integers(1, 4))):
@@ -320,7 +330,7 @@ def generate(seed: int) -> tuple[onnx.ModelProto, dict]:
             y, shape = conv_anchor(b, x)
         out, cast = epilogue(b, y, shape, family == "conv", x)
         if cast or b.shapes.get(out) != tuple(shape) or (family == "gemm" and len(shape) != 2):
-            b.output(out, TensorProto.FLOAT16 if cast else TensorProto.FLOAT)
+            b.output(out)
             break
         x, k = out, shape[-1]
     else:
@@ -340,8 +350,13 @@ def feeds_for(model: onnx.ModelProto, seed: int) -> dict:
         if i.name in init:
             continue
         shape = [d.dim_value for d in i.type.tensor_type.shape.dim]
-        feeds[i.name] = rng.standard_normal(shape).astype(np.float32)
+        np_type = onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type)
+        feeds[i.name] = rng.standard_normal(shape).astype(np_type)
     return feeds
+
+
+def precision(feeds: dict) -> str:
+    return "f16" if any(a.dtype == np.float16 for a in feeds.values()) else "f32"
 
 
 def ort_cpu(model: onnx.ModelProto, feeds: dict) -> list:
@@ -349,11 +364,12 @@ def ort_cpu(model: onnx.ModelProto, feeds: dict) -> list:
     return sess.run(None, feeds)
 
 
-def close(got, want) -> str | None:
+def close(got, want, tol) -> str | None:
+    rtol, atol = tol
     if got.shape != want.shape or got.dtype != want.dtype:
         return f"{got.dtype}{list(got.shape)} but ORT CPU gives {want.dtype}{list(want.shape)}"
     g, w = got.astype(np.float64), want.astype(np.float64)
-    bad = ~(np.abs(g - w) <= ATOL + RTOL * np.abs(w))
+    bad = ~(np.abs(g - w) <= atol + rtol * np.abs(w))
     if bad.any():
         i = int(np.argmax(np.where(bad, np.abs(g - w), -1)))
         return f"max abs err {np.abs(g - w).max():.3e} (element {i}: {g.flat[i]} vs ORT {w.flat[i]})"
@@ -371,9 +387,9 @@ def write_case(d: Path, model: onnx.ModelProto, feeds: dict, want: list) -> None
         (ds / f"output_{j}.pb").write_bytes(numpy_helper.from_array(a, o.name).SerializeToString())
 
 
-def bolt_check(root: Path, planned: bool) -> dict:
+def bolt_check(root: Path, planned: bool, tol) -> dict:
     """{case: why} for the cases `bolt check [--planned]` fails under ROOT."""
-    cmd = [str(bolt_exe()), "check", str(root), "--rtol", str(RTOL), "--atol", str(ATOL)]
+    cmd = [str(bolt_exe()), "check", str(root), "--rtol", str(tol[0]), "--atol", str(tol[1])]
     if planned:
         cmd.append("--planned")
     r = subprocess.run(cmd, capture_output=True, text=True)
@@ -411,9 +427,11 @@ def check_cases(cases: dict, provider: bool = True) -> Outcome:
         root = Path(tmp)
         for name, (model, feeds) in cases.items():
             want = ort_cpu(model, feeds)
-            write_case(root / name, model, feeds, want)
+            prec = precision(feeds)
+            case = root / prec / name
+            write_case(case, model, feeds, want)
             # 1. planned graph vs model on the reference executor.
-            why = bolt_compile(root / name / "model.onnx")
+            why = bolt_compile(case / "model.onnx")
             if why:
                 fail(name, f"bolt compile: {why}")
             # 3. through the ONNX Runtime provider.
@@ -427,16 +445,19 @@ def check_cases(cases: dict, provider: bool = True) -> Outcome:
                     fail(name, f"bolt_ort: {str(e).splitlines()[0]}")
                     continue
                 for o, g, w in zip(model.graph.output, got, want):
-                    if (why := close(g, w)) is not None:
+                    if (why := close(g, w, TOLERANCE[prec])) is not None:
                         fail(name, f"bolt_ort output {o.name}: {why}")
                 ops = [(n.op_type, sub.ep_name) for sub in sess.get_provider_graph_assignment_info()
                        for n in sub.get_nodes()]
                 out.anchors += sum(op in ("MatMul", "Gemm", "Conv") for op, _ in ops)
                 out.claimed += sum(op in ("MatMul", "Gemm", "Conv") and ep == bolt_ort.EP_NAME for op, ep in ops)
         # 2. model and planned graph on the reference executor vs ORT CPU.
-        for planned in (False, True):
-            for name, why in bolt_check(root, planned).items():
-                fail(name, f"bolt check{' --planned' if planned else ''}: {why}")
+        for prec, tol in TOLERANCE.items():
+            if not (root / prec).exists():
+                continue
+            for planned in (False, True):
+                for name, why in bolt_check(root / prec, planned, tol).items():
+                    fail(name, f"bolt check{' --planned' if planned else ''}: {why}")
     return out
 
 

@@ -26,7 +26,7 @@ def built():
 def regression(build) -> tuple:
     b = fz.Builder(np.random.default_rng(7))
     out = build(b)
-    b.output(out, TensorProto.FLOAT16 if b.nodes[-1].op_type == "Cast" else TensorProto.FLOAT)
+    b.output(out)
     return b.model(build.__name__), b.feeds
 
 
