@@ -164,3 +164,90 @@ fn transposes_that_do_not_undo_each_other_stay() {
     let p = planned(&g);
     assert_eq!(transposes(&p), 4); // t1, t2, the region's entry and exit
 }
+
+/// A YOLOX-style detector block: Focus (four strided Slices + Concat), conv + SiLU written as
+/// Sigmoid * Mul, a CSP split (Slice on channels) and re-Concat, SPP (MaxPool + Concat), a
+/// nearest Resize and a Concat with an earlier feature map. Element-wise ops, Concat, Slice
+/// and Resize run on the NHWC tensors, so transforms remain only where data enters (the
+/// Focus concat), around the MaxPool (which runs NCHW) and at the graph output.
+#[test]
+fn layout_regions_extend_through_concat_slice_resize_and_elementwise_ops() {
+    use bolt::ir::{
+        AspectPolicy, AutoPad, Binary, CoordTransform, NearestMode, ResizeAttrs, ResizeMode, Tensor, Unary, Window,
+    };
+    let mut n = Net::new(DType::F32);
+    let i64s = |n: &mut Net, name: &str, v: &[i64]| n.b.initializer(name, Tensor::from_i64(vec![v.len()], v.to_vec()));
+    let count = std::cell::Cell::new(0);
+    let slice = |n: &mut Net, x: &str, starts: &[i64], ends: &[i64], axes: &[i64], steps: &[i64]| {
+        let k = count.replace(count.get() + 1);
+        let (s, e) = (i64s(n, &format!("s{k}"), starts), i64s(n, &format!("e{k}"), ends));
+        let (a, st) = (i64s(n, &format!("a{k}"), axes), i64s(n, &format!("st{k}"), steps));
+        n.op("slice", Op::Slice, &[x, &s, &e, &a, &st])
+    };
+    let silu = |n: &mut Net, x: &str| {
+        let s = n.op("sigmoid", Op::Unary(Unary::Sigmoid), &[x]);
+        n.op("mul", Op::Binary(Binary::Mul), &[x, &s])
+    };
+    let x = n.input("x", &[1, 3, 32, 32]);
+    // Focus: space-to-depth by strided slices on H and W.
+    let parts: Vec<String> = [(0, 0), (1, 0), (0, 1), (1, 1)]
+        .iter()
+        .map(|&(h, w)| slice(&mut n, &x, &[h, w], &[32, 32], &[2, 3], &[2, 2]))
+        .collect();
+    let refs: Vec<&str> = parts.iter().map(String::as_str).collect();
+    let y = n.op("focus", Op::Concat { axis: 1 }, &refs);
+    let y = n.conv(&y, 12, 16, 3, 1, 1);
+    let y = silu(&mut n, &y);
+    // CSP: split the channels, convolve one half, concatenate back (negative axis).
+    let a = slice(&mut n, &y, &[0], &[8], &[1], &[1]);
+    let b = slice(&mut n, &y, &[8], &[16], &[-3], &[1]);
+    let a = n.conv(&a, 8, 8, 3, 1, 1);
+    let a = silu(&mut n, &a);
+    let y = n.op("csp", Op::Concat { axis: -3 }, &[&a, &b]);
+    let c3 = n.conv(&y, 16, 16, 1, 1, 0);
+    let c3 = silu(&mut n, &c3);
+    // Down, SPP, up.
+    let d = n.conv(&c3, 16, 16, 3, 2, 1);
+    let d = silu(&mut n, &d);
+    let window = Window {
+        kernel_shape: Some(vec![5, 5]),
+        strides: Some(vec![1, 1]),
+        pads: Some(vec![2; 4]),
+        dilations: None,
+        auto_pad: AutoPad::NotSet,
+    };
+    let p = n.op("spp", Op::MaxPool { window, ceil_mode: false, storage_order: 0 }, &[&d]);
+    let d = n.op("spp_cat", Op::Concat { axis: 1 }, &[&d, &p]);
+    let d = n.conv(&d, 32, 16, 1, 1, 0);
+    let d = silu(&mut n, &d);
+    let scales = n.b.initializer("scales", Tensor::from_f32(vec![4], vec![1.0, 1.0, 2.0, 2.0]));
+    let attrs = ResizeAttrs {
+        mode: ResizeMode::Nearest,
+        coord: CoordTransform::Asymmetric,
+        nearest: NearestMode::Floor,
+        cubic_coeff_a: -0.75,
+        exclude_outside: false,
+        extrapolation_value: 0.0,
+        antialias: false,
+        axes: None,
+        aspect: AspectPolicy::Stretch,
+    };
+    let up = n.op("up", Op::Resize(attrs), &[&d, "", &scales]);
+    let y = n.op("fpn", Op::Concat { axis: 1 }, &[&up, &c3]);
+    // Head: scale, bias, sigmoid on the host side of the last conv.
+    let y = n.conv(&y, 32, 8, 1, 1, 0);
+    let half = n.b.initializer("half", Tensor::scalar_f32(0.5));
+    let y = n.op("head", Op::Binary(Binary::Mul), &[&y, &half]);
+    let y = n.op("sig", Op::Unary(Unary::Sigmoid), &[&y]);
+    let g = n.finish(&[&y]);
+    let p = planned(&g);
+    let dirs: Vec<Direction> = p.layout.iter().map(|t| t.direction).collect();
+    println!("{} transforms: {:?}", p.layout.len(), p.layout);
+    assert_eq!(
+        dirs,
+        [Direction::NchwToNhwc, Direction::NhwcToNchw, Direction::NchwToNhwc, Direction::NhwcToNchw],
+        "{:#?}",
+        p.layout
+    );
+    assert_eq!(transposes(&p), 4);
+}

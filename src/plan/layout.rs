@@ -3,6 +3,11 @@
 //! never a pair around every conv: a tensor that only conv kernels read (as their input or
 //! residual) stays NHWC between them. Conv weights are converted to OHWI once, here.
 //!
+//! A region's exit transform is moved past the layout-agnostic ops that read it (element-wise
+//! ops, Concat and Slice on any axis, Resize), which then run on the NHWC tensor with their
+//! axis arguments permuted; where it meets the next region's entry transform both vanish, so a
+//! transform remains only where an op truly needs NCHW (or at a graph output).
+//!
 //! The transposes are standalone kernels for now; folding the entry one into the first
 //! conv's loads and the exit one into the last conv's epilogue store needs codegen support.
 
@@ -188,15 +193,13 @@ pub fn to_nhwc(g: &mut Graph) -> Result<Vec<Transform>> {
     }
     g.nodes.extend(inserted);
     g.initializers.extend(new_weights);
+    let mut placed: Vec<(String, Transform)> = transform_nodes.into_iter().zip(transforms).collect();
+    sink_exit_transforms(g, &mut taken, &mut placed)?;
     cancel_inverse_transposes(g);
-    // A transform whose transpose cancelled against the model's own is not done at all.
+    // A transform whose transpose cancelled against the model's own, or against another
+    // region's entry once sunk through layout-agnostic ops, is not done at all.
     let live: HashSet<&str> = g.nodes.iter().map(|n| n.name.as_str()).collect();
-    let transforms = transforms
-        .into_iter()
-        .zip(&transform_nodes)
-        .filter(|(_, n)| live.contains(n.as_str()))
-        .map(|(t, _)| t)
-        .collect();
+    let transforms = placed.into_iter().filter(|(n, _)| live.contains(n.as_str())).map(|(_, t)| t).collect();
     finish(g)?;
     Ok(transforms)
 }
@@ -299,4 +302,177 @@ pub fn weights_k_major(g: &mut Graph) -> Result<Vec<String>> {
         finish(g)?;
     }
     Ok(changed)
+}
+
+/// Whether `op` computes the same on an NHWC tensor once its axis arguments are permuted.
+fn layout_agnostic(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Unary(_) | Op::Binary(_) | Op::Clip | Op::Cast { .. } | Op::Concat { .. } | Op::Slice | Op::Resize(_)
+    )
+}
+
+/// Axis `a` of an NCHW tensor (negative counts from the end) as the NHWC tensor's axis.
+fn nhwc_axis(a: i64) -> Option<i64> {
+    let a = if a < 0 { a + 4 } else { a };
+    (0..4).contains(&a).then(|| TO_NCHW[a as usize] as i64)
+}
+
+/// An NCHW-side constant operand of a broadcasting op, for the NHWC side: one value stays as
+/// it is; a tensor of rank <= 4 is aligned to rank 4 and permuted.
+fn nhwc_constant(t: &crate::ir::Tensor) -> Option<crate::ir::Tensor> {
+    if t.len() == 1 && t.rank() <= 4 {
+        return Some(t.clone());
+    }
+    if t.rank() > 4 {
+        return None;
+    }
+    let mut shape = vec![1; 4 - t.rank()];
+    shape.extend(&t.shape);
+    let t4 = t.reshaped(shape);
+    crate::reference::eval_op(&Op::Transpose { perm: Some(TO_NHWC.to_vec()) }, &[Some(&t4)]).ok()?.pop()
+}
+
+/// The NHWC form of node `n` when every tensor input is an exit transform's output or a
+/// constant it can adapt: (inputs, op, constants to add).
+#[allow(clippy::type_complexity)]
+fn nhwc_form(
+    g: &Graph,
+    n: &Node,
+    exit_source: &dyn Fn(&str) -> Option<String>,
+) -> Option<(Vec<Option<String>>, Op, Vec<(usize, crate::ir::Tensor)>)> {
+    use super::edit::constant;
+    let mut inputs = n.inputs.clone();
+    let mut consts = Vec::new();
+    let i64s = |v: Vec<i64>| crate::ir::Tensor::from_i64(vec![v.len()], v);
+    // Tensor inputs the op broadcasts or concatenates.
+    let data: Vec<usize> = match &n.op {
+        Op::Binary(_) => vec![0, 1],
+        Op::Concat { .. } => (0..n.inputs.len()).collect(),
+        _ => vec![0],
+    };
+    let mut any = false;
+    for &k in &data {
+        let x = n.input(k)?;
+        if let Some(src) = exit_source(x) {
+            inputs[k] = Some(src);
+            any = true;
+        } else if matches!(n.op, Op::Binary(_)) {
+            consts.push((k, nhwc_constant(&*constant(g, x)?)?));
+        } else {
+            return None;
+        }
+    }
+    if !any {
+        return None;
+    }
+    let op = match &n.op {
+        Op::Clip => {
+            // min / max: one value each.
+            let scalar = |k: usize| n.input(k).is_none_or(|t| constant(g, t).is_some_and(|c| c.len() == 1));
+            if !(scalar(1) && scalar(2)) {
+                return None;
+            }
+            n.op.clone()
+        }
+        Op::Concat { axis } => Op::Concat { axis: nhwc_axis(*axis)? },
+        Op::Slice => {
+            let starts = constant(g, n.input(1)?)?;
+            let axes = match n.input(3) {
+                Some(a) => constant(g, a)?.as_i64_vec()?,
+                None => (0..starts.len() as i64).collect(),
+            };
+            let axes = axes.into_iter().map(nhwc_axis).collect::<Option<Vec<_>>>()?;
+            inputs.resize(inputs.len().max(4), None);
+            consts.push((3, i64s(axes)));
+            n.op.clone()
+        }
+        Op::Resize(attrs) => {
+            let empty = |k: usize| n.input(k).is_none_or(|t| constant(g, t).is_some_and(|c| c.len() == 0));
+            if attrs.axes.is_some() || !empty(1) {
+                return None;
+            }
+            for k in [2, 3] {
+                let Some(t) = n.input(k) else { continue };
+                let c = constant(g, t)?;
+                if c.len() == 0 {
+                    continue;
+                }
+                if c.len() != 4 {
+                    return None;
+                }
+                let v = c.to_f64_vec();
+                let mut p = vec![0.0; 4];
+                for (i, &x) in v.iter().enumerate() {
+                    p[TO_NCHW[i]] = x;
+                }
+                consts.push((k, crate::ir::Tensor::from_f64_as(c.dtype(), vec![4], &p)?));
+            }
+            n.op.clone()
+        }
+        op => op.clone(),
+    };
+    Some((inputs, op, consts))
+}
+
+/// Moves each region's NHWC -> NCHW transform past the layout-agnostic ops that read it, one
+/// op at a time, as long as every reader of the transform is such an op (so no transform is
+/// duplicated). `placed` holds (transpose node, transform) and gains the moved transforms.
+fn sink_exit_transforms(
+    g: &mut Graph,
+    taken: &mut HashSet<String>,
+    placed: &mut Vec<(String, Transform)>,
+) -> Result<()> {
+    loop {
+        let exits: HashMap<String, (usize, usize)> = g
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| matches!(&n.op, Op::Transpose { perm: Some(p) } if p[..] == TO_NCHW))
+            .filter_map(|(i, n)| {
+                placed.iter().position(|(name, _)| *name == n.name).map(|k| (n.outputs[0].clone(), (i, k)))
+            })
+            .collect();
+        let cons = consumers(g);
+        let source = |t: &str| -> Option<String> {
+            let &(i, _) = exits.get(t)?;
+            // Every reader moves with it (a graph output keeps its transform anyway).
+            let all_agnostic = !g.outputs.iter().any(|o| o == t)
+                && cons.get(t).is_some_and(|c| c.iter().all(|&(j, _)| layout_agnostic(&g.nodes[j].op)));
+            all_agnostic.then(|| g.nodes[i].inputs[0].clone()).flatten()
+        };
+        let found = g.nodes.iter().enumerate().find_map(|(i, n)| {
+            if !layout_agnostic(&n.op) || n.outputs.len() != 1 {
+                return None;
+            }
+            nhwc_form(g, n, &source).map(|f| (i, f))
+        });
+        let Some((i, (mut inputs, op, consts))) = found else { return Ok(()) };
+        let n = g.nodes[i].clone();
+        for (k, t) in consts {
+            let name = fresh_name(g, taken, &format!("{}.nhwc_arg{k}", n.name));
+            g.initializers.insert(name.clone(), Arc::new(t));
+            inputs[k] = Some(name);
+        }
+        // The transform this op's output inherits: the first exit it read.
+        let inherited =
+            n.inputs.iter().flatten().find_map(|x| exits.get(x.as_str())).map(|&(_, k)| placed[k].1.clone());
+        let out = n.outputs[0].clone();
+        let nhwc = fresh_name(g, taken, &format!("{out}.nhwc"));
+        let tname = fresh_name(g, taken, &format!("{out}.to_nchw"));
+        g.nodes[i] = Node { name: n.name.clone(), op, inputs, outputs: vec![nhwc.clone()] };
+        g.nodes.push(node(
+            tname.clone(),
+            Op::Transpose { perm: Some(TO_NCHW.to_vec()) },
+            vec![Some(nhwc)],
+            out.clone(),
+        ));
+        if let Some(t) = inherited {
+            placed.push((tname, Transform { tensor: out, ..t }));
+        }
+        // Exit transforms nobody reads any more go.
+        let read: HashSet<String> =
+            g.nodes.iter().flat_map(|n| n.inputs.iter().flatten().cloned()).chain(g.outputs.iter().cloned()).collect();
+        g.nodes.retain(|m| !(exits.contains_key(&m.outputs[0]) && !read.contains(&m.outputs[0])));
+    }
 }
