@@ -41,7 +41,7 @@ from onnx import TensorProto, helper, numpy_helper
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO / "fuzz" / "corpus" / "graphs"
 # Bump when the generator changes what a seed builds.
-GENERATOR_VERSION = 2
+GENERATOR_VERSION = 3
 OPSET = 17
 # (rtol, atol) per graph element type. f32: folding reorders rounding, and a fused Cast to f16
 # may differ by an f16 ulp. f16 graphs: ORT rounds after every op, a fused kernel once.
@@ -317,6 +317,38 @@ def epilogue(b: Builder, x: str, shape, conv: bool, anchor_in: str | None) -> tu
     return cur, False
 
 
+def glue(b: Builder, x: str) -> str:
+    """Between two conv blocks: an op the layout pass may run NHWC (element-wise with a
+    broadcast constant, Concat, Slice, Resize) or one it may not (MaxPool)."""
+    rng = b.rng
+    nb, c, h, w = b.shapes[x]
+    i64 = lambda v: b.inits.append(numpy_helper.from_array(np.array(v, np.int64), nm := b.name("i"))) or nm  # noqa: E731
+    kind = rng.choice(["concat_self", "slice_ch", "slice_hw", "resize", "bcast_w", "bcast_hw", "maxpool", "two_branch"])
+    if kind == "concat_self":
+        r = b.op("Relu", [x], (nb, c, h, w))
+        return b.op("Concat", [x, r] if rng.random() < 0.5 else [r, x], (nb, 2 * c, h, w), axis=int(rng.choice([1, -3])))
+    if kind == "slice_ch" and c >= 2:
+        return b.op("Slice", [x, i64([c // 2]), i64([c]), i64([int(rng.choice([1, -3]))])], (nb, c - c // 2, h, w))
+    if kind == "slice_hw":
+        w0 = 1 if w >= 2 else 0
+        return b.op("Slice", [x, i64([0, w0]), i64([h, w]), i64([2, 3]), i64([2, 2])], (nb, c, -(-h // 2), -(-(w - w0) // 2)))
+    if kind == "resize":
+        b.inits.append(numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), scales := b.name("scales")))
+        return b.op("Resize", [x, "", scales], (nb, c, 2 * h, 2 * w), mode="nearest",
+                    coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+    if kind == "bcast_w":
+        return b.op("Add", [x, b.const(rng.standard_normal(w))], (nb, c, h, w))
+    if kind == "bcast_hw":
+        return b.op("Mul", [b.const(rng.standard_normal((1, 1, h, w))), x], (nb, c, h, w))
+    if kind == "maxpool":
+        return b.op("MaxPool", [x], (nb, c, h, w), kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    # Two branches that meet again: x -> conv and x -> sigmoid, concatenated.
+    y, (_, k, oh, ow) = conv_anchor(b, x)
+    if (oh, ow) != (h, w):
+        return y
+    return b.op("Concat", [y, b.op("Sigmoid", [x], (nb, c, h, w))], (nb, k + c, h, w), axis=1)
+
+
 def generate(seed: int) -> tuple[onnx.ModelProto, dict]:
     """The graph of `seed`: 1 to 3 anchor blocks of one family, each with its epilogue chain."""
     rng = np.random.default_rng([GENERATOR_VERSION, seed])
@@ -333,6 +365,8 @@ def generate(seed: int) -> tuple[onnx.ModelProto, dict]:
             b.output(out)
             break
         x, k = out, shape[-1]
+        if family == "conv" and b.rng.random() < 0.6:
+            x = glue(b, x)
     else:
         b.output(x)
     return b.model(f"fuzz_v{GENERATOR_VERSION}_seed{seed}"), b.feeds
