@@ -282,3 +282,21 @@ fn a_rank_raising_bias_is_not_fused() {
     assert_eq!(p.partitions[0].nodes, ["mm"]);
     assert_eq!(p.host[0].node, "add3");
 }
+
+/// A dim nobody can name (exporters' -1, a Resize's output) does not stop a bias, a scalar or
+/// an activation from fusing: a constant that only broadcasts along known dims keeps the shape.
+#[test]
+fn unknown_dims_do_not_stop_constant_epilogue_steps() {
+    let mut b = GraphBuilder::new("t");
+    let x = b.input("x", DType::F32, Shape(vec![Dim::Unknown, Dim::Known(8)]));
+    let w = b.initializer("w", f32s(&[8, 16], 0.1));
+    let y = b.node("mm", Op::MatMul, &[&x, &w]);
+    let y = bias_add(&mut b, y);
+    let two = scalar(&mut b, "two", 2.0);
+    let y = b.node("mul", Op::Binary(Binary::Mul), &[&y, &two]);
+    let y = b.node("relu", Op::Unary(Unary::Relu), &[&y]);
+    b.output(&y);
+    let p = partition(&b.finish().unwrap());
+    assert_eq!(p.partitions[0].nodes.len(), 4, "{:?}", p.partitions[0].nodes);
+    assert_eq!(p.partitions[0].epilogue.to_string(), "relu(2*acc + 2*bias)");
+}

@@ -216,21 +216,26 @@ fn anchor(cx: &Ctx, i: usize) -> Result<Option<(AnchorKind, String, String)>, St
     }
 }
 
-/// Whether an epilogue op turning `from` into `to` keeps the shape: a fused kernel writes
-/// the anchor's output shape, so a broadcast that raises the rank (a `[1, 1, N]` bias on a
-/// 2-D GEMM) or widens a dim stays with the host.
-fn keeps_shape(cx: &Ctx, from: &str, to: &str) -> bool {
+/// Whether broadcasting `cur` against constant `c` keeps `cur`'s shape: a fused kernel writes
+/// the anchor's output shape, so a constant that raises the rank (a `[1, 1, N]` bias on a
+/// 2-D GEMM) or widens a dim of size 1 stays with the host.
+fn const_keeps_shape(cx: &Ctx, cur: &str, c: &str) -> bool {
     use crate::ir::Dim;
-    match (cx.shape(from), cx.shape(to)) {
-        (Some(p), Some(q)) => {
-            p.len() == q.len()
-                && p.iter().zip(q).all(|(a, b)| match (a, b) {
-                    (Dim::Unknown, _) | (_, Dim::Unknown) => false,
-                    _ => a == b,
-                })
-        }
-        _ => false,
-    }
+    let (Some(s), Some(c)) = (cx.shape(cur), cx.consts.get(c)) else { return false };
+    c.rank() <= s.len()
+        && c.shape.iter().rev().zip(s.iter().rev()).all(|(&k, d)| k == 1 || matches!(d, Dim::Known(n) if *n == k))
+}
+
+/// Whether `to` has `from`'s rank: element-wise activations keep every dim, but a scalar
+/// constant inside a decomposed one may still raise the rank.
+fn keeps_rank(cx: &Ctx, from: &str, to: &str) -> bool {
+    matches!((cx.shape(from), cx.shape(to)), (Some(p), Some(q)) if p.len() == q.len())
+}
+
+/// Whether tensor `t` has exactly the shape of `cur` (a residual read element by element).
+fn same_shape(cx: &Ctx, t: &str, cur: &str) -> bool {
+    use crate::ir::Dim;
+    matches!((cx.shape(t), cx.shape(cur)), (Some(p), Some(q)) if p == q && p.iter().all(|d| !matches!(d, Dim::Unknown)))
 }
 
 /// Absorbs the epilogue chain after anchor `i`: any sequence of scalar Mul/Div, bias Add,
@@ -288,7 +293,6 @@ fn grow(cx: &mut Ctx, i: usize, kind: AnchorKind, a: String, b: String) -> Parti
         if let Op::BatchNormalization { training_mode: false, .. } = bn.op {
             if bn.inputs[1..].iter().all(|x| x.as_ref().is_some_and(|x| cx.consts.contains_key(x)))
                 && bn.outputs.len() == 1
-                && keeps_shape(cx, &cur, &bn.outputs[0])
             {
                 e.batch_norm = Some(bn.name.clone());
                 take(cx, ni, &mut nodes, &mut cur);
@@ -314,10 +318,10 @@ fn grow(cx: &mut Ctx, i: usize, kind: AnchorKind, a: String, b: String) -> Parti
                 }
                 _ => None,
             };
-            a.filter(|_| keeps_shape(cx, &cur, &g.nodes[ni].outputs[0])).map(|a| (ni, a))
+            a.filter(|_| keeps_rank(cx, &cur, &g.nodes[ni].outputs[0])).map(|a| (ni, a))
         });
         let region = activation::match_activation(g, &cur, &cx.consumers, &cx.consts)
-            .filter(|m| m.nodes.iter().all(|&k| !cx.taken[k]) && keeps_shape(cx, &cur, &m.output));
+            .filter(|m| m.nodes.iter().all(|&k| !cx.taken[k]) && keeps_rank(cx, &cur, &m.output));
         let activation = match (region, single) {
             (Some(m), s) if m.nodes.len() > 1 || s.is_none() => Some((m.activation, m.nodes, m.output)),
             (_, Some((ni, a))) => Some((a, vec![ni], g.nodes[ni].outputs[0].clone())),
@@ -337,10 +341,13 @@ fn grow(cx: &mut Ctx, i: usize, kind: AnchorKind, a: String, b: String) -> Parti
         // A scalar, a bias or a residual.
         let Some(ni) = cx.sole_consumer(&cur) else { break };
         let node = &g.nodes[ni];
-        if node.outputs.len() != 1 || !keeps_shape(cx, &cur, &node.outputs[0]) {
+        if node.outputs.len() != 1 {
             break;
         }
         let Some(t) = other(ni, &cur) else { break };
+        if cx.consts.contains_key(&t) && !const_keeps_shape(cx, &cur, &t) {
+            break;
+        }
         let step = match &node.op {
             Op::Binary(Binary::Mul) => cx.scalar(&t).map(Step::Scale),
             // Only x / s: s / x is not linear in x.
@@ -350,7 +357,7 @@ fn grow(cx: &mut Ctx, i: usize, kind: AnchorKind, a: String, b: String) -> Parti
             Op::Binary(Binary::Add) if cx.is_channel_vector(&t, &kind, channels) => {
                 Some(Step::Bias { tensor: t, scale: 1.0 })
             }
-            Op::Binary(Binary::Add) if !cx.consts.contains_key(&t) && keeps_shape(cx, &t, &cur) => {
+            Op::Binary(Binary::Add) if !cx.consts.contains_key(&t) && same_shape(cx, &t, &cur) => {
                 Some(Step::Source { tensor: t, scale: 1.0 })
             }
             _ => None,
