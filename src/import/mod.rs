@@ -88,7 +88,7 @@ fn import_graph(g: &proto::GraphProto, opset: i64, base_dir: Option<&Path>) -> R
         if !seen_inputs.insert(name) {
             return Err(Error::tensor(name, "graph input declared twice"));
         }
-        let ty = value_type(vi).map_err(|r| Error::tensor(name, format!("graph input: {r}")))?;
+        let ty = value_type(vi);
         // An initializer listed as an input is a default value the caller may override
         // (IR < 4 style); Bolt treats it as a constant weight and keeps its tensor type.
         if graph.initializers.contains_key(name) {
@@ -102,7 +102,7 @@ fn import_graph(g: &proto::GraphProto, opset: i64, base_dir: Option<&Path>) -> R
     // checked against it.
     let mut declared: HashMap<String, TensorType> = HashMap::new();
     for vi in g.value_info.iter().chain(&g.output) {
-        if let Ok(Some(ty)) = value_type(vi) {
+        if let Some(ty) = value_type(vi) {
             declared.insert(vi.name().to_string(), ty);
         }
     }
@@ -116,7 +116,26 @@ fn import_graph(g: &proto::GraphProto, opset: i64, base_dir: Option<&Path>) -> R
             used_names.insert(name.clone());
         }
         let op_type = n.op_type().to_string();
-        let op = match ops::parse_op(n, opset) {
+        let mut inputs: Vec<Option<String>> =
+            n.input.iter().map(|s| if s.is_empty() { None } else { Some(s.clone()) }).collect();
+        let legacy = ops::legacy_axes(n, opset).map_err(|reason| Error::Node {
+            node: name.clone(),
+            op_type: op_type.clone(),
+            reason,
+        })?;
+        let parsed = match legacy {
+            Some((op, axes)) => {
+                if let Some(axes) = axes {
+                    let t = format!("{name}.axes");
+                    graph.types.insert(t.clone(), TensorType::new(DType::I64, Shape::from_static(&axes.shape)));
+                    graph.initializers.insert(t.clone(), Arc::new(axes));
+                    inputs.push(Some(t));
+                }
+                Ok(ops::Parsed::Op(op))
+            }
+            None => ops::parse_op(n, opset),
+        };
+        let op = match parsed {
             Ok(ops::Parsed::Op(op)) => op,
             Ok(ops::Parsed::Opaque(why)) => Op::Opaque {
                 domain: n.domain().to_string(),
@@ -129,23 +148,18 @@ fn import_graph(g: &proto::GraphProto, opset: i64, base_dir: Option<&Path>) -> R
         if n.output.is_empty() {
             return Err(Error::Node { node: name, op_type, reason: "node has no outputs".into() });
         }
-        graph.nodes.push(Node {
-            name,
-            op,
-            inputs: n.input.iter().map(|s| if s.is_empty() { None } else { Some(s.clone()) }).collect(),
-            outputs: n.output.clone(),
-        });
+        graph.nodes.push(Node { name, op, inputs, outputs: n.output.clone() });
     }
     graph.sort_and_check()?;
     crate::ir::infer::infer_graph(&mut graph, &declared)?;
     Ok(graph)
 }
 
-/// The tensor type of a ValueInfoProto: `Ok(None)` when it carries no tensor type.
-fn value_type(vi: &proto::ValueInfoProto) -> Result<Option<TensorType>, String> {
+/// The tensor type of a ValueInfoProto: `None` when it carries no tensor type.
+fn value_type(vi: &proto::ValueInfoProto) -> Option<TensorType> {
     use proto::type_proto::Value;
     let Some(Value::TensorType(t)) = vi.r#type.as_ref().and_then(|t| t.value.as_ref()) else {
-        return Ok(None);
+        return None;
     };
     let dtype = DType::from_onnx(t.elem_type());
     let shape = match &t.shape {
@@ -155,15 +169,17 @@ fn value_type(vi: &proto::ValueInfoProto) -> Result<Option<TensorType>, String> 
                 .iter()
                 .map(|d| {
                     use proto::tensor_shape_proto::dimension::Value as D;
+                    // Exporters mark a dynamic dim with -1 (paddle2onnx, old tf2onnx), 0 (Keras),
+                    // "?" or an empty name, as onnxruntime reads them: none of them names a
+                    // size shared with another dim.
                     match &d.value {
-                        Some(D::DimValue(v)) if *v >= 0 => Ok(Dim::Known(*v as usize)),
-                        Some(D::DimValue(v)) => Err(format!("negative dimension {v}")),
-                        Some(D::DimParam(p)) if !p.is_empty() => Ok(Dim::Sym(p.clone())),
-                        _ => Ok(Dim::Unknown),
+                        Some(D::DimValue(v)) if *v > 0 => Dim::Known(*v as usize),
+                        Some(D::DimParam(p)) if !p.is_empty() && p != "?" => Dim::Sym(p.clone()),
+                        _ => Dim::Unknown,
                     }
                 })
-                .collect::<Result<_, _>>()?,
+                .collect(),
         )),
     };
-    Ok(Some(TensorType { dtype, shape }))
+    Some(TensorType { dtype, shape })
 }
