@@ -203,7 +203,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 v.unexpected.len(),
                 v.stale.len()
             );
-            Ok(if expected_failures.is_none() || v.ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+            // Any failure not listed (with --expected-failures) or any failure at all fails the run.
+            Ok(if v.ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
         }
     }
 }

