@@ -219,6 +219,18 @@ unsafe fn value_info(vi: *const OrtValueInfo) -> Res<proto::ValueInfoProto> {
         return Ok(out);
     }
     let (elem, dims, syms) = shape_info(info)?;
+    // Rank 0 is also what ORT reports for a value whose shape it could not infer (a shape
+    // computation it did not fold): declare no shape then, so Bolt infers its own.
+    if dims.is_empty() && api().has_shape_api && !(ort.TensorTypeAndShape_HasShape)(info) {
+        out.r#type = Some(proto::TypeProto {
+            value: Some(proto::type_proto::Value::TensorType(proto::type_proto::Tensor {
+                elem_type: Some(elem),
+                shape: None,
+            })),
+            ..Default::default()
+        });
+        return Ok(out);
+    }
     use proto::tensor_shape_proto::{dimension::Value as D, Dimension};
     let shape = proto::TensorShapeProto {
         dim: dims
