@@ -1,52 +1,12 @@
 //! Bad input never panics: every malformed model gives an error that names the file, node or
 //! tensor and the reason, and the CLI exits non-zero.
 
+mod common;
+
 use bolt::import::{self, proto::*};
+use common::onnx_proto::{node, value_info, weight};
 use prost::Message;
 use std::process::Command;
-
-fn value_info(name: &str, dims: &[i64]) -> ValueInfoProto {
-    ValueInfoProto {
-        name: Some(name.into()),
-        r#type: Some(TypeProto {
-            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
-                elem_type: Some(1),
-                shape: Some(TensorShapeProto {
-                    dim: dims
-                        .iter()
-                        .map(|&d| tensor_shape_proto::Dimension {
-                            value: Some(tensor_shape_proto::dimension::Value::DimValue(d)),
-                            ..Default::default()
-                        })
-                        .collect(),
-                }),
-            })),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-fn node(name: &str, op: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
-    NodeProto {
-        name: Some(name.into()),
-        op_type: Some(op.into()),
-        input: inputs.iter().map(|s| s.to_string()).collect(),
-        output: outputs.iter().map(|s| s.to_string()).collect(),
-        ..Default::default()
-    }
-}
-
-fn weight(name: &str, dims: &[i64]) -> TensorProto {
-    let n: i64 = dims.iter().product();
-    TensorProto {
-        name: Some(name.into()),
-        dims: dims.to_vec(),
-        data_type: Some(1),
-        float_data: vec![0.5; n as usize],
-        ..Default::default()
-    }
-}
 
 /// x[2,3] @ w[3,4] -> Relu -> y[2,4]
 fn good_model() -> ModelProto {
