@@ -48,6 +48,14 @@ fn truncated_files_are_rejected() {
 }
 
 #[test]
+fn truncation_is_located_by_byte_offset() {
+    // A cut inside the graph names the graph field and where it was declared.
+    let bytes = good_model().encode_to_vec();
+    let e = import::load_bytes(&bytes[..bytes.len() / 2], None).expect_err("truncated").to_string();
+    assert!(e.contains("byte ") && e.contains("graph declares") && e.contains("truncated"), "{e}");
+}
+
+#[test]
 fn garbage_bytes_are_rejected_without_panicking() {
     for seed in 0..200u32 {
         let bytes: Vec<u8> =

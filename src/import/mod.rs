@@ -48,8 +48,10 @@ pub fn load(path: &Path) -> Result<Model> {
 
 /// Imports an ONNX model from memory. `base_dir` enables external data.
 pub fn load_bytes(bytes: &[u8], base_dir: Option<&Path>) -> Result<Model> {
-    let model = proto::ModelProto::decode(bytes)
-        .map_err(|e| Error::Model(format!("not a valid ONNX model (protobuf decoding failed: {e})")))?;
+    let model = proto::ModelProto::decode(bytes).map_err(|e| {
+        let at = wire_error(bytes, 0, &MODEL_FIELDS).map_or(String::new(), |w| format!("; {w}"));
+        Error::Model(format!("not a valid ONNX model (protobuf decoding failed: {e}{at})"))
+    })?;
     let opset = model
         .opset_import
         .iter()
@@ -176,6 +178,60 @@ fn legacy_softmax_on_last_axis(graph: &mut Graph) {
             }
         }
     }
+}
+
+/// Field names of ModelProto for error messages; the graph (7) is walked into.
+const MODEL_FIELDS: [(u64, &str); 4] = [(1, "ir_version"), (7, "graph"), (8, "opset_import"), (2, "producer_name")];
+/// Field names of GraphProto for error messages.
+const GRAPH_FIELDS: [(u64, &str); 6] =
+    [(1, "node"), (5, "initializer"), (11, "input"), (12, "output"), (13, "value_info"), (2, "name")];
+
+/// Where a protobuf message stops being well-formed: the byte offset (in the file) of the
+/// first field whose key, length or payload runs past the end or has an invalid wire type.
+/// prost's errors name the field path but not the place; a truncated download is then
+/// plain to see. `None` when the wire format itself is intact.
+fn wire_error(bytes: &[u8], base: usize, fields: &[(u64, &str)]) -> Option<String> {
+    use prost::encoding::decode_varint;
+    let name = |f: u64| fields.iter().find(|(n, _)| *n == f).map_or(format!("field {f}"), |(_, s)| s.to_string());
+    let mut pos = 0usize;
+    while pos < bytes.len() {
+        let start = pos;
+        let mut buf = &bytes[pos..];
+        let Ok(key) = decode_varint(&mut buf) else {
+            return Some(format!("byte {}: a field key is cut off", base + start));
+        };
+        let (field, wire) = (key >> 3, key & 7);
+        let size = match wire {
+            0 => match decode_varint(&mut buf) {
+                Ok(_) => 0,
+                Err(_) => return Some(format!("byte {}: {} (an integer) is cut off", base + start, name(field))),
+            },
+            1 => 8,
+            2 => match decode_varint(&mut buf) {
+                Ok(n) => n,
+                Err(_) => return Some(format!("byte {}: the length of {} is cut off", base + start, name(field))),
+            },
+            5 => 4,
+            w => return Some(format!("byte {}: {} has invalid wire type {w}", base + start, name(field))),
+        };
+        pos = bytes.len() - buf.len();
+        let left = bytes.len() - pos;
+        if size > left as u64 {
+            return Some(format!(
+                "byte {}: {} declares {size} bytes but only {left} remain (is the file truncated?)",
+                base + start,
+                name(field)
+            ));
+        }
+        let end = pos + size as usize;
+        if wire == 2 && fields == MODEL_FIELDS && field == 7 {
+            if let Some(inner) = wire_error(&bytes[pos..end], base + pos, &GRAPH_FIELDS) {
+                return Some(format!("in the graph at {inner}"));
+            }
+        }
+        pos = end;
+    }
+    None
 }
 
 /// The tensor type of a ValueInfoProto: `None` when it carries no tensor type.
