@@ -1,52 +1,12 @@
 //! Bad input never panics: every malformed model gives an error that names the file, node or
 //! tensor and the reason, and the CLI exits non-zero.
 
+mod common;
+
 use bolt::import::{self, proto::*};
+use common::onnx_proto::{node, value_info, weight};
 use prost::Message;
 use std::process::Command;
-
-fn value_info(name: &str, dims: &[i64]) -> ValueInfoProto {
-    ValueInfoProto {
-        name: Some(name.into()),
-        r#type: Some(TypeProto {
-            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
-                elem_type: Some(1),
-                shape: Some(TensorShapeProto {
-                    dim: dims
-                        .iter()
-                        .map(|&d| tensor_shape_proto::Dimension {
-                            value: Some(tensor_shape_proto::dimension::Value::DimValue(d)),
-                            ..Default::default()
-                        })
-                        .collect(),
-                }),
-            })),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-fn node(name: &str, op: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
-    NodeProto {
-        name: Some(name.into()),
-        op_type: Some(op.into()),
-        input: inputs.iter().map(|s| s.to_string()).collect(),
-        output: outputs.iter().map(|s| s.to_string()).collect(),
-        ..Default::default()
-    }
-}
-
-fn weight(name: &str, dims: &[i64]) -> TensorProto {
-    let n: i64 = dims.iter().product();
-    TensorProto {
-        name: Some(name.into()),
-        dims: dims.to_vec(),
-        data_type: Some(1),
-        float_data: vec![0.5; n as usize],
-        ..Default::default()
-    }
-}
 
 /// x[2,3] @ w[3,4] -> Relu -> y[2,4]
 fn good_model() -> ModelProto {
@@ -85,6 +45,14 @@ fn truncated_files_are_rejected() {
             "cut {cut}: {e}"
         );
     }
+}
+
+#[test]
+fn truncation_is_located_by_byte_offset() {
+    // A cut inside the graph names the graph field and where it was declared.
+    let bytes = good_model().encode_to_vec();
+    let e = import::load_bytes(&bytes[..bytes.len() / 2], None).expect_err("truncated").to_string();
+    assert!(e.contains("byte ") && e.contains("graph declares") && e.contains("truncated"), "{e}");
 }
 
 #[test]
@@ -131,11 +99,115 @@ fn mismatched_shapes_name_the_node() {
 }
 
 #[test]
-fn declared_output_shapes_must_agree_with_inference() {
+fn declared_output_shapes_that_contradict_inference_yield_to_it() {
+    // Exporters leave stale declared shapes (ddddocr's CRNN declares [1, -1] for a rank-3
+    // output); onnxruntime runs such models with a warning, so Bolt keeps what the
+    // computation gives.
     let mut m = good_model();
     m.graph.as_mut().unwrap().output[0] = value_info("y", &[2, 5]);
-    let e = import_err(&m);
-    assert!(e.contains("node 'act'") && e.contains("output 'y'") && e.contains("[2, 5]"), "{e}");
+    let g = import::load_bytes(&m.encode_to_vec(), None).unwrap().graph;
+    assert_eq!(g.tensor_type("y").unwrap().to_string(), "f32[2, 4]");
+}
+
+#[test]
+fn negative_zero_and_unnamed_dims_are_dynamic() {
+    for d in [-1, 0] {
+        let mut m = good_model();
+        m.graph.as_mut().unwrap().input[0] = value_info("x", &[d, 3]);
+        m.graph.as_mut().unwrap().output[0] = value_info("y", &[d, 4]);
+        let g = import::load_bytes(&m.encode_to_vec(), None).unwrap().graph;
+        assert_eq!(g.tensor_type("x").unwrap().to_string(), "f32[?, 3]", "dim {d}");
+        assert_eq!(g.tensor_type("y").unwrap().to_string(), "f32[?, 4]", "dim {d}");
+    }
+}
+
+#[test]
+fn ops_from_other_domains_and_control_flow_import_as_host_nodes() {
+    // com.microsoft's FusedMatMul and an If with (empty) branches: valid ONNX Bolt cannot
+    // compute. Their outputs have unknown types; the MatMul reading one still imports and
+    // the partitioner leaves it to the host with the reason.
+    let mut m = good_model();
+    m.opset_import.push(OperatorSetIdProto { domain: Some("com.microsoft".into()), version: Some(1) });
+    let g = m.graph.as_mut().unwrap();
+    let mut ms = node("ms", "FusedMatMul", &["x", "x"], &["p"]);
+    ms.domain = Some("com.microsoft".into());
+    let branch = AttributeProto {
+        name: Some("then_branch".into()),
+        r#type: Some(attribute_proto::AttributeType::Graph as i32),
+        g: Some(GraphProto::default()),
+        ..Default::default()
+    };
+    let mut iff = node("cond", "If", &["c"], &["q"]);
+    iff.attribute = vec![branch.clone(), AttributeProto { name: Some("else_branch".into()), ..branch }];
+    g.input.push(ValueInfoProto {
+        name: Some("c".into()),
+        r#type: Some(TypeProto {
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor { elem_type: Some(9), shape: None })),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    g.node = vec![ms, iff, node("mm", "MatMul", &["q", "w"], &["h"]), node("act", "Relu", &["h"], &["y"])];
+    g.output[0].r#type = None;
+    let g = import::load_bytes(&m.encode_to_vec(), None).unwrap().graph;
+    assert!(g.nodes[0].op.is_opaque() && g.nodes[1].op.is_opaque());
+    assert!(g.tensor_type("p").is_none() && g.tensor_type("h").is_none());
+    let parts = bolt::partition::partition(&g);
+    assert!(parts.partitions.is_empty());
+    let mm = parts.host.iter().find(|h| h.node == "mm").unwrap();
+    assert!(mm.reason.contains("unknown"), "{}", mm.reason);
+}
+
+#[test]
+fn squeeze_and_unsqueeze_with_axes_attributes_keep_shape_arithmetic_visible() {
+    // Opset 12, as torch.onnx < 1.10 writes a dynamic flatten: Shape -> Gather(0) ->
+    // Unsqueeze(axes=[0]) -> Concat with [-1] -> Reshape. The Reshape's output is [N, 6]
+    // with N the input's symbol, so the Gemm after it is a kernel.
+    let mut m = good_model();
+    m.opset_import[0].version = Some(12);
+    let g = m.graph.as_mut().unwrap();
+    g.input[0] = value_info("x", &[1, 2, 3]);
+    g.input[0].r#type.as_mut().and_then(|t| t.value.as_mut()).map(|v| match v {
+        type_proto::Value::TensorType(t) => {
+            t.shape.as_mut().unwrap().dim[0].value = Some(tensor_shape_proto::dimension::Value::DimParam("N".into()))
+        }
+        _ => unreachable!(),
+    });
+    let int = |name: &str, v: Vec<i64>| TensorProto {
+        name: Some(name.into()),
+        dims: if v.len() == 1 && name == "zero" { vec![] } else { vec![v.len() as i64] },
+        data_type: Some(7),
+        int64_data: v,
+        ..Default::default()
+    };
+    let mut unsq = node("unsq", "Unsqueeze", &["n"], &["n1"]);
+    unsq.attribute.push(AttributeProto {
+        name: Some("axes".into()),
+        r#type: Some(attribute_proto::AttributeType::Ints as i32),
+        ints: vec![0],
+        ..Default::default()
+    });
+    let mut concat = node("cat", "Concat", &["n1", "minus1"], &["target"]);
+    concat.attribute.push(AttributeProto {
+        name: Some("axis".into()),
+        r#type: Some(attribute_proto::AttributeType::Int as i32),
+        i: Some(0),
+        ..Default::default()
+    });
+    g.initializer = vec![weight("w", &[6, 4]), int("zero", vec![0]), int("minus1", vec![-1])];
+    g.node = vec![
+        node("shape", "Shape", &["x"], &["s"]),
+        node("gather", "Gather", &["s", "zero"], &["n"]),
+        unsq,
+        concat,
+        node("flat", "Reshape", &["x", "target"], &["x2"]),
+        node("mm", "Gemm", &["x2", "w"], &["y"]),
+    ];
+    g.output[0] = ValueInfoProto { name: Some("y".into()), ..Default::default() };
+    let g = import::load_bytes(&m.encode_to_vec(), None).unwrap().graph;
+    assert_eq!(g.tensor_type("x2").unwrap().to_string(), "f32[N, 6]");
+    assert_eq!(g.tensor_type("y").unwrap().to_string(), "f32[N, 4]");
+    assert_eq!(bolt::partition::partition(&g).partitions.len(), 1);
 }
 
 #[test]
@@ -196,4 +268,33 @@ fn the_cli_reports_bad_files_by_path_and_exits_non_zero() {
         Command::new(env!("CARGO_BIN_EXE_bolt")).args(["compile", "/nonexistent/model.onnx"]).output().unwrap();
     assert!(!missing.status.success());
     assert!(String::from_utf8_lossy(&missing.stderr).contains("/nonexistent/model.onnx: cannot read"));
+}
+
+#[test]
+fn bolt_check_exits_non_zero_when_a_case_fails() {
+    // One case in the ONNX backend-test layout whose expected output is wrong.
+    let dir = tempfile::tempdir().unwrap();
+    let case = dir.path().join("wrong_case");
+    std::fs::create_dir_all(case.join("test_data_set_0")).unwrap();
+    std::fs::write(case.join("model.onnx"), good_model().encode_to_vec()).unwrap();
+    let tensor = |name: &str, dims: &[i64], v: f32| TensorProto {
+        name: Some(name.into()),
+        dims: dims.to_vec(),
+        data_type: Some(1),
+        float_data: vec![v; dims.iter().product::<i64>() as usize],
+        ..Default::default()
+    };
+    let ds = case.join("test_data_set_0");
+    std::fs::write(ds.join("input_0.pb"), tensor("x", &[2, 3], 1.0).encode_to_vec()).unwrap();
+    // Relu(x @ w) = 3 * 0.5 = 1.5 everywhere; the file says 7.
+    std::fs::write(ds.join("output_0.pb"), tensor("y", &[2, 4], 7.0).encode_to_vec()).unwrap();
+    let run = || Command::new(env!("CARGO_BIN_EXE_bolt")).arg("check").arg(dir.path()).output().unwrap();
+    let out = run();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{stdout}");
+    assert!(stdout.contains("FAIL") && stdout.contains("wrong_case"), "{stdout}");
+    // The same case with the right answer passes.
+    std::fs::write(ds.join("output_0.pb"), tensor("y", &[2, 4], 1.5).encode_to_vec()).unwrap();
+    let out = run();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
 }

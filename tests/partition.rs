@@ -165,15 +165,16 @@ fn gemm_bias_and_scalar_scaling_fold_into_alpha_and_bias_scale() {
 
 #[test]
 fn unsupported_anchors_stay_with_the_host_with_a_reason() {
-    // A 1-D convolution and an integer MatMul.
+    // A 3-D convolution and an integer MatMul (1-D convolutions are anchors: see
+    // tests/shape_inference.rs).
     let mut b = GraphBuilder::new("t");
-    let x = b.input("x", DType::F32, Shape::from_static(&[1, 4, 10]));
-    let w = b.initializer("w", f32s(&[4, 4, 3], 0.1));
+    let x = b.input("x", DType::F32, Shape::from_static(&[1, 4, 6, 6, 6]));
+    let w = b.initializer("w", f32s(&[4, 4, 3, 3, 3], 0.1));
     let conv = Op::Conv {
         window: Window { kernel_shape: None, strides: None, pads: None, dilations: None, auto_pad: AutoPad::NotSet },
         group: 1,
     };
-    let y = b.node("conv1d", conv, &[&x, &w]);
+    let y = b.node("conv3d", conv, &[&x, &w]);
     b.output(&y);
     let i = b.input("i", DType::I32, Shape::from_static(&[2, 2]));
     let j = b.initializer("j", Tensor::from_i64_as(DType::I32, vec![2, 2], &[1, 2, 3, 4]).unwrap());
@@ -182,7 +183,7 @@ fn unsupported_anchors_stay_with_the_host_with_a_reason() {
     let p = partition(&b.finish().unwrap());
     assert!(p.partitions.is_empty());
     let reason = |n: &str| p.host.iter().find(|h| h.node == n).map(|h| h.reason.clone()).unwrap();
-    assert!(reason("conv1d").contains("1-D convolution"));
+    assert!(reason("conv3d").contains("3-D convolution"), "{}", reason("conv3d"));
     assert!(reason("imm").contains("element type i32"));
 }
 

@@ -10,13 +10,16 @@ use std::sync::OnceLock;
 pub struct Api {
     pub ort: &'static OrtApi,
     pub ep: &'static OrtEpApi,
+    /// The runtime provides C API 24 (ONNX Runtime >= 1.24), whose
+    /// `TensorTypeAndShape_HasShape` tells a scalar from a value of unknown shape.
+    pub has_shape_api: bool,
 }
 
 static API: OnceLock<Api> = OnceLock::new();
 
 /// Records the tables (first registration wins: ORT's tables live as long as the process).
-pub fn init(ort: &'static OrtApi, ep: &'static OrtEpApi) -> &'static Api {
-    API.get_or_init(|| Api { ort, ep })
+pub fn init(ort: &'static OrtApi, ep: &'static OrtEpApi, has_shape_api: bool) -> &'static Api {
+    API.get_or_init(|| Api { ort, ep, has_shape_api })
 }
 
 /// The tables; only called from entry points ORT reaches after `CreateEpFactories`.

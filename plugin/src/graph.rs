@@ -83,14 +83,8 @@ unsafe fn read_model(g: *const OrtGraph) -> Res<(proto::ModelProto, HashMap<Stri
     let mut extra_inputs = Vec::new();
     for vi in inits {
         let name = value_name(vi)?;
-        let mut is_const = false;
-        check((ort.ValueInfo_IsConstantInitializer)(vi, &mut is_const))?;
-        let mut value: *const OrtValue = std::ptr::null();
-        if is_const {
-            check((ort.ValueInfo_GetInitializerValue)(vi, &mut value))?;
-        }
-        match (!value.is_null()).then(|| value_to_proto(value, &name)).transpose()? {
-            Some(Some(t)) => {
+        match constant_initializer(vi, &name)? {
+            Some(t) => {
                 const_names.insert(name);
                 gp.initializer.push(t);
             }
@@ -117,6 +111,7 @@ unsafe fn read_model(g: *const OrtGraph) -> Res<(proto::ModelProto, HashMap<Stri
         check((ort.Graph_GetNodes)(g, nodes.as_mut_ptr(), count))?;
     }
     let mut by_name = HashMap::new();
+    let mut read_values: Vec<(String, *const OrtValueInfo)> = Vec::new();
     let mut seen_values: HashSet<String> = gp.input.iter().map(|v| v.name().to_string()).collect();
     seen_values.extend(const_names.iter().cloned());
     for (idx, &node) in nodes.iter().enumerate() {
@@ -142,7 +137,13 @@ unsafe fn read_model(g: *const OrtGraph) -> Res<(proto::ModelProto, HashMap<Stri
             ..Default::default()
         };
         for vi in inputs {
-            np.input.push(if vi.is_null() { String::new() } else { value_name(vi)? });
+            if vi.is_null() {
+                np.input.push(String::new());
+                continue;
+            }
+            let name = value_name(vi)?;
+            read_values.push((name.clone(), vi));
+            np.input.push(name);
         }
         for vi in outputs {
             if vi.is_null() {
@@ -164,6 +165,22 @@ unsafe fn read_model(g: *const OrtGraph) -> Res<(proto::ModelProto, HashMap<Stri
         gp.node.push(np);
         by_name.insert(name, node);
     }
+    // A control-flow body (If / Loop / Scan branch, which ORT offers on its own) reads values
+    // of the enclosing graph that are none of its inputs: declare them as inputs.
+    let produced: HashSet<String> = gp.node.iter().flat_map(|n| n.output.iter().cloned()).collect();
+    // Constant initializers of the enclosing graph (a body's weights) stay constants.
+    for (name, vi) in read_values {
+        if produced.contains(&name) || const_names.contains(&name) || gp.input.iter().any(|i| i.name() == name) {
+            continue;
+        }
+        match constant_initializer(vi, &name)? {
+            Some(t) => {
+                const_names.insert(name);
+                gp.initializer.push(t);
+            }
+            None => gp.input.push(value_info(vi)?),
+        }
+    }
     // Outputs are described by `output`; drop duplicates from value_info.
     let outs: HashSet<&str> = gp.output.iter().map(|o| o.name()).collect();
     let value_info = std::mem::take(&mut gp.value_info);
@@ -177,6 +194,19 @@ unsafe fn read_model(g: *const OrtGraph) -> Res<(proto::ModelProto, HashMap<Stri
         ..Default::default()
     };
     Ok((model, by_name))
+}
+
+/// The tensor of a constant initializer (of this graph or an enclosing one), when Bolt holds
+/// its element type.
+unsafe fn constant_initializer(vi: *const OrtValueInfo, name: &str) -> Res<Option<proto::TensorProto>> {
+    let ort = api().ort;
+    let mut is_const = false;
+    check((ort.ValueInfo_IsConstantInitializer)(vi, &mut is_const))?;
+    let mut value: *const OrtValue = std::ptr::null();
+    if is_const {
+        check((ort.ValueInfo_GetInitializerValue)(vi, &mut value))?;
+    }
+    Ok((!value.is_null()).then(|| value_to_proto(value, name)).transpose()?.flatten())
 }
 
 type CountFn<T> = unsafe extern "system" fn(*const T, *mut usize) -> crate::abi::Status;
@@ -219,6 +249,18 @@ unsafe fn value_info(vi: *const OrtValueInfo) -> Res<proto::ValueInfoProto> {
         return Ok(out);
     }
     let (elem, dims, syms) = shape_info(info)?;
+    // Rank 0 is also what ORT reports for a value whose shape it could not infer (a shape
+    // computation it did not fold): declare no shape then, so Bolt infers its own.
+    if dims.is_empty() && api().has_shape_api && !(ort.TensorTypeAndShape_HasShape)(info) {
+        out.r#type = Some(proto::TypeProto {
+            value: Some(proto::type_proto::Value::TensorType(proto::type_proto::Tensor {
+                elem_type: Some(elem),
+                shape: None,
+            })),
+            ..Default::default()
+        });
+        return Ok(out);
+    }
     use proto::tensor_shape_proto::{dimension::Value as D, Dimension};
     let shape = proto::TensorShapeProto {
         dim: dims

@@ -30,6 +30,8 @@ use std::ffi::CString;
 /// The execution provider's name (what ORT reports for the nodes it runs).
 pub const EP_NAME: &str = "BoltExecutionProvider";
 pub const VENDOR: &str = "Bolt";
+/// The oldest ONNX Runtime C API the plugin runs on (ONNX Runtime 1.23: plugin EPs).
+const MIN_API_VERSION: u32 = 23;
 
 #[repr(C)]
 struct Factory {
@@ -61,11 +63,13 @@ pub unsafe extern "system" fn CreateEpFactories(
             return Err(None);
         }
         *num_factories = 0;
-        let ort = ((*api_base).GetApi)(ort_sys::ORT_API_VERSION);
+        // The table is declared up to API 24; members past 23 are used only when the runtime
+        // provides them.
+        let ort = ((*api_base).GetApi)(MIN_API_VERSION);
+        let has_shape_api = !((*api_base).GetApi)(24).is_null();
         if ort.is_null() {
             eprintln!(
-                "[bolt-ort] this ONNX Runtime does not provide C API version {} (Bolt needs ONNX Runtime >= 1.23)",
-                ort_sys::ORT_API_VERSION
+                "[bolt-ort] this ONNX Runtime does not provide C API version {MIN_API_VERSION} (Bolt needs ONNX Runtime >= 1.23)"
             );
             return Err(None);
         }
@@ -74,7 +78,7 @@ pub unsafe extern "system" fn CreateEpFactories(
         if ep.is_null() {
             return Err(Some("ONNX Runtime returned no OrtEpApi".to_string()));
         }
-        api::init(ort, &*(ep as *const OrtEpApi));
+        api::init(ort, &*(ep as *const OrtEpApi), has_shape_api);
         if max_factories < 1 {
             return Err(Some("ONNX Runtime left no room for a factory".to_string()));
         }

@@ -212,6 +212,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 v.unexpected.len(),
                 v.stale.len()
             );
+            // Any failure not listed (with --expected-failures) or any failure at all fails the run.
             Ok(if v.ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
         }
     }

@@ -48,8 +48,10 @@ pub fn load(path: &Path) -> Result<Model> {
 
 /// Imports an ONNX model from memory. `base_dir` enables external data.
 pub fn load_bytes(bytes: &[u8], base_dir: Option<&Path>) -> Result<Model> {
-    let model = proto::ModelProto::decode(bytes)
-        .map_err(|e| Error::Model(format!("not a valid ONNX model (protobuf decoding failed: {e})")))?;
+    let model = proto::ModelProto::decode(bytes).map_err(|e| {
+        let at = wire_error(bytes, 0, &MODEL_FIELDS).map_or(String::new(), |w| format!("; {w}"));
+        Error::Model(format!("not a valid ONNX model (protobuf decoding failed: {e}{at})"))
+    })?;
     let opset = model
         .opset_import
         .iter()
@@ -88,7 +90,7 @@ fn import_graph(g: &proto::GraphProto, opset: i64, base_dir: Option<&Path>) -> R
         if !seen_inputs.insert(name) {
             return Err(Error::tensor(name, "graph input declared twice"));
         }
-        let ty = value_type(vi).map_err(|r| Error::tensor(name, format!("graph input: {r}")))?;
+        let ty = value_type(vi);
         // An initializer listed as an input is a default value the caller may override
         // (IR < 4 style); Bolt treats it as a constant weight and keeps its tensor type.
         if graph.initializers.contains_key(name) {
@@ -102,7 +104,7 @@ fn import_graph(g: &proto::GraphProto, opset: i64, base_dir: Option<&Path>) -> R
     // checked against it.
     let mut declared: HashMap<String, TensorType> = HashMap::new();
     for vi in g.value_info.iter().chain(&g.output) {
-        if let Ok(Some(ty)) = value_type(vi) {
+        if let Some(ty) = value_type(vi) {
             declared.insert(vi.name().to_string(), ty);
         }
     }
@@ -116,7 +118,26 @@ fn import_graph(g: &proto::GraphProto, opset: i64, base_dir: Option<&Path>) -> R
             used_names.insert(name.clone());
         }
         let op_type = n.op_type().to_string();
-        let op = match ops::parse_op(n, opset) {
+        let mut inputs: Vec<Option<String>> =
+            n.input.iter().map(|s| if s.is_empty() { None } else { Some(s.clone()) }).collect();
+        let legacy = ops::legacy_axes(n, opset).map_err(|reason| Error::Node {
+            node: name.clone(),
+            op_type: op_type.clone(),
+            reason,
+        })?;
+        let parsed = match legacy {
+            Some((op, axes)) => {
+                if let Some(axes) = axes {
+                    let t = format!("{name}.axes");
+                    graph.types.insert(t.clone(), TensorType::new(DType::I64, Shape::from_static(&axes.shape)));
+                    graph.initializers.insert(t.clone(), Arc::new(axes));
+                    inputs.push(Some(t));
+                }
+                Ok(ops::Parsed::Op(op))
+            }
+            None => ops::parse_op(n, opset),
+        };
+        let op = match parsed {
             Ok(ops::Parsed::Op(op)) => op,
             Ok(ops::Parsed::Opaque(why)) => Op::Opaque {
                 domain: n.domain().to_string(),
@@ -129,23 +150,95 @@ fn import_graph(g: &proto::GraphProto, opset: i64, base_dir: Option<&Path>) -> R
         if n.output.is_empty() {
             return Err(Error::Node { node: name, op_type, reason: "node has no outputs".into() });
         }
-        graph.nodes.push(Node {
-            name,
-            op,
-            inputs: n.input.iter().map(|s| if s.is_empty() { None } else { Some(s.clone()) }).collect(),
-            outputs: n.output.clone(),
-        });
+        graph.nodes.push(Node { name, op, inputs, outputs: n.output.clone() });
     }
     graph.sort_and_check()?;
     crate::ir::infer::infer_graph(&mut graph, &declared)?;
+    legacy_softmax_on_last_axis(&mut graph);
     Ok(graph)
 }
 
-/// The tensor type of a ValueInfoProto: `Ok(None)` when it carries no tensor type.
-fn value_type(vi: &proto::ValueInfoProto) -> Result<Option<TensorType>, String> {
+/// Softmax before opset 13 flattens its input to 2-D at `axis`; over the last axis that is
+/// today's Softmax, which is how paddle2onnx and torch.onnx use it. Decided after inference,
+/// which knows the rank.
+fn legacy_softmax_on_last_axis(graph: &mut Graph) {
+    for n in &mut graph.nodes {
+        let Op::Opaque { domain, op_type, attrs, .. } = &n.op else { continue };
+        if !(domain.is_empty() || domain == "ai.onnx") || op_type != "Softmax" || graph.opset >= 13 {
+            continue;
+        }
+        let axis = attrs.iter().find(|(k, _)| k == "axis").map_or(Some(1), |(_, v)| match v {
+            crate::ir::AttrValue::Int(a) => Some(*a),
+            _ => None,
+        });
+        let rank = n.input(0).and_then(|x| graph.types.get(x)).and_then(|t| t.shape.as_ref()).map(Shape::rank);
+        if let (Some(axis), Some(rank)) = (axis, rank) {
+            if rank > 0 && (axis == -1 || axis == rank as i64 - 1) {
+                n.op = Op::Softmax { axis: -1 };
+            }
+        }
+    }
+}
+
+/// Field names of ModelProto for error messages; the graph (7) is walked into.
+const MODEL_FIELDS: [(u64, &str); 4] = [(1, "ir_version"), (7, "graph"), (8, "opset_import"), (2, "producer_name")];
+/// Field names of GraphProto for error messages.
+const GRAPH_FIELDS: [(u64, &str); 6] =
+    [(1, "node"), (5, "initializer"), (11, "input"), (12, "output"), (13, "value_info"), (2, "name")];
+
+/// Where a protobuf message stops being well-formed: the byte offset (in the file) of the
+/// first field whose key, length or payload runs past the end or has an invalid wire type.
+/// prost's errors name the field path but not the place; a truncated download is then
+/// plain to see. `None` when the wire format itself is intact.
+fn wire_error(bytes: &[u8], base: usize, fields: &[(u64, &str)]) -> Option<String> {
+    use prost::encoding::decode_varint;
+    let name = |f: u64| fields.iter().find(|(n, _)| *n == f).map_or(format!("field {f}"), |(_, s)| s.to_string());
+    let mut pos = 0usize;
+    while pos < bytes.len() {
+        let start = pos;
+        let mut buf = &bytes[pos..];
+        let Ok(key) = decode_varint(&mut buf) else {
+            return Some(format!("byte {}: a field key is cut off", base + start));
+        };
+        let (field, wire) = (key >> 3, key & 7);
+        let size = match wire {
+            0 => match decode_varint(&mut buf) {
+                Ok(_) => 0,
+                Err(_) => return Some(format!("byte {}: {} (an integer) is cut off", base + start, name(field))),
+            },
+            1 => 8,
+            2 => match decode_varint(&mut buf) {
+                Ok(n) => n,
+                Err(_) => return Some(format!("byte {}: the length of {} is cut off", base + start, name(field))),
+            },
+            5 => 4,
+            w => return Some(format!("byte {}: {} has invalid wire type {w}", base + start, name(field))),
+        };
+        pos = bytes.len() - buf.len();
+        let left = bytes.len() - pos;
+        if size > left as u64 {
+            return Some(format!(
+                "byte {}: {} declares {size} bytes but only {left} remain (is the file truncated?)",
+                base + start,
+                name(field)
+            ));
+        }
+        let end = pos + size as usize;
+        if wire == 2 && fields == MODEL_FIELDS && field == 7 {
+            if let Some(inner) = wire_error(&bytes[pos..end], base + pos, &GRAPH_FIELDS) {
+                return Some(format!("in the graph at {inner}"));
+            }
+        }
+        pos = end;
+    }
+    None
+}
+
+/// The tensor type of a ValueInfoProto: `None` when it carries no tensor type.
+fn value_type(vi: &proto::ValueInfoProto) -> Option<TensorType> {
     use proto::type_proto::Value;
     let Some(Value::TensorType(t)) = vi.r#type.as_ref().and_then(|t| t.value.as_ref()) else {
-        return Ok(None);
+        return None;
     };
     let dtype = DType::from_onnx(t.elem_type());
     let shape = match &t.shape {
@@ -155,15 +248,17 @@ fn value_type(vi: &proto::ValueInfoProto) -> Result<Option<TensorType>, String> 
                 .iter()
                 .map(|d| {
                     use proto::tensor_shape_proto::dimension::Value as D;
+                    // Exporters mark a dynamic dim with -1 (paddle2onnx, old tf2onnx), 0 (Keras),
+                    // "?" or an empty name, as onnxruntime reads them: none of them names a
+                    // size shared with another dim.
                     match &d.value {
-                        Some(D::DimValue(v)) if *v >= 0 => Ok(Dim::Known(*v as usize)),
-                        Some(D::DimValue(v)) => Err(format!("negative dimension {v}")),
-                        Some(D::DimParam(p)) if !p.is_empty() => Ok(Dim::Sym(p.clone())),
-                        _ => Ok(Dim::Unknown),
+                        Some(D::DimValue(v)) if *v > 0 => Dim::Known(*v as usize),
+                        Some(D::DimParam(p)) if !p.is_empty() && p != "?" => Dim::Sym(p.clone()),
+                        _ => Dim::Unknown,
                     }
                 })
-                .collect::<Result<_, _>>()?,
+                .collect(),
         )),
     };
-    Ok(Some(TensorType { dtype, shape }))
+    Some(TensorType { dtype, shape })
 }

@@ -26,6 +26,23 @@ fn semantics_since(op_type: &str) -> i64 {
     }
 }
 
+/// Squeeze and Unsqueeze before opset 13 took `axes` as an attribute; as an input (a
+/// constant the caller adds) they are today's ops, and shape computations through them (the
+/// `Shape -> Gather -> Unsqueeze -> Concat` of every torch export before opset 13) stay
+/// visible to inference. None for every other node.
+pub fn legacy_axes(node: &NodeProto, opset: i64) -> Result<Option<(Op, Option<Tensor>)>, String> {
+    let op = match node.op_type() {
+        "Squeeze" => Op::Squeeze,
+        "Unsqueeze" => Op::Unsqueeze,
+        _ => return Ok(None),
+    };
+    if !(node.domain().is_empty() || node.domain() == "ai.onnx") || opset >= 13 || node.input.len() != 1 {
+        return Ok(None);
+    }
+    let axes = Attrs::new(node).ints("axes")?;
+    Ok(Some((op, axes.map(|a| Tensor::from_i64(vec![a.len()], a)))))
+}
+
 pub fn parse_op(node: &NodeProto, opset: i64) -> Result<Parsed, String> {
     let domain = node.domain();
     if !(domain.is_empty() || domain == "ai.onnx") {

@@ -28,8 +28,14 @@ impl<'a> InputInfo<'a> {
 }
 
 /// Infers the types of all node outputs, in place. `declared` holds the types the file
-/// records for intermediates and outputs; they fill dims inference cannot know and must agree
-/// with what it does know.
+/// records for intermediates and outputs; they fill dims inference cannot know. Where the file
+/// contradicts what the computation gives (exporters leave stale output shapes; onnxruntime
+/// only warns), inference wins and the conflict is logged.
+///
+/// A node whose output types cannot be known (an input of unknown type, a host-only op
+/// inference has no rule for, `If`/`Loop` bodies) gets unknown outputs rather than an error:
+/// the partitioner leaves anchors that read them to the host and says why. Errors remain for
+/// what no run can satisfy (a MatMul whose known inner dims differ).
 pub fn infer_graph(graph: &mut Graph, declared: &HashMap<String, TensorType>) -> Result<()> {
     let mut consts: HashMap<String, Arc<Tensor>> = graph.initializers.clone();
     let mut shape_vals: HashMap<String, Vec<Dim>> = HashMap::new();
@@ -47,10 +53,19 @@ pub fn infer_graph(graph: &mut Graph, declared: &HashMap<String, TensorType>) ->
             })
             .collect();
 
-        let inferred: Vec<TensorType> = if node.op.is_opaque() {
-            vec![]
-        } else {
-            infer_node(&node.op, &infos).map_err(|r| Error::node(node, r))?
+        let mut host = None;
+        let inferred: Vec<TensorType> = match &node.op {
+            Op::Opaque { domain, op_type, attrs, .. } => {
+                let h = super::infer_host::infer_host(domain, op_type, attrs, &infos, node.outputs.len());
+                host = Some(h);
+                vec![]
+            }
+            op => match infer_node(op, &infos) {
+                Ok(v) => v,
+                // Unknown input types propagate as unknown outputs.
+                Err(_) if infos.iter().flatten().any(|x| x.ty.is_none_or(|t| t.shape.is_none())) => vec![],
+                Err(r) => return Err(Error::node(node, r)),
+            },
         };
         // Fold only when inference proves every output small: a 10-element Resize input with
         // scales of 1e9 must not allocate at import.
@@ -61,21 +76,34 @@ pub fn infer_graph(graph: &mut Graph, declared: &HashMap<String, TensorType>) ->
                         d.iter().try_fold(1usize, |a, &x| a.checked_mul(x)).is_some_and(|n| n <= FOLD_LIMIT)
                     })
                 });
-        let folded = if small { try_fold(node, &infos) } else { None };
+        let mut folded = if small { try_fold(node, &infos) } else { None };
         let mut out_types: Vec<Option<TensorType>> = match &folded {
             Some(ts) => ts.iter().map(|t| Some(TensorType::new(t.dtype(), Shape::from_static(&t.shape)))).collect(),
             None => inferred.into_iter().map(Some).collect(),
         };
+        let mut new_dims = if folded.is_none() { shape_value(&node.op, &infos) } else { None };
+        if let Some(h) = host {
+            out_types = h.types;
+            if let Some(v) = h.value {
+                out_types[0] = Some(TensorType::new(v.dtype(), Shape::from_static(&v.shape)));
+                folded = Some(vec![v]);
+            }
+            new_dims = h.dims;
+        }
         out_types.resize(node.outputs.len(), None);
-        let new_dims = if folded.is_none() { shape_value(&node.op, &infos) } else { None };
 
         let node = graph.nodes[i].clone();
         for (k, out) in node.outputs.iter().enumerate() {
             if out.is_empty() {
                 continue;
             }
-            let ty = merge_declared(out_types[k].take(), declared.get(out))
-                .map_err(|r| Error::node(&node, format!("output '{out}': {r}")))?;
+            let ty = match merge_declared(out_types[k].clone(), declared.get(out)) {
+                Ok(t) => t,
+                Err(r) => {
+                    tracing::warn!("node '{}' output '{out}': {r}; using the inferred type", node.name);
+                    out_types[k].take()
+                }
+            };
             if let Some(ty) = ty {
                 graph.types.insert(out.clone(), ty);
             }
@@ -90,8 +118,9 @@ pub fn infer_graph(graph: &mut Graph, declared: &HashMap<String, TensorType>) ->
                 }
                 consts.insert(out.clone(), Arc::new(t));
             }
-        } else if let Some(d) = new_dims {
-            shape_vals.insert(node.outputs[0].clone(), d);
+        }
+        if let Some(d) = new_dims {
+            shape_vals.entry(node.outputs[0].clone()).or_insert(d);
         }
     }
     Ok(())
@@ -779,8 +808,23 @@ fn reshape_shape(
 ) -> Result<Shape, String> {
     let raw: Vec<i64> = match value.and_then(|t| t.as_i64_vec()) {
         Some(v) => v,
-        // Symbolic target: elements are dims; no 0/-1 markers are possible in symbolic slots.
-        None => return Ok(Shape(target.to_vec())),
+        // Symbolic target: elements are dims. A known 0 copies the input's dim; one unknown
+        // entry (a -1, or a run-time size) is what the element count leaves.
+        None => {
+            let mut out: Vec<Dim> = target
+                .iter()
+                .enumerate()
+                .map(|(i, d)| match (d, input) {
+                    (Dim::Known(0), Some(s)) if !allowzero && i < s.rank() => s.0[i].clone(),
+                    _ => d.clone(),
+                })
+                .collect();
+            let unknown: Vec<usize> = (0..out.len()).filter(|&i| out[i] == Dim::Unknown).collect();
+            if let ([pos], Some(s)) = (unknown.as_slice(), input) {
+                out[*pos] = infer_minus_one(&s.0, &out, *pos);
+            }
+            return Ok(Shape(out));
+        }
     };
     if raw.iter().filter(|&&v| v == -1).count() > 1 {
         return Err(format!("shape {raw:?} has more than one -1"));
@@ -1008,6 +1052,38 @@ pub fn resize_output(
     Ok((out, sc))
 }
 
+/// Operand `i` of shape arithmetic as dims: propagated dims or a small integer constant.
+fn dims_operand(infos: &[Option<InputInfo>], i: usize) -> Option<Vec<Dim>> {
+    let x = infos.get(i).copied().flatten()?;
+    if let Some(d) = x.dims {
+        return Some(d.to_vec());
+    }
+    let v = x.value.filter(|t| t.rank() <= 1 && t.len() <= 64)?.as_i64_vec()?;
+    Some(v.iter().map(|&n| if n >= 0 { Dim::Known(n as usize) } else { Dim::Unknown }).collect())
+}
+
+/// One element of integer shape arithmetic. Symbols survive identities (`n * 1`, `n + 0`,
+/// `n / 1`); anything else with a symbol is unknown.
+fn dim_arith(op: Binary, a: &Dim, b: &Dim) -> Dim {
+    match (op, a, b) {
+        (_, Dim::Known(p), Dim::Known(q)) => {
+            let (p, q) = (*p as i64, *q as i64);
+            let r = match op {
+                Binary::Add => Some(p + q),
+                Binary::Sub => Some(p - q),
+                Binary::Mul => Some(p * q),
+                Binary::Div if q != 0 => Some(p / q),
+                _ => None,
+            };
+            r.filter(|&r| r >= 0).map_or(Dim::Unknown, |r| Dim::Known(r as usize))
+        }
+        (Binary::Mul, d, Dim::Known(1)) | (Binary::Mul, Dim::Known(1), d) => d.clone(),
+        (Binary::Add, d, Dim::Known(0)) | (Binary::Add, Dim::Known(0), d) => d.clone(),
+        (Binary::Sub | Binary::Div, d, Dim::Known(k)) if *k == usize::from(op == Binary::Div) => d.clone(),
+        _ => Dim::Unknown,
+    }
+}
+
 /// Shape-value propagation: the elements of 1-D integer outputs as dims.
 fn shape_value(op: &Op, infos: &[Option<InputInfo>]) -> Option<Vec<Dim>> {
     let first = infos.first().copied().flatten()?;
@@ -1032,10 +1108,25 @@ fn shape_value(op: &Op, infos: &[Option<InputInfo>]) -> Option<Vec<Dim>> {
         }
         Op::Concat { .. } => {
             let mut v = Vec::new();
-            for info in infos {
-                v.extend_from_slice(info.as_ref()?.dims?);
+            for i in 0..infos.len() {
+                v.extend(dims_operand(infos, i)?);
             }
             Some(v)
+        }
+        Op::Binary(b) => {
+            let int =
+                |i: usize| infos.get(i).copied().flatten().and_then(|x| x.ty).is_some_and(|t| t.dtype.is_integer());
+            if !(int(0) && int(1)) {
+                return None;
+            }
+            let (x, y) = (dims_operand(infos, 0)?, dims_operand(infos, 1)?);
+            let pairs: Vec<(Dim, Dim)> = match (x.len(), y.len()) {
+                (p, q) if p == q => x.into_iter().zip(y).collect(),
+                (1, _) => y.into_iter().map(|d| (x[0].clone(), d)).collect(),
+                (_, 1) => x.into_iter().map(|d| (d, y[0].clone())).collect(),
+                _ => return None,
+            };
+            Some(pairs.into_iter().map(|(p, q)| dim_arith(*b, &p, &q)).collect())
         }
         Op::Slice => {
             let d = first.dims?;

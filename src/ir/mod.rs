@@ -5,6 +5,7 @@ pub mod builder;
 mod dtype;
 mod graph;
 pub mod infer;
+mod infer_host;
 mod op;
 pub mod precision;
 mod shape;

@@ -26,8 +26,10 @@ pub enum AnchorKind {
     MatMul,
     /// MatMul of two tensors with the same batch dims: a batched GEMM.
     BatchedMatMul,
-    /// 2-D convolution (NCHW in the model; NHWC inside Bolt's kernels).
-    Conv2d { window: Window, group: usize },
+    /// 2-D convolution (NCHW in the model; NHWC inside Bolt's kernels). `one_d`: a 1-D
+    /// convolution on [N, C, L] (audio, sequence models), planned as the 2-D convolution of
+    /// [N, C, 1, L] with H = 1; `window` stays the model's 1-D one.
+    Conv2d { window: Window, group: usize, one_d: bool },
 }
 
 #[derive(Clone, Debug, serde::Serialize)]
@@ -118,9 +120,12 @@ impl<'g> Ctx<'g> {
         let Some(n) = channels else { return false };
         let s = &c.shape;
         match kind {
-            AnchorKind::Conv2d { .. } => {
-                (s.len() == 3 && s[0] == n && s[1] == 1 && s[2] == 1)
-                    || (s.len() == 4 && s[0] == 1 && s[1] == n && s[2] == 1 && s[3] == 1)
+            // [C, 1, 1] or [1, C, 1, 1]; for a 1-D conv [C, 1] or [1, C, 1].
+            AnchorKind::Conv2d { one_d, .. } => {
+                let spatial = if *one_d { 1 } else { 2 };
+                let ones = |d: &[usize]| d.len() == spatial && d.iter().all(|&x| x == 1);
+                (s.len() == spatial + 1 && s[0] == n && ones(&s[1..]))
+                    || (s.len() == spatial + 2 && s[0] == 1 && s[1] == n && ones(&s[2..]))
             }
             _ => !s.is_empty() && s[s.len() - 1] == n && s[..s.len() - 1].iter().all(|&d| d == 1),
         }
@@ -188,7 +193,12 @@ fn anchor(cx: &Ctx, i: usize) -> Result<Option<(AnchorKind, String, String)>, St
             }
         }
         Op::Conv { window, group } => match cx.shape(&a) {
-            Some(s) if s.len() == 4 => AnchorKind::Conv2d { window: window.clone(), group: *group },
+            Some(s) if s.len() == 4 => AnchorKind::Conv2d { window: window.clone(), group: *group, one_d: false },
+            // The plan reshapes the weight to [M, C/g, 1, k]: it must be a constant.
+            Some(s) if s.len() == 3 && cx.consts.contains_key(&b) => {
+                AnchorKind::Conv2d { window: window.clone(), group: *group, one_d: true }
+            }
+            Some(s) if s.len() == 3 => return Err("1-D convolution whose weight is computed at run time".into()),
             Some(s) => {
                 return Err(format!("{}-D convolution: Bolt's kernels do 2-D convolutions", s.len().saturating_sub(2)))
             }

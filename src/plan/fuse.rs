@@ -15,18 +15,86 @@ pub fn fuse_partitions(g: &Graph, partitioning: &Partitioning) -> Result<Graph> 
     let index: HashMap<&str, usize> = g.nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect();
     let mut removed: HashSet<usize> = HashSet::new();
     // Fused nodes replace the partition's last node, where all their inputs exist.
-    let mut replacement: HashMap<usize, Node> = HashMap::new();
+    let mut replacement: HashMap<usize, Vec<Node>> = HashMap::new();
     for p in &partitioning.partitions {
-        let node = fuse(g, p, &mut out)?;
+        let mut node = fuse(g, p, &mut out)?;
+        let nodes = match p.kind {
+            AnchorKind::Conv2d { one_d: true, .. } => as_2d_conv(g, p, node, &mut out)?,
+            _ => {
+                node.name = p.anchor.clone();
+                vec![node]
+            }
+        };
         let last = p.nodes.iter().map(|n| index[n.as_str()]).max().expect("a partition has nodes");
         removed.extend(p.nodes.iter().map(|n| index[n.as_str()]));
-        replacement.insert(last, node);
+        replacement.insert(last, nodes);
     }
     out.nodes = (0..g.nodes.len())
-        .filter_map(|i| replacement.remove(&i).or_else(|| (!removed.contains(&i)).then(|| g.nodes[i].clone())))
+        .flat_map(|i| {
+            replacement
+                .remove(&i)
+                .unwrap_or_else(|| (!removed.contains(&i)).then(|| g.nodes[i].clone()).into_iter().collect())
+        })
         .collect();
     finish(&mut out)?;
     Ok(out)
+}
+
+/// A 1-D conv kernel as the 2-D conv it equals with H = 1: [N, C, L] operands gain an H axis
+/// (Unsqueeze at 2), the weight becomes [M, C/g, 1, k], the window gains a unit H dim (no
+/// padding, stride and dilation 1), and the output loses the H axis again (Squeeze at 2).
+/// The kernel, its lowering and the layout pass then see an ordinary 2-D conv.
+fn as_2d_conv(g: &Graph, p: &Partition, mut node: Node, out: &mut Graph) -> Result<Vec<Node>> {
+    let err = |reason: String| Error::Node { node: p.anchor.clone(), op_type: "partition".into(), reason };
+    let Op::Fused(k) = &node.op else { unreachable!("fuse builds a fused node") };
+    let Op::Conv { window, group } = k.anchor.as_ref() else { unreachable!("a conv partition") };
+    let widen = |v: &Option<Vec<usize>>, h: usize| v.as_ref().map(|v| [vec![h], v.clone()].concat());
+    let window2d = crate::ir::Window {
+        kernel_shape: widen(&window.kernel_shape, 1),
+        strides: widen(&window.strides, 1),
+        dilations: widen(&window.dilations, 1),
+        pads: window.pads.as_ref().map(|p| if p.len() == 2 { vec![0, p[0], 0, p[1]] } else { p.clone() }),
+        auto_pad: window.auto_pad,
+    };
+    let mut kernel = (**k).clone();
+    kernel.anchor = Box::new(Op::Conv { window: window2d, group: *group });
+    node.op = Op::Fused(Arc::new(kernel));
+
+    let w_name = node.input(1).expect("a conv has a weight").to_string();
+    let w = out.initializers.get(&w_name).cloned().or_else(|| constant(g, &w_name));
+    let w = w.ok_or_else(|| err(format!("1-D conv weight '{w_name}' is not constant")))?;
+    let [m, c, l] = w.shape[..] else { return Err(err(format!("1-D conv weight of shape {:?}", w.shape))) };
+    let w2d = format!("{}.bolt_weight_h1", p.anchor);
+    out.initializers.insert(w2d.clone(), Arc::new(w.reshaped(vec![m, c, 1, l])));
+    node.inputs[1] = Some(w2d);
+
+    let axes = format!("{}.bolt_h_axis", p.anchor);
+    out.initializers.insert(axes.clone(), Arc::new(Tensor::from_i64(vec![1], vec![2])));
+    let mut nodes = Vec::new();
+    // A (input 0) and the residual source (input 3) are [N, C, L] tensors.
+    for (i, role) in [(0, "a"), (3, "source")] {
+        if let Some(Some(x)) = node.inputs.get(i).cloned() {
+            let y = format!("{}.bolt_{role}_h1", p.anchor);
+            nodes.push(Node {
+                name: format!("{}.bolt_{role}_to_2d", p.anchor),
+                op: Op::Unsqueeze,
+                inputs: vec![Some(x), Some(axes.clone())],
+                outputs: vec![y.clone()],
+            });
+            node.inputs[i] = Some(y);
+        }
+    }
+    let y = std::mem::replace(&mut node.outputs[0], format!("{}.bolt_out_h1", p.anchor));
+    let squeeze = Node {
+        name: format!("{}.bolt_to_1d", p.anchor),
+        op: Op::Squeeze,
+        inputs: vec![Some(node.outputs[0].clone()), Some(axes)],
+        outputs: vec![y],
+    };
+    node.name = p.anchor.clone();
+    nodes.push(node);
+    nodes.push(squeeze);
+    Ok(nodes)
 }
 
 /// Builds the fused node of partition `p`, adding its prepared weights to `out`.

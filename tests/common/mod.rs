@@ -2,6 +2,7 @@
 #![allow(dead_code)] // each test binary uses a subset
 
 pub mod nets;
+pub mod onnx_proto;
 
 use std::path::PathBuf;
 

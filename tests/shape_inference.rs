@@ -1,0 +1,207 @@
+//! Shape inference through the shape computations real exporters write, on small hand-built
+//! graphs: each ends in an anchor whose operands must have known shapes for the partitioner
+//! to claim it, so a lost shape shows up as a missing partition as well as a type.
+
+mod common;
+
+use bolt::import::{self, proto::*};
+use common::onnx_proto::*;
+use prost::Message;
+use tensor_shape_proto::dimension::Value as D;
+
+fn import(opset: i64, g: GraphProto) -> bolt::ir::Graph {
+    import::load_bytes(&model(opset, g).encode_to_vec(), None).unwrap_or_else(|e| panic!("{e}")).graph
+}
+
+fn ty(g: &bolt::ir::Graph, t: &str) -> String {
+    g.tensor_type(t).map_or("unknown".into(), |t| t.to_string())
+}
+
+fn claimed(g: &bolt::ir::Graph) -> Vec<String> {
+    bolt::partition::partition(g).partitions.into_iter().map(|p| p.anchor).collect()
+}
+
+#[test]
+fn torch_expand_target_folds_through_equal_and_where() {
+    // torch.onnx writes expand(x, [N, 3, -1]) as
+    // Where(Equal(target, -1), ConstantOfShape(Shape(target)) of 1, target): with the batch
+    // symbolic, Equal still folds (a dim is never -1) and the Expand output is [N, 3, 4].
+    let g = GraphProto {
+        node: vec![
+            node("shape", "Shape", &["x"], &["s"]),
+            node("gather", "Gather", &["s", "zero"], &["n"]),
+            node("unsq", "Unsqueeze", &["n", "zero1"], &["n1"]),
+            with_int(node("cat", "Concat", &["n1", "three_m1"], &["target"]), "axis", 0),
+            node("tshape", "Shape", &["target"], &["tlen"]),
+            node("ones", "ConstantOfShape", &["tlen"], &["one"]),
+            node("eq", "Equal", &["target", "m1"], &["is_m1"]),
+            node("where", "Where", &["is_m1", "one", "target"], &["t2"]),
+            node("expand", "Expand", &["x", "t2"], &["xe"]),
+            node("mm", "MatMul", &["xe", "w"], &["y"]),
+        ],
+        initializer: vec![
+            ints("zero", &[0], true),
+            ints("zero1", &[0], false),
+            ints("three_m1", &[3, -1], false),
+            ints("m1", &[-1], true),
+            weight("w", &[4, 5]),
+        ],
+        input: vec![typed_value_info("x", 1, vec![D::DimParam("N".into()), D::DimValue(1), D::DimValue(4)])],
+        output: vec![ValueInfoProto { name: Some("y".into()), ..Default::default() }],
+        ..Default::default()
+    };
+    let mut g = g;
+    // ConstantOfShape's value: int64 1 (torch's spelling).
+    g.node[5].attribute.push(AttributeProto {
+        name: Some("value".into()),
+        r#type: Some(attribute_proto::AttributeType::Tensor as i32),
+        t: Some(ints("", &[1], false)),
+        ..Default::default()
+    });
+    let g = import(17, g);
+    assert_eq!(ty(&g, "t2"), "i64[3]");
+    assert_eq!(ty(&g, "xe"), "f32[N, 3, 4]");
+    assert_eq!(ty(&g, "y"), "f32[N, 3, 5]");
+    assert_eq!(claimed(&g), ["mm"]);
+}
+
+#[test]
+fn shape_arithmetic_keeps_symbols_and_folds_numbers() {
+    // Reshape(x, [N, C / 2, 2]) with N and C read from Shape(x): [N, 6] -> [N, 3, 2].
+    let g = GraphProto {
+        node: vec![
+            node("shape", "Shape", &["x"], &["s"]),
+            node("g0", "Gather", &["s", "zero"], &["n"]),
+            node("g1", "Gather", &["s", "one"], &["c"]),
+            node("half", "Div", &["c", "two"], &["c2"]),
+            node("u0", "Unsqueeze", &["n", "axes0"], &["n1"]),
+            node("u1", "Unsqueeze", &["c2", "axes0"], &["c21"]),
+            with_int(node("cat", "Concat", &["n1", "c21", "two1"], &["target"]), "axis", 0),
+            node("reshape", "Reshape", &["x", "target"], &["xr"]),
+            node("mm", "MatMul", &["xr", "w"], &["y"]),
+        ],
+        initializer: vec![
+            ints("zero", &[0], true),
+            ints("one", &[1], true),
+            ints("two", &[2], true),
+            ints("two1", &[2], false),
+            ints("axes0", &[0], false),
+            weight("w", &[2, 7]),
+        ],
+        input: vec![typed_value_info("x", 1, vec![D::DimParam("N".into()), D::DimValue(6)])],
+        output: vec![ValueInfoProto { name: Some("y".into()), ..Default::default() }],
+        ..Default::default()
+    };
+    let g = import(17, g);
+    assert_eq!(ty(&g, "xr"), "f32[N, 3, 2]");
+    assert_eq!(ty(&g, "y"), "f32[N, 3, 7]");
+    assert_eq!(claimed(&g), ["mm"]);
+}
+
+#[test]
+fn lstm_outputs_and_split_parts_have_shapes() {
+    // A CRNN head: bidirectional LSTM -> Transpose -> Reshape [0, 0, -1] -> Split in two
+    // along features -> MatMul on the first half.
+    let lstm = with_int(
+        with_string(node("lstm", "LSTM", &["x", "W", "R"], &["Y", "Yh", "Yc"]), "direction", "bidirectional"),
+        "hidden_size",
+        16,
+    );
+    let g = GraphProto {
+        node: vec![
+            lstm,
+            with_ints(node("tr", "Transpose", &["Y"], &["Yt"]), "perm", &[0, 2, 1, 3]),
+            node("flat", "Reshape", &["Yt", "target"], &["feat"]),
+            with_int(node("split", "Split", &["feat"], &["f0", "f1"]), "axis", 2),
+            node("mm", "MatMul", &["f0", "w"], &["y"]),
+        ],
+        initializer: vec![
+            weight("W", &[2, 64, 8]),
+            weight("R", &[2, 64, 16]),
+            ints("target", &[0, 0, -1], false),
+            weight("w", &[16, 3]),
+        ],
+        input: vec![typed_value_info("x", 1, vec![D::DimParam("T".into()), D::DimValue(1), D::DimValue(8)])],
+        output: vec![ValueInfoProto { name: Some("y".into()), ..Default::default() }],
+        ..Default::default()
+    };
+    let g = import(12, g);
+    assert_eq!(ty(&g, "Y"), "f32[T, 2, 1, 16]");
+    assert_eq!(ty(&g, "Yh"), "f32[2, 1, 16]");
+    assert_eq!(ty(&g, "feat"), "f32[T, 1, 32]");
+    assert_eq!(ty(&g, "f0"), "f32[T, 1, 16]");
+    assert_eq!(claimed(&g), ["mm"]);
+}
+
+#[test]
+fn declared_value_info_types_what_inference_cannot() {
+    // An op from another domain has unknown outputs; the exporter's value_info gives the
+    // shape, and the MatMul after it becomes a kernel. Without the value_info it stays with
+    // the host, with the reason.
+    let mut custom = node("custom", "Decoder", &["x"], &["h"]);
+    custom.domain = Some("com.example".into());
+    let graph = |declared: bool| GraphProto {
+        node: vec![custom.clone(), node("mm", "MatMul", &["h", "w"], &["y"])],
+        initializer: vec![weight("w", &[4, 5])],
+        input: vec![value_info("x", &[2, 4])],
+        output: vec![ValueInfoProto { name: Some("y".into()), ..Default::default() }],
+        value_info: if declared { vec![value_info("h", &[2, -1])] } else { vec![] },
+        ..Default::default()
+    };
+    let mut m = model(17, graph(true));
+    m.opset_import.push(OperatorSetIdProto { domain: Some("com.example".into()), version: Some(1) });
+    let g = import::load_bytes(&m.encode_to_vec(), None).unwrap().graph;
+    assert_eq!(ty(&g, "h"), "f32[2, ?]");
+    assert_eq!(ty(&g, "y"), "f32[2, 5]");
+    assert_eq!(claimed(&g), ["mm"]);
+
+    m.graph = Some(graph(false));
+    let g = import::load_bytes(&m.encode_to_vec(), None).unwrap().graph;
+    assert_eq!(ty(&g, "y"), "unknown");
+    let p = bolt::partition::partition(&g);
+    assert!(p.partitions.is_empty());
+    let mm = p.host.iter().find(|h| h.node == "mm").unwrap();
+    assert!(mm.reason.contains("unknown"), "{}", mm.reason);
+}
+
+#[test]
+fn one_d_convolutions_are_anchors() {
+    // Conv on [N, C, L] with a [C, 1] bias Add and Relu: one kernel, planned as a 2-D conv
+    // with H = 1. Planned vs original on the reference (this checks the rewriting only; the
+    // reference's Conv is checked against ONNX's conformance cases, and tests/python checks
+    // the ONNX Runtime provider against ORT CPU on real 1-D conv models).
+    let conv = with_ints(
+        with_ints(with_ints(node("conv", "Conv", &["x", "w"], &["c"]), "pads", &[2, 2]), "strides", &[2]),
+        "dilations",
+        &[2],
+    );
+    let mut w = weight("w", &[6, 4, 3]);
+    w.float_data = (0..72).map(|i| ((i * 37 % 11) as f32 - 5.0) / 7.0).collect();
+    let mut b = weight("b", &[6, 1]);
+    b.float_data = (0..6).map(|i| i as f32 / 10.0 - 0.2).collect();
+    let g = GraphProto {
+        node: vec![conv, node("bias", "Add", &["c", "b"], &["cb"]), node("act", "Relu", &["cb"], &["y"])],
+        initializer: vec![w, b],
+        input: vec![typed_value_info("x", 1, vec![D::DimParam("N".into()), D::DimValue(4), D::DimValue(19)])],
+        output: vec![ValueInfoProto { name: Some("y".into()), ..Default::default() }],
+        ..Default::default()
+    };
+    let g = import(17, g);
+    assert_eq!(ty(&g, "y"), "f32[N, 6, 10]");
+    let p = bolt::partition::partition(&g);
+    assert_eq!(p.partitions.len(), 1);
+    assert_eq!(p.partitions[0].nodes, ["conv", "bias", "act"]);
+    let plan = bolt::plan::plan(&g).unwrap();
+    let bindings: bolt::compile::DimBindings = [("N".to_string(), 2)].into();
+    let inputs = bolt::compile::synthetic_inputs(&g, &bindings, 7).unwrap();
+    let want = bolt::reference::run(&g, &inputs).unwrap();
+    let got = bolt::reference::run(&plan.graph, &inputs).unwrap();
+    let c = bolt::cases::compare("y", &got["y"], &want["y"], bolt::cases::Tolerance { rtol: 1e-5, atol: 1e-5 });
+    assert!(c.failure.is_none(), "{:?}", c.failure);
+    assert_eq!(want["y"].shape, [2, 6, 10]);
+    // The kernel itself is a 2-D conv over [N, 1, L] (NHWC: [N, H=1, W=L, C]).
+    let (uses, skipped) = bolt::plan::lower::workloads(&plan.graph, &bindings);
+    assert!(skipped.is_empty(), "{skipped:?}");
+    let bolt_profiler::workload::Problem::Conv2d(c) = uses[0].workload.problem else { panic!() };
+    assert_eq!((c.n, c.h, c.w, c.r, c.s), (2, 1, 19, 1, 3));
+}
