@@ -166,13 +166,9 @@ fn squeeze_and_unsqueeze_with_axes_attributes_keep_shape_arithmetic_visible() {
     let mut m = good_model();
     m.opset_import[0].version = Some(12);
     let g = m.graph.as_mut().unwrap();
-    g.input[0] = value_info("x", &[1, 2, 3]);
-    g.input[0].r#type.as_mut().and_then(|t| t.value.as_mut()).map(|v| match v {
-        type_proto::Value::TensorType(t) => {
-            t.shape.as_mut().unwrap().dim[0].value = Some(tensor_shape_proto::dimension::Value::DimParam("N".into()))
-        }
-        _ => unreachable!(),
-    });
+    use tensor_shape_proto::dimension::Value as D;
+    g.input[0] =
+        common::onnx_proto::typed_value_info("x", 1, vec![D::DimParam("N".into()), D::DimValue(2), D::DimValue(3)]);
     let int = |name: &str, v: Vec<i64>| TensorProto {
         name: Some(name.into()),
         dims: if v.len() == 1 && name == "zero" { vec![] } else { vec![v.len() as i64] },

@@ -241,9 +241,8 @@ fn value_type(vi: &proto::ValueInfoProto) -> Option<TensorType> {
         return None;
     };
     let dtype = DType::from_onnx(t.elem_type());
-    let shape = match &t.shape {
-        None => None,
-        Some(s) => Some(Shape(
+    let shape = t.shape.as_ref().map(|s| {
+        Shape(
             s.dim
                 .iter()
                 .map(|d| {
@@ -258,7 +257,7 @@ fn value_type(vi: &proto::ValueInfoProto) -> Option<TensorType> {
                     }
                 })
                 .collect(),
-        )),
-    };
+        )
+    });
     Some(TensorType { dtype, shape })
 }

@@ -1053,7 +1053,7 @@ pub fn resize_output(
 }
 
 /// Operand `i` of shape arithmetic as dims: propagated dims or a small integer constant.
-fn dims_operand(infos: &[Option<InputInfo>], i: usize) -> Option<Vec<Dim>> {
+pub(super) fn dims_operand(infos: &[Option<InputInfo>], i: usize) -> Option<Vec<Dim>> {
     let x = infos.get(i).copied().flatten()?;
     if let Some(d) = x.dims {
         return Some(d.to_vec());

@@ -9,7 +9,7 @@
 //! computation stays visible. Anything it does not know (other domains, `If`, `Loop`, `Scan`,
 //! unlisted ops) yields unknown outputs, which the model's declared value_info may fill.
 
-use super::infer::{matmul_shape, norm_axis, InputInfo};
+use super::infer::{dims_operand as dims, matmul_shape, norm_axis, InputInfo};
 use super::*;
 
 /// What inference learns about a host node's outputs.
@@ -55,16 +55,6 @@ fn shape<'a>(infos: &[Option<InputInfo<'a>>], i: usize) -> Option<&'a Shape> {
 
 fn ints(infos: &[Option<InputInfo>], i: usize) -> Option<Vec<i64>> {
     info(infos, i).and_then(|x| x.value).and_then(Tensor::as_i64_vec)
-}
-
-/// A 1-D shape tensor's elements as dims: symbolic ones from propagation, or a constant.
-fn dims(infos: &[Option<InputInfo>], i: usize) -> Option<Vec<Dim>> {
-    let x = info(infos, i)?;
-    if let Some(d) = x.dims {
-        return Some(d.to_vec());
-    }
-    let v = x.value.filter(|t| t.rank() <= 1)?.as_i64_vec()?;
-    Some(v.iter().map(|&n| if n >= 0 { Dim::Known(n as usize) } else { Dim::Unknown }).collect())
 }
 
 fn with_shape(dtype: DType, shape: Option<Shape>) -> Option<TensorType> {
