@@ -6,7 +6,7 @@ use crate::api::{api, check, cstr, guard, guard_value, verbose, Res};
 use crate::graph;
 use crate::options::{Device, Options};
 use bolt::ir::{Graph, Op, Tensor};
-use ort_sys::{c_char, OrtAllocator, OrtGraph, OrtKernelContext, OrtMemoryInfo, OrtNode, OrtRunOptions, OrtValue};
+use ort_sys::{c_char, OrtGraph, OrtKernelContext, OrtLogger, OrtLoggingLevel, OrtNode, OrtValue};
 use std::collections::{HashMap, HashSet};
 use std::ffi::{c_void, CString};
 use std::sync::Arc;
@@ -17,30 +17,36 @@ pub struct BoltEp {
     name: CString,
     compat: CString,
     pub options: Options,
+    /// The session's logger (lives as long as the session, hence as long as this EP).
+    logger: *const OrtLogger,
 }
 
 impl BoltEp {
-    pub fn new(name: &str, options: Options) -> Box<BoltEp> {
+    pub fn new(name: &str, options: Options, logger: *const OrtLogger) -> Box<BoltEp> {
         Box::new(BoltEp {
             base: OrtEp {
                 ort_version_supported: EP_API_VERSION,
-                GetName: ep_get_name,
-                GetCapability: ep_get_capability,
-                Compile: ep_compile,
-                ReleaseNodeComputeInfos: ep_release_node_compute_infos,
-                GetPreferredDataLayout: ep_get_preferred_data_layout,
-                ShouldConvertDataLayoutForOp: ep_should_convert_data_layout_for_op,
-                SetDynamicOptions: ep_set_dynamic_options,
-                OnRunStart: ep_on_run_start,
-                OnRunEnd: ep_on_run_end,
-                CreateAllocator: ep_create_allocator,
-                CreateSyncStreamForDevice: ep_create_sync_stream_for_device,
-                GetCompiledModelCompatibilityInfo: ep_get_compiled_model_compatibility_info,
+                GetName: Some(ep_get_name),
+                GetCapability: Some(ep_get_capability),
+                Compile: Some(ep_compile),
+                ReleaseNodeComputeInfos: Some(ep_release_node_compute_infos),
+                // Null members take ORT's documented defaults: NCHW, layout decisions left to
+                // ORT, no dynamic options (ORT then ignores the keys it sends every EP), no
+                // run hooks, and the factory's allocator / streams for every session.
+                GetPreferredDataLayout: None,
+                ShouldConvertDataLayoutForOp: None,
+                SetDynamicOptions: None,
+                OnRunStart: None,
+                OnRunEnd: None,
+                CreateAllocator: None,
+                CreateSyncStreamForDevice: None,
+                GetCompiledModelCompatibilityInfo: Some(ep_get_compiled_model_compatibility_info),
             },
             name: CString::new(name).expect("no NUL"),
             compat: CString::new(format!("bolt-ort {} device={}", env!("CARGO_PKG_VERSION"), options.device))
                 .expect("no NUL"),
             options,
+            logger,
         })
     }
 
@@ -54,11 +60,36 @@ impl BoltEp {
         Box::from_raw(ep as *mut BoltEp)
     }
 
+    /// Logs through the session's ORT logger: at WARNING with EP option `verbose=1` (shown
+    /// at ORT's default severity), else at VERBOSE (shown with the session's
+    /// `log_severity_level=0`).
     fn log(&self, msg: impl FnOnce() -> String) {
-        if self.options.verbose {
-            eprintln!("[bolt-ort] {}", msg());
+        let level = if self.options.verbose {
+            OrtLoggingLevel::ORT_LOGGING_LEVEL_WARNING
         } else {
-            verbose(msg);
+            OrtLoggingLevel::ORT_LOGGING_LEVEL_VERBOSE
+        };
+        if self.logger.is_null() {
+            return verbose(msg);
+        }
+        let ort = api().ort;
+        let mut current = OrtLoggingLevel::ORT_LOGGING_LEVEL_FATAL;
+        // SAFETY: the session's logger outlives its EP.
+        unsafe {
+            if check((ort.Logger_GetLoggingSeverityLevel)(self.logger, &mut current)).is_err()
+                || (level as i32) < (current as i32)
+            {
+                return;
+            }
+            let text = CString::new(format!("[bolt-ort] {}", msg()).replace('\0', " ")).unwrap_or_default();
+            let _ = check((ort.Logger_LogMessage)(
+                self.logger,
+                level,
+                text.as_ptr(),
+                c"bolt-ort".as_ptr(),
+                0,
+                c"BoltExecutionProvider".as_ptr(),
+            ));
         }
     }
 }
@@ -274,9 +305,9 @@ unsafe extern "system" fn ep_compile(
                 let info = Box::new(ComputeInfo {
                     base: OrtNodeComputeInfo {
                         ort_version_supported: EP_API_VERSION,
-                        CreateState: ci_create_state,
-                        Compute: ci_compute,
-                        ReleaseState: ci_release_state,
+                        CreateState: Some(ci_create_state),
+                        Compute: Some(ci_compute),
+                        ReleaseState: Some(ci_release_state),
                     },
                     kernel,
                 });
@@ -380,75 +411,6 @@ unsafe fn compute(k: &Kernel, ctx: *mut OrtKernelContext) -> Res<()> {
         graph::write_tensor(&t, data);
     }
     Ok(())
-}
-
-// ------------------------------------------------------------------------- stubs
-
-unsafe extern "system" fn ep_get_preferred_data_layout(_ep: *mut OrtEp, layout: *mut i32) -> Status {
-    guard("GetPreferredDataLayout", || {
-        *layout = ORT_EP_DATA_LAYOUT_NCHW;
-        Ok(())
-    })
-}
-
-unsafe extern "system" fn ep_should_convert_data_layout_for_op(
-    _ep: *mut OrtEp,
-    _domain: *const c_char,
-    _op_type: *const c_char,
-    _target: i32,
-    should_convert: *mut i32,
-) -> Status {
-    guard("ShouldConvertDataLayoutForOp", || {
-        // Leave it to ORT (Bolt takes NCHW models and handles layout inside its kernels).
-        *should_convert = -1;
-        Ok(())
-    })
-}
-
-unsafe extern "system" fn ep_set_dynamic_options(
-    _ep: *mut OrtEp,
-    keys: *const *const c_char,
-    values: *const *const c_char,
-    num: usize,
-) -> Status {
-    guard("SetDynamicOptions", || {
-        let pairs: Vec<(String, String)> = (0..num).map(|i| (cstr(*keys.add(i)), cstr(*values.add(i)))).collect();
-        if let Some((k, _)) = pairs.first() {
-            return Err(format!("no dynamic options are supported (got '{k}')"));
-        }
-        Ok(())
-    })
-}
-
-unsafe extern "system" fn ep_on_run_start(_ep: *mut OrtEp, _run_options: *const OrtRunOptions) -> Status {
-    Status::default()
-}
-
-unsafe extern "system" fn ep_on_run_end(_ep: *mut OrtEp, _run_options: *const OrtRunOptions, _sync: bool) -> Status {
-    Status::default()
-}
-
-unsafe extern "system" fn ep_create_allocator(
-    _ep: *mut OrtEp,
-    _memory_info: *const OrtMemoryInfo,
-    allocator: *mut *mut OrtAllocator,
-) -> Status {
-    guard("CreateAllocator", || {
-        // CPU memory: ORT's own CPU allocator.
-        *allocator = std::ptr::null_mut();
-        Ok(())
-    })
-}
-
-unsafe extern "system" fn ep_create_sync_stream_for_device(
-    _ep: *mut OrtEp,
-    _memory_device: *const OrtMemoryDevice,
-    stream: *mut *mut OrtSyncStreamImpl,
-) -> Status {
-    guard("CreateSyncStreamForDevice", || {
-        *stream = std::ptr::null_mut();
-        Ok(())
-    })
 }
 
 unsafe extern "system" fn ep_get_compiled_model_compatibility_info(

@@ -114,19 +114,19 @@ fn new_factory() -> Box<Factory> {
     Box::new(Factory {
         base: OrtEpFactory {
             ort_version_supported: EP_API_VERSION,
-            GetName: f_get_name,
-            GetVendor: f_get_vendor,
-            GetSupportedDevices: f_get_supported_devices,
-            CreateEp: f_create_ep,
-            ReleaseEp: f_release_ep,
-            GetVendorId: f_get_vendor_id,
-            GetVersion: f_get_version,
-            ValidateCompiledModelCompatibilityInfo: f_validate_compiled_model_compatibility_info,
-            CreateAllocator: f_create_allocator,
-            ReleaseAllocator: f_release_allocator,
-            CreateDataTransfer: f_create_data_transfer,
-            IsStreamAware: f_is_stream_aware,
-            CreateSyncStreamForDevice: f_create_sync_stream_for_device,
+            GetName: Some(f_get_name),
+            GetVendor: Some(f_get_vendor),
+            GetSupportedDevices: Some(f_get_supported_devices),
+            CreateEp: Some(f_create_ep),
+            ReleaseEp: Some(f_release_ep),
+            GetVendorId: Some(f_get_vendor_id),
+            GetVersion: Some(f_get_version),
+            ValidateCompiledModelCompatibilityInfo: Some(f_validate_compiled_model_compatibility_info),
+            CreateAllocator: Some(f_create_allocator),
+            ReleaseAllocator: Some(f_release_allocator),
+            CreateDataTransfer: Some(f_create_data_transfer),
+            IsStreamAware: Some(f_is_stream_aware),
+            CreateSyncStreamForDevice: Some(f_create_sync_stream_for_device),
         },
         name: CString::new(EP_NAME).expect("no NUL"),
         vendor: CString::new(VENDOR).expect("no NUL"),
@@ -225,7 +225,7 @@ unsafe extern "system" fn f_create_ep(
     _ep_metadata: *const *const OrtKeyValuePairs,
     _num_devices: usize,
     session_options: *const OrtSessionOptions,
-    _logger: *const ort_sys::OrtLogger,
+    logger: *const ort_sys::OrtLogger,
     ep: *mut *mut OrtEp,
 ) -> Status {
     guard("CreateEp", || {
@@ -239,7 +239,14 @@ unsafe extern "system" fn f_create_ep(
                         are available; use device=reference (the CPU reference device)"
                 .into());
         }
-        *ep = ep::BoltEp::new(&name, opts).into_raw();
+        // The reference device is the host: one device, ordinal 0.
+        if opts.device_id != 0 {
+            return Err(format!(
+                "EP option device_id={}: no such device (the {} device has only device 0)",
+                opts.device_id, opts.device
+            ));
+        }
+        *ep = ep::BoltEp::new(&name, opts, logger).into_raw();
         Ok(())
     })
 }

@@ -246,6 +246,8 @@ def small_matmul_model() -> bytes:
         ({"device": "tpu"}, "invalid value 'tpu' for EP option 'device'"),
         ({"verbose": "maybe"}, "EP option 'verbose'"),
         ({"device": "cuda"}, "CUDA device is not built"),
+        ({"device_id": "3"}, "device_id=3: no such device"),
+        ({"device_id": "gpu0"}, "invalid value 'gpu0' for EP option 'device_id'"),
     ],
 )
 def test_bad_options_give_clear_errors(options, message):
@@ -308,3 +310,38 @@ def test_graph_bolt_cannot_import_stays_with_ort():
     sess = bolt_session(m.SerializeToString(), {"verbose": "1"})
     assert not assignment(sess).get(bolt_ort.EP_NAME)
     np.testing.assert_allclose(sess.run(None, {"X": np.ones((2, 4), np.float32)})[0], np.full((2, 3), 4.0))
+
+
+def test_ort_own_option_keys_are_accepted():
+    # Keys written for ORT's own EPs (device_id, arena.*) do not fail the session; Bolt's
+    # allocator is not ORT's arena, so arena keys change nothing.
+    opts = {"device_id": "0", "arena.extend_strategy": "kSameAsRequested", "arena.max_mem": "1048576"}
+    sess = bolt_session(small_matmul_model(), opts)
+    assert assignment(sess)[bolt_ort.EP_NAME] == [("mm", "MatMul")]
+    x = np.ones((2, 4), np.float32)
+    np.testing.assert_allclose(sess.run(None, {"X": x})[0], x @ np.arange(12, dtype=np.float32).reshape(4, 3))
+
+
+def test_dynamic_options_are_left_to_ort():
+    # SetDynamicOptions is null in Bolt's OrtEp: ORT's own keys (which ORT forwards to every EP)
+    # must not fail, and the session runs on.
+    sess = bolt_session(small_matmul_model())
+    sess.set_ep_dynamic_options({"ep.dynamic.workload_type": "Efficient"})
+    assert sess.run(None, {"X": np.ones((2, 4), np.float32)})[0].shape == (2, 3)
+
+
+def test_decisions_are_logged_through_ort_logger():
+    # With verbose=1 Bolt logs at WARNING through the session's ORT logger (ORT prints it on
+    # stderr with its own prefix); a child process so the capture sees ORT's native stderr.
+    script = f"""
+import sys
+sys.path.insert(0, {str(REPO / "plugin" / "python")!r})
+import bolt_ort
+sess = bolt_ort.session({str(MODELS / "small_conv_mlp" / "model.onnx")!r}, {{"verbose": "1"}})
+"""
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = [l for l in r.stderr.splitlines() if "[bolt-ort] claim partition" in l]
+    assert lines, r.stderr[-2000:]
+    # ORT's logger formats the line (severity letter and source), so it did not come from eprintln.
+    assert all("[W:onnxruntime:" in l and "BoltExecutionProvider]" in l for l in lines), lines
