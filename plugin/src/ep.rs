@@ -230,6 +230,8 @@ pub struct Kernel {
     pub inputs: Vec<String>,
     pub outputs: Vec<String>,
     pub graph: Graph,
+    /// Runs as work queued on ORT's compute stream (the test device), else at once.
+    pub on_stream: bool,
 }
 
 #[repr(C)]
@@ -301,7 +303,13 @@ unsafe extern "system" fn ep_compile(
                 if me.options.device == Device::Cuda {
                     return Err("device=cuda: the CUDA device is not built into this library (no GPU kernels)".into());
                 }
-                let kernel = Arc::new(Kernel { name, inputs, outputs, graph: plan.graph });
+                let kernel = Arc::new(Kernel {
+                    name,
+                    inputs,
+                    outputs,
+                    graph: plan.graph,
+                    on_stream: me.options.device == Device::HostGpu,
+                });
                 let info = Box::new(ComputeInfo {
                     base: OrtNodeComputeInfo {
                         ort_version_supported: EP_API_VERSION,
@@ -369,6 +377,13 @@ unsafe extern "system" fn ci_compute(
 /// the shapes this run produced (symbolic dims are resolved here, per call).
 unsafe fn compute(k: &Kernel, ctx: *mut OrtKernelContext) -> Res<()> {
     let ort = api().ort;
+    if k.on_stream {
+        let mut handle: *mut c_void = std::ptr::null_mut();
+        check((ort.KernelContext_GetGPUComputeStream)(ctx, &mut handle))?;
+        if let Some(queue) = crate::host_gpu::queue_of_handle(handle) {
+            return compute_on_stream(k, ctx, &queue);
+        }
+    }
     let mut n_in = 0usize;
     check((ort.KernelContext_GetInputCount)(ctx, &mut n_in))?;
     let wanted: HashSet<&str> = k.graph.inputs.iter().map(String::as_str).collect();
@@ -410,6 +425,80 @@ unsafe fn compute(k: &Kernel, ctx: *mut OrtKernelContext) -> Res<()> {
         }
         graph::write_tensor(&t, data);
     }
+    Ok(())
+}
+
+/// Compute as work queued on ORT's compute stream: the input buffers may still be filled by
+/// copies queued before it, so they are read by the queued work, not here. Output shapes come
+/// from shape inference on the input shapes (ORT allocates outputs before the work runs).
+unsafe fn compute_on_stream(k: &Kernel, ctx: *mut OrtKernelContext, queue: &crate::host_gpu::Queue) -> Res<()> {
+    use crate::host_gpu::SendPtr;
+    use bolt::ir::{Shape, TensorType};
+    let ort = api().ort;
+    let mut n_in = 0usize;
+    check((ort.KernelContext_GetInputCount)(ctx, &mut n_in))?;
+    let wanted: HashSet<&str> = k.graph.inputs.iter().map(String::as_str).collect();
+    let mut graph = k.graph.clone();
+    let mut inputs = Vec::new();
+    for i in 0..n_in {
+        let Some(name) = k.inputs.get(i) else { break };
+        if !wanted.contains(name.as_str()) {
+            continue;
+        }
+        let mut v: *const OrtValue = std::ptr::null();
+        check((ort.KernelContext_GetInput)(ctx, i, &mut v))?;
+        if v.is_null() {
+            return Err(format!("input {i} ('{name}') is missing"));
+        }
+        let (dtype, dims) = graph::tensor_meta(v)?;
+        let mut data: *const c_void = std::ptr::null();
+        check((ort.GetTensorData)(v, &mut data))?;
+        graph.types.insert(name.clone(), TensorType { dtype, shape: Some(Shape::from_static(&dims)) });
+        inputs.push((name.clone(), dtype, dims, SendPtr(data as *mut c_void)));
+    }
+    let declared = graph.types.clone();
+    bolt::ir::infer::infer_graph(&mut graph, &declared).map_err(|e| format!("output shapes: {e}"))?;
+    let mut outputs = Vec::new();
+    for (i, name) in k.outputs.iter().enumerate() {
+        let ty = graph.types.get(name).ok_or_else(|| format!("output '{name}' has no inferred type"))?;
+        let dims: Vec<usize> = ty
+            .shape
+            .as_ref()
+            .and_then(|s| s.as_static())
+            .ok_or_else(|| format!("output '{name}': shape not known from the input shapes"))?;
+        let d64: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
+        let mut v: *mut OrtValue = std::ptr::null_mut();
+        check((ort.KernelContext_GetOutput)(ctx, i, d64.as_ptr(), d64.len(), &mut v))?;
+        if v.is_null() {
+            return Err(format!("ORT gave no buffer for output {i} ('{name}')"));
+        }
+        let mut data: *mut c_void = std::ptr::null_mut();
+        check((ort.GetTensorMutableData)(v, &mut data))?;
+        outputs.push((name.clone(), ty.dtype, dims, SendPtr(data)));
+    }
+    let (run_graph, node) = (k.graph.clone(), k.name.clone());
+    queue.enqueue(move || {
+        let mut feeds = HashMap::new();
+        for (name, dtype, dims, p) in inputs {
+            // SAFETY: ORT keeps the input buffers alive until the stream is synchronised.
+            feeds.insert(name.clone(), unsafe { graph::copy_tensor(dtype, dims, p.0, &name)? });
+        }
+        let mut outs = bolt::reference::run(&run_graph, &feeds).map_err(|e| format!("fused node '{node}': {e}"))?;
+        for (name, dtype, dims, p) in outputs {
+            let t =
+                outs.remove(&name).ok_or_else(|| format!("fused node '{node}': output '{name}' was not computed"))?;
+            if t.dtype() != dtype || t.shape != dims {
+                return Err(format!(
+                    "fused node '{node}': output '{name}' is {}{:?}, shape inference said {dtype}{dims:?}",
+                    t.dtype(),
+                    t.shape
+                ));
+            }
+            // SAFETY: ORT allocated this output with these dims and dtype.
+            unsafe { graph::write_tensor(&t, p.0) };
+        }
+        Ok(())
+    });
     Ok(())
 }
 

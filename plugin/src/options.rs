@@ -11,6 +11,9 @@ pub enum Device {
     Reference,
     /// CUTLASS kernels on an NVIDIA GPU (not built into this library yet).
     Cuda,
+    /// Test only: host memory ORT treats as GPU memory, work queued on streams run by worker
+    /// threads (see [`crate::host_gpu`]).
+    HostGpu,
 }
 
 impl fmt::Display for Device {
@@ -18,6 +21,7 @@ impl fmt::Display for Device {
         f.write_str(match self {
             Device::Reference => "reference",
             Device::Cuda => "cuda",
+            Device::HostGpu => "host_gpu",
         })
     }
 }
@@ -49,9 +53,10 @@ impl Options {
                     o.device = match v.trim().to_ascii_lowercase().as_str() {
                         "reference" | "cpu" | "ref" => Device::Reference,
                         "cuda" | "gpu" => Device::Cuda,
+                        "host_gpu" => Device::HostGpu,
                         _ => {
                             return Err(format!(
-                                "invalid value '{v}' for EP option 'device' (expected 'reference' or 'cuda')"
+                                "invalid value '{v}' for EP option 'device' (expected 'reference', 'cuda' or the test device 'host_gpu')"
                             ))
                         }
                     }
