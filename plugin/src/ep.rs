@@ -477,6 +477,7 @@ unsafe fn compute_on_stream(k: &Kernel, ctx: *mut OrtKernelContext, queue: &crat
         outputs.push((name.clone(), ty.dtype, dims, SendPtr(data)));
     }
     let (run_graph, node) = (k.graph.clone(), k.name.clone());
+    crate::host_gpu::count(crate::host_gpu::COMPUTES_QUEUED);
     queue.enqueue(move || {
         let mut feeds = HashMap::new();
         for (name, dtype, dims, p) in inputs {

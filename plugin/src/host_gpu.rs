@@ -16,6 +16,7 @@ use ort_sys::{OrtAllocator, OrtAllocatorType, OrtDeviceMemoryType, OrtMemoryInfo
 use std::alloc::Layout;
 use std::collections::HashMap;
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
@@ -28,6 +29,33 @@ pub const VENDOR_ID: u32 = 0xB017;
 const STREAM_DELAY: Duration = Duration::from_millis(2);
 /// Alignment of every allocation (what CUDA's allocator guarantees).
 const ALIGN: usize = 256;
+
+/// What the device did, for tests: copies queued on a stream, copies done at once, Compute
+/// calls queued on ORT's compute stream, notifications activated, waits on a device stream.
+pub static STATS: [AtomicU64; 5] = [const { AtomicU64::new(0) }; 5];
+pub const COPIES_QUEUED: usize = 0;
+pub const COPIES_NOW: usize = 1;
+pub const COMPUTES_QUEUED: usize = 2;
+pub const ACTIVATIONS: usize = 3;
+pub const DEVICE_WAITS: usize = 4;
+
+pub fn count(what: usize) {
+    STATS[what].fetch_add(1, Ordering::Relaxed);
+}
+
+/// Copies the counters of [`STATS`] into `out` (up to `n` of them); returns how many there are.
+///
+/// # Safety
+/// `out` is null or points at `n` writable u64.
+#[no_mangle]
+pub unsafe extern "C" fn bolt_ort_test_device_stats(out: *mut u64, n: usize) -> usize {
+    if !out.is_null() {
+        for (i, s) in STATS.iter().enumerate().take(n) {
+            *out.add(i) = s.load(Ordering::Relaxed);
+        }
+    }
+    STATS.len()
+}
 
 pub fn enabled() -> bool {
     std::env::var(ENV).is_ok_and(|v| v == "host_gpu")
@@ -128,7 +156,10 @@ impl Allocator {
         p as *mut c_void
     }
 
+    /// Like `cudaFree`, waits for all work queued on the device first: ORT frees a buffer once
+    /// its last reader is *queued*, and another run's stream may get the block next.
     fn free(&self, p: *mut c_void) {
+        wait_device();
         let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(size) = pool.live.remove(&(p as usize)) {
             pool.free.entry(size).or_default().push(p as usize);
@@ -214,15 +245,19 @@ impl Queue {
         }
     }
 
-    /// Waits until everything queued so far has run; returns the first failure, if any.
-    pub fn synchronize(&self) -> Res<()> {
+    /// Waits until everything queued so far has run.
+    fn wait(&self) {
         let (m, cv) = &*self.progress;
-        let target = m.lock().unwrap_or_else(|e| e.into_inner()).0;
         let mut g = m.lock().unwrap_or_else(|e| e.into_inner());
+        let target = g.0;
         while g.1 < target {
             g = cv.wait(g).unwrap_or_else(|e| e.into_inner());
         }
-        drop(g);
+    }
+
+    /// Waits until everything queued so far has run; returns the first failure, if any.
+    pub fn synchronize(&self) -> Res<()> {
+        self.wait();
         match self.error.lock().unwrap_or_else(|e| e.into_inner()).take() {
             Some(e) => Err(format!("queued work failed: {e}")),
             None => Ok(()),
@@ -236,6 +271,21 @@ impl Drop for Queue {
         if let Some(w) = self.worker.lock().unwrap_or_else(|e| e.into_inner()).take() {
             let _ = w.join();
         }
+    }
+}
+
+/// Every live queue of the device, for device-wide waits.
+static QUEUES: Mutex<Vec<std::sync::Weak<Queue>>> = Mutex::new(Vec::new());
+
+/// Waits for the work queued on every stream of the device (what `cudaDeviceSynchronize` does).
+fn wait_device() {
+    let live: Vec<Arc<Queue>> = {
+        let mut qs = QUEUES.lock().unwrap_or_else(|e| e.into_inner());
+        qs.retain(|w| w.strong_count() > 0);
+        qs.iter().filter_map(std::sync::Weak::upgrade).collect()
+    };
+    for q in live {
+        q.wait();
     }
 }
 
@@ -258,7 +308,11 @@ impl Stream {
                 Flush: Some(s_synchronize),
                 OnSessionRunEnd: Some(s_synchronize),
             },
-            queue: Arc::new(Queue::new()),
+            queue: {
+                let q = Arc::new(Queue::new());
+                QUEUES.lock().unwrap_or_else(|e| e.into_inner()).push(Arc::downgrade(&q));
+                q
+            },
         })) as *mut OrtSyncStreamImpl
     }
 }
@@ -354,6 +408,7 @@ unsafe extern "system" fn n_activate(n: *mut OrtSyncNotificationImpl) -> Status 
         let n = &*(n as *const Notification);
         *n.event.set.lock().unwrap_or_else(|e| e.into_inner()) = false;
         let ev = n.event.clone();
+        count(ACTIVATIONS);
         n.producer.enqueue(move || {
             *ev.set.lock().unwrap_or_else(|e| e.into_inner()) = true;
             ev.cv.notify_all();
@@ -370,6 +425,7 @@ unsafe extern "system" fn n_wait_on_device(n: *mut OrtSyncNotificationImpl, cons
         let ev = n.event.clone();
         match queue_of(consumer) {
             Some(consumer) => consumer.enqueue(move || {
+                count(DEVICE_WAITS);
                 ev.wait();
                 Ok(())
             }),
@@ -463,8 +519,14 @@ unsafe extern "system" fn dt_copy_tensors(
                 Ok(())
             };
             match queue_of(stream) {
-                Some(q) => q.enqueue(copy),
-                None => copy()?,
+                Some(q) => {
+                    count(COPIES_QUEUED);
+                    q.enqueue(copy)
+                }
+                None => {
+                    count(COPIES_NOW);
+                    copy()?
+                }
             }
         }
         Ok(())

@@ -345,3 +345,62 @@ sess = bolt_ort.session({str(MODELS / "small_conv_mlp" / "model.onnx")!r}, {{"ve
     assert lines, r.stderr[-2000:]
     # ORT's logger formats the line (severity letter and source), so it did not come from eprintln.
     assert all("[W:onnxruntime:" in l and "BoltExecutionProvider]" in l for l in lines), lines
+
+
+# ------------------------------------------------------- test device: host memory typed as GPU
+
+
+@pytest.fixture(scope="module")
+def host_gpu():
+    """What Bolt's test-only host-backed GPU-memory device did (tests/python/ort_host_gpu_child.py,
+    its own process: the device is offered only when BOLT_ORT_TEST_DEVICE=host_gpu is set before
+    registration). Its streams run queued work late on worker threads, so a missing
+    synchronisation anywhere (ORT's or Bolt's) gives a wrong result below."""
+    env = dict(os.environ, BOLT_ORT_TEST_DEVICE="host_gpu")
+    child = Path(__file__).with_name("ort_host_gpu_child.py")
+    r = subprocess.run(
+        [sys.executable, str(child), str(MODELS / "small_conv_mlp" / "model.onnx")],
+        capture_output=True, text=True, timeout=120, env=env,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    import json
+
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_host_gpu_device_registers_gpu_memory(host_gpu):
+    assert [d["options"] for d in host_gpu["devices"]] == [{"device": "host_gpu"}]
+    mi = host_gpu["memory_info"]
+    # GPU memory of Bolt's test vendor id, Bolt's own allocator (never ORT's arena type).
+    assert mi["name"] == "BoltHostGpu" and mi["vendor_id"] == 0xB017, mi
+    assert mi["allocator_type"].endswith("DEVICE_ALLOCATOR") and mi["mem_type"].endswith("DEFAULT"), mi
+
+
+def test_host_gpu_data_transfer(host_gpu):
+    # host -> device -> device -> host at once without a stream, and device -> device -> host
+    # queued on a stream created through ORT.
+    assert host_gpu["copy_sync_equal"] and host_gpu["copy_stream_equal"]
+    assert host_gpu["copy_stats"]["copies_now"] == 3 and host_gpu["copy_stats"]["copies_queued"] == 2
+
+
+def test_host_gpu_session_matches_ort_cpu(host_gpu):
+    # Every Conv/Gemm (+Relu) runs on the device; ORT inserts the copies around them through
+    # Bolt's data transfer on the stream, Compute is queued on ORT's compute stream (4 runs x 4
+    # fused nodes), and ORT's CPU nodes wait on Bolt's notifications.
+    assert host_gpu["assigned"] == ["Conv", "Conv", "Gemm", "Gemm", "Relu", "Relu", "Relu"]
+    assert host_gpu["run_err"] < 1e-4
+    s = host_gpu["run_stats"]
+    assert s["computes_queued"] == 16 and s["copies_queued"] >= 4 and s["activations"] >= 4, s
+
+
+def test_host_gpu_iobinding_and_concurrent_runs(host_gpu):
+    assert host_gpu["iobinding_err"] < 1e-4
+    # 8 threads on one session, 4 different inputs: every result equals ORT CPU's. (Before the
+    # allocator waited for queued work on free, a block freed by one run was reused by another
+    # run's stream while still being read, and these differed.)
+    assert all(isinstance(e, float) and e < 1e-4 for e in host_gpu["threads"]), host_gpu["threads"]
+
+
+def test_host_gpu_bad_device_id_then_next_session_works(host_gpu):
+    assert "device_id=2: no such device" in host_gpu["bad_device_id"]
+    assert host_gpu["after_error_err"] < 1e-4
