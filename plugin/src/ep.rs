@@ -399,6 +399,7 @@ unsafe fn compute(k: &Kernel, ctx: *mut OrtKernelContext) -> Res<()> {
         if v.is_null() {
             return Err(format!("input {i} ('{name}') is missing"));
         }
+        input_on_device(k, i, name, v)?;
         inputs.insert(name.clone(), graph::value_to_tensor(v, name)?);
     }
     let mut outs = bolt::reference::run(&k.graph, &inputs).map_err(|e| e.to_string())?;
@@ -428,6 +429,30 @@ unsafe fn compute(k: &Kernel, ctx: *mut OrtKernelContext) -> Res<()> {
     Ok(())
 }
 
+/// An input must be in the memory of the device the fused node runs on (ORT copies it there;
+/// anything else would be read as the wrong kind of pointer).
+unsafe fn input_on_device(k: &Kernel, i: usize, name: &str, v: *const OrtValue) -> Res<()> {
+    let d = (api().ep.Value_GetMemoryDevice)(v);
+    let (ok, device) = if k.on_stream {
+        // ORT 1.31 hands some inputs of a device's fused node in CPU memory without a copy
+        // (seen: a CPU Flatten's output feeding a Gemm); the host-backed device reads them
+        // as they are. A real GPU device must upload those.
+        (crate::host_gpu::is_mine(d) || crate::host_gpu::is_cpu(d), "host_gpu test device's or CPU")
+    } else {
+        (crate::host_gpu::is_cpu(d), "CPU")
+    };
+    if ok {
+        return Ok(());
+    }
+    let ep = api().ep;
+    let (ty, vendor) =
+        if d.is_null() { (-1, 0) } else { ((ep.MemoryDevice_GetDeviceType)(d), (ep.MemoryDevice_GetVendorId)(d)) };
+    Err(format!(
+        "input {i} ('{name}') is in memory of device type {ty} (vendor {vendor:#x}), not in the {device} memory this \
+         node runs on"
+    ))
+}
+
 /// Compute as work queued on ORT's compute stream: the input buffers may still be filled by
 /// copies queued before it, so they are read by the queued work, not here. Output shapes come
 /// from shape inference on the input shapes (ORT allocates outputs before the work runs).
@@ -450,6 +475,7 @@ unsafe fn compute_on_stream(k: &Kernel, ctx: *mut OrtKernelContext, queue: &crat
         if v.is_null() {
             return Err(format!("input {i} ('{name}') is missing"));
         }
+        input_on_device(k, i, name, v)?;
         let (dtype, dims) = graph::tensor_meta(v)?;
         let mut data: *const c_void = std::ptr::null();
         check((ort.GetTensorData)(v, &mut data))?;

@@ -102,7 +102,11 @@ pub unsafe fn is_mine(d: *const OrtMemoryDevice) -> bool {
         && (ep.MemoryDevice_GetVendorId)(d) == VENDOR_ID
 }
 
-unsafe fn is_cpu(d: *const OrtMemoryDevice) -> bool {
+/// Whether `d` is host (CPU) memory.
+///
+/// # Safety
+/// `d` is null or a live OrtMemoryDevice.
+pub unsafe fn is_cpu(d: *const OrtMemoryDevice) -> bool {
     !d.is_null()
         && (api().ep.MemoryDevice_GetDeviceType)(d) == OrtMemoryInfoDeviceType::OrtMemoryInfoDeviceType_CPU as i32
 }

@@ -247,6 +247,14 @@ unsafe extern "system" fn f_create_ep(
         let entries = session_entries(session_options)?;
         api::verbose(|| format!("session config: {entries:?}"));
         let opts = options::from_session_config(&name, entries.iter().map(|(k, v)| (k.as_str(), v.as_str())))?;
+        // Compile once (EPContext) needs a serialised artifact for the EPContext nodes to point
+        // at; until Bolt has one, say so here instead of ORT's "Compile() returned a NULL
+        // EPContext node" after planning.
+        if entries.iter().any(|(k, v)| k == "ep.context_enable" && v.trim() == "1") {
+            return Err("session option ep.context_enable=1: Bolt cannot write EPContext models yet (no serialised \
+                        artifact to point EPContext nodes at); create the session without it"
+                .into());
+        }
         if opts.device == options::Device::HostGpu && factory(f).host_gpu.is_none() {
             return Err(format!(
                 "EP option device=host_gpu: the test device is offered only when {}=host_gpu is set before the \

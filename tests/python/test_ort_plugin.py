@@ -404,3 +404,16 @@ def test_host_gpu_iobinding_and_concurrent_runs(host_gpu):
 def test_host_gpu_bad_device_id_then_next_session_works(host_gpu):
     assert "device_id=2: no such device" in host_gpu["bad_device_id"]
     assert host_gpu["after_error_err"] < 1e-4
+
+
+def test_epcontext_request_is_a_clear_error(tmp_path):
+    # Compile once (ep.context_enable=1) is not built yet: the session fails naming the option,
+    # writes no model, and the next session works.
+    so = ort.SessionOptions()
+    so.add_session_config_entry("ep.context_enable", "1")
+    so.add_session_config_entry("ep.context_file_path", str(tmp_path / "ctx.onnx"))
+    with pytest.raises(Exception) as e:
+        bolt_ort.session(small_matmul_model(), so=so)
+    assert "ep.context_enable=1: Bolt cannot write EPContext models yet" in str(e.value)
+    assert not (tmp_path / "ctx.onnx").exists()
+    assert bolt_session(small_matmul_model()).run(None, {"X": np.ones((2, 4), np.float32)})[0].shape == (2, 3)
