@@ -60,8 +60,8 @@ pub struct OrtEpDevice {
 /// `OrtEpDataLayout`.
 pub const ORT_EP_DATA_LAYOUT_NCHW: i32 = 0;
 
-/// `OrtDataTransferImpl` (since 1.23). Bolt's reference device uses CPU memory, so the
-/// factory returns no data transfer; declared for the CUDA device.
+/// `OrtDataTransferImpl` (since 1.23). Made for the test device ([`crate::host_gpu`]); the
+/// reference device uses CPU memory and gets none.
 #[repr(C)]
 pub struct OrtDataTransferImpl {
     pub ort_version_supported: u32,
@@ -95,7 +95,7 @@ pub struct OrtSyncNotificationImpl {
     pub WaitOnHost: Option<unsafe extern "system" fn(this: *mut OrtSyncNotificationImpl) -> Status>,
 }
 
-/// `OrtSyncStreamImpl` (since 1.23). Not stream aware on the reference device.
+/// `OrtSyncStreamImpl` (since 1.23). Made for the test device; none on the reference device.
 #[repr(C)]
 pub struct OrtSyncStreamImpl {
     pub ort_version_supported: u32,

@@ -3,7 +3,9 @@
 //! ORT loads this library (`onnxruntime.register_execution_provider_library`), calls
 //! [`CreateEpFactories`], and from then on talks to the structs in [`abi`]:
 //! - the factory offers one device, the CPU reference device (CPU memory, ORT's CPU
-//!   allocator, no data transfer or streams), with EP option `device=reference`;
+//!   allocator, no data transfer or streams), with EP option `device=reference`; or, when
+//!   `BOLT_ORT_TEST_DEVICE=host_gpu` is set, the test device of [`host_gpu`] (host memory
+//!   typed as GPU memory, with allocator, data transfer and streams);
 //! - GetCapability reads the OrtGraph into Bolt IR, runs Bolt's partitioner and claims every
 //!   GEMM/Conv-centric partition as one fused node; all other nodes stay with ORT;
 //! - Compile copies each claimed subgraph out of ORT and plans it (`bolt::plan`); compute runs
@@ -267,7 +269,7 @@ unsafe extern "system" fn f_create_ep(
                         are available; use device=reference (the CPU reference device)"
                 .into());
         }
-        // The reference device is the host: one device, ordinal 0.
+        // Both devices Bolt offers today are the host: one device, ordinal 0.
         if opts.device_id != 0 {
             return Err(format!(
                 "EP option device_id={}: no such device (the {} device has only device 0)",
