@@ -536,3 +536,47 @@ unsafe extern "system" fn dt_copy_tensors(
         Ok(())
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queue_runs_in_order_and_synchronize_waits_for_all() {
+        let q = Queue::new();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        for i in 0..5 {
+            let s = seen.clone();
+            q.enqueue(move || {
+                s.lock().unwrap().push(i);
+                Ok(())
+            });
+        }
+        q.synchronize().unwrap();
+        assert_eq!(*seen.lock().unwrap(), vec![0, 1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn a_failure_of_queued_work_is_reported_once_by_the_next_synchronize() {
+        let q = Queue::new();
+        q.enqueue(|| Err("copy 3 failed".into()));
+        q.enqueue(|| panic!("boom"));
+        let e = q.synchronize().unwrap_err();
+        assert!(e.contains("copy 3 failed"), "{e}");
+        q.synchronize().unwrap();
+    }
+
+    #[test]
+    fn pool_reuses_freed_blocks_of_the_same_size() {
+        let a = Allocator::new(std::ptr::null());
+        // SAFETY: `a` is a live allocator made above.
+        let me = unsafe { &*(a as *const Allocator) };
+        let p = me.alloc(1000);
+        assert_eq!(p as usize % ALIGN, 0);
+        me.free(p);
+        assert_eq!(me.alloc(1000), p, "same rounded size: the freed block comes back");
+        assert_ne!(me.alloc(1000), p, "a live block is not handed out twice");
+        // SAFETY: made by Allocator::new, not used afterwards.
+        unsafe { Allocator::release(a) };
+    }
+}
