@@ -384,23 +384,9 @@ unsafe fn compute(k: &Kernel, ctx: *mut OrtKernelContext) -> Res<()> {
             return compute_on_stream(k, ctx, &queue);
         }
     }
-    let mut n_in = 0usize;
-    check((ort.KernelContext_GetInputCount)(ctx, &mut n_in))?;
-    let wanted: HashSet<&str> = k.graph.inputs.iter().map(String::as_str).collect();
     let mut inputs: HashMap<String, Tensor> = HashMap::new();
-    for i in 0..n_in {
-        let Some(name) = k.inputs.get(i) else { break };
-        if !wanted.contains(name.as_str()) {
-            // A constant Bolt copied at Compile time (planned weights are used instead).
-            continue;
-        }
-        let mut v: *const OrtValue = std::ptr::null();
-        check((ort.KernelContext_GetInput)(ctx, i, &mut v))?;
-        if v.is_null() {
-            return Err(format!("input {i} ('{name}') is missing"));
-        }
-        input_on_device(k, i, name, v)?;
-        inputs.insert(name.clone(), graph::value_to_tensor(v, name)?);
+    for (name, v) in graph_inputs(k, ctx)? {
+        inputs.insert(name.clone(), graph::value_to_tensor(v, &name)?);
     }
     let mut outs = bolt::reference::run(&k.graph, &inputs).map_err(|e| e.to_string())?;
     for (i, name) in k.outputs.iter().enumerate() {
@@ -427,6 +413,30 @@ unsafe fn compute(k: &Kernel, ctx: *mut OrtKernelContext) -> Res<()> {
         graph::write_tensor(&t, data);
     }
     Ok(())
+}
+
+/// The fused node's inputs that the planned graph reads, by name, each checked to be in the
+/// node's device memory. (Constants Bolt copied at Compile time are skipped: the planned
+/// weights are used instead.)
+unsafe fn graph_inputs(k: &Kernel, ctx: *mut OrtKernelContext) -> Res<Vec<(String, *const OrtValue)>> {
+    let ort = api().ort;
+    let mut n_in = 0usize;
+    check((ort.KernelContext_GetInputCount)(ctx, &mut n_in))?;
+    let wanted: HashSet<&str> = k.graph.inputs.iter().map(String::as_str).collect();
+    let mut out = Vec::new();
+    for (i, name) in k.inputs.iter().enumerate().take(n_in) {
+        if !wanted.contains(name.as_str()) {
+            continue;
+        }
+        let mut v: *const OrtValue = std::ptr::null();
+        check((ort.KernelContext_GetInput)(ctx, i, &mut v))?;
+        if v.is_null() {
+            return Err(format!("input {i} ('{name}') is missing"));
+        }
+        input_on_device(k, i, name, v)?;
+        out.push((name.clone(), v));
+    }
+    Ok(out)
 }
 
 /// An input must be in the memory of the device the fused node runs on (ORT copies it there;
@@ -460,27 +470,14 @@ unsafe fn compute_on_stream(k: &Kernel, ctx: *mut OrtKernelContext, queue: &crat
     use crate::host_gpu::SendPtr;
     use bolt::ir::{Shape, TensorType};
     let ort = api().ort;
-    let mut n_in = 0usize;
-    check((ort.KernelContext_GetInputCount)(ctx, &mut n_in))?;
-    let wanted: HashSet<&str> = k.graph.inputs.iter().map(String::as_str).collect();
     let mut graph = k.graph.clone();
     let mut inputs = Vec::new();
-    for i in 0..n_in {
-        let Some(name) = k.inputs.get(i) else { break };
-        if !wanted.contains(name.as_str()) {
-            continue;
-        }
-        let mut v: *const OrtValue = std::ptr::null();
-        check((ort.KernelContext_GetInput)(ctx, i, &mut v))?;
-        if v.is_null() {
-            return Err(format!("input {i} ('{name}') is missing"));
-        }
-        input_on_device(k, i, name, v)?;
+    for (name, v) in graph_inputs(k, ctx)? {
         let (dtype, dims) = graph::tensor_meta(v)?;
         let mut data: *const c_void = std::ptr::null();
         check((ort.GetTensorData)(v, &mut data))?;
         graph.types.insert(name.clone(), TensorType { dtype, shape: Some(Shape::from_static(&dims)) });
-        inputs.push((name.clone(), dtype, dims, SendPtr(data as *mut c_void)));
+        inputs.push((name, dtype, dims, SendPtr(data as *mut c_void)));
     }
     let declared = graph.types.clone();
     bolt::ir::infer::infer_graph(&mut graph, &declared).map_err(|e| format!("output shapes: {e}"))?;
