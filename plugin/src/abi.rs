@@ -9,6 +9,11 @@
 //! (Declaring the snapshots' "since 1.24" members with version 24 crashed ORT 1.31.1 in
 //! `add_provider_for_devices`: the 1.24 release has more factory members than the snapshots.)
 //!
+//! Every function member of a struct Bolt fills is an `Option`: `None` is the C null pointer
+//! (same layout), and members Bolt does not implement stay null so that ORT takes its
+//! documented default instead of calling a stub. The `OrtEpApi` table is ORT's own (never
+//! null), so its members are plain function pointers.
+//!
 //! The base `OrtApi` function table comes from `ort-sys` (ORT 1.31 bindings, table declared up
 //! to API 23); `ort-sys` leaves the plugin structs opaque, hence this file.
 
@@ -40,10 +45,6 @@ pub struct OrtNodeComputeContext {
     _p: [u8; 0],
 }
 #[repr(C)]
-pub struct OrtSyncNotificationImpl {
-    _p: [u8; 0],
-}
-#[repr(C)]
 pub struct OrtSyncStream {
     _p: [u8; 0],
 }
@@ -59,36 +60,52 @@ pub struct OrtEpDevice {
 /// `OrtEpDataLayout`.
 pub const ORT_EP_DATA_LAYOUT_NCHW: i32 = 0;
 
-/// `OrtDataTransferImpl` (since 1.23). Bolt's reference device uses CPU memory, so the
-/// factory returns no data transfer; declared for the CUDA device.
+/// `OrtDataTransferImpl` (since 1.23). Made for the test device ([`crate::host_gpu`]); the
+/// reference device uses CPU memory and gets none.
 #[repr(C)]
 pub struct OrtDataTransferImpl {
     pub ort_version_supported: u32,
-    pub Release: unsafe extern "system" fn(this: *mut OrtDataTransferImpl),
-    pub CanCopy: unsafe extern "system" fn(
-        this: *const OrtDataTransferImpl,
-        src: *const OrtMemoryDevice,
-        dst: *const OrtMemoryDevice,
-    ) -> bool,
-    pub CopyTensors: unsafe extern "system" fn(
-        this: *mut OrtDataTransferImpl,
-        src: *const *const OrtValue,
-        dst: *mut *mut OrtValue,
-        streams: *mut *mut OrtSyncStream,
-        num_tensors: usize,
-    ) -> Status,
+    pub Release: Option<unsafe extern "system" fn(this: *mut OrtDataTransferImpl)>,
+    pub CanCopy: Option<
+        unsafe extern "system" fn(
+            this: *const OrtDataTransferImpl,
+            src: *const OrtMemoryDevice,
+            dst: *const OrtMemoryDevice,
+        ) -> bool,
+    >,
+    pub CopyTensors: Option<
+        unsafe extern "system" fn(
+            this: *mut OrtDataTransferImpl,
+            src: *const *const OrtValue,
+            dst: *mut *mut OrtValue,
+            streams: *mut *mut OrtSyncStream,
+            num_tensors: usize,
+        ) -> Status,
+    >,
 }
 
-/// `OrtSyncStreamImpl` (since 1.23). Not stream aware on the reference device.
+/// `OrtSyncNotificationImpl` (since 1.23).
+#[repr(C)]
+pub struct OrtSyncNotificationImpl {
+    pub ort_version_supported: u32,
+    pub Release: Option<unsafe extern "system" fn(this: *mut OrtSyncNotificationImpl)>,
+    pub Activate: Option<unsafe extern "system" fn(this: *mut OrtSyncNotificationImpl) -> Status>,
+    pub WaitOnDevice:
+        Option<unsafe extern "system" fn(this: *mut OrtSyncNotificationImpl, consumer: *mut OrtSyncStream) -> Status>,
+    pub WaitOnHost: Option<unsafe extern "system" fn(this: *mut OrtSyncNotificationImpl) -> Status>,
+}
+
+/// `OrtSyncStreamImpl` (since 1.23). Made for the test device; none on the reference device.
 #[repr(C)]
 pub struct OrtSyncStreamImpl {
     pub ort_version_supported: u32,
-    pub Release: unsafe extern "system" fn(this: *mut OrtSyncStreamImpl),
-    pub GetHandle: unsafe extern "system" fn(this: *mut OrtSyncStreamImpl) -> *mut c_void,
-    pub CreateNotification:
+    pub Release: Option<unsafe extern "system" fn(this: *mut OrtSyncStreamImpl)>,
+    pub GetHandle: Option<unsafe extern "system" fn(this: *mut OrtSyncStreamImpl) -> *mut c_void>,
+    pub CreateNotification: Option<
         unsafe extern "system" fn(this: *mut OrtSyncStreamImpl, out: *mut *mut OrtSyncNotificationImpl) -> Status,
-    pub Flush: unsafe extern "system" fn(this: *mut OrtSyncStreamImpl) -> Status,
-    pub OnSessionRunEnd: unsafe extern "system" fn(this: *mut OrtSyncStreamImpl) -> Status,
+    >,
+    pub Flush: Option<unsafe extern "system" fn(this: *mut OrtSyncStreamImpl) -> Status>,
+    pub OnSessionRunEnd: Option<unsafe extern "system" fn(this: *mut OrtSyncStreamImpl) -> Status>,
 }
 
 /// `OrtNodeFusionOptions` (since 1.23).
@@ -102,17 +119,21 @@ pub struct OrtNodeFusionOptions {
 #[repr(C)]
 pub struct OrtNodeComputeInfo {
     pub ort_version_supported: u32,
-    pub CreateState: unsafe extern "system" fn(
-        this: *mut OrtNodeComputeInfo,
-        ctx: *mut OrtNodeComputeContext,
-        state: *mut *mut c_void,
-    ) -> Status,
-    pub Compute: unsafe extern "system" fn(
-        this: *mut OrtNodeComputeInfo,
-        state: *mut c_void,
-        kernel_context: *mut OrtKernelContext,
-    ) -> Status,
-    pub ReleaseState: unsafe extern "system" fn(this: *mut OrtNodeComputeInfo, state: *mut c_void),
+    pub CreateState: Option<
+        unsafe extern "system" fn(
+            this: *mut OrtNodeComputeInfo,
+            ctx: *mut OrtNodeComputeContext,
+            state: *mut *mut c_void,
+        ) -> Status,
+    >,
+    pub Compute: Option<
+        unsafe extern "system" fn(
+            this: *mut OrtNodeComputeInfo,
+            state: *mut c_void,
+            kernel_context: *mut OrtKernelContext,
+        ) -> Status,
+    >,
+    pub ReleaseState: Option<unsafe extern "system" fn(this: *mut OrtNodeComputeInfo, state: *mut c_void)>,
 }
 
 /// `OrtEpApi`: the members up to API 23, in the header's order (a prefix of the table ORT
@@ -155,99 +176,122 @@ pub struct OrtEpApi {
 #[repr(C)]
 pub struct OrtEp {
     pub ort_version_supported: u32,
-    pub GetName: unsafe extern "system" fn(this: *const OrtEp) -> *const c_char,
-    pub GetCapability:
+    pub GetName: Option<unsafe extern "system" fn(this: *const OrtEp) -> *const c_char>,
+    pub GetCapability: Option<
         unsafe extern "system" fn(this: *mut OrtEp, graph: *const OrtGraph, info: *mut OrtEpGraphSupportInfo) -> Status,
-    pub Compile: unsafe extern "system" fn(
-        this: *mut OrtEp,
-        graphs: *const *const OrtGraph,
-        fused_nodes: *const *const OrtNode,
-        count: usize,
-        node_compute_infos: *mut *mut OrtNodeComputeInfo,
-        ep_context_nodes: *mut *mut OrtNode,
-    ) -> Status,
+    >,
+    pub Compile: Option<
+        unsafe extern "system" fn(
+            this: *mut OrtEp,
+            graphs: *const *const OrtGraph,
+            fused_nodes: *const *const OrtNode,
+            count: usize,
+            node_compute_infos: *mut *mut OrtNodeComputeInfo,
+            ep_context_nodes: *mut *mut OrtNode,
+        ) -> Status,
+    >,
     pub ReleaseNodeComputeInfos:
-        unsafe extern "system" fn(this: *mut OrtEp, infos: *mut *mut OrtNodeComputeInfo, num: usize),
-    pub GetPreferredDataLayout: unsafe extern "system" fn(this: *mut OrtEp, layout: *mut i32) -> Status,
-    pub ShouldConvertDataLayoutForOp: unsafe extern "system" fn(
-        this: *mut OrtEp,
-        domain: *const c_char,
-        op_type: *const c_char,
-        target_layout: i32,
-        should_convert: *mut i32,
-    ) -> Status,
-    pub SetDynamicOptions: unsafe extern "system" fn(
-        this: *mut OrtEp,
-        keys: *const *const c_char,
-        values: *const *const c_char,
-        num: usize,
-    ) -> Status,
-    pub OnRunStart: unsafe extern "system" fn(this: *mut OrtEp, run_options: *const OrtRunOptions) -> Status,
-    pub OnRunEnd:
+        Option<unsafe extern "system" fn(this: *mut OrtEp, infos: *mut *mut OrtNodeComputeInfo, num: usize)>,
+    pub GetPreferredDataLayout: Option<unsafe extern "system" fn(this: *mut OrtEp, layout: *mut i32) -> Status>,
+    pub ShouldConvertDataLayoutForOp: Option<
+        unsafe extern "system" fn(
+            this: *mut OrtEp,
+            domain: *const c_char,
+            op_type: *const c_char,
+            target_layout: i32,
+            should_convert: *mut i32,
+        ) -> Status,
+    >,
+    pub SetDynamicOptions: Option<
+        unsafe extern "system" fn(
+            this: *mut OrtEp,
+            keys: *const *const c_char,
+            values: *const *const c_char,
+            num: usize,
+        ) -> Status,
+    >,
+    pub OnRunStart: Option<unsafe extern "system" fn(this: *mut OrtEp, run_options: *const OrtRunOptions) -> Status>,
+    pub OnRunEnd: Option<
         unsafe extern "system" fn(this: *mut OrtEp, run_options: *const OrtRunOptions, sync_stream: bool) -> Status,
-    pub CreateAllocator: unsafe extern "system" fn(
-        this: *mut OrtEp,
-        memory_info: *const OrtMemoryInfo,
-        allocator: *mut *mut OrtAllocator,
-    ) -> Status,
-    pub CreateSyncStreamForDevice: unsafe extern "system" fn(
-        this: *mut OrtEp,
-        memory_device: *const OrtMemoryDevice,
-        stream: *mut *mut OrtSyncStreamImpl,
-    ) -> Status,
+    >,
+    pub CreateAllocator: Option<
+        unsafe extern "system" fn(
+            this: *mut OrtEp,
+            memory_info: *const OrtMemoryInfo,
+            allocator: *mut *mut OrtAllocator,
+        ) -> Status,
+    >,
+    pub CreateSyncStreamForDevice: Option<
+        unsafe extern "system" fn(
+            this: *mut OrtEp,
+            memory_device: *const OrtMemoryDevice,
+            stream: *mut *mut OrtSyncStreamImpl,
+        ) -> Status,
+    >,
     pub GetCompiledModelCompatibilityInfo:
-        unsafe extern "system" fn(this: *mut OrtEp, graph: *const OrtGraph) -> *const c_char,
+        Option<unsafe extern "system" fn(this: *mut OrtEp, graph: *const OrtGraph) -> *const c_char>,
 }
 
 /// `OrtEpFactory`, API-23 layout.
 #[repr(C)]
 pub struct OrtEpFactory {
     pub ort_version_supported: u32,
-    pub GetName: unsafe extern "system" fn(this: *const OrtEpFactory) -> *const c_char,
-    pub GetVendor: unsafe extern "system" fn(this: *const OrtEpFactory) -> *const c_char,
-    pub GetSupportedDevices: unsafe extern "system" fn(
-        this: *mut OrtEpFactory,
-        devices: *const *const OrtHardwareDevice,
-        num_devices: usize,
-        ep_devices: *mut *mut OrtEpDevice,
-        max_ep_devices: usize,
-        num_ep_devices: *mut usize,
-    ) -> Status,
-    pub CreateEp: unsafe extern "system" fn(
-        this: *mut OrtEpFactory,
-        devices: *const *const OrtHardwareDevice,
-        ep_metadata: *const *const OrtKeyValuePairs,
-        num_devices: usize,
-        session_options: *const OrtSessionOptions,
-        logger: *const OrtLogger,
-        ep: *mut *mut OrtEp,
-    ) -> Status,
-    pub ReleaseEp: unsafe extern "system" fn(this: *mut OrtEpFactory, ep: *mut OrtEp),
-    pub GetVendorId: unsafe extern "system" fn(this: *const OrtEpFactory) -> u32,
-    pub GetVersion: unsafe extern "system" fn(this: *const OrtEpFactory) -> *const c_char,
-    pub ValidateCompiledModelCompatibilityInfo: unsafe extern "system" fn(
-        this: *mut OrtEpFactory,
-        devices: *const *const OrtHardwareDevice,
-        num_devices: usize,
-        compatibility_info: *const c_char,
-        out: *mut OrtCompiledModelCompatibility,
-    ) -> Status,
-    pub CreateAllocator: unsafe extern "system" fn(
-        this: *mut OrtEpFactory,
-        memory_info: *const OrtMemoryInfo,
-        allocator_options: *const OrtKeyValuePairs,
-        allocator: *mut *mut OrtAllocator,
-    ) -> Status,
-    pub ReleaseAllocator: unsafe extern "system" fn(this: *mut OrtEpFactory, allocator: *mut OrtAllocator),
-    pub CreateDataTransfer:
+    pub GetName: Option<unsafe extern "system" fn(this: *const OrtEpFactory) -> *const c_char>,
+    pub GetVendor: Option<unsafe extern "system" fn(this: *const OrtEpFactory) -> *const c_char>,
+    pub GetSupportedDevices: Option<
+        unsafe extern "system" fn(
+            this: *mut OrtEpFactory,
+            devices: *const *const OrtHardwareDevice,
+            num_devices: usize,
+            ep_devices: *mut *mut OrtEpDevice,
+            max_ep_devices: usize,
+            num_ep_devices: *mut usize,
+        ) -> Status,
+    >,
+    pub CreateEp: Option<
+        unsafe extern "system" fn(
+            this: *mut OrtEpFactory,
+            devices: *const *const OrtHardwareDevice,
+            ep_metadata: *const *const OrtKeyValuePairs,
+            num_devices: usize,
+            session_options: *const OrtSessionOptions,
+            logger: *const OrtLogger,
+            ep: *mut *mut OrtEp,
+        ) -> Status,
+    >,
+    pub ReleaseEp: Option<unsafe extern "system" fn(this: *mut OrtEpFactory, ep: *mut OrtEp)>,
+    pub GetVendorId: Option<unsafe extern "system" fn(this: *const OrtEpFactory) -> u32>,
+    pub GetVersion: Option<unsafe extern "system" fn(this: *const OrtEpFactory) -> *const c_char>,
+    pub ValidateCompiledModelCompatibilityInfo: Option<
+        unsafe extern "system" fn(
+            this: *mut OrtEpFactory,
+            devices: *const *const OrtHardwareDevice,
+            num_devices: usize,
+            compatibility_info: *const c_char,
+            out: *mut OrtCompiledModelCompatibility,
+        ) -> Status,
+    >,
+    pub CreateAllocator: Option<
+        unsafe extern "system" fn(
+            this: *mut OrtEpFactory,
+            memory_info: *const OrtMemoryInfo,
+            allocator_options: *const OrtKeyValuePairs,
+            allocator: *mut *mut OrtAllocator,
+        ) -> Status,
+    >,
+    pub ReleaseAllocator: Option<unsafe extern "system" fn(this: *mut OrtEpFactory, allocator: *mut OrtAllocator)>,
+    pub CreateDataTransfer: Option<
         unsafe extern "system" fn(this: *mut OrtEpFactory, data_transfer: *mut *mut OrtDataTransferImpl) -> Status,
-    pub IsStreamAware: unsafe extern "system" fn(this: *const OrtEpFactory) -> bool,
-    pub CreateSyncStreamForDevice: unsafe extern "system" fn(
-        this: *mut OrtEpFactory,
-        memory_device: *const OrtMemoryDevice,
-        stream_options: *const OrtKeyValuePairs,
-        stream: *mut *mut OrtSyncStreamImpl,
-    ) -> Status,
+    >,
+    pub IsStreamAware: Option<unsafe extern "system" fn(this: *const OrtEpFactory) -> bool>,
+    pub CreateSyncStreamForDevice: Option<
+        unsafe extern "system" fn(
+            this: *mut OrtEpFactory,
+            memory_device: *const OrtMemoryDevice,
+            stream_options: *const OrtKeyValuePairs,
+            stream: *mut *mut OrtSyncStreamImpl,
+        ) -> Status,
+    >,
 }
 
 /// `CreateEpApiFactoriesFn`, for reference (the exported `CreateEpFactories` has this type).

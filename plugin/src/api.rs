@@ -89,7 +89,8 @@ pub fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
         .unwrap_or_else(|| "unknown payload".into())
 }
 
-/// Prints when `BOLT_ORT_VERBOSE` is set (ORT's logger needs a live OrtLogger per call).
+/// Prints when `BOLT_ORT_VERBOSE` is set: for what runs without a session's OrtLogger (the
+/// TVM entry points, factory set-up); an OrtEp logs through its session's logger instead.
 pub fn verbose(msg: impl FnOnce() -> String) {
     if std::env::var_os("BOLT_ORT_VERBOSE").is_some_and(|v| !v.is_empty() && v != "0") {
         eprintln!("[bolt-ort] {}", msg());

@@ -135,8 +135,18 @@ pub unsafe extern "C" fn bolt_module_create(
             return Err("null output pointer".into());
         }
         let options = parse_options(options_json)?;
-        if options.device == Device::Cuda {
-            return Err("device=cuda: the CUDA device is not built into this library (no GPU kernels)".into());
+        match options.device {
+            Device::Reference => {}
+            Device::Cuda => {
+                return Err("device=cuda: the CUDA device is not built into this library (no GPU kernels)".into())
+            }
+            Device::HostGpu => return Err("device=host_gpu is ONNX Runtime's test device, not a TVM target".into()),
+        }
+        if options.device_id != 0 {
+            return Err(format!(
+                "device_id={}: no such device (the reference device has only device 0)",
+                options.device_id
+            ));
         }
         let m = bolt::import::load_bytes(model_bytes(model, len)?, None).map_err(|e| e.to_string())?;
         let opts = bolt::plan::PlanOptions::default();
@@ -312,6 +322,17 @@ mod tests {
         assert_eq!(rc, 1);
         let msg = unsafe { CStr::from_ptr(bolt_last_error()) }.to_string_lossy().into_owned();
         assert!(msg.contains("'tpu'"), "{msg}");
+        // ORT-only devices and ordinals that do not exist are refused before the model is read.
+        for (json, want) in [
+            (r#"{"device": "host_gpu"}"#, "not a TVM target"),
+            (r#"{"device_id": "1"}"#, "device_id=1: no such device"),
+        ] {
+            let o = CString::new(json).unwrap();
+            let rc = unsafe { bolt_module_create(b"x".as_ptr(), 1, o.as_ptr(), &mut out) };
+            assert_eq!(rc, 1);
+            let msg = unsafe { CStr::from_ptr(bolt_last_error()) }.to_string_lossy().into_owned();
+            assert!(msg.contains(want), "{msg}");
+        }
     }
 
     #[test]

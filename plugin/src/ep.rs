@@ -6,7 +6,7 @@ use crate::api::{api, check, cstr, guard, guard_value, verbose, Res};
 use crate::graph;
 use crate::options::{Device, Options};
 use bolt::ir::{Graph, Op, Tensor};
-use ort_sys::{c_char, OrtAllocator, OrtGraph, OrtKernelContext, OrtMemoryInfo, OrtNode, OrtRunOptions, OrtValue};
+use ort_sys::{c_char, OrtGraph, OrtKernelContext, OrtLogger, OrtLoggingLevel, OrtNode, OrtValue};
 use std::collections::{HashMap, HashSet};
 use std::ffi::{c_void, CString};
 use std::sync::Arc;
@@ -17,30 +17,36 @@ pub struct BoltEp {
     name: CString,
     compat: CString,
     pub options: Options,
+    /// The session's logger (lives as long as the session, hence as long as this EP).
+    logger: *const OrtLogger,
 }
 
 impl BoltEp {
-    pub fn new(name: &str, options: Options) -> Box<BoltEp> {
+    pub fn new(name: &str, options: Options, logger: *const OrtLogger) -> Box<BoltEp> {
         Box::new(BoltEp {
             base: OrtEp {
                 ort_version_supported: EP_API_VERSION,
-                GetName: ep_get_name,
-                GetCapability: ep_get_capability,
-                Compile: ep_compile,
-                ReleaseNodeComputeInfos: ep_release_node_compute_infos,
-                GetPreferredDataLayout: ep_get_preferred_data_layout,
-                ShouldConvertDataLayoutForOp: ep_should_convert_data_layout_for_op,
-                SetDynamicOptions: ep_set_dynamic_options,
-                OnRunStart: ep_on_run_start,
-                OnRunEnd: ep_on_run_end,
-                CreateAllocator: ep_create_allocator,
-                CreateSyncStreamForDevice: ep_create_sync_stream_for_device,
-                GetCompiledModelCompatibilityInfo: ep_get_compiled_model_compatibility_info,
+                GetName: Some(ep_get_name),
+                GetCapability: Some(ep_get_capability),
+                Compile: Some(ep_compile),
+                ReleaseNodeComputeInfos: Some(ep_release_node_compute_infos),
+                // Null members take ORT's documented defaults: NCHW, layout decisions left to
+                // ORT, no dynamic options (ORT then ignores the keys it sends every EP), no
+                // run hooks, and the factory's allocator / streams for every session.
+                GetPreferredDataLayout: None,
+                ShouldConvertDataLayoutForOp: None,
+                SetDynamicOptions: None,
+                OnRunStart: None,
+                OnRunEnd: None,
+                CreateAllocator: None,
+                CreateSyncStreamForDevice: None,
+                GetCompiledModelCompatibilityInfo: Some(ep_get_compiled_model_compatibility_info),
             },
             name: CString::new(name).expect("no NUL"),
             compat: CString::new(format!("bolt-ort {} device={}", env!("CARGO_PKG_VERSION"), options.device))
                 .expect("no NUL"),
             options,
+            logger,
         })
     }
 
@@ -54,11 +60,36 @@ impl BoltEp {
         Box::from_raw(ep as *mut BoltEp)
     }
 
+    /// Logs through the session's ORT logger: at WARNING with EP option `verbose=1` (shown
+    /// at ORT's default severity), else at VERBOSE (shown with the session's
+    /// `log_severity_level=0`).
     fn log(&self, msg: impl FnOnce() -> String) {
-        if self.options.verbose {
-            eprintln!("[bolt-ort] {}", msg());
+        let level = if self.options.verbose {
+            OrtLoggingLevel::ORT_LOGGING_LEVEL_WARNING
         } else {
-            verbose(msg);
+            OrtLoggingLevel::ORT_LOGGING_LEVEL_VERBOSE
+        };
+        if self.logger.is_null() {
+            return verbose(msg);
+        }
+        let ort = api().ort;
+        let mut current = OrtLoggingLevel::ORT_LOGGING_LEVEL_FATAL;
+        // SAFETY: the session's logger outlives its EP.
+        unsafe {
+            if check((ort.Logger_GetLoggingSeverityLevel)(self.logger, &mut current)).is_err()
+                || (level as i32) < (current as i32)
+            {
+                return;
+            }
+            let text = CString::new(format!("[bolt-ort] {}", msg()).replace('\0', " ")).unwrap_or_default();
+            let _ = check((ort.Logger_LogMessage)(
+                self.logger,
+                level,
+                text.as_ptr(),
+                c"bolt-ort".as_ptr(),
+                0,
+                c"BoltExecutionProvider".as_ptr(),
+            ));
         }
     }
 }
@@ -199,6 +230,8 @@ pub struct Kernel {
     pub inputs: Vec<String>,
     pub outputs: Vec<String>,
     pub graph: Graph,
+    /// Runs as work queued on ORT's compute stream (the test device), else at once.
+    pub on_stream: bool,
 }
 
 #[repr(C)]
@@ -270,13 +303,19 @@ unsafe extern "system" fn ep_compile(
                 if me.options.device == Device::Cuda {
                     return Err("device=cuda: the CUDA device is not built into this library (no GPU kernels)".into());
                 }
-                let kernel = Arc::new(Kernel { name, inputs, outputs, graph: plan.graph });
+                let kernel = Arc::new(Kernel {
+                    name,
+                    inputs,
+                    outputs,
+                    graph: plan.graph,
+                    on_stream: me.options.device == Device::HostGpu,
+                });
                 let info = Box::new(ComputeInfo {
                     base: OrtNodeComputeInfo {
                         ort_version_supported: EP_API_VERSION,
-                        CreateState: ci_create_state,
-                        Compute: ci_compute,
-                        ReleaseState: ci_release_state,
+                        CreateState: Some(ci_create_state),
+                        Compute: Some(ci_compute),
+                        ReleaseState: Some(ci_release_state),
                     },
                     kernel,
                 });
@@ -338,22 +377,16 @@ unsafe extern "system" fn ci_compute(
 /// the shapes this run produced (symbolic dims are resolved here, per call).
 unsafe fn compute(k: &Kernel, ctx: *mut OrtKernelContext) -> Res<()> {
     let ort = api().ort;
-    let mut n_in = 0usize;
-    check((ort.KernelContext_GetInputCount)(ctx, &mut n_in))?;
-    let wanted: HashSet<&str> = k.graph.inputs.iter().map(String::as_str).collect();
+    if k.on_stream {
+        let mut handle: *mut c_void = std::ptr::null_mut();
+        check((ort.KernelContext_GetGPUComputeStream)(ctx, &mut handle))?;
+        if let Some(queue) = crate::host_gpu::queue_of_handle(handle) {
+            return compute_on_stream(k, ctx, &queue);
+        }
+    }
     let mut inputs: HashMap<String, Tensor> = HashMap::new();
-    for i in 0..n_in {
-        let Some(name) = k.inputs.get(i) else { break };
-        if !wanted.contains(name.as_str()) {
-            // A constant Bolt copied at Compile time (planned weights are used instead).
-            continue;
-        }
-        let mut v: *const OrtValue = std::ptr::null();
-        check((ort.KernelContext_GetInput)(ctx, i, &mut v))?;
-        if v.is_null() {
-            return Err(format!("input {i} ('{name}') is missing"));
-        }
-        inputs.insert(name.clone(), graph::value_to_tensor(v, name)?);
+    for (name, v) in graph_inputs(k, ctx)? {
+        inputs.insert(name.clone(), graph::value_to_tensor(v, &name)?);
     }
     let mut outs = bolt::reference::run(&k.graph, &inputs).map_err(|e| e.to_string())?;
     for (i, name) in k.outputs.iter().enumerate() {
@@ -382,73 +415,115 @@ unsafe fn compute(k: &Kernel, ctx: *mut OrtKernelContext) -> Res<()> {
     Ok(())
 }
 
-// ------------------------------------------------------------------------- stubs
-
-unsafe extern "system" fn ep_get_preferred_data_layout(_ep: *mut OrtEp, layout: *mut i32) -> Status {
-    guard("GetPreferredDataLayout", || {
-        *layout = ORT_EP_DATA_LAYOUT_NCHW;
-        Ok(())
-    })
+/// The fused node's inputs that the planned graph reads, by name, each checked to be in the
+/// node's device memory. (Constants Bolt copied at Compile time are skipped: the planned
+/// weights are used instead.)
+unsafe fn graph_inputs(k: &Kernel, ctx: *mut OrtKernelContext) -> Res<Vec<(String, *const OrtValue)>> {
+    let ort = api().ort;
+    let mut n_in = 0usize;
+    check((ort.KernelContext_GetInputCount)(ctx, &mut n_in))?;
+    let wanted: HashSet<&str> = k.graph.inputs.iter().map(String::as_str).collect();
+    let mut out = Vec::new();
+    for (i, name) in k.inputs.iter().enumerate().take(n_in) {
+        if !wanted.contains(name.as_str()) {
+            continue;
+        }
+        let mut v: *const OrtValue = std::ptr::null();
+        check((ort.KernelContext_GetInput)(ctx, i, &mut v))?;
+        if v.is_null() {
+            return Err(format!("input {i} ('{name}') is missing"));
+        }
+        input_on_device(k, i, name, v)?;
+        out.push((name.clone(), v));
+    }
+    Ok(out)
 }
 
-unsafe extern "system" fn ep_should_convert_data_layout_for_op(
-    _ep: *mut OrtEp,
-    _domain: *const c_char,
-    _op_type: *const c_char,
-    _target: i32,
-    should_convert: *mut i32,
-) -> Status {
-    guard("ShouldConvertDataLayoutForOp", || {
-        // Leave it to ORT (Bolt takes NCHW models and handles layout inside its kernels).
-        *should_convert = -1;
-        Ok(())
-    })
+/// An input must be in the memory of the device the fused node runs on (ORT copies it there;
+/// anything else would be read as the wrong kind of pointer).
+unsafe fn input_on_device(k: &Kernel, i: usize, name: &str, v: *const OrtValue) -> Res<()> {
+    let d = (api().ep.Value_GetMemoryDevice)(v);
+    let (ok, device) = if k.on_stream {
+        // ORT 1.31 hands some inputs of a device's fused node in CPU memory without a copy
+        // (seen: a CPU Flatten's output feeding a Gemm); the host-backed device reads them
+        // as they are. A real GPU device must upload those.
+        (crate::host_gpu::is_mine(d) || crate::host_gpu::is_cpu(d), "host_gpu test device's or CPU")
+    } else {
+        (crate::host_gpu::is_cpu(d), "CPU")
+    };
+    if ok {
+        return Ok(());
+    }
+    let ep = api().ep;
+    let (ty, vendor) =
+        if d.is_null() { (-1, 0) } else { ((ep.MemoryDevice_GetDeviceType)(d), (ep.MemoryDevice_GetVendorId)(d)) };
+    Err(format!(
+        "input {i} ('{name}') is in memory of device type {ty} (vendor {vendor:#x}), not in the {device} memory this \
+         node runs on"
+    ))
 }
 
-unsafe extern "system" fn ep_set_dynamic_options(
-    _ep: *mut OrtEp,
-    keys: *const *const c_char,
-    values: *const *const c_char,
-    num: usize,
-) -> Status {
-    guard("SetDynamicOptions", || {
-        let pairs: Vec<(String, String)> = (0..num).map(|i| (cstr(*keys.add(i)), cstr(*values.add(i)))).collect();
-        if let Some((k, _)) = pairs.first() {
-            return Err(format!("no dynamic options are supported (got '{k}')"));
+/// Compute as work queued on ORT's compute stream: the input buffers may still be filled by
+/// copies queued before it, so they are read by the queued work, not here. Output shapes come
+/// from shape inference on the input shapes (ORT allocates outputs before the work runs).
+unsafe fn compute_on_stream(k: &Kernel, ctx: *mut OrtKernelContext, queue: &crate::host_gpu::Queue) -> Res<()> {
+    use crate::host_gpu::SendPtr;
+    use bolt::ir::{Shape, TensorType};
+    let ort = api().ort;
+    let mut graph = k.graph.clone();
+    let mut inputs = Vec::new();
+    for (name, v) in graph_inputs(k, ctx)? {
+        let (dtype, dims) = graph::tensor_meta(v)?;
+        let mut data: *const c_void = std::ptr::null();
+        check((ort.GetTensorData)(v, &mut data))?;
+        graph.types.insert(name.clone(), TensorType { dtype, shape: Some(Shape::from_static(&dims)) });
+        inputs.push((name, dtype, dims, SendPtr(data as *mut c_void)));
+    }
+    let declared = graph.types.clone();
+    bolt::ir::infer::infer_graph(&mut graph, &declared).map_err(|e| format!("output shapes: {e}"))?;
+    let mut outputs = Vec::new();
+    for (i, name) in k.outputs.iter().enumerate() {
+        let ty = graph.types.get(name).ok_or_else(|| format!("output '{name}' has no inferred type"))?;
+        let dims: Vec<usize> = ty
+            .shape
+            .as_ref()
+            .and_then(|s| s.as_static())
+            .ok_or_else(|| format!("output '{name}': shape not known from the input shapes"))?;
+        let d64: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
+        let mut v: *mut OrtValue = std::ptr::null_mut();
+        check((ort.KernelContext_GetOutput)(ctx, i, d64.as_ptr(), d64.len(), &mut v))?;
+        if v.is_null() {
+            return Err(format!("ORT gave no buffer for output {i} ('{name}')"));
+        }
+        let mut data: *mut c_void = std::ptr::null_mut();
+        check((ort.GetTensorMutableData)(v, &mut data))?;
+        outputs.push((name.clone(), ty.dtype, dims, SendPtr(data)));
+    }
+    let (run_graph, node) = (k.graph.clone(), k.name.clone());
+    crate::host_gpu::count(crate::host_gpu::COMPUTES_QUEUED);
+    queue.enqueue(move || {
+        let mut feeds = HashMap::new();
+        for (name, dtype, dims, p) in inputs {
+            // SAFETY: ORT keeps the input buffers alive until the stream is synchronised.
+            feeds.insert(name.clone(), unsafe { graph::copy_tensor(dtype, dims, p.0, &name)? });
+        }
+        let mut outs = bolt::reference::run(&run_graph, &feeds).map_err(|e| format!("fused node '{node}': {e}"))?;
+        for (name, dtype, dims, p) in outputs {
+            let t =
+                outs.remove(&name).ok_or_else(|| format!("fused node '{node}': output '{name}' was not computed"))?;
+            if t.dtype() != dtype || t.shape != dims {
+                return Err(format!(
+                    "fused node '{node}': output '{name}' is {}{:?}, shape inference said {dtype}{dims:?}",
+                    t.dtype(),
+                    t.shape
+                ));
+            }
+            // SAFETY: ORT allocated this output with these dims and dtype.
+            unsafe { graph::write_tensor(&t, p.0) };
         }
         Ok(())
-    })
-}
-
-unsafe extern "system" fn ep_on_run_start(_ep: *mut OrtEp, _run_options: *const OrtRunOptions) -> Status {
-    Status::default()
-}
-
-unsafe extern "system" fn ep_on_run_end(_ep: *mut OrtEp, _run_options: *const OrtRunOptions, _sync: bool) -> Status {
-    Status::default()
-}
-
-unsafe extern "system" fn ep_create_allocator(
-    _ep: *mut OrtEp,
-    _memory_info: *const OrtMemoryInfo,
-    allocator: *mut *mut OrtAllocator,
-) -> Status {
-    guard("CreateAllocator", || {
-        // CPU memory: ORT's own CPU allocator.
-        *allocator = std::ptr::null_mut();
-        Ok(())
-    })
-}
-
-unsafe extern "system" fn ep_create_sync_stream_for_device(
-    _ep: *mut OrtEp,
-    _memory_device: *const OrtMemoryDevice,
-    stream: *mut *mut OrtSyncStreamImpl,
-) -> Status {
-    guard("CreateSyncStreamForDevice", || {
-        *stream = std::ptr::null_mut();
-        Ok(())
-    })
+    });
+    Ok(())
 }
 
 unsafe extern "system" fn ep_get_compiled_model_compatibility_info(

@@ -3,7 +3,9 @@
 //! ORT loads this library (`onnxruntime.register_execution_provider_library`), calls
 //! [`CreateEpFactories`], and from then on talks to the structs in [`abi`]:
 //! - the factory offers one device, the CPU reference device (CPU memory, ORT's CPU
-//!   allocator, no data transfer or streams), with EP option `device=reference`;
+//!   allocator, no data transfer or streams), with EP option `device=reference`; or, when
+//!   `BOLT_ORT_TEST_DEVICE=host_gpu` is set, the test device of [`host_gpu`] (host memory
+//!   typed as GPU memory, with allocator, data transfer and streams);
 //! - GetCapability reads the OrtGraph into Bolt IR, runs Bolt's partitioner and claims every
 //!   GEMM/Conv-centric partition as one fused node; all other nodes stay with ORT;
 //! - Compile copies each claimed subgraph out of ORT and plans it (`bolt::plan`); compute runs
@@ -17,6 +19,7 @@ pub mod api;
 pub mod capi;
 pub mod ep;
 pub mod graph;
+pub mod host_gpu;
 pub mod options;
 
 use abi::*;
@@ -39,6 +42,8 @@ struct Factory {
     name: CString,
     vendor: CString,
     version: CString,
+    /// The test device's memory info, when `BOLT_ORT_TEST_DEVICE=host_gpu` offers it.
+    host_gpu: Option<host_gpu::MemInfo>,
 }
 
 unsafe fn factory<'a>(f: *const OrtEpFactory) -> &'a Factory {
@@ -114,23 +119,24 @@ fn new_factory() -> Box<Factory> {
     Box::new(Factory {
         base: OrtEpFactory {
             ort_version_supported: EP_API_VERSION,
-            GetName: f_get_name,
-            GetVendor: f_get_vendor,
-            GetSupportedDevices: f_get_supported_devices,
-            CreateEp: f_create_ep,
-            ReleaseEp: f_release_ep,
-            GetVendorId: f_get_vendor_id,
-            GetVersion: f_get_version,
-            ValidateCompiledModelCompatibilityInfo: f_validate_compiled_model_compatibility_info,
-            CreateAllocator: f_create_allocator,
-            ReleaseAllocator: f_release_allocator,
-            CreateDataTransfer: f_create_data_transfer,
-            IsStreamAware: f_is_stream_aware,
-            CreateSyncStreamForDevice: f_create_sync_stream_for_device,
+            GetName: Some(f_get_name),
+            GetVendor: Some(f_get_vendor),
+            GetSupportedDevices: Some(f_get_supported_devices),
+            CreateEp: Some(f_create_ep),
+            ReleaseEp: Some(f_release_ep),
+            GetVendorId: Some(f_get_vendor_id),
+            GetVersion: Some(f_get_version),
+            ValidateCompiledModelCompatibilityInfo: Some(f_validate_compiled_model_compatibility_info),
+            CreateAllocator: Some(f_create_allocator),
+            ReleaseAllocator: Some(f_release_allocator),
+            CreateDataTransfer: Some(f_create_data_transfer),
+            IsStreamAware: Some(f_is_stream_aware),
+            CreateSyncStreamForDevice: Some(f_create_sync_stream_for_device),
         },
         name: CString::new(EP_NAME).expect("no NUL"),
         vendor: CString::new(VENDOR).expect("no NUL"),
         version: CString::new(env!("CARGO_PKG_VERSION")).expect("no NUL"),
+        host_gpu: None,
     })
 }
 
@@ -196,10 +202,19 @@ unsafe extern "system" fn f_get_supported_devices(
             if *num_ep_devices >= max_ep_devices {
                 break;
             }
-            let metadata = Kvp::new(&[("bolt.device", "reference")]);
-            let options = Kvp::new(&[("device", "reference")]);
+            let device = if host_gpu::enabled() { "host_gpu" } else { "reference" };
+            let metadata = Kvp::new(&[("bolt.device", device)]);
+            let options = Kvp::new(&[("device", device)]);
             let mut out = std::ptr::null_mut();
             check((a.ep.CreateEpDevice)(f, dev, metadata.0, options.0, &mut out))?;
+            if host_gpu::enabled() {
+                let me = &mut *(f as *mut Factory);
+                if me.host_gpu.is_none() {
+                    me.host_gpu = Some(host_gpu::MemInfo::new()?);
+                }
+                let info = me.host_gpu.as_ref().map_or(std::ptr::null_mut(), |m| m.0);
+                check((a.ep.EpDevice_AddAllocatorInfo)(out, info))?;
+            }
             *ep_devices.add(*num_ep_devices) = out;
             *num_ep_devices += 1;
             break;
@@ -225,7 +240,7 @@ unsafe extern "system" fn f_create_ep(
     _ep_metadata: *const *const OrtKeyValuePairs,
     _num_devices: usize,
     session_options: *const OrtSessionOptions,
-    _logger: *const ort_sys::OrtLogger,
+    logger: *const ort_sys::OrtLogger,
     ep: *mut *mut OrtEp,
 ) -> Status {
     guard("CreateEp", || {
@@ -234,12 +249,34 @@ unsafe extern "system" fn f_create_ep(
         let entries = session_entries(session_options)?;
         api::verbose(|| format!("session config: {entries:?}"));
         let opts = options::from_session_config(&name, entries.iter().map(|(k, v)| (k.as_str(), v.as_str())))?;
+        // Compile once (EPContext) needs a serialised artifact for the EPContext nodes to point
+        // at; until Bolt has one, say so here instead of ORT's "Compile() returned a NULL
+        // EPContext node" after planning.
+        if entries.iter().any(|(k, v)| k == "ep.context_enable" && v.trim() == "1") {
+            return Err("session option ep.context_enable=1: Bolt cannot write EPContext models yet (no serialised \
+                        artifact to point EPContext nodes at); create the session without it"
+                .into());
+        }
+        if opts.device == options::Device::HostGpu && factory(f).host_gpu.is_none() {
+            return Err(format!(
+                "EP option device=host_gpu: the test device is offered only when {}=host_gpu is set before the \
+                 library is registered",
+                host_gpu::ENV
+            ));
+        }
         if opts.device == options::Device::Cuda {
             return Err("EP option device=cuda: the CUDA device is not built into this library and no GPU kernels \
                         are available; use device=reference (the CPU reference device)"
                 .into());
         }
-        *ep = ep::BoltEp::new(&name, opts).into_raw();
+        // Both devices Bolt offers today are the host: one device, ordinal 0.
+        if opts.device_id != 0 {
+            return Err(format!(
+                "EP option device_id={}: no such device (the {} device has only device 0)",
+                opts.device_id, opts.device
+            ));
+        }
+        *ep = ep::BoltEp::new(&name, opts, logger).into_raw();
         Ok(())
     })
 }
@@ -267,43 +304,64 @@ unsafe extern "system" fn f_validate_compiled_model_compatibility_info(
 }
 
 unsafe extern "system" fn f_create_allocator(
-    _f: *mut OrtEpFactory,
-    _memory_info: *const OrtMemoryInfo,
+    f: *mut OrtEpFactory,
+    memory_info: *const OrtMemoryInfo,
     _allocator_options: *const OrtKeyValuePairs,
     allocator: *mut *mut OrtAllocator,
 ) -> Status {
     guard("CreateAllocator", || {
-        // The reference device registers no memory info: ORT's CPU allocator serves it.
         *allocator = std::ptr::null_mut();
+        // Only the test device registers memory; the reference device uses ORT's CPU allocator.
+        if let Some(mine) = &factory(f).host_gpu {
+            if !memory_info.is_null() {
+                let ep = api::api().ep;
+                let asked = (ep.MemoryInfo_GetMemoryDevice)(memory_info);
+                if !host_gpu::is_mine(asked) {
+                    return Err("asked for an allocator of memory Bolt did not register".into());
+                }
+                *allocator = host_gpu::Allocator::new(mine.0);
+            }
+        }
         Ok(())
     })
 }
 
-unsafe extern "system" fn f_release_allocator(_f: *mut OrtEpFactory, _allocator: *mut OrtAllocator) {}
+unsafe extern "system" fn f_release_allocator(_f: *mut OrtEpFactory, allocator: *mut OrtAllocator) {
+    guard_value((), || {
+        if !allocator.is_null() {
+            host_gpu::Allocator::release(allocator)
+        }
+    })
+}
 
 unsafe extern "system" fn f_create_data_transfer(
-    _f: *mut OrtEpFactory,
+    f: *mut OrtEpFactory,
     data_transfer: *mut *mut OrtDataTransferImpl,
 ) -> Status {
     guard("CreateDataTransfer", || {
-        // CPU memory only: nothing to copy between devices.
-        *data_transfer = std::ptr::null_mut();
+        // The reference device is CPU memory: nothing to copy between devices.
+        *data_transfer =
+            if factory(f).host_gpu.is_some() { host_gpu::DataTransfer::new() } else { std::ptr::null_mut() };
         Ok(())
     })
 }
 
-unsafe extern "system" fn f_is_stream_aware(_f: *const OrtEpFactory) -> bool {
-    false
+unsafe extern "system" fn f_is_stream_aware(f: *const OrtEpFactory) -> bool {
+    guard_value(false, || factory(f).host_gpu.is_some())
 }
 
 unsafe extern "system" fn f_create_sync_stream_for_device(
-    _f: *mut OrtEpFactory,
-    _memory_device: *const OrtMemoryDevice,
+    f: *mut OrtEpFactory,
+    memory_device: *const OrtMemoryDevice,
     _stream_options: *const OrtKeyValuePairs,
     stream: *mut *mut OrtSyncStreamImpl,
 ) -> Status {
     guard("CreateSyncStreamForDevice", || {
-        *stream = std::ptr::null_mut();
+        *stream = if factory(f).host_gpu.is_some() && host_gpu::is_mine(memory_device) {
+            host_gpu::Stream::new()
+        } else {
+            std::ptr::null_mut()
+        };
         Ok(())
     })
 }

@@ -4,12 +4,16 @@
 use std::fmt;
 
 /// Where Bolt's partitions run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Device {
     /// CPU memory, planned partitions run by Bolt's reference executor (the default).
+    #[default]
     Reference,
     /// CUTLASS kernels on an NVIDIA GPU (not built into this library yet).
     Cuda,
+    /// Test only: host memory ORT treats as GPU memory, work queued on streams run by worker
+    /// threads (see [`crate::host_gpu`]).
+    HostGpu,
 }
 
 impl fmt::Display for Device {
@@ -17,24 +21,26 @@ impl fmt::Display for Device {
         f.write_str(match self {
             Device::Reference => "reference",
             Device::Cuda => "cuda",
+            Device::HostGpu => "host_gpu",
         })
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct Options {
     pub device: Device,
-    /// Log GetCapability / Compile decisions to stderr.
+    /// Log GetCapability / Compile decisions at WARNING through ORT's logger (else VERBOSE).
     pub verbose: bool,
+    /// The device ordinal (ORT's own `device_id` key); checked against the devices that exist
+    /// when the EP is created.
+    pub device_id: u32,
+    /// ORT's `arena.*` keys. Accepted so that options written for ORT's own EPs work, but
+    /// Bolt's allocator is its own pool and never ORT's arena, so they change nothing.
+    pub arena: Vec<(String, String)>,
 }
 
-impl Default for Options {
-    fn default() -> Options {
-        Options { device: Device::Reference, verbose: false }
-    }
-}
-
-pub const KNOWN: &[&str] = &["device", "verbose"];
+/// Bolt's own keys, and ORT's own keys Bolt accepts (`arena.*` as a prefix).
+pub const KNOWN: &[&str] = &["device", "verbose", "device_id", "arena.*"];
 
 impl Options {
     /// Parses `key=value` pairs (keys without the `ep.<name>.` prefix). Every error names the
@@ -47,9 +53,10 @@ impl Options {
                     o.device = match v.trim().to_ascii_lowercase().as_str() {
                         "reference" | "cpu" | "ref" => Device::Reference,
                         "cuda" | "gpu" => Device::Cuda,
+                        "host_gpu" => Device::HostGpu,
                         _ => {
                             return Err(format!(
-                                "invalid value '{v}' for EP option 'device' (expected 'reference' or 'cuda')"
+                                "invalid value '{v}' for EP option 'device' (expected 'reference', 'cuda' or the test device 'host_gpu')"
                             ))
                         }
                     }
@@ -61,6 +68,12 @@ impl Options {
                         _ => return Err(format!("invalid value '{v}' for EP option 'verbose' (expected 0 or 1)")),
                     }
                 }
+                "device_id" => {
+                    o.device_id = v.trim().parse().map_err(|_| {
+                        format!("invalid value '{v}' for EP option 'device_id' (expected a device ordinal: 0, 1, ...)")
+                    })?
+                }
+                arena if arena.starts_with("arena.") => o.arena.push((arena.to_string(), v.to_string())),
                 other => {
                     return Err(format!(
                         "unknown EP option '{other}' (value '{v}'); known options: {}",
@@ -97,7 +110,11 @@ mod tests {
     fn defaults_and_values() {
         assert_eq!(Options::parse([]).unwrap(), Options::default());
         let o = Options::parse([("device", "cuda"), ("verbose", "1")]).unwrap();
-        assert_eq!(o, Options { device: Device::Cuda, verbose: true });
+        assert_eq!(o, Options { device: Device::Cuda, verbose: true, ..Options::default() });
+        // ORT's own keys, as written for its CUDA EP, are accepted.
+        let o = Options::parse([("device_id", "1"), ("arena.extend_strategy", "kSameAsRequested")]).unwrap();
+        assert_eq!(o.device_id, 1);
+        assert_eq!(o.arena, vec![("arena.extend_strategy".to_string(), "kSameAsRequested".to_string())]);
     }
 
     #[test]
@@ -106,6 +123,8 @@ mod tests {
         assert!(e.contains("'device'") && e.contains("tpu"), "{e}");
         let e = Options::parse([("fast", "1")]).unwrap_err();
         assert!(e.contains("unknown EP option 'fast'"), "{e}");
+        let e = Options::parse([("device_id", "-1")]).unwrap_err();
+        assert!(e.contains("'device_id'") && e.contains("-1"), "{e}");
         let e = Options::parse([("verbose", "maybe")]).unwrap_err();
         assert!(e.contains("'verbose'"), "{e}");
     }

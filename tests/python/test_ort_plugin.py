@@ -246,6 +246,8 @@ def small_matmul_model() -> bytes:
         ({"device": "tpu"}, "invalid value 'tpu' for EP option 'device'"),
         ({"verbose": "maybe"}, "EP option 'verbose'"),
         ({"device": "cuda"}, "CUDA device is not built"),
+        ({"device_id": "3"}, "device_id=3: no such device"),
+        ({"device_id": "gpu0"}, "invalid value 'gpu0' for EP option 'device_id'"),
     ],
 )
 def test_bad_options_give_clear_errors(options, message):
@@ -308,3 +310,110 @@ def test_graph_bolt_cannot_import_stays_with_ort():
     sess = bolt_session(m.SerializeToString(), {"verbose": "1"})
     assert not assignment(sess).get(bolt_ort.EP_NAME)
     np.testing.assert_allclose(sess.run(None, {"X": np.ones((2, 4), np.float32)})[0], np.full((2, 3), 4.0))
+
+
+def test_ort_own_option_keys_are_accepted():
+    # Keys written for ORT's own EPs (device_id, arena.*) do not fail the session; Bolt's
+    # allocator is not ORT's arena, so arena keys change nothing.
+    opts = {"device_id": "0", "arena.extend_strategy": "kSameAsRequested", "arena.max_mem": "1048576"}
+    sess = bolt_session(small_matmul_model(), opts)
+    assert assignment(sess)[bolt_ort.EP_NAME] == [("mm", "MatMul")]
+    x = np.ones((2, 4), np.float32)
+    np.testing.assert_allclose(sess.run(None, {"X": x})[0], x @ np.arange(12, dtype=np.float32).reshape(4, 3))
+
+
+def test_dynamic_options_are_left_to_ort():
+    # SetDynamicOptions is null in Bolt's OrtEp: ORT's own keys (which ORT forwards to every EP)
+    # must not fail, and the session runs on.
+    sess = bolt_session(small_matmul_model())
+    sess.set_ep_dynamic_options({"ep.dynamic.workload_type": "Efficient"})
+    assert sess.run(None, {"X": np.ones((2, 4), np.float32)})[0].shape == (2, 3)
+
+
+def test_decisions_are_logged_through_ort_logger():
+    # With verbose=1 Bolt logs at WARNING through the session's ORT logger (ORT prints it on
+    # stderr with its own prefix); a child process so the capture sees ORT's native stderr.
+    script = f"""
+import sys
+sys.path.insert(0, {str(REPO / "plugin" / "python")!r})
+import bolt_ort
+sess = bolt_ort.session({str(MODELS / "small_conv_mlp" / "model.onnx")!r}, {{"verbose": "1"}})
+"""
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = [l for l in r.stderr.splitlines() if "[bolt-ort] claim partition" in l]
+    assert lines, r.stderr[-2000:]
+    # ORT's logger formats the line (severity letter and source), so it did not come from eprintln.
+    assert all("[W:onnxruntime:" in l and "BoltExecutionProvider]" in l for l in lines), lines
+
+
+# ------------------------------------------------------- test device: host memory typed as GPU
+
+
+@pytest.fixture(scope="module")
+def host_gpu():
+    """What Bolt's test-only host-backed GPU-memory device did (tests/python/ort_host_gpu_child.py,
+    its own process: the device is offered only when BOLT_ORT_TEST_DEVICE=host_gpu is set before
+    registration). Its streams run queued work late on worker threads, so a missing
+    synchronisation anywhere (ORT's or Bolt's) gives a wrong result below."""
+    env = dict(os.environ, BOLT_ORT_TEST_DEVICE="host_gpu")
+    child = Path(__file__).with_name("ort_host_gpu_child.py")
+    r = subprocess.run(
+        [sys.executable, str(child), str(MODELS / "small_conv_mlp" / "model.onnx")],
+        capture_output=True, text=True, timeout=120, env=env,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    import json
+
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_host_gpu_device_registers_gpu_memory(host_gpu):
+    assert [d["options"] for d in host_gpu["devices"]] == [{"device": "host_gpu"}]
+    mi = host_gpu["memory_info"]
+    # GPU memory of Bolt's test vendor id, Bolt's own allocator (never ORT's arena type).
+    assert mi["name"] == "BoltHostGpu" and mi["vendor_id"] == 0xB017, mi
+    assert mi["allocator_type"].endswith("DEVICE_ALLOCATOR") and mi["mem_type"].endswith("DEFAULT"), mi
+
+
+def test_host_gpu_data_transfer(host_gpu):
+    # host -> device -> device -> host at once without a stream, and device -> device -> host
+    # queued on a stream created through ORT.
+    assert host_gpu["copy_sync_equal"] and host_gpu["copy_stream_equal"]
+    assert host_gpu["copy_stats"]["copies_now"] == 3 and host_gpu["copy_stats"]["copies_queued"] == 2
+
+
+def test_host_gpu_session_matches_ort_cpu(host_gpu):
+    # Every Conv/Gemm (+Relu) runs on the device; ORT inserts the copies around them through
+    # Bolt's data transfer on the stream, Compute is queued on ORT's compute stream (4 runs x 4
+    # fused nodes), and ORT's CPU nodes wait on Bolt's notifications.
+    assert host_gpu["assigned"] == ["Conv", "Conv", "Gemm", "Gemm", "Relu", "Relu", "Relu"]
+    assert host_gpu["run_err"] < 1e-4
+    s = host_gpu["run_stats"]
+    assert s["computes_queued"] == 16 and s["copies_queued"] >= 4 and s["activations"] >= 4, s
+
+
+def test_host_gpu_iobinding_and_concurrent_runs(host_gpu):
+    assert host_gpu["iobinding_err"] < 1e-4
+    # 8 threads on one session, 4 different inputs: every result equals ORT CPU's. (Before the
+    # allocator waited for queued work on free, a block freed by one run was reused by another
+    # run's stream while still being read, and these differed.)
+    assert all(isinstance(e, float) and e < 1e-4 for e in host_gpu["threads"]), host_gpu["threads"]
+
+
+def test_host_gpu_bad_device_id_then_next_session_works(host_gpu):
+    assert "device_id=2: no such device" in host_gpu["bad_device_id"]
+    assert host_gpu["after_error_err"] < 1e-4
+
+
+def test_epcontext_request_is_a_clear_error(tmp_path):
+    # Compile once (ep.context_enable=1) is not built yet: the session fails naming the option,
+    # writes no model, and the next session works.
+    so = ort.SessionOptions()
+    so.add_session_config_entry("ep.context_enable", "1")
+    so.add_session_config_entry("ep.context_file_path", str(tmp_path / "ctx.onnx"))
+    with pytest.raises(Exception) as e:
+        bolt_ort.session(small_matmul_model(), so=so)
+    assert "ep.context_enable=1: Bolt cannot write EPContext models yet" in str(e.value)
+    assert not (tmp_path / "ctx.onnx").exists()
+    assert bolt_session(small_matmul_model()).run(None, {"X": np.ones((2, 4), np.float32)})[0].shape == (2, 3)

@@ -44,7 +44,8 @@ def unregister() -> None:
 
 
 def devices() -> list:
-    """Bolt's OrtEpDevices (the CPU reference device)."""
+    """Bolt's OrtEpDevices (the CPU reference device; the host_gpu test device instead when
+    BOLT_ORT_TEST_DEVICE=host_gpu was set before registration)."""
     register()
     return [d for d in ort.get_ep_devices() if d.ep_name == EP_NAME]
 
