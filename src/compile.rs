@@ -265,6 +265,20 @@ pub fn summarize(g: &Graph, bindings: &DimBindings, run: bool) -> Result<Summary
     })
 }
 
+impl Summary {
+    /// The planned graph differs from the model beyond rounding on the reference run: a
+    /// planner bug, never a result to ship. Tolerance: 1e-4 absolute + 1e-4 of the largest
+    /// output magnitude (the rewrites reorder f32 sums).
+    pub fn plan_mismatch(&self) -> Option<String> {
+        let d = self.plan.as_ref()?.max_abs_diff?;
+        let scale = self.reference.as_ref()?.outputs.iter().fold(0.0f64, |m, o| m.max(o.3));
+        let tol = 1e-4 + 1e-4 * scale;
+        (!(d <= tol)).then(|| {
+            format!("the planned graph differs from the model by {d:.3e} on the reference run (tolerance {tol:.1e}): a planner defect; `bolt report` shows the rewrites")
+        })
+    }
+}
+
 impl std::fmt::Display for Summary {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(f, "model   {} (ai.onnx opset {}, {} nodes)", self.model, self.opset, self.nodes)?;
