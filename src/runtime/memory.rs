@@ -12,6 +12,10 @@ use std::collections::HashMap;
 /// Plans every node output of `g` (shapes under `bindings`) that is not a weight. Graph
 /// outputs live to the end; a tensor no node reads lives through its producer only.
 pub fn plan_arena(g: &Graph, bindings: &DimBindings) -> Result<ArenaPlan, String> {
+    // Re-infer under the bindings: dims symbolic inference cannot name (Reshape -1, Resize)
+    // become known once the inputs are.
+    let bound = crate::plan::edit::bind_inputs(g, bindings).map_err(|e| e.to_string())?;
+    let g = &bound;
     let end = g.nodes.len();
     let mut last_use: HashMap<&str, usize> = HashMap::new();
     for (i, n) in g.nodes.iter().enumerate() {
