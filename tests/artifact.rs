@@ -382,3 +382,51 @@ fn compile_then_run_check_from_the_command_line() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("TF32"));
 }
+
+/// An artifact of a model nobody here wrote the outputs of: the repo's small CNN + MLP ONNX
+/// graph, run on the reference device with its test data sets' inputs, against onnxruntime
+/// CPU's outputs (testdata/models/small_conv_mlp, tests/python/make_models.py).
+#[test]
+fn small_conv_mlp_artifact_matches_onnxruntime() {
+    use bolt::cases::{compare, data_sets, read_tensor_pb, Tolerance};
+    let Some(case) = common::testdata("models/small_conv_mlp") else { return };
+    let g = bolt::import::load(&case.join("model.onnx")).unwrap().graph;
+    let sym: Vec<String> = g
+        .inputs
+        .iter()
+        .filter_map(|i| g.types[i].shape.as_ref())
+        .flat_map(|s| s.0.iter())
+        .filter_map(|d| if let Dim::Sym(k) = d { Some(k.clone()) } else { None })
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let opts = CompileOptions {
+        dims: sym.iter().map(|k| range(k, 1, 8)).collect(),
+        source: Some(case.join("model.onnx")),
+        ..CompileOptions::new(dir.path())
+    };
+    println!("{}", compile(&g, &opts).unwrap());
+    let art = Artifact::open(dir.path()).unwrap();
+    let mut exec = runtime::open(&art, DeviceKind::Reference, &RunOptions::default()).unwrap();
+    let sets = data_sets(&case);
+    assert!(!sets.is_empty());
+    for set in sets {
+        let read = |prefix: &str| {
+            let mut v: Vec<_> = std::fs::read_dir(&set)
+                .unwrap()
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(prefix))
+                .collect();
+            v.sort();
+            v.iter().map(|p| read_tensor_pb(p).unwrap()).collect::<Vec<_>>()
+        };
+        let inputs: HashMap<String, Tensor> =
+            read("input_").into_iter().zip(&g.inputs).map(|((_, t), name)| (name.clone(), t)).collect();
+        let got = exec.run(&inputs).unwrap();
+        for ((_, want), name) in read("output_").into_iter().zip(&g.outputs) {
+            let c = compare(name, &got[name], &want, Tolerance { rtol: 1e-3, atol: 1e-4 });
+            println!("{}: {name} max abs err {:.2e}", set.display(), c.max_abs_err);
+            assert!(c.failure.is_none(), "{}: {name}: {:?}", set.display(), c.failure);
+        }
+    }
+}
