@@ -373,6 +373,45 @@ fn compile_then_run_check_from_the_command_line() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("ok fc2_out"), "{stdout}");
+    // --inputs FILE.npz, written by numpy (a writer nobody here wrote).
+    match std::env::var("BOLT_PYTHON") {
+        Ok(py) => {
+            let npz = dir.path().join("in.npz");
+            let code = format!(
+                "import numpy as np; np.savez(r'{}', image=np.random.default_rng(0).uniform(-1, 1, (3, 3, 32, 32)).astype(np.float32))",
+                npz.display()
+            );
+            let st = Command::new(py).args(["-c", &code]).status().unwrap();
+            assert!(st.success());
+            let out = Command::new(env!("CARGO_BIN_EXE_bolt"))
+                .args(["run", "--check", "--inputs"])
+                .arg(&npz)
+                .arg(&art)
+                .output()
+                .unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+            assert!(stdout.contains("fc2_out: [3, 10]") && stdout.contains("ok fc2_out"), "{stdout}");
+        }
+        Err(_) => eprintln!("SKIPPED the .npz part: BOLT_PYTHON not set (tests/run.sh sets it)"),
+    }
+    // --check can fail: weights changed consistently (hashes updated) give other outputs.
+    let bad = dir.path().join("tampered");
+    copy_dir(&art, &bad);
+    let wp = bad.join(WEIGHTS_FILE);
+    let mut w = std::fs::read(&wp).unwrap();
+    for b in w.iter_mut().take(4096) {
+        *b = b.wrapping_add(17);
+    }
+    std::fs::write(&wp, &w).unwrap();
+    let mp = bad.join("manifest.json");
+    let mut m: serde_json::Value = serde_json::from_slice(&std::fs::read(&mp).unwrap()).unwrap();
+    m["files"][WEIGHTS_FILE]["blake3"] = blake3::hash(&w).to_hex().to_string().into();
+    std::fs::write(&mp, serde_json::to_vec(&m).unwrap()).unwrap();
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_bolt")).args(["run", "--check", "--dim", "N=2"]).arg(&bad).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success() && stdout.contains("MISMATCH fc2_out"), "{stdout}");
     // f32 is refused with the reason.
     let out = Command::new(env!("CARGO_BIN_EXE_bolt"))
         .args(["compile", "--no-run", "--precision", "f32", "-o"])
