@@ -157,7 +157,7 @@ pub struct KernelChoice {
     /// Prefix of the library's `<symbol>_run` etc.
     pub symbol: String,
     pub spec: KernelSpec,
-    /// "tuning db (measured 12.3 us)" or "analytic (est 12.3 us)".
+    /// How it was chosen: `<candidate> (tuning db, Measured 12.3 us)` or `<candidate> (est 12.3 us)`.
     pub source: String,
 }
 

@@ -10,7 +10,6 @@ use crate::error::{Error, Result};
 use crate::ir::{DType, Graph, Op};
 use bolt_codegen::builder::{BuildOptions, Builder, KernelSource, Templates};
 use bolt_codegen::spec::{Arch, KernelSpec};
-use bolt_profiler::workload::Workload;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -150,39 +149,6 @@ pub fn buckets(dims: &[DimRange]) -> Vec<BTreeMap<String, usize>> {
     (0..n).map(|i| b.iter().map(|(k, v)| (k.clone(), v[i.min(v.len() - 1)])).collect()).collect()
 }
 
-/// The kernel for one workload on one arch: the tuning database's, else the analytic top pick.
-fn pick(
-    w: &Workload,
-    arch: Arch,
-    db: Option<&bolt_profiler::db::Db>,
-) -> std::result::Result<(KernelSpec, String), String> {
-    let device = bolt_profiler::device::DeviceSpec::for_arch(arch);
-    let toolchain = bolt_profiler::db::Toolchain::pinned();
-    if let Some(e) = db.and_then(|db| db.lookup(w, &device, arch, &toolchain)) {
-        let spec = KernelSpec {
-            family: w.family,
-            arch,
-            types: w.types,
-            layouts: w.layouts,
-            alignment: w.alignment,
-            tile: e.tile,
-            epilogue: w.epilogue.clone(),
-        };
-        return Ok((spec, format!("tuning db ({:?} {:.1} us)", e.source, e.time_s * 1e6)));
-    }
-    let r = bolt_profiler::analytic::rank_all(w, &device, arch);
-    match r.ranked.first() {
-        Some(best) => Ok((
-            best.spec.clone(),
-            format!("analytic ({}, est {:.1} us)", best.candidate.name, best.estimate.time_s * 1e6),
-        )),
-        None => Err(format!(
-            "no {arch:?} candidate: {}",
-            r.excluded.first().map_or("none".to_string(), |e| e.reason.clone())
-        )),
-    }
-}
-
 fn hash_file(path: &Path) -> Result<FileEntry> {
     let bytes = std::fs::read(path).map_err(|e| io_err(path, e))?;
     Ok(FileEntry { bytes: bytes.len() as u64, blake3: blake3::hash(&bytes).to_hex().to_string() })
@@ -220,10 +186,13 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
         for u in uses {
             let mut per_arch = Vec::new();
             for &arch in &opts.archs {
-                match pick(&u.workload, arch, db.as_ref()) {
-                    Ok((spec, source)) => {
-                        per_arch.push(KernelChoice { arch, symbol: Templates.symbol(&spec), spec, source })
-                    }
+                match crate::compile::pick_kernel(&u.workload, arch, db.as_ref()) {
+                    Ok(p) => per_arch.push(KernelChoice {
+                        arch,
+                        symbol: Templates.symbol(&p.spec),
+                        source: format!("{} ({})", p.name, p.how),
+                        spec: p.spec,
+                    }),
                     Err(why) => {
                         host_reason.entry(u.node.clone()).or_insert(why);
                     }
