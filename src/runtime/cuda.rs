@@ -20,7 +20,7 @@ use bolt_codegen::abi::{BoltArgs, Status};
 use bolt_codegen::loader::{Kernel, KernelLibrary};
 use bolt_codegen::spec::Arch;
 use bolt_profiler::workload::Problem;
-use cudarc::driver::{result, sys, CudaContext, CudaGraph, CudaSlice, CudaStream, DevicePtr};
+use cudarc::driver::{result, sys, CudaContext, CudaSlice, CudaStream, DevicePtr};
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -36,6 +36,23 @@ enum Step {
     Host { node: usize },
 }
 
+/// An instantiated CUDA graph of one run's launches (raw handles: it may live on a stream the
+/// caller owns).
+struct Graphed {
+    graph: sys::CUgraph,
+    exec: sys::CUgraphExec,
+}
+
+impl Drop for Graphed {
+    fn drop(&mut self) {
+        // SAFETY: handles created by end_capture / instantiate and destroyed once, here.
+        unsafe {
+            let _ = result::graph::exec_destroy(self.exec);
+            let _ = result::graph::destroy(self.graph);
+        }
+    }
+}
+
 /// What is set up for one set of input shapes.
 struct Prepared {
     shapes: Vec<Vec<usize>>,
@@ -44,7 +61,7 @@ struct Prepared {
     inputs: HashMap<String, (u64, usize)>,
     _input_buf: Option<CudaSlice<u8>>,
     _workspace: Option<CudaSlice<u8>>,
-    cuda_graph: Option<CudaGraph>,
+    cuda_graph: Option<Graphed>,
 }
 
 pub struct CudaExecutor {
@@ -70,7 +87,8 @@ fn base(s: &CudaSlice<u8>, stream: &CudaStream) -> u64 {
 }
 
 impl CudaExecutor {
-    /// Opens GPU 0's primary context with a stream of its own.
+    /// Opens GPU 0's primary context. Runs go on `opts.stream` when given (a `CUstream` of
+    /// that context, e.g. the host framework's), else on a stream of the executor's own.
     pub fn new(artifact: &Artifact, opts: &RunOptions) -> Result<CudaExecutor, RuntimeError> {
         // SAFETY: only tries to dlopen libcuda; cudarc's own loader panics when it is absent.
         if !unsafe { sys::is_culib_present() } {
@@ -101,7 +119,7 @@ impl CudaExecutor {
         let weights = drv("upload weights", stream.clone_htod(artifact.weights_blob.as_slice()))?;
         let arena = drv("alloc activation arena", stream.alloc_zeros::<u8>(artifact.plan.arena.bytes.max(1) as usize))?;
         Ok(CudaExecutor {
-            stream: stream.cu_stream(),
+            stream: opts.stream.map_or(stream.cu_stream(), |s| s as sys::CUstream),
             ctx,
             _own_stream: stream,
             library,
@@ -333,7 +351,8 @@ impl CudaExecutor {
 
     fn run_steps_of(&self, p: &Prepared) -> Result<(), RuntimeError> {
         if let Some(g) = &p.cuda_graph {
-            return drv("graph launch", g.launch());
+            // SAFETY: an instantiated graph of this context, launched on its stream.
+            return drv("graph launch", unsafe { result::graph::launch(g.exec, self.stream) });
         }
         for s in &p.steps {
             match s {
@@ -348,19 +367,32 @@ impl CudaExecutor {
 
     /// Times each kernel with events (one extra run).
     fn time_kernels(&self, p: &Prepared) -> Result<Timings, RuntimeError> {
-        let flags = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let flags = sys::CUevent_flags::CU_EVENT_DEFAULT;
         let mut t = Timings::default();
         let mut host = 0.0;
+        let start = drv("event", result::event::create(flags))?;
+        let end = drv("event", result::event::create(flags))?;
+        struct Events(sys::CUevent, sys::CUevent);
+        impl Drop for Events {
+            fn drop(&mut self) {
+                // SAFETY: events created above, destroyed once.
+                unsafe {
+                    let _ = result::event::destroy(self.0);
+                    let _ = result::event::destroy(self.1);
+                }
+            }
+        }
+        let _events = Events(start, end);
         for s in &p.steps {
             if let Step::Kernel { node, kernel, problem, args, workspace } = s {
-                let start = drv("event", self.ctx.new_event(flags))?;
-                let end = drv("event", self.ctx.new_event(flags))?;
-                drv("record", start.record(&self._own_stream))?;
+                // SAFETY: live events and stream of this context.
+                drv("record", unsafe { result::event::record(start, self.stream) })?;
                 let h0 = Instant::now();
                 self.launch(node, kernel, problem, args, *workspace)?;
                 host += h0.elapsed().as_secs_f64();
-                drv("record", end.record(&self._own_stream))?;
-                let ms = drv("elapsed", start.elapsed_ms(&end))? as f64;
+                drv("record", unsafe { result::event::record(end, self.stream) })?;
+                drv("event synchronize", unsafe { result::event::synchronize(end) })?;
+                let ms = drv("elapsed", unsafe { result::event::elapsed(start, end) })? as f64;
                 t.kernels.push((node.clone(), kernel.symbol().to_string(), ms * 1e-3));
                 t.device_seconds += ms * 1e-3;
                 t.launches += 1;
@@ -393,14 +425,17 @@ impl Executor for CudaExecutor {
             drv("synchronize", unsafe { result::stream::synchronize(self.stream) })?;
             let all_kernels = p.steps.iter().all(|s| matches!(s, Step::Kernel { .. }));
             if self.opts.graph && all_kernels && p.cuda_graph.is_none() {
-                drv(
-                    "begin capture",
-                    self._own_stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
-                )?;
+                let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+                // SAFETY: capture of this executor's launches on its stream; ended below on
+                // every path.
+                drv("begin capture", unsafe { result::stream::begin_capture(self.stream, mode) })?;
                 let r = self.run_steps_of(p);
-                let g = drv("end capture", self._own_stream.end_capture(sys::CUgraphInstantiate_flags(0)))?;
+                let graph = drv("end capture", unsafe { result::stream::end_capture(self.stream) })?;
                 r?;
-                self.prepared.as_mut().expect("prepared").cuda_graph = g;
+                let exec = drv("instantiate graph", unsafe {
+                    result::graph::instantiate(graph, sys::CUgraphInstantiate_flags(0))
+                })?;
+                self.prepared.as_mut().expect("prepared").cuda_graph = Some(Graphed { graph, exec });
             } else if self.opts.graph && !all_kernels {
                 return Err(RuntimeError::Unsupported(
                     "--graph: the plan has host ops, which synchronise; a CUDA graph needs every node on the device"

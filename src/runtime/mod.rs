@@ -84,6 +84,9 @@ pub struct RunOptions {
     pub graph: bool,
     /// Record per-kernel events (cuda only).
     pub timing: bool,
+    /// A `CUstream` (as an integer) of GPU 0's primary context to run on, e.g. the host
+    /// framework's; `None`: the executor owns one (cuda only).
+    pub stream: Option<usize>,
 }
 
 /// Opens `artifact` on `kind`.
