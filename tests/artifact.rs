@@ -469,3 +469,26 @@ fn small_conv_mlp_artifact_matches_onnxruntime() {
         }
     }
 }
+
+/// Bad inputs to a run: errors naming the input and what is wrong, never a panic.
+#[test]
+fn bad_inputs_name_the_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = Net::new(DType::F32);
+    let x = n.input("x", &[2, 8]);
+    let y = n.relu(&x);
+    let g = n.finish(&[&y]);
+    compile(&g, &CompileOptions::new(dir.path())).unwrap();
+    let art = Artifact::open(dir.path()).unwrap();
+    let mut exec = runtime::open(&art, DeviceKind::Reference, &RunOptions::default()).unwrap();
+    let e = exec.run(&HashMap::new()).unwrap_err().to_string();
+    assert!(e.contains("input 'x'") && e.contains("missing"), "{e}");
+    let wrong = HashMap::from([("x".to_string(), Tensor::from_f32(vec![2, 4], vec![0.0; 8]))]);
+    let e = exec.run(&wrong).unwrap_err().to_string();
+    assert!(e.contains("input 'x'") && e.contains("dim 1 is 4"), "{e}");
+    let ints = HashMap::from([("x".to_string(), Tensor::from_i64(vec![2, 8], vec![0; 16]))]);
+    let e = exec.run(&ints).unwrap_err().to_string();
+    assert!(e.contains("input 'x'") && e.contains("the model takes"), "{e}");
+    let ok = HashMap::from([("x".to_string(), Tensor::from_f32(vec![2, 8], vec![-1.0; 16]))]);
+    assert_eq!(exec.run(&ok).unwrap()[&g.outputs[0]].to_f32_vec(), vec![0.0; 16]);
+}
