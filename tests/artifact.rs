@@ -306,8 +306,9 @@ fn bad_artifacts_are_refused_with_file_and_field() {
     assert!(e.contains("manifest.json") && e.contains("'format_version'") && e.contains("99"), "{e}");
     let e = case("abi-version", &|d| {
         let p = d.join("manifest.json");
-        let s = std::fs::read_to_string(&p).unwrap().replace("\"abi_version\": 1", "\"abi_version\": 7");
-        std::fs::write(&p, s).unwrap();
+        let mut m: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+        m["abi_version"] = 999.into();
+        std::fs::write(&p, serde_json::to_vec(&m).unwrap()).unwrap();
     });
     assert!(e.contains("manifest.json") && e.contains("'abi_version'"), "{e}");
     let e = case("not-an-artifact", &|d| {

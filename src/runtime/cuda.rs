@@ -17,7 +17,7 @@ use crate::artifact::format::{KernelChoice, PlanFile};
 use crate::artifact::Artifact;
 use crate::ir::{Graph, Tensor};
 use bolt_codegen::abi::{BoltArgs, Status};
-use bolt_codegen::loader::{Kernel, KernelLibrary};
+use bolt_codegen::loader::{Kernel, KernelLibrary, Params};
 use bolt_codegen::spec::Arch;
 use bolt_profiler::workload::Problem;
 use cudarc::driver::{result, sys, CudaContext, CudaSlice, CudaStream, DevicePtr};
@@ -32,8 +32,15 @@ fn drv<T>(what: &str, r: Result<T, cudarc::driver::DriverError>) -> Result<T, Ru
 
 /// One step of a run.
 enum Step {
-    Kernel { node: String, kernel: Kernel, problem: Problem, args: BoltArgs, workspace: u64 },
-    Host { node: usize },
+    /// CUTLASS's Params built once for this shape (ABI v2 `initialize`); a run only launches.
+    Kernel {
+        node: String,
+        problem: Problem,
+        params: Params<BoltArgs>,
+    },
+    Host {
+        node: usize,
+    },
 }
 
 /// An instantiated CUDA graph of one run's launches (raw handles: it may live on a stream the
@@ -175,12 +182,13 @@ impl CudaExecutor {
         let ib = input_buf.as_ref().map_or(0, |b| base(b, &stream));
         let input_addr: HashMap<String, (u64, usize)> = offs.into_iter().map(|(k, (o, b))| (k, (ib + o, b))).collect();
 
-        let mut steps = Vec::new();
+        // Per node: None (host) or the kernel, its problem, arguments and workspace bytes.
+        let mut planned: Vec<Option<(String, Kernel, Problem, BoltArgs, usize)>> = Vec::new();
         let mut ws_total = 0u64;
         let mut ws_offsets = Vec::new();
-        for (i, n) in graph.nodes.iter().enumerate() {
+        for n in &graph.nodes {
             let Some(nk) = self.plan.kernels.iter().find(|k| k.node == n.name) else {
-                steps.push(Step::Host { node: i });
+                planned.push(None);
                 continue;
             };
             let choice: &KernelChoice =
@@ -236,7 +244,7 @@ impl CudaExecutor {
             };
             ws_offsets.push(ws_total);
             ws_total = crate::artifact::format::align_up(ws_total + ws as u64, 256);
-            steps.push(Step::Kernel { node: n.name.clone(), kernel, problem, args, workspace: ws as u64 });
+            planned.push(Some((n.name.clone(), kernel, problem, args, ws)));
         }
         let workspace = if ws_total > 0 {
             Some(drv("alloc workspaces", stream.alloc_zeros::<u8>(ws_total as usize))?)
@@ -244,12 +252,31 @@ impl CudaExecutor {
             None
         };
         let wb = workspace.as_ref().map_or(0, |w| base(w, &stream));
+        let mut steps = Vec::new();
         let mut k = 0;
-        for s in &mut steps {
-            if let Step::Kernel { workspace, .. } = s {
-                *workspace = if *workspace == 0 { 0 } else { wb + ws_offsets[k] };
-                k += 1;
+        for (i, p) in planned.into_iter().enumerate() {
+            let Some((node, kernel, problem, args, ws)) = p else {
+                steps.push(Step::Host { node: i });
+                continue;
+            };
+            let ws_ptr = if ws == 0 { std::ptr::null_mut() } else { (wb + ws_offsets[k]) as *mut c_void };
+            k += 1;
+            let s = self.stream as *mut c_void;
+            // SAFETY: device pointers into the weights, arena and input buffers, sized for
+            // this problem; a zeroed workspace of `ws` bytes; all live as long as the steps.
+            let params = unsafe {
+                match &problem {
+                    Problem::Gemm(p) => kernel.initialize(p, &args, ws_ptr, ws, s),
+                    Problem::Conv2d(p) => kernel.initialize(p, &args, ws_ptr, ws, s),
+                }
             }
+            .map_err(|e| RuntimeError::Kernel {
+                kernel: format!("{} (node {node})", kernel.symbol()),
+                problem: format!("{problem:?}"),
+                arch: self.name.clone(),
+                reason: e.to_string(),
+            })?;
+            steps.push(Step::Kernel { node, problem, params });
         }
         drv("synchronize", stream.synchronize())?;
         self.prepared = Some(Prepared {
@@ -264,33 +291,15 @@ impl CudaExecutor {
         Ok(())
     }
 
-    fn launch(
-        &self,
-        node: &str,
-        kernel: &Kernel,
-        problem: &Problem,
-        args: &BoltArgs,
-        ws: u64,
-    ) -> Result<(), RuntimeError> {
-        let ws = ws as *mut c_void;
-        let stream = self.stream as *mut c_void;
-        // SAFETY: pointers into the weights, arena, inputs and workspace buffers, sized for
-        // this problem at set-up; they live as long as `self.prepared`.
-        let status = unsafe {
-            match problem {
-                Problem::Gemm(p) => kernel.run(p, args, ws, stream),
-                Problem::Conv2d(p) => kernel.run(p, args, ws, stream),
-            }
-        };
-        if status != Status::Ok {
-            return Err(RuntimeError::Kernel {
-                kernel: format!("{} (node {node})", kernel.symbol()),
-                problem: format!("{problem:?}"),
-                arch: self.name.clone(),
-                reason: format!("run: {status}"),
-            });
-        }
-        Ok(())
+    fn launch(&self, node: &str, problem: &Problem, params: &mut Params<BoltArgs>) -> Result<(), RuntimeError> {
+        // SAFETY: the params point into buffers that live as long as `self.prepared`; the
+        // stream belongs to the context they were initialised on.
+        unsafe { params.launch(self.stream as *mut c_void) }.map_err(|e| RuntimeError::Kernel {
+            kernel: format!("{} (node {node})", params.symbol()),
+            problem: format!("{problem:?}"),
+            arch: self.name.clone(),
+            reason: e.to_string(),
+        })
     }
 
     /// Runs a host step: copies its inputs down, runs the reference op, copies outputs up.
@@ -342,31 +351,23 @@ impl CudaExecutor {
         Ok(())
     }
 
-    fn run_steps(&mut self) -> Result<(), RuntimeError> {
-        let p = self.prepared.take().expect("prepared");
-        let r = self.run_steps_of(&p);
-        self.prepared = Some(p);
-        r
-    }
-
-    fn run_steps_of(&self, p: &Prepared) -> Result<(), RuntimeError> {
+    fn run_steps_of(&self, p: &mut Prepared) -> Result<(), RuntimeError> {
         if let Some(g) = &p.cuda_graph {
             // SAFETY: an instantiated graph of this context, launched on its stream.
             return drv("graph launch", unsafe { result::graph::launch(g.exec, self.stream) });
         }
-        for s in &p.steps {
-            match s {
-                Step::Kernel { node, kernel, problem, args, workspace } => {
-                    self.launch(node, kernel, problem, args, *workspace)?
-                }
-                Step::Host { node } => self.host_step(p, *node)?,
+        for i in 0..p.steps.len() {
+            if let Step::Host { node } = p.steps[i] {
+                self.host_step(p, node)?;
+            } else if let Step::Kernel { node, problem, params } = &mut p.steps[i] {
+                self.launch(node, problem, params)?;
             }
         }
         Ok(())
     }
 
     /// Times each kernel with events (one extra run).
-    fn time_kernels(&self, p: &Prepared) -> Result<Timings, RuntimeError> {
+    fn time_kernels(&self, p: &mut Prepared) -> Result<Timings, RuntimeError> {
         let flags = sys::CUevent_flags::CU_EVENT_DEFAULT;
         let mut t = Timings::default();
         let mut host = 0.0;
@@ -383,23 +384,79 @@ impl CudaExecutor {
             }
         }
         let _events = Events(start, end);
-        for s in &p.steps {
-            if let Step::Kernel { node, kernel, problem, args, workspace } = s {
+        for s in &mut p.steps {
+            if let Step::Kernel { node, problem, params } = s {
                 // SAFETY: live events and stream of this context.
                 drv("record", unsafe { result::event::record(start, self.stream) })?;
                 let h0 = Instant::now();
-                self.launch(node, kernel, problem, args, *workspace)?;
+                self.launch(node, problem, params)?;
                 host += h0.elapsed().as_secs_f64();
                 drv("record", unsafe { result::event::record(end, self.stream) })?;
                 drv("event synchronize", unsafe { result::event::synchronize(end) })?;
                 let ms = drv("elapsed", unsafe { result::event::elapsed(start, end) })? as f64;
-                t.kernels.push((node.clone(), kernel.symbol().to_string(), ms * 1e-3));
+                t.kernels.push((node.clone(), params.symbol().to_string(), ms * 1e-3));
                 t.device_seconds += ms * 1e-3;
                 t.launches += 1;
             }
         }
         t.host_seconds = host;
         Ok(t)
+    }
+}
+
+impl CudaExecutor {
+    /// Inputs in, every step (or the captured graph), outputs out.
+    fn run_prepared(
+        &self,
+        p: &mut Prepared,
+        inputs: &HashMap<String, Tensor>,
+    ) -> Result<(HashMap<String, Tensor>, Option<Timings>), RuntimeError> {
+        for (n, (addr, bytes)) in &p.inputs {
+            let data = crate::artifact::format::encode(&inputs[n]);
+            debug_assert_eq!(data.len(), *bytes);
+            // SAFETY: the input range holds `bytes`; synchronised before `data` drops.
+            drv("copy input", unsafe { result::memcpy_htod_async(*addr, &data, self.stream) })?;
+        }
+        // SAFETY: a live stream of this context.
+        drv("synchronize", unsafe { result::stream::synchronize(self.stream) })?;
+        let all_kernels = p.steps.iter().all(|s| matches!(s, Step::Kernel { .. }));
+        if self.opts.graph && !all_kernels {
+            return Err(RuntimeError::Unsupported(
+                "--graph: the plan has host ops, which synchronise; a CUDA graph needs every node on the device".into(),
+            ));
+        }
+        if self.opts.graph && p.cuda_graph.is_none() {
+            let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+            // SAFETY: capture of this executor's launches on its stream; ended on every path.
+            drv("begin capture", unsafe { result::stream::begin_capture(self.stream, mode) })?;
+            let r = self.run_steps_of(p);
+            let graph = drv("end capture", unsafe { result::stream::end_capture(self.stream) })?;
+            r?;
+            let exec = drv("instantiate graph", unsafe {
+                result::graph::instantiate(graph, sys::CUgraphInstantiate_flags(0))
+            })?;
+            p.cuda_graph = Some(Graphed { graph, exec });
+        }
+        self.run_steps_of(p)?;
+        let timings = if self.opts.timing { Some(self.time_kernels(p)?) } else { None };
+        drv("synchronize", unsafe { result::stream::synchronize(self.stream) })?;
+        let mut outs = HashMap::new();
+        for o in &self.plan.outputs {
+            let ty = &p.graph.types[o];
+            let shape = crate::plan::edit::bound_shape(&p.graph, o, &HashMap::new())
+                .ok_or_else(|| RuntimeError::Unsupported(format!("output '{o}' has no known shape")))?;
+            let mut bytes = vec![0u8; shape.iter().product::<usize>() * ty.dtype.size_bytes().unwrap_or(1)];
+            let src = self
+                .address(o, &p.inputs)
+                .ok_or_else(|| RuntimeError::Unsupported(format!("output '{o}' is not in the arena")))?;
+            // SAFETY: the output's arena range holds `bytes.len()` bytes; synchronised below.
+            drv("copy output", unsafe { result::memcpy_dtoh_async(&mut bytes, src, self.stream) })?;
+            drv("synchronize", unsafe { result::stream::synchronize(self.stream) })?;
+            let t = crate::artifact::format::decode(ty.dtype, &shape, &bytes)
+                .ok_or_else(|| RuntimeError::Unsupported(format!("output '{o}' cannot be decoded")))?;
+            outs.insert(o.clone(), t);
+        }
+        Ok((outs, timings))
     }
 }
 
@@ -413,60 +470,18 @@ impl Executor for CudaExecutor {
             return Err(RuntimeError::Poisoned(e.clone()));
         }
         let inputs = prepare_inputs(&self.graph, inputs)?;
-        let r = (|| {
-            self.prepare(&inputs)?;
-            let p = self.prepared.as_ref().expect("prepared");
-            for (n, (addr, bytes)) in &p.inputs {
-                let data = crate::artifact::format::encode(&inputs[n]);
-                debug_assert_eq!(data.len(), *bytes);
-                // SAFETY: the input range holds `bytes`; synchronised before `data` drops.
-                drv("copy input", unsafe { result::memcpy_htod_async(*addr, &data, self.stream) })?;
+        let r = self.prepare(&inputs).and_then(|()| {
+            let mut p = self.prepared.take().expect("prepared");
+            let r = self.run_prepared(&mut p, &inputs);
+            self.prepared = Some(p);
+            r
+        });
+        let r = r.map(|(outs, timings)| {
+            if timings.is_some() {
+                self.timings = timings;
             }
-            drv("synchronize", unsafe { result::stream::synchronize(self.stream) })?;
-            let all_kernels = p.steps.iter().all(|s| matches!(s, Step::Kernel { .. }));
-            if self.opts.graph && all_kernels && p.cuda_graph.is_none() {
-                let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
-                // SAFETY: capture of this executor's launches on its stream; ended below on
-                // every path.
-                drv("begin capture", unsafe { result::stream::begin_capture(self.stream, mode) })?;
-                let r = self.run_steps_of(p);
-                let graph = drv("end capture", unsafe { result::stream::end_capture(self.stream) })?;
-                r?;
-                let exec = drv("instantiate graph", unsafe {
-                    result::graph::instantiate(graph, sys::CUgraphInstantiate_flags(0))
-                })?;
-                self.prepared.as_mut().expect("prepared").cuda_graph = Some(Graphed { graph, exec });
-            } else if self.opts.graph && !all_kernels {
-                return Err(RuntimeError::Unsupported(
-                    "--graph: the plan has host ops, which synchronise; a CUDA graph needs every node on the device"
-                        .into(),
-                ));
-            }
-            self.run_steps()?;
-            if self.opts.timing {
-                let p = self.prepared.as_ref().expect("prepared");
-                self.timings = Some(self.time_kernels(p)?);
-            }
-            drv("synchronize", unsafe { result::stream::synchronize(self.stream) })?;
-            let p = self.prepared.as_ref().expect("prepared");
-            let mut outs = HashMap::new();
-            for o in &self.plan.outputs {
-                let ty = &p.graph.types[o];
-                let shape = crate::plan::edit::bound_shape(&p.graph, o, &HashMap::new())
-                    .ok_or_else(|| RuntimeError::Unsupported(format!("output '{o}' has no known shape")))?;
-                let mut bytes = vec![0u8; shape.iter().product::<usize>() * ty.dtype.size_bytes().unwrap_or(1)];
-                let src = self
-                    .address(o, &p.inputs)
-                    .ok_or_else(|| RuntimeError::Unsupported(format!("output '{o}' is not in the arena")))?;
-                // SAFETY: the output's arena range holds `bytes.len()` bytes; synchronised below.
-                drv("copy output", unsafe { result::memcpy_dtoh_async(&mut bytes, src, self.stream) })?;
-                drv("synchronize", unsafe { result::stream::synchronize(self.stream) })?;
-                let t = crate::artifact::format::decode(ty.dtype, &shape, &bytes)
-                    .ok_or_else(|| RuntimeError::Unsupported(format!("output '{o}' cannot be decoded")))?;
-                outs.insert(o.clone(), t);
-            }
-            Ok(outs)
-        })();
+            outs
+        });
         if let Err(e @ (RuntimeError::Cuda(_) | RuntimeError::Kernel { .. })) = &r {
             // A failed launch or copy may leave a sticky error in the context.
             if self.ctx.check_err().is_err() || matches!(e, RuntimeError::Cuda(_)) {
