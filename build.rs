@@ -11,6 +11,7 @@
 //!    |---|---|
 //!    | `BOLT_BUILD_KERNELS=0` | skip the step even with the feature |
 //!    | `BOLT_KERNEL_ARCHS` | comma-separated archs, default `sm80`; `sm80,sm90` adds the Hopper kernels (≈45 s and 3.3 GB of nvcc each) |
+//!    | `BOLT_KERNEL_LIMIT=N` | at most N kernels, spread evenly over the candidate list: CI builds the feature this way to check that it compiles and links in minutes (the whole list is ~20 minutes of nvcc cold on 2 cores) |
 //!    | `BOLT_CACHE_DIR`, `CUDA_HOME`, `CUTLASS_DIR` | as for the toolchain; objects are cached in `<cache>/kernels`, so rebuilds run nvcc only for changed kernels |
 //!
 //!    Without an installed toolchain the step is skipped with a warning (`bolt toolchain
@@ -38,7 +39,9 @@ mod kernel_library {
     use bolt_codegen::spec::Arch;
 
     pub fn build() {
-        for var in ["BOLT_KERNEL_ARCHS", "BOLT_CACHE_DIR", "XDG_CACHE_HOME", "CUDA_HOME", "CUTLASS_DIR"] {
+        for var in
+            ["BOLT_KERNEL_ARCHS", "BOLT_KERNEL_LIMIT", "BOLT_CACHE_DIR", "XDG_CACHE_HOME", "CUDA_HOME", "CUTLASS_DIR"]
+        {
             println!("cargo:rerun-if-env-changed={var}");
         }
         if std::env::var("BOLT_BUILD_KERNELS").is_ok_and(|v| v == "0") {
@@ -57,7 +60,14 @@ mod kernel_library {
                 return;
             }
         };
-        let specs = candidate_library_specs(&archs);
+        let mut specs = candidate_library_specs(&archs);
+        if let Some(limit) = std::env::var("BOLT_KERNEL_LIMIT").ok().map(|v| {
+            v.parse::<usize>().unwrap_or_else(|_| panic!("BOLT_KERNEL_LIMIT: `{v}` is not a number of kernels"))
+        }) {
+            let step = specs.len().div_ceil(limit.max(1)).max(1);
+            specs = specs.into_iter().step_by(step).collect();
+            println!("cargo:warning=BOLT_KERNEL_LIMIT={limit}: a reduced library of {} kernels", specs.len());
+        }
         println!("building {} candidate kernels for {archs:?} with {}", specs.len(), builder.toolchain());
         let report = builder.build(&Templates, &specs).unwrap_or_else(|e| panic!("kernel library build failed: {e}"));
         for r in &report.rejected {

@@ -17,8 +17,8 @@
 //! host (`can_implement`) in about a minute of nvcc. Both list every workload of the shapes
 //! files; a workload without a built kernel says why.
 //!
-//! sm_80 objects get `-gencode arch=compute_80,code=compute_80`: sm_80 SASS alone does not
-//! load on an H100 (sm_90); the driver JIT-compiles the embedded PTX there.
+//! sm_80 objects carry compute_80 PTX besides the SASS (codegen's `Arch::targets`): sm_80 SASS
+//! alone does not load on an H100 (sm_90); the driver JIT-compiles the embedded PTX there.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -38,7 +38,6 @@ use bolt_profiler::workload::{load_shapes_file, parse_epilogue, Conv2dShape, Pro
 use serde_json::{json, Value};
 
 const FORMAT: u32 = 1;
-const PTX80: &str = "-gencode=arch=compute_80,code=compute_80";
 /// Weights as `[N, K]` arrays (nn.Linear / ONNX Gemm transB): the layout of the candidate
 /// library and of `torch.nn.functional.linear`.
 const RCR: [Layout; 3] = [Layout::RowMajor, Layout::ColumnMajor, Layout::RowMajor];
@@ -761,9 +760,6 @@ fn build(p: &Pack) -> Result<Value> {
         let mut options = BuildOptions::new(&out_dir);
         options.name = Path::new(lib_for(arch)).file_stem().unwrap().to_string_lossy().trim_start_matches("lib").into();
         options.archs = Some(vec![arch]);
-        if arch == Arch::Sm80 {
-            options.nvcc_flags = vec![PTX80.into()];
-        }
         let builder = Builder::discover(options).map_err(|e| anyhow::anyhow!("{e}"))?;
         eprintln!("bench_package: building {} {arch:?} kernels with {}", specs.len(), builder.toolchain());
         let report = builder.build(&Templates, &specs).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -786,7 +782,7 @@ fn build(p: &Pack) -> Result<Value> {
     if !p.b2b.is_empty() {
         let specs: Vec<b2b::B2bSpec> = p.b2b.values().cloned().collect();
         let start = Instant::now();
-        let lib = b2b::build_library_with_flags(&specs, &p.o.out.join("b2b"), "bolt_bench_b2b", None, &[PTX80.into()])
+        let lib = b2b::build_library(&specs, &p.o.out.join("b2b"), "bolt_bench_b2b", None)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         eprintln!(
             "bench_package: {} ({} chain kernels, {:.1}s)",

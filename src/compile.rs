@@ -144,32 +144,68 @@ pub struct ReferenceRun {
     pub outputs: Vec<(String, Vec<usize>, f64, f64)>,
 }
 
-/// The kernel for each distinct workload (H100, sm90): the tuning database's entry when `db`
-/// has one (measured or analytic, as `bolt-tune` stored it), else the analytic model's top pick.
-/// Returns (kernel node, problem, pick) per distinct problem.
+/// The kernel picked for one workload on one arch, and how.
+#[derive(Clone, Debug)]
+pub struct Pick {
+    pub spec: bolt_codegen::spec::KernelSpec,
+    /// Candidate name, e.g. `sm90_128x256x64_c2x1_coop_tma`.
+    pub name: String,
+    /// `tuning db, Measured 12.3 us` or `est 12.3 us`.
+    pub how: String,
+}
+
+/// The kernel for `w` on `arch`: the tuning database's entry when `db` has one (measured or
+/// analytic, as `bolt-tune` stored it), else the analytic model's top pick; `Err` says why
+/// there is none.
+pub fn pick_kernel(
+    w: &bolt_profiler::workload::Workload,
+    arch: bolt_codegen::spec::Arch,
+    db: Option<&bolt_profiler::db::Db>,
+) -> std::result::Result<Pick, String> {
+    let device = bolt_profiler::device::DeviceSpec::for_arch(arch);
+    let toolchain = bolt_profiler::db::Toolchain::pinned();
+    if let Some(e) = db.and_then(|db| db.lookup(w, &device, arch, &toolchain)) {
+        let spec = bolt_codegen::spec::KernelSpec {
+            family: w.family,
+            arch,
+            types: w.types,
+            layouts: w.layouts,
+            alignment: w.alignment,
+            tile: e.tile,
+            epilogue: w.epilogue.clone(),
+        };
+        return Ok(Pick {
+            spec,
+            name: e.best.clone(),
+            how: format!("tuning db, {:?} {:.1} us", e.source, e.time_s * 1e6),
+        });
+    }
+    let r = bolt_profiler::analytic::rank_all(w, &device, arch);
+    match r.ranked.first() {
+        Some(best) => Ok(Pick {
+            spec: best.spec.clone(),
+            name: best.candidate.name.clone(),
+            how: format!("est {:.1} us", best.estimate.time_s * 1e6),
+        }),
+        None => Err(format!("no candidate: {}", r.excluded.first().map_or("none".to_string(), |e| e.reason.clone()))),
+    }
+}
+
+/// The kernel for each distinct workload on H100 (sm90) by [`pick_kernel`]. Returns (kernel
+/// node, problem, pick) per distinct problem.
 pub fn kernel_picks(
     uses: &[crate::plan::lower::KernelUse],
     db: Option<&bolt_profiler::db::Db>,
 ) -> Vec<(String, String, String)> {
-    let device = bolt_profiler::device::DeviceSpec::h100_sxm5_80gb();
-    let arch = bolt_codegen::spec::Arch::Sm90;
-    let toolchain = bolt_profiler::db::Toolchain::pinned();
     let mut picks: Vec<(String, String, String)> = Vec::new();
     for u in uses {
         let problem = u.workload.describe();
         if picks.iter().any(|(_, p, _)| *p == problem) {
             continue;
         }
-        let tuned = db.and_then(|db| db.lookup(&u.workload, &device, arch, &toolchain));
-        let pick = match (tuned, bolt_profiler::analytic::rank_all(&u.workload, &device, arch)) {
-            (Some(e), _) => format!("{} (tuning db, {:?} {:.1} us)", e.best, e.source, e.time_s * 1e6),
-            (None, r) if !r.ranked.is_empty() => {
-                let best = &r.ranked[0];
-                format!("{} (est {:.1} us)", best.candidate.name, best.estimate.time_s * 1e6)
-            }
-            (None, r) => {
-                format!("no candidate: {}", r.excluded.first().map_or("none".to_string(), |e| e.reason.clone()))
-            }
+        let pick = match pick_kernel(&u.workload, bolt_codegen::spec::Arch::Sm90, db) {
+            Ok(p) => format!("{} ({})", p.name, p.how),
+            Err(why) => why,
         };
         picks.push((u.node.clone(), problem, pick));
     }

@@ -2,9 +2,10 @@
 //! kernels. The pipeline, one module per stage:
 //!
 //! import (ONNX -> [`ir::Graph`]) -> partition -> plan -> candidates/profile -> codegen ->
-//! build -> dispatch. [`reference`] is the CPU oracle every generated kernel is checked
+//! build -> [`artifact`] -> [`runtime`] -> dispatch. [`reference`] is the CPU oracle every generated kernel is checked
 //! against.
 
+pub mod artifact;
 pub mod cases;
 pub mod compile;
 pub mod error;
@@ -14,5 +15,6 @@ pub mod models;
 pub mod partition;
 pub mod plan;
 pub mod reference;
+pub mod runtime;
 
 pub use error::{Error, Result};

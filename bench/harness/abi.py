@@ -11,7 +11,9 @@ c_i32, c_i64, c_f32, c_ptr = ctypes.c_int32, ctypes.c_int64, ctypes.c_float, cty
 MAX_LAYERS = 4  # BOLT_B2B_MAX_LAYERS
 
 STATUS = {0: "ok", 1: "null argument", 2: "misaligned operand", 3: "unsupported problem",
-          4: "workspace too small", 5: "CUTLASS internal error", 6: "launch failed", 7: "unknown"}
+          4: "workspace too small", 5: "CUTLASS internal error", 6: "launch failed", 7: "unknown",
+          8: "invalid params"}
+PARAMS_ALIGNMENT = 128  # BOLT_PARAMS_ALIGNMENT
 
 GEMM_FIELDS = ["m", "n", "k", "batch", "lda", "ldb", "ldc", "ldd",
                "batch_stride_a", "batch_stride_b", "batch_stride_c", "batch_stride_d"]
@@ -86,7 +88,7 @@ class Libraries:
 
     def function(self, kernel, name, argtypes):
         f = getattr(self.lib(kernel["library"]), f"{kernel['symbol']}_{name}")
-        f.restype = ctypes.c_int if name != "workspace_size" else ctypes.c_size_t
+        f.restype = ctypes.c_size_t if name in ("workspace_size", "params_size") else ctypes.c_int
         f.argtypes = argtypes
         return f
 
@@ -99,18 +101,28 @@ class Libraries:
         f = self.function(kernel, "workspace_size", [c_ptr])
         return f(ctypes.byref(make_problem(problem)))
 
-    def runner(self, kernel, problem, args, workspace, stream):
-        """A no-argument callable launching the kernel; raises on a non-zero status."""
+    def runner(self, kernel, problem, args, workspace, workspace_bytes, stream):
+        """A no-argument callable launching the kernel; raises on a non-zero status. The
+        kernel's params are built once here (`<symbol>_initialize`); the callable only launches."""
         b2b = problem["kind"].startswith("b2b")
         arg_t = BoltB2bArgs if b2b else BoltArgs
-        f = self.function(kernel, "run", [c_ptr, ctypes.POINTER(arg_t), c_ptr, c_ptr])
+        size = self.function(kernel, "params_size", [])()
+        initialize = self.function(kernel, "initialize", [c_ptr, ctypes.POINTER(arg_t), c_ptr, ctypes.c_size_t,
+                                                          c_ptr, ctypes.c_size_t, c_ptr])
+        launch = self.function(kernel, "launch", [c_ptr, c_ptr])
         prob = make_problem(problem)
         ws = c_ptr(workspace) if workspace else None
         st = c_ptr(stream)
         sym = kernel["symbol"]
+        raw = ctypes.create_string_buffer(size + PARAMS_ALIGNMENT)
+        params = c_ptr((ctypes.addressof(raw) + PARAMS_ALIGNMENT - 1) // PARAMS_ALIGNMENT * PARAMS_ALIGNMENT)
+        status = initialize(ctypes.byref(prob), ctypes.byref(args), ws, workspace_bytes, params, size, st)
+        if status != 0:
+            raise RuntimeError(f"{sym}_initialize returned {status} ({STATUS.get(status, '?')})")
 
         def run():
-            status = f(ctypes.byref(prob), ctypes.byref(args), ws, st)
+            status = launch(params, st)
             if status != 0:
-                raise RuntimeError(f"{sym}_run returned {status} ({STATUS.get(status, '?')})")
+                raise RuntimeError(f"{sym}_launch returned {status} ({STATUS.get(status, '?')})")
+        run._params = raw  # the params buffer must outlive the callable
         return run

@@ -195,7 +195,7 @@ def bolt_runner(ctx, kernel, ops, alpha=1.0, beta=1.0):
     args = BoltArgs(a=ptr(a), b=ptr(b), c=ptr(c), bias=ptr(bias), d=ptr(d), alpha=alpha, beta=beta)
     ws = ctx.libs.workspace_size(kernel, ops.bolt_problem)
     wbuf = torch.empty(ws, dtype=torch.uint8, device="cuda") if ws else None
-    run = ctx.libs.runner(kernel, ops.bolt_problem, args, wbuf.data_ptr() if ws else 0,
+    run = ctx.libs.runner(kernel, ops.bolt_problem, args, wbuf.data_ptr() if ws else 0, ws,
                           torch.cuda.current_stream().cuda_stream)
     run._keep = (args, wbuf)  # the struct and workspace must outlive the callable
     return run, d
@@ -489,7 +489,7 @@ def gpu_b2b(ctx, case, rec, checks, layers):
         args = BoltB2bArgs(a=x_in.data_ptr(), c=None, d=d.data_ptr())
         args.layer[0] = BoltB2bLayerArgs(w0.data_ptr(), b0.data_ptr(), 1.0, 0.0)
         args.layer[1] = BoltB2bLayerArgs(w1.data_ptr(), b1.data_ptr(), 1.0, 0.0)
-        run = ctx.libs.runner(fused_kernel, p, args, 0, torch.cuda.current_stream().cuda_stream)
+        run = ctx.libs.runner(fused_kernel, p, args, 0, 0, torch.cuda.current_stream().cuda_stream)
         run()
         torch.cuda.synchronize()
         rec["numerics"] = compare_gpu(d, reference(), layers=2)

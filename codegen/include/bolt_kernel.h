@@ -1,15 +1,43 @@
 // Bolt's C ABI for generated kernels, modelled on CUTLASS's library Operation interface
-// (can_implement, workspace size, run). Every generated kernel exports three functions named
-// after its symbol:
+// (can_implement, get_host_workspace_size / get_device_workspace_size, initialize, run). Every
+// generated kernel exports six functions named after its symbol (ARGS is BoltArgs for GEMM and
+// conv kernels, BoltB2bArgs for back-to-back chain kernels, BoltGlueArgs for glue kernels):
 //
 //   BoltStatus <symbol>_can_implement(const void* problem);
-//   size_t     <symbol>_workspace_size(const void* problem);
-//   BoltStatus <symbol>_run(const void* problem, const BoltArgs* args, void* workspace,
-//                           void* stream /* cudaStream_t */);
+//   size_t     <symbol>_workspace_size(const void* problem);   // device workspace bytes
+//   size_t     <symbol>_params_size(void);                      // host params bytes
+//   BoltStatus <symbol>_initialize(const void* problem, const ARGS* args,
+//                                  void* workspace, size_t workspace_bytes,
+//                                  void* params, size_t params_bytes, void* stream);
+//   BoltStatus <symbol>_update(void* params, const ARGS* args);
+//   BoltStatus <symbol>_launch(void* params, void* stream /* cudaStream_t */);
 //
 // `problem` points to a BoltGemmProblem or BoltConv2dProblem according to the kernel's family
-// (the library manifest says which); back-to-back chain kernels take the BoltB2b* structs
-// below. Functions never throw: C++ exceptions and CUTLASS failures become status codes.
+// (the library manifest says which); chain kernels take the BoltB2b* structs below.
+//
+// Set-up is split from launch, so CUTLASS's Params are built once per shape, not per call:
+// - can_implement and workspace_size are host-only (no GPU needed). The workspace size depends
+//   on the problem (split-K semaphores, stream-K partials): size it per problem, never reuse a
+//   smaller one. Stream-K kernels also size it by the GPU's SM count (1 without a GPU): ask
+//   on the device that runs them.
+// - initialize checks the problem and the arguments (as can_implement does, plus null and
+//   misaligned pointers and the workspace: BOLT_ERR_WORKSPACE_TOO_SMALL when workspace_bytes is
+//   below workspace_size), then builds the kernel's state (CUTLASS Params, TMA descriptors) in
+//   `params`, a host buffer of at least params_size() bytes aligned to BOLT_PARAMS_ALIGNMENT,
+//   owned by the caller. It may set kernel attributes and enqueue the workspace's first
+//   initialisation on `stream`, so it needs the device current and is not meant for graph
+//   capture. The state points into `workspace`: keep it allocated while the params are used.
+//   The params hold no resources: free the buffer when done; do not copy it byte-wise (a
+//   copy is not initialised: initialize again). On failure the params are left uninitialised.
+// - update replaces the device pointers and scalars of `args` (same problem, same workspace),
+//   for hosts that hand new buffers on every call (ONNX Runtime). Host-only; on failure the
+//   params keep their previous arguments.
+// - launch enqueues the kernel (and, for kernels that need it, the workspace's
+//   re-initialisation) on `stream`: no allocation, no host synchronisation, so a sequence of
+//   launches can be captured in a CUDA graph. Not thread-safe on one params buffer.
+// Functions never throw: C++ exceptions and CUTLASS failures become status codes; update and
+// launch answer BOLT_ERR_INVALID_PARAMS for a buffer that no successful initialize of this
+// kernel filled.
 #ifndef BOLT_KERNEL_H
 #define BOLT_KERNEL_H
 
@@ -20,17 +48,22 @@
 extern "C" {
 #endif
 
-#define BOLT_ABI_VERSION 1
+#define BOLT_ABI_VERSION 2
+
+// Alignment (bytes) of the params buffer given to initialize, update and launch (CUTLASS 3
+// Params hold 128-byte-aligned members).
+#define BOLT_PARAMS_ALIGNMENT 128
 
 typedef enum BoltStatus {
   BOLT_OK = 0,
   BOLT_ERR_NULL_ARGUMENT = 1,          // a required pointer is null
   BOLT_ERR_MISALIGNED_OPERAND = 2,     // a leading dimension or pointer breaks the kernel's alignment
   BOLT_ERR_UNSUPPORTED_PROBLEM = 3,    // sizes, strides or groups the kernel cannot do
-  BOLT_ERR_WORKSPACE_TOO_SMALL = 4,
-  BOLT_ERR_CUTLASS_INTERNAL = 5,       // CUTLASS's initialize/run reported an error
-  BOLT_ERR_LAUNCH_FAILED = 6,          // cudaGetLastError after launch
-  BOLT_ERR_UNKNOWN = 7
+  BOLT_ERR_WORKSPACE_TOO_SMALL = 4,    // workspace null or below workspace_size(problem)
+  BOLT_ERR_CUTLASS_INTERNAL = 5,       // CUTLASS's initialize/update reported an error (e.g. no device)
+  BOLT_ERR_LAUNCH_FAILED = 6,          // the launch (or cudaGetLastError after it) failed
+  BOLT_ERR_UNKNOWN = 7,
+  BOLT_ERR_INVALID_PARAMS = 8          // params null, too small, misaligned, or not initialised by this kernel
 } BoltStatus;
 
 // D = epilogue(A @ B): A is M x K, B is K x N, C/D are M x N, in the kernel's layouts.
@@ -66,8 +99,8 @@ typedef struct BoltArgs {
 } BoltArgs;
 
 // ---- Back-to-back chains (one kernel for GEMM -> GEMM or Conv -> 1x1 Conv) ------------------
-// A chain kernel exports the same three functions; `problem` points to a BoltB2bGemmProblem or
-// BoltB2bConv2dProblem and `run` takes a BoltB2bArgs. Layer i reads layer i-1's output from
+// A chain kernel exports the same six functions; `problem` points to a BoltB2bGemmProblem or
+// BoltB2bConv2dProblem and initialize/update take a BoltB2bArgs. Layer i reads layer i-1's output from
 // registers or shared memory; only the last layer's output D is written to memory.
 #define BOLT_B2B_MAX_LAYERS 4
 
@@ -103,6 +136,24 @@ typedef struct BoltB2bArgs {
   void* d;        // the last layer's output
   BoltB2bLayerArgs layer[BOLT_B2B_MAX_LAYERS];
 } BoltB2bArgs;
+
+// ---- Glue kernels (layout and type conversions around the CUTLASS kernels) ------------------
+// Transposes (NCHW <-> NHWC), channel padding and casts export the same six functions with a
+// BoltGlueProblem and BoltGlueArgs; they need no workspace.
+
+// A 4-D activation of logical extents n, c, h, w (the layouts are the kernel's: a transpose
+// reads one and writes the other). `c_padded` is the output's channel count of a padding kernel
+// (>= c, a multiple of its alignment; the extra channels are written as zeros) and equals c for
+// the others. A cast reads and writes n * c * h * w elements in any layout.
+typedef struct BoltGlueProblem {
+  int64_t n, c, h, w;
+  int64_t c_padded;
+} BoltGlueProblem;
+
+typedef struct BoltGlueArgs {
+  const void* x;  // input
+  void* y;        // output
+} BoltGlueArgs;
 
 #ifdef __cplusplus
 }

@@ -1,11 +1,18 @@
 //! Rust mirrors of the C ABI in `codegen/include/bolt_kernel.h`, which every generated kernel
-//! exports:
+//! exports (`ARGS` is [`BoltArgs`], or [`BoltB2bArgs`] for chain kernels):
 //!
 //! ```c
 //! BoltStatus <symbol>_can_implement(const void* problem);
 //! size_t     <symbol>_workspace_size(const void* problem);
-//! BoltStatus <symbol>_run(const void* problem, const BoltArgs* args, void* workspace, void* stream);
+//! size_t     <symbol>_params_size(void);
+//! BoltStatus <symbol>_initialize(const void* problem, const ARGS* args, void* workspace,
+//!                                size_t workspace_bytes, void* params, size_t params_bytes, void* stream);
+//! BoltStatus <symbol>_update(void* params, const ARGS* args);
+//! BoltStatus <symbol>_launch(void* params, void* stream);
 //! ```
+//!
+//! The header documents the contract (set-up once per shape in `initialize`, a launch that
+//! allocates nothing and never synchronises); [`crate::loader`] wraps it in a typed API.
 //!
 //! The layouts are checked against the header by compiling a C program that prints every
 //! `sizeof`/`offsetof` (see the tests below).
@@ -18,7 +25,10 @@ use serde::{Deserialize, Serialize};
 use crate::spec::{Family, Layout};
 
 /// `BOLT_ABI_VERSION` of the header; recorded in every manifest and checked on load.
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;
+
+/// `BOLT_PARAMS_ALIGNMENT`: alignment in bytes of a kernel's params buffer.
+pub const PARAMS_ALIGNMENT: usize = 128;
 
 /// The header itself, written next to the rendered sources of every build (so builds do not
 /// depend on where this crate's checkout lives).
@@ -99,7 +109,7 @@ pub struct BoltConv2dProblem {
 ///
 /// With cudarc (not a dependency here: this crate is built and tested without a GPU), the
 /// pointers come from `CudaSlice::device_ptr()` (a `CUdeviceptr`, cast with `as *const c_void`)
-/// and the stream of [`crate::loader::Kernel::run`] from `CudaStream::cu_stream()`.
+/// and the stream of [`crate::loader::Params::launch`] from `CudaStream::cu_stream()`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct BoltArgs {
@@ -202,13 +212,38 @@ impl Default for BoltB2bArgs {
     }
 }
 
-/// `<symbol>_run` of a back-to-back chain kernel.
-pub type B2bRunFn = unsafe extern "C" fn(
-    problem: *const c_void,
-    args: *const BoltB2bArgs,
-    workspace: *mut c_void,
-    stream: *mut c_void,
-) -> BoltStatus;
+/// `BoltGlueProblem`: a 4-D activation of logical extents n, c, h, w; `c_padded` is a padding
+/// kernel's output channel count (`c` for the other glue kernels).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct BoltGlueProblem {
+    pub n: i64,
+    pub c: i64,
+    pub h: i64,
+    pub w: i64,
+    pub c_padded: i64,
+}
+
+impl BoltGlueProblem {
+    /// An unpadded problem.
+    pub fn new(n: i64, c: i64, h: i64, w: i64) -> BoltGlueProblem {
+        BoltGlueProblem { n, c, h, w, c_padded: c }
+    }
+}
+
+/// `BoltGlueArgs`: a glue kernel's input and output.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BoltGlueArgs {
+    pub x: *const c_void,
+    pub y: *mut c_void,
+}
+
+impl Default for BoltGlueArgs {
+    fn default() -> Self {
+        BoltGlueArgs { x: std::ptr::null(), y: std::ptr::null_mut() }
+    }
+}
 
 /// `BoltStatus` exactly as the C functions return it (a C enum is an `int`). Kept as a raw
 /// integer: a value outside the enum must not be undefined behaviour on the Rust side.
@@ -226,6 +261,7 @@ impl BoltStatus {
     pub const ERR_CUTLASS_INTERNAL: BoltStatus = BoltStatus(5);
     pub const ERR_LAUNCH_FAILED: BoltStatus = BoltStatus(6);
     pub const ERR_UNKNOWN: BoltStatus = BoltStatus(7);
+    pub const ERR_INVALID_PARAMS: BoltStatus = BoltStatus(8);
 
     pub fn status(self) -> Status {
         match self.0 {
@@ -237,6 +273,7 @@ impl BoltStatus {
             5 => Status::CutlassInternal,
             6 => Status::LaunchFailed,
             7 => Status::Unknown,
+            8 => Status::InvalidParams,
             other => Status::Invalid(other),
         }
     }
@@ -253,12 +290,16 @@ pub enum Status {
     /// Sizes, strides or groups the kernel cannot do (also: a problem of the wrong kind for
     /// the kernel, caught on the Rust side without calling it).
     UnsupportedProblem,
+    /// The workspace is null or smaller than `workspace_size(problem)`.
     WorkspaceTooSmall,
-    /// CUTLASS's initialize/run reported an error.
+    /// CUTLASS's initialize/update reported an error (e.g. no device).
     CutlassInternal,
-    /// `cudaGetLastError` after the launch.
+    /// The launch, or `cudaGetLastError` after it, failed.
     LaunchFailed,
     Unknown,
+    /// The params buffer is null, too small, misaligned, or was not filled by a successful
+    /// `initialize` of this kernel.
+    InvalidParams,
     /// A value outside the enum: a kernel broke the ABI.
     Invalid(i32),
 }
@@ -280,6 +321,7 @@ impl fmt::Display for Status {
             Status::CutlassInternal => f.write_str("CUTLASS internal error"),
             Status::LaunchFailed => f.write_str("launch failed"),
             Status::Unknown => f.write_str("unknown error"),
+            Status::InvalidParams => f.write_str("invalid params (not initialised by this kernel)"),
             Status::Invalid(v) => write!(f, "invalid status {v} (ABI violation)"),
         }
     }
@@ -289,16 +331,32 @@ impl fmt::Display for Status {
 pub type CanImplementFn = unsafe extern "C" fn(problem: *const c_void) -> BoltStatus;
 /// `<symbol>_workspace_size`.
 pub type WorkspaceSizeFn = unsafe extern "C" fn(problem: *const c_void) -> usize;
-/// `<symbol>_run`.
-pub type RunFn = unsafe extern "C" fn(
+/// `<symbol>_params_size`.
+pub type ParamsSizeFn = unsafe extern "C" fn() -> usize;
+/// `<symbol>_initialize`, with `A` the kernel's argument struct ([`BoltArgs`] or [`BoltB2bArgs`]).
+pub type InitializeFn<A> = unsafe extern "C" fn(
     problem: *const c_void,
-    args: *const BoltArgs,
+    args: *const A,
     workspace: *mut c_void,
+    workspace_bytes: usize,
+    params: *mut c_void,
+    params_bytes: usize,
     stream: *mut c_void,
 ) -> BoltStatus;
+/// `<symbol>_update`.
+pub type UpdateFn<A> = unsafe extern "C" fn(params: *mut c_void, args: *const A) -> BoltStatus;
+/// `<symbol>_launch`.
+pub type LaunchFn = unsafe extern "C" fn(params: *mut c_void, stream: *mut c_void) -> BoltStatus;
 
-/// Suffixes of the three functions every kernel exports after its symbol.
-pub const FUNCTION_SUFFIXES: [&str; 3] = ["_can_implement", "_workspace_size", "_run"];
+/// Suffixes of the functions every kernel exports after its symbol.
+pub const FUNCTION_SUFFIXES: [&str; 6] =
+    ["_can_implement", "_workspace_size", "_params_size", "_initialize", "_update", "_launch"];
+
+/// An argument struct of the ABI: [`BoltArgs`] or [`BoltB2bArgs`]. Sealed.
+pub trait KernelArgs: sealed::SealedArgs + Copy {}
+impl KernelArgs for BoltArgs {}
+impl KernelArgs for BoltB2bArgs {}
+impl KernelArgs for BoltGlueArgs {}
 
 /// Which problem struct a kernel's functions take.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -346,6 +404,10 @@ impl Problem for BoltConv2dProblem {
 }
 
 mod sealed {
+    pub trait SealedArgs {}
+    impl SealedArgs for super::BoltArgs {}
+    impl SealedArgs for super::BoltB2bArgs {}
+    impl SealedArgs for super::BoltGlueArgs {}
     pub trait Sealed {}
     impl Sealed for super::BoltGemmProblem {}
     impl Sealed for super::BoltConv2dProblem {}
@@ -375,9 +437,12 @@ mod tests {
         layout!(BoltB2bConv2dProblem: layers, conv);
         layout!(BoltB2bLayerArgs: b, bias, alpha, beta);
         layout!(BoltB2bArgs: a, c, d, layer);
+        layout!(BoltGlueProblem: n, c, h, w, c_padded);
+        layout!(BoltGlueArgs: x, y);
         v.push(("BOLT_B2B_MAX_LAYERS".into(), B2B_MAX_LAYERS));
         v.push(("sizeof(BoltStatus)".into(), size_of::<BoltStatus>()));
         v.push(("BOLT_ABI_VERSION".into(), ABI_VERSION as usize));
+        v.push(("BOLT_PARAMS_ALIGNMENT".into(), PARAMS_ALIGNMENT));
         for (name, value) in [
             ("BOLT_OK", BoltStatus::OK),
             ("BOLT_ERR_NULL_ARGUMENT", BoltStatus::ERR_NULL_ARGUMENT),
@@ -387,6 +452,7 @@ mod tests {
             ("BOLT_ERR_CUTLASS_INTERNAL", BoltStatus::ERR_CUTLASS_INTERNAL),
             ("BOLT_ERR_LAUNCH_FAILED", BoltStatus::ERR_LAUNCH_FAILED),
             ("BOLT_ERR_UNKNOWN", BoltStatus::ERR_UNKNOWN),
+            ("BOLT_ERR_INVALID_PARAMS", BoltStatus::ERR_INVALID_PARAMS),
         ] {
             v.push((name.into(), value.0 as usize));
         }

@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::abi::{BoltB2bConv2dProblem, BoltB2bGemmProblem, BoltConv2dProblem, B2B_MAX_LAYERS};
+use crate::abi::{BoltB2bArgs, BoltB2bConv2dProblem, BoltB2bGemmProblem, BoltConv2dProblem, B2B_MAX_LAYERS};
 use crate::epilogue::{Epilogue, NormalForm};
 use crate::render::RenderError;
 use crate::sm80::{self, EpilogueKind, EpilogueLowering};
@@ -69,7 +69,7 @@ pub fn compile_command<'a>(
     output: &Path,
     include: &Path,
 ) -> bolt_cutlass::Compile<'a> {
-    toolchain.compile(source, output).arch(Arch::Sm80.nvcc_arch()).include(include).include(include_dir(toolchain))
+    Arch::Sm80.targets(toolchain.compile(source, output)).include(include).include(include_dir(toolchain))
 }
 
 // ================================================================================================
@@ -1123,22 +1123,6 @@ pub struct B2bContext {
     pub epilogue: EpilogueLowering,
 }
 
-fn cpp_element(e: Element) -> &'static str {
-    match e {
-        Element::F16 => "cutlass::half_t",
-        Element::BF16 => "cutlass::bfloat16_t",
-        Element::F32 => "float",
-    }
-}
-
-fn element_name(e: Element) -> &'static str {
-    match e {
-        Element::F16 => "f16",
-        Element::BF16 => "bf16",
-        Element::F32 => "f32",
-    }
-}
-
 /// Validates `spec` and builds its template context; returns the template name too.
 pub fn context(spec: &B2bSpec, symbol: &str) -> Result<(&'static str, B2bContext), RenderError> {
     validate(spec).map_err(|r| RenderError::Unsupported { field: "b2b", reason: r.to_string() })?;
@@ -1169,14 +1153,14 @@ pub fn context(spec: &B2bSpec, symbol: &str) -> Result<(&'static str, B2bContext
     };
     let summary = format!(
         "{what}: {} inputs, {} accumulation, intermediate resident in {residency}",
-        element_name(spec.types.input),
-        element_name(spec.types.accumulator)
+        spec.types.input.name(),
+        spec.types.accumulator.name()
     );
     let ctx = B2bContext {
         symbol: symbol.to_string(),
         summary,
-        element: cpp_element(spec.types.input),
-        element_accumulator: cpp_element(spec.types.accumulator),
+        element: spec.types.input.cpp(),
+        element_accumulator: spec.types.accumulator.cpp(),
         alignment: spec.alignment,
         stages: spec.stages,
         instruction: spec.instruction,
@@ -1235,7 +1219,6 @@ pub fn render_unit(kernels: &[(&B2bSpec, &str)]) -> Result<String, RenderError> 
     let mut context = tera::Context::new();
     context.insert("symbols", &kernels.iter().map(|(_, s)| *s).collect::<Vec<_>>());
     context.insert("includes", &includes);
-    context.insert("b2b", &true);
     let mut unit = crate::render::render_template(crate::render::PROLOGUE_TEMPLATE, &context)?;
     for &(spec, symbol) in kernels {
         unit.push('\n');
@@ -1267,8 +1250,8 @@ pub fn symbol_for(spec: &B2bSpec) -> String {
     }
     format!(
         "bolt_sm80_b2b_{family}_{residency}_{}_{}acc_a{}_{}_s{}_{}_{:08x}",
-        element_name(spec.types.input),
-        element_name(spec.types.accumulator),
+        spec.types.input.name(),
+        spec.types.accumulator.name(),
         spec.alignment,
         tiles.join("_"),
         spec.stages,
@@ -1289,7 +1272,7 @@ pub const KERNELS_PER_UNIT: usize = 4;
 
 /// `lib<name>.b2b.json` next to a library of chain kernels: which symbols it exports and the
 /// spec of each. Every kernel's functions take a `BoltB2bGemmProblem` (family `Gemm`) or a
-/// `BoltB2bConv2dProblem` (`Conv2dFprop`), and `run` a `BoltB2bArgs`.
+/// `BoltB2bConv2dProblem` (`Conv2dFprop`), and `initialize`/`update` a `BoltB2bArgs`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct B2bManifest {
     pub format: u32,
@@ -1359,8 +1342,7 @@ pub fn build_library(
 }
 
 /// [`build_library`] with extra nvcc arguments for every unit (part of the objects' cache
-/// keys). The GPU benchmark package passes `-gencode arch=compute_80,code=compute_80`: sm_80
-/// SASS alone does not load on an sm_90 GPU, the embedded PTX is JIT-compiled there.
+/// keys). Every unit carries sm_80 SASS and compute_80 PTX already ([`Arch::targets`]).
 pub fn build_library_with_flags(
     specs: &[B2bSpec],
     out_dir: &Path,
@@ -1525,10 +1507,7 @@ pub struct B2bKernelLibrary {
 pub struct B2bKernel {
     pub symbol: String,
     pub spec: B2bSpec,
-    can_implement: crate::abi::CanImplementFn,
-    workspace_size: crate::abi::WorkspaceSizeFn,
-    run: crate::abi::B2bRunFn,
-    _library: std::sync::Arc<libloading::Library>,
+    functions: crate::loader::Functions<BoltB2bArgs>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -1547,7 +1526,7 @@ pub enum B2bLoadError {
 
 impl B2bKernelLibrary {
     /// Opens `lib<name>.so` through `lib<name>.b2b.json` next to it: checks the format, the ABI
-    /// version and the library's hash, resolves every kernel's three functions.
+    /// version and the library's hash, resolves every kernel's six functions.
     pub fn open(library: &Path) -> Result<B2bKernelLibrary, B2bLoadError> {
         let manifest_path = library.with_extension("b2b.json");
         let bytes =
@@ -1576,15 +1555,12 @@ impl B2bKernelLibrary {
         );
         let mut kernels = Vec::new();
         for entry in &manifest.kernels {
-            let name = |suffix: &str| format!("{}{suffix}", entry.symbol);
-            kernels.push(B2bKernel {
-                symbol: entry.symbol.clone(),
-                spec: entry.spec.clone(),
-                can_implement: resolve(&lib, library, name("_can_implement"))?,
-                workspace_size: resolve(&lib, library, name("_workspace_size"))?,
-                run: resolve(&lib, library, name("_run"))?,
-                _library: lib.clone(),
-            });
+            // SAFETY: a chain kernel exports the functions of bolt_kernel.h with BoltB2bArgs.
+            let functions =
+                unsafe { crate::loader::Functions::resolve(&lib, &entry.symbol) }.map_err(|(symbol, source)| {
+                    B2bLoadError::MissingSymbol { library: library.to_path_buf(), symbol, source }
+                })?;
+            kernels.push(B2bKernel { symbol: entry.symbol.clone(), spec: entry.spec.clone(), functions });
         }
         Ok(B2bKernelLibrary { manifest, kernels })
     }
@@ -1596,16 +1572,6 @@ impl B2bKernelLibrary {
     pub fn kernel(&self, symbol: &str) -> Option<&B2bKernel> {
         self.kernels.iter().find(|k| k.symbol == symbol)
     }
-}
-
-/// One function of the library, typed as `bolt_kernel.h` declares it.
-fn resolve<T: Copy>(lib: &libloading::Library, library: &Path, symbol: String) -> Result<T, B2bLoadError> {
-    // SAFETY: `T` is the function type bolt_kernel.h declares for `symbol`.
-    unsafe { lib.get::<T>(symbol.as_bytes()) }.map(|f| *f).map_err(|source| B2bLoadError::MissingSymbol {
-        library: library.to_path_buf(),
-        symbol,
-        source,
-    })
 }
 
 impl B2bKernel {
@@ -1621,31 +1587,44 @@ impl B2bKernel {
     pub fn can_implement(&self, problem: &B2bProblem) -> crate::abi::Status {
         match self.problem_ptr(problem) {
             // SAFETY: the pointer is to the problem struct this kernel's family takes.
-            Some(p) => unsafe { (self.can_implement)(p) }.status(),
+            Some(p) => unsafe { self.functions.can_implement(p) },
             None => crate::abi::Status::UnsupportedProblem,
         }
     }
 
-    /// `<symbol>_workspace_size` (0: chain kernels need none).
+    /// `<symbol>_workspace_size` (0 for a problem of the other family).
     pub fn workspace_size(&self, problem: &B2bProblem) -> usize {
         // SAFETY: as in can_implement.
-        self.problem_ptr(problem).map_or(0, |p| unsafe { (self.workspace_size)(p) })
+        self.problem_ptr(problem).map_or(0, |p| unsafe { self.functions.workspace_size(p) })
     }
 
-    /// `<symbol>_run` on `stream` (a `cudaStream_t`, null for the default stream).
+    /// Host bytes of the kernel's params.
+    pub fn params_size(&self) -> usize {
+        self.functions.params_size()
+    }
+
+    /// `<symbol>_initialize`: checks and builds the kernel's state for `problem` (see
+    /// [`crate::loader::Kernel::initialize`]).
     ///
     /// # Safety
-    /// The pointers in `args` must be device memory of the sizes `problem` implies, and
-    /// `stream` a valid stream of the current context.
-    pub unsafe fn run(
+    /// The pointers in `args` must be device memory of the sizes `problem` implies (or ones
+    /// the kernel refuses before any CUDA call), `workspace` a device buffer of
+    /// `workspace_bytes` bytes (or null), and `stream` a valid stream of the current context.
+    pub unsafe fn initialize(
         &self,
         problem: &B2bProblem,
-        args: &crate::abi::BoltB2bArgs,
+        args: &BoltB2bArgs,
+        workspace: *mut std::ffi::c_void,
+        workspace_bytes: usize,
         stream: *mut std::ffi::c_void,
-    ) -> crate::abi::Status {
+    ) -> Result<crate::loader::Params<BoltB2bArgs>, crate::loader::CallError> {
         match self.problem_ptr(problem) {
-            Some(p) => unsafe { (self.run)(p, args, std::ptr::null_mut(), stream) }.status(),
-            None => crate::abi::Status::UnsupportedProblem,
+            Some(p) => unsafe { self.functions.initialize(p, args, workspace, workspace_bytes, stream) },
+            None => Err(crate::loader::CallError {
+                symbol: self.symbol.clone(),
+                function: "_initialize",
+                status: crate::abi::Status::UnsupportedProblem,
+            }),
         }
     }
 }

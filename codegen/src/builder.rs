@@ -45,8 +45,8 @@ use crate::spec::{Arch, KernelSpec};
 /// Turns specs into C++: names kernels, rejects invalid ones, renders translation units.
 /// [`Templates`] is Bolt's (Tera templates over CUTLASS); tests and tools may bring their own.
 pub trait KernelSource: Sync {
-    /// The kernel's C symbol prefix: it exports `<symbol>_can_implement`,
-    /// `<symbol>_workspace_size` and `<symbol>_run`. Must be a pure function of the spec.
+    /// The kernel's C symbol prefix: it exports bolt_kernel.h's functions
+    /// (`<symbol>_can_implement`, `<symbol>_initialize`, ...). Must be a pure function of the spec.
     fn symbol(&self, spec: &KernelSpec) -> String;
 
     /// Rejects specs that would not compile (or not work) before nvcc is run.
@@ -336,7 +336,7 @@ impl Builder {
 
     /// The nvcc invocation for one unit.
     fn compile_command(&self, source: &Path, output: &Path, include: &Path, arch: Arch, ptxas: bool) -> Compile<'_> {
-        let mut c = self.toolchain.compile(source, output).arch(arch.nvcc_arch()).include(include).ptxas_verbose(ptxas);
+        let mut c = arch.targets(self.toolchain.compile(source, output)).include(include).ptxas_verbose(ptxas);
         for flag in &self.options.nvcc_flags {
             c = c.arg(flag);
         }

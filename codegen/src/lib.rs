@@ -7,6 +7,7 @@ pub mod builder;
 pub mod cache;
 pub mod candidates;
 pub mod epilogue;
+pub mod glue;
 pub mod loader;
 pub mod manifest;
 pub mod render;

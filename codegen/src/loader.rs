@@ -14,10 +14,13 @@
 //! # Ok::<(), bolt_codegen::loader::LoadError>(())
 //! ```
 //!
-//! Running a kernel needs device memory and a stream. This crate has no CUDA driver binding
-//! (it builds and tests without a GPU); with cudarc, pass `CudaSlice::device_ptr()` values in
-//! [`BoltArgs`], a device buffer of [`Kernel::workspace_size`] bytes as the workspace, and
-//! `CudaStream::cu_stream()` as the stream to [`Kernel::run`].
+//! Running a kernel follows the ABI's split between set-up and launch: [`Kernel::initialize`]
+//! checks the problem and arguments and builds the kernel's state (CUTLASS Params) once per
+//! shape into a [`Params`]; [`Params::update`] swaps device pointers; [`Params::launch`]
+//! enqueues the kernel with no allocation and no synchronisation (capturable in a CUDA graph).
+//! This crate has no CUDA driver binding (it builds and tests without a GPU); with cudarc, pass
+//! `CudaSlice::device_ptr()` values in [`BoltArgs`], a device buffer of
+//! [`Kernel::workspace_size`] bytes as the workspace, and `CudaStream::cu_stream()` as the stream.
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -25,7 +28,10 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::abi::{BoltArgs, CanImplementFn, Problem, ProblemKind, RunFn, Status, WorkspaceSizeFn, ABI_VERSION};
+use crate::abi::{
+    BoltArgs, CanImplementFn, InitializeFn, KernelArgs, LaunchFn, ParamsSizeFn, Problem, ProblemKind, Status, UpdateFn,
+    WorkspaceSizeFn, ABI_VERSION, PARAMS_ALIGNMENT,
+};
 use crate::manifest::{KernelEntry, Manifest, ManifestError};
 use crate::spec::KernelSpec;
 
@@ -42,10 +48,50 @@ pub struct KernelLibrary {
 #[derive(Clone)]
 pub struct Kernel {
     entry: Arc<KernelEntry>,
+    functions: Functions<BoltArgs>,
+}
+
+/// The six functions of one kernel of a loaded library (plain or chain kernel, by its argument
+/// struct `A`), resolved; holds the library open.
+pub struct Functions<A: KernelArgs> {
+    symbol: Arc<str>,
     can_implement: CanImplementFn,
     workspace_size: WorkspaceSizeFn,
-    run: RunFn,
+    params_size: ParamsSizeFn,
+    initialize: InitializeFn<A>,
+    update: UpdateFn<A>,
+    launch: LaunchFn,
     _library: Arc<libloading::Library>,
+}
+
+impl<A: KernelArgs> Clone for Functions<A> {
+    fn clone(&self) -> Self {
+        Functions { symbol: self.symbol.clone(), _library: self._library.clone(), ..*self }
+    }
+}
+
+/// A kernel function's failure: which function of which kernel, and the status it returned.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{symbol}{function}: {status}")]
+pub struct CallError {
+    pub symbol: String,
+    /// The function's suffix (`_initialize`, `_update`, `_launch`).
+    pub function: &'static str,
+    pub status: Status,
+}
+
+/// One aligned block of a params buffer.
+#[repr(C, align(128))]
+#[derive(Clone, Copy)]
+struct ParamsBlock([u8; PARAMS_ALIGNMENT]);
+const _: () = assert!(std::mem::align_of::<ParamsBlock>() == PARAMS_ALIGNMENT);
+
+/// A kernel's state for one problem, built by `initialize` in a host buffer this value owns:
+/// CUTLASS's Params and the workspace pointer. Keeps the library loaded. The workspace given
+/// to `initialize` must stay allocated while the params are used.
+pub struct Params<A: KernelArgs> {
+    buffer: Box<[ParamsBlock]>,
+    functions: Functions<A>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -75,7 +121,7 @@ impl KernelLibrary {
     }
 
     /// Reads the manifest, checks the library file is the one it describes (size and
-    /// blake3), loads the library and resolves the three functions of every kernel. Fails
+    /// blake3), loads the library and resolves the six functions of every kernel. Fails
     /// naming the first symbol that does not resolve.
     ///
     /// Loading runs the library's initialisers; the hash check above makes sure they are
@@ -108,20 +154,8 @@ impl KernelLibrary {
             let missing = |symbol: String, source| LoadError::MissingSymbol { library: library.into(), symbol, source };
             // SAFETY: the signatures are those of bolt_kernel.h, which the manifest's ABI
             // version vouches for; the Arc keeps the library mapped while pointers live.
-            unsafe {
-                let can_implement =
-                    resolve::<CanImplementFn>(&lib, &entry.symbol, "_can_implement").map_err(|(s, e)| missing(s, e))?;
-                let workspace_size = resolve::<WorkspaceSizeFn>(&lib, &entry.symbol, "_workspace_size")
-                    .map_err(|(s, e)| missing(s, e))?;
-                let run = resolve::<RunFn>(&lib, &entry.symbol, "_run").map_err(|(s, e)| missing(s, e))?;
-                kernels.push(Kernel {
-                    entry: Arc::new(entry.clone()),
-                    can_implement,
-                    workspace_size,
-                    run,
-                    _library: lib.clone(),
-                });
-            }
+            let functions = unsafe { Functions::resolve(&lib, &entry.symbol) }.map_err(|(s, e)| missing(s, e))?;
+            kernels.push(Kernel { entry: Arc::new(entry.clone()), functions });
         }
         let by_symbol = kernels.iter().enumerate().map(|(i, k)| (k.symbol().to_string(), i)).collect();
         tracing::debug!("loaded {} kernels from {}", kernels.len(), library.display());
@@ -161,6 +195,138 @@ unsafe fn resolve<T: Copy>(
     lib.get::<T>(name.as_bytes()).map(|s| *s).map_err(|e| (name, e))
 }
 
+impl<A: KernelArgs> Functions<A> {
+    /// Resolves the six functions of `symbol`; the error names the first one missing.
+    ///
+    /// # Safety
+    /// `lib` must export them with the signatures of bolt_kernel.h, with `A` the kernel's
+    /// argument struct.
+    pub(crate) unsafe fn resolve(
+        lib: &Arc<libloading::Library>,
+        symbol: &str,
+    ) -> Result<Functions<A>, (String, libloading::Error)> {
+        Ok(Functions {
+            symbol: symbol.into(),
+            can_implement: resolve(lib, symbol, "_can_implement")?,
+            workspace_size: resolve(lib, symbol, "_workspace_size")?,
+            params_size: resolve(lib, symbol, "_params_size")?,
+            initialize: resolve(lib, symbol, "_initialize")?,
+            update: resolve(lib, symbol, "_update")?,
+            launch: resolve(lib, symbol, "_launch")?,
+            _library: lib.clone(),
+        })
+    }
+
+    pub fn symbol(&self) -> &str {
+        &self.symbol
+    }
+
+    fn error(&self, function: &'static str, status: Status) -> CallError {
+        CallError { symbol: self.symbol.to_string(), function, status }
+    }
+
+    /// # Safety
+    /// `problem` is null or points to the kernel's problem struct.
+    pub(crate) unsafe fn can_implement(&self, problem: *const c_void) -> Status {
+        (self.can_implement)(problem).status()
+    }
+
+    /// # Safety
+    /// As [`Functions::can_implement`].
+    pub(crate) unsafe fn workspace_size(&self, problem: *const c_void) -> usize {
+        (self.workspace_size)(problem)
+    }
+
+    /// Host bytes of the kernel's params.
+    pub fn params_size(&self) -> usize {
+        // SAFETY: takes nothing, returns a size.
+        unsafe { (self.params_size)() }
+    }
+
+    /// `<symbol>_initialize` into a fresh buffer of [`Functions::params_size`] bytes.
+    ///
+    /// # Safety
+    /// `problem` points to the kernel's problem struct; `args` holds device pointers to
+    /// buffers of the sizes the problem implies (or pointers the kernel refuses before any CUDA
+    /// call: null, misaligned); `workspace` is a device buffer of `workspace_bytes` bytes (or
+    /// null) and `stream` a live stream of the current device (or null).
+    pub(crate) unsafe fn initialize(
+        &self,
+        problem: *const c_void,
+        args: &A,
+        workspace: *mut c_void,
+        workspace_bytes: usize,
+        stream: *mut c_void,
+    ) -> Result<Params<A>, CallError> {
+        let bytes = self.params_size();
+        let blocks = bytes.div_ceil(PARAMS_ALIGNMENT).max(1);
+        let mut buffer = vec![ParamsBlock([0; PARAMS_ALIGNMENT]); blocks].into_boxed_slice();
+        let status = (self.initialize)(
+            problem,
+            args,
+            workspace,
+            workspace_bytes,
+            buffer.as_mut_ptr() as *mut c_void,
+            blocks * PARAMS_ALIGNMENT,
+            stream,
+        )
+        .status();
+        if status != Status::Ok {
+            return Err(self.error("_initialize", status));
+        }
+        Ok(Params { buffer, functions: self.clone() })
+    }
+}
+
+impl<A: KernelArgs> Params<A> {
+    /// The kernel these params belong to.
+    pub fn symbol(&self) -> &str {
+        self.functions.symbol()
+    }
+
+    /// Host bytes held.
+    pub fn bytes(&self) -> usize {
+        self.buffer.len() * PARAMS_ALIGNMENT
+    }
+
+    fn ptr(&mut self) -> *mut c_void {
+        self.buffer.as_mut_ptr() as *mut c_void
+    }
+
+    /// `<symbol>_update`: new device pointers and scalars for the same problem and workspace.
+    /// Host-only. On failure the params keep their previous arguments.
+    ///
+    /// # Safety
+    /// As for `initialize`: `args` must hold device buffers of the sizes the problem implies.
+    pub unsafe fn update(&mut self, args: &A) -> Result<(), CallError> {
+        let status = (self.functions.update)(self.ptr(), args).status();
+        match status {
+            Status::Ok => Ok(()),
+            s => Err(self.functions.error("_update", s)),
+        }
+    }
+
+    /// `<symbol>_launch` on `stream` (a `cudaStream_t`; null is the legacy default stream):
+    /// no allocation, no synchronisation.
+    ///
+    /// # Safety
+    /// The buffers and workspace the params point to must be alive until the stream has run
+    /// the kernel, and `stream` must be a live stream of the device current at `initialize`.
+    pub unsafe fn launch(&mut self, stream: *mut c_void) -> Result<(), CallError> {
+        let status = (self.functions.launch)(self.ptr(), stream).status();
+        match status {
+            Status::Ok => Ok(()),
+            s => Err(self.functions.error("_launch", s)),
+        }
+    }
+}
+
+impl<A: KernelArgs> fmt::Debug for Params<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Params").field("symbol", &self.symbol()).field("bytes", &self.bytes()).finish()
+    }
+}
+
 impl Kernel {
     pub fn symbol(&self) -> &str {
         &self.entry.symbol
@@ -196,37 +362,62 @@ impl Kernel {
     /// `problem` must be null or point to the struct of [`Kernel::problem_kind`]. Null is
     /// allowed by the ABI (the answer is [`Status::NullArgument`]).
     pub unsafe fn can_implement_raw(&self, problem: *const c_void) -> Status {
-        (self.can_implement)(problem).status()
+        self.functions.can_implement(problem)
     }
 
-    /// Bytes of device workspace `problem` needs (0 for a problem of the wrong kind).
+    /// Bytes of device workspace `problem` needs (0 for a problem of the wrong kind). Depends
+    /// on the problem: size it per problem.
     pub fn workspace_size<P: Problem>(&self, problem: &P) -> usize {
         if P::KIND != self.entry.problem {
             return 0;
         }
         // SAFETY: a valid pointer to the problem struct the function expects.
-        unsafe { (self.workspace_size)(problem.as_ptr()) }
+        unsafe { self.functions.workspace_size(problem.as_ptr()) }
     }
 
-    /// Launches the kernel on `stream` (a `cudaStream_t`; null is the default stream).
+    /// Host bytes of the kernel's [`Params`].
+    pub fn params_size(&self) -> usize {
+        self.functions.params_size()
+    }
+
+    /// Checks `problem` and `args` and builds the kernel's state for them (once per shape).
+    /// May set kernel attributes and enqueue the workspace's first initialisation on `stream`;
+    /// needs the device current. A problem of the wrong kind is refused without calling in.
     ///
     /// # Safety
-    /// `args` must hold device pointers to buffers of the sizes `problem` implies (and of
-    /// the spec's element types and layouts), `workspace` a device buffer of at least
-    /// [`Kernel::workspace_size`] bytes (or null when that is 0), and `stream` a live stream
-    /// of the current device. The launch is asynchronous: buffers must stay alive until the
-    /// stream has finished.
+    /// `args` holds device pointers to buffers of the sizes `problem` implies, of the spec's
+    /// element types and layouts (pointers the kernel refuses before any CUDA call, null or
+    /// misaligned, are fine); `workspace` is a device buffer of `workspace_bytes` bytes, at
+    /// least [`Kernel::workspace_size`] (or null when that is 0), alive while the params are
+    /// used; `stream` is a live stream of the current device (or null).
+    pub unsafe fn initialize<P: Problem>(
+        &self,
+        problem: &P,
+        args: &BoltArgs,
+        workspace: *mut c_void,
+        workspace_bytes: usize,
+        stream: *mut c_void,
+    ) -> Result<Params<BoltArgs>, CallError> {
+        if P::KIND != self.entry.problem {
+            return Err(self.functions.error("_initialize", Status::UnsupportedProblem));
+        }
+        self.functions.initialize(problem.as_ptr(), args, workspace, workspace_bytes, stream)
+    }
+
+    /// One-off run: [`Kernel::initialize`] then [`Params::launch`]. Builds the Params on every
+    /// call; keep the [`Params`] to launch the same problem again.
+    ///
+    /// # Safety
+    /// As [`Kernel::initialize`] and [`Params::launch`].
     pub unsafe fn run<P: Problem>(
         &self,
         problem: &P,
         args: &BoltArgs,
         workspace: *mut c_void,
+        workspace_bytes: usize,
         stream: *mut c_void,
-    ) -> Status {
-        if P::KIND != self.entry.problem {
-            return Status::UnsupportedProblem;
-        }
-        (self.run)(problem.as_ptr(), args, workspace, stream).status()
+    ) -> Result<(), CallError> {
+        self.initialize(problem, args, workspace, workspace_bytes, stream)?.launch(stream)
     }
 }
 

@@ -56,8 +56,9 @@ pub struct UnitEntry {
     pub symbols: Vec<String>,
 }
 
-/// One kernel: its three functions are `<symbol>_can_implement`, `<symbol>_workspace_size`
-/// and `<symbol>_run`.
+/// One kernel: it exports bolt_kernel.h's functions (`<symbol>_can_implement`,
+/// `<symbol>_workspace_size`, `<symbol>_params_size`, `<symbol>_initialize`, `<symbol>_update`,
+/// `<symbol>_launch`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct KernelEntry {
     pub symbol: String,

@@ -41,6 +41,7 @@ pub(crate) const PROLOGUE_TEMPLATE: &str = "unit_prologue.cu.tera";
 /// Every template, embedded.
 const TEMPLATES: &[(&str, &str)] = &[
     (PROLOGUE_TEMPLATE, include_str!("../../templates/unit_prologue.cu.tera")),
+    ("abi_exports.cu.tera", include_str!("../../templates/abi_exports.cu.tera")),
     (sm80::ACTIVATION_TEMPLATE, include_str!("../../templates/sm80_activation.cu.tera")),
     (sm80::EPILOGUE_TEMPLATE, include_str!("../../templates/sm80_epilogue.cu.tera")),
     (sm80::GEMM_TEMPLATE, include_str!("../../templates/sm80_gemm.cu.tera")),
@@ -50,6 +51,7 @@ const TEMPLATES: &[(&str, &str)] = &[
     (crate::b2b::CONV2D_FPROP_TEMPLATE, include_str!("../../templates/sm80_b2b_conv2d_fprop.cu.tera")),
     (sm90::GEMM_TEMPLATE, include_str!("../../templates/sm90_gemm.cu.tera")),
     (sm90::CONV2D_FPROP_TEMPLATE, include_str!("../../templates/sm90_conv2d_fprop.cu.tera")),
+    (crate::glue::TEMPLATE, include_str!("../../templates/glue.cu.tera")),
 ];
 
 fn tera() -> &'static Tera {
@@ -176,12 +178,7 @@ pub fn symbol_for(spec: &KernelSpec) -> String {
         }
     };
     let t = spec.types;
-    let types = format!(
-        "{}_{}acc_{}",
-        sm80::element_name(t.input),
-        sm80::element_name(t.accumulator),
-        sm80::element_name(t.output)
-    );
+    let types = format!("{}_{}acc_{}", t.input.name(), t.accumulator.name(), t.output.name());
     let layouts = match spec.family {
         Family::Conv2dFprop(_) => String::new(),
         _ => {

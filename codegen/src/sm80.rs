@@ -232,10 +232,10 @@ pub fn context(spec: &KernelSpec, symbol: &str) -> Result<(&'static str, Sm80Con
         symbol: symbol.to_string(),
         summary: summary(spec, &tile),
         family,
-        element_a: cpp_element(spec.types.input),
-        element_b: cpp_element(spec.types.input),
-        element_c: cpp_element(spec.types.output),
-        element_accumulator: cpp_element(spec.types.accumulator),
+        element_a: spec.types.input.cpp(),
+        element_b: spec.types.input.cpp(),
+        element_c: spec.types.output.cpp(),
+        element_accumulator: spec.types.accumulator.cpp(),
         layout_a: cpp_layout(spec.layouts[0]),
         layout_b: cpp_layout(spec.layouts[1]),
         layout_c: cpp_layout(spec.layouts[2]),
@@ -511,26 +511,10 @@ pub fn formula(form: &NormalForm) -> String {
     format!("D = {out}")
 }
 
-fn cpp_element(e: Element) -> &'static str {
-    match e {
-        Element::F16 => "cutlass::half_t",
-        Element::BF16 => "cutlass::bfloat16_t",
-        Element::F32 => "float",
-    }
-}
-
 fn cpp_layout(l: Layout) -> &'static str {
     match l {
         Layout::RowMajor => "cutlass::layout::RowMajor",
         Layout::ColumnMajor => "cutlass::layout::ColumnMajor",
-    }
-}
-
-pub(crate) fn element_name(e: Element) -> &'static str {
-    match e {
-        Element::F16 => "f16",
-        Element::BF16 => "bf16",
-        Element::F32 => "f32",
     }
 }
 
@@ -556,9 +540,9 @@ fn summary(spec: &KernelSpec, tile: &Sm80Tile) -> String {
     let split = if tile.split_k > 1 { format!(", serial split-K {}", tile.split_k) } else { String::new() };
     format!(
         "{what}: {} inputs{math}, {} accumulation, {} output{layouts}{split}",
-        element_name(t.input),
-        element_name(t.accumulator),
-        element_name(t.output)
+        t.input.name(),
+        t.accumulator.name(),
+        t.output.name()
     )
 }
 

@@ -15,7 +15,7 @@ use std::fmt::Write as _;
 use tera::Context;
 
 use crate::epilogue::{Activation, BinaryOp, Expr, Scalar};
-use crate::spec::{Arch, Element, EpilogueSchedule, Family, KernelSchedule, KernelSpec, Layout, Sm90Tile, TileConfig};
+use crate::spec::{Arch, EpilogueSchedule, Family, KernelSchedule, KernelSpec, Layout, Sm90Tile, TileConfig};
 
 /// Template file names under `templates/`.
 pub const GEMM_TEMPLATE: &str = "sm90_gemm.cu.tera";
@@ -68,8 +68,7 @@ pub enum Sm90Error {
     BadSymbol(String),
 }
 
-/// The template and its context for one kernel exporting `<symbol>_can_implement`,
-/// `<symbol>_workspace_size` and `<symbol>_run`.
+/// The template and its context for one kernel exporting bolt_kernel.h's functions.
 pub fn context(spec: &KernelSpec, symbol: &str) -> Result<(&'static str, Context), Sm90Error> {
     let tile = validate(spec)?;
     if !is_c_identifier(symbol) {
@@ -84,12 +83,12 @@ pub fn context(spec: &KernelSpec, symbol: &str) -> Result<(&'static str, Context
     ctx.insert("symbol", symbol);
     ctx.insert("summary", &summary(spec, tile));
     ctx.insert("epilogue_tree", &describe(expr));
-    ctx.insert("element_a", cpp_element(spec.types.input));
-    ctx.insert("element_b", cpp_element(spec.types.input));
-    ctx.insert("element_d", cpp_element(spec.types.output));
+    ctx.insert("element_a", spec.types.input.cpp());
+    ctx.insert("element_b", spec.types.input.cpp());
+    ctx.insert("element_d", spec.types.output.cpp());
     // A void C makes CUTLASS skip the source load entirely.
-    ctx.insert("element_c", if reads_source { cpp_element(spec.types.output) } else { "void" });
-    ctx.insert("element_acc", cpp_element(spec.types.accumulator));
+    ctx.insert("element_c", if reads_source { spec.types.output.cpp() } else { "void" });
+    ctx.insert("element_acc", spec.types.accumulator.cpp());
     ctx.insert("align_a", &spec.alignment.a);
     ctx.insert("align_b", &spec.alignment.b);
     ctx.insert("align_c", &spec.alignment.c);
@@ -190,14 +189,6 @@ fn is_c_identifier(s: &str) -> bool {
     let mut chars = s.chars();
     matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
-
-fn cpp_element(e: Element) -> &'static str {
-    match e {
-        Element::F16 => "cutlass::half_t",
-        Element::BF16 => "cutlass::bfloat16_t",
-        Element::F32 => "float",
-    }
 }
 
 fn cpp_layout(l: Layout) -> &'static str {

@@ -28,6 +28,17 @@ impl Arch {
             Arch::Sm90 => bolt_cutlass::Arch::Sm90a,
         }
     }
+
+    /// The targets of a library compile for this arch: sm_80 SASS plus compute_80 PTX (SASS
+    /// alone does not load on an H100; the driver JIT-compiles the PTX there, once per
+    /// process, cached by the driver), or sm_90a SASS (arch-specific features: no PTX that a
+    /// later GPU could run).
+    pub fn targets<'a>(self, compile: bolt_cutlass::Compile<'a>) -> bolt_cutlass::Compile<'a> {
+        match self {
+            Arch::Sm80 => compile.arch(bolt_cutlass::Arch::Sm80).ptx(bolt_cutlass::Arch::Sm80),
+            Arch::Sm90 => compile.arch(bolt_cutlass::Arch::Sm90a),
+        }
+    }
 }
 
 /// What a kernel computes.
@@ -73,6 +84,24 @@ impl Element {
         match self {
             Element::F16 | Element::BF16 => 2,
             Element::F32 => 4,
+        }
+    }
+
+    /// The CUTLASS C++ type.
+    pub fn cpp(self) -> &'static str {
+        match self {
+            Element::F16 => "cutlass::half_t",
+            Element::BF16 => "cutlass::bfloat16_t",
+            Element::F32 => "float",
+        }
+    }
+
+    /// Short name used in symbols: `f16`, `bf16`, `f32`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Element::F16 => "f16",
+            Element::BF16 => "bf16",
+            Element::F32 => "f32",
         }
     }
 }

@@ -9,6 +9,7 @@
 //! Bolt's templates (`templates/`, `codegen/src/sm80.rs`, `codegen/src/sm90.rs`) where CUTLASS
 //! offers more than Bolt renders.
 
+use crate::abi::BoltConv2dProblem;
 use crate::epilogue::{NormalForm, ResidualAt};
 use crate::spec::{
     Alignment, Arch, ConvFeatures, Element, EpilogueSchedule, Family, GroupMode, KernelSchedule, KernelSpec, Layout,
@@ -184,6 +185,30 @@ fn conv_suffix(conv: &bool) -> &'static str {
     } else {
         ""
     }
+}
+
+/// Largest conv stride an sm90 conv kernel takes: the TMA im2col descriptor's traversal strides
+/// (`elementStrides` of cuTensorMapEncodeIm2col) are at most 8. CUTLASS checks this only with
+/// `assert` (compiled out under -DNDEBUG), so a larger stride would build an invalid descriptor
+/// and fail at launch, or worse.
+pub const SM90_CONV_MAX_STRIDE: i32 = 8;
+
+/// Why a (valid) spec cannot run a concrete problem, for rules a shape-free spec cannot see.
+/// The rendered `<symbol>_can_implement` refuses the same problems.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ProblemRejection {
+    #[error("conv stride {stride_h}x{stride_w} on an sm90 conv kernel: the TMA im2col descriptor takes traversal strides up to {SM90_CONV_MAX_STRIDE} (CUTLASS only asserts it); use an sm80 kernel")]
+    Sm90ConvStride { stride_h: i32, stride_w: i32 },
+}
+
+/// Problem-level rules of `spec` on the conv `problem` (the planner's and the tuner's view of
+/// what the compiled `can_implement` answers).
+pub fn validate_conv_problem(spec: &KernelSpec, problem: &BoltConv2dProblem) -> Result<(), ProblemRejection> {
+    let sm90_conv = spec.arch == Arch::Sm90 && matches!(spec.family, Family::Conv2dFprop(_));
+    if sm90_conv && (problem.stride_h > SM90_CONV_MAX_STRIDE || problem.stride_w > SM90_CONV_MAX_STRIDE) {
+        return Err(ProblemRejection::Sm90ConvStride { stride_h: problem.stride_h, stride_w: problem.stride_w });
+    }
+    Ok(())
 }
 
 /// Checks `spec` against every rule; the first broken one is returned.
@@ -761,6 +786,37 @@ mod tests {
         let mut t = sm90_tile();
         f(&mut t);
         KernelSpec { tile: TileConfig::Sm90(t), ..sm90() }
+    }
+
+    #[test]
+    fn sm90_convs_refuse_strides_over_8_and_sm80_convs_take_them() {
+        let problem = |stride: i32| BoltConv2dProblem {
+            n: 1,
+            h: 64,
+            w: 64,
+            c: 64,
+            k: 64,
+            r: 3,
+            s: 3,
+            p: 63 / stride + 1,
+            q: 63 / stride + 1,
+            pad_h: 1,
+            pad_w: 1,
+            stride_h: stride,
+            stride_w: 1,
+            dilation_h: 1,
+            dilation_w: 1,
+            groups: 1,
+        };
+        let sm90_conv = KernelSpec { family: conv(GroupMode::None), ..sm90() };
+        let sm80_conv = KernelSpec { family: conv(GroupMode::None), ..sm80() };
+        assert_eq!(validate_conv_problem(&sm90_conv, &problem(8)), Ok(()));
+        let err = validate_conv_problem(&sm90_conv, &problem(9)).unwrap_err();
+        assert_eq!(err, ProblemRejection::Sm90ConvStride { stride_h: 9, stride_w: 1 });
+        assert!(err.to_string().contains("stride 9x1") && err.to_string().contains("up to 8"), "{err}");
+        let wide = BoltConv2dProblem { stride_h: 1, stride_w: 16, ..problem(1) };
+        assert!(validate_conv_problem(&sm90_conv, &wide).is_err());
+        assert_eq!(validate_conv_problem(&sm80_conv, &problem(9)), Ok(()));
     }
 
     fn bias_res_after() -> Epilogue {

@@ -5,10 +5,9 @@
 
 mod common;
 
+use std::ffi::c_void;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-use std::ffi::c_void;
 
 use bolt_codegen::abi::{BoltB2bArgs, BoltB2bConv2dProblem, BoltB2bGemmProblem, BoltConv2dProblem, Status};
 use bolt_codegen::b2b::{
@@ -18,6 +17,7 @@ use bolt_codegen::b2b::{
 use bolt_codegen::cache::{Cache, EntryKind, KeyHasher};
 use bolt_codegen::epilogue::{Activation, Epilogue, ResidualAt};
 use bolt_codegen::spec::{Arch, Element, Types};
+use bolt_cutlass::fatbin::Image;
 use common::*;
 
 fn layer(n: u32, threadblock: [u32; 3], warp: [u32; 3], epilogue: Epilogue) -> B2bLayer {
@@ -143,12 +143,13 @@ fn symbols_and_blocks() {
         "{symbol}"
     );
     let block = b2b::render(&s, "k").unwrap();
-    assert!(block.contains("extern \"C\" BoltStatus k_run(const void *problem, const BoltB2bArgs *args"));
+    assert!(block.contains("extern \"C\" BoltStatus k_initialize(\n    const void *problem, const BoltB2bArgs *args"));
+    assert!(block.contains("extern \"C\" BoltStatus k_update(void *params, const BoltB2bArgs *args)"));
     assert!(!block.contains("#include"));
     let unit = render_unit(&[(&s, "k1"), (&conv_rf(), "k2")]).unwrap();
     assert!(unit.contains("#include <device/b2b_gemm.h>"));
     assert!(unit.contains("#include <device/b2b_implicit_gemm_convolution.h>"));
-    assert_eq!(unit.matches("BOLT_DETAIL_B2B_HELPERS\n#define").count(), 1);
+    assert_eq!(unit.matches("BOLT_DETAIL_ABI_HELPERS\n#define").count(), 1, "one set of ABI helpers for all kernels");
     assert!(render_unit(&[(&s, "k"), (&s, "k")]).is_err());
     let mut symbols: Vec<String> = golden_cases().iter().map(|(_, s)| symbol_for(s)).collect();
     symbols.sort();
@@ -161,8 +162,9 @@ fn symbols_and_blocks() {
 /// Builds `specs` with [`b2b::build_library`]: one unit compiled for sm_80 with the example's
 /// headers on the include path, linked into a shared library. Objects and the library are
 /// cached under target/ by a hash of the source, the ABI header, the toolchain versions and the
-/// flags, so a rerun with nothing changed runs no nvcc. Checks the library exports the three
-/// ABI functions of each kernel and the manifest lists them; returns the library.
+/// flags, so a rerun with nothing changed runs no nvcc. Checks the library exports the ABI
+/// functions of each kernel, carries sm_80 SASS and compute_80 PTX, and the manifest lists
+/// them; returns the library.
 fn compile_b2b_unit(name: &str, specs: &[B2bSpec]) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("b2b");
     let lib = b2b::build_library(specs, &dir.join(name), name, Some(&dir.join("cache")))
@@ -185,10 +187,16 @@ fn compile_b2b_unit(name: &str, specs: &[B2bSpec]) -> PathBuf {
     let nm = Command::new("nm").args(["-D", "--defined-only"]).arg(&lib.library).output().expect("nm runs");
     let defined = String::from_utf8_lossy(&nm.stdout);
     for symbol in &symbols {
-        for f in ["can_implement", "workspace_size", "run"] {
-            assert!(defined.contains(&format!(" T {symbol}_{f}\n")), "{name}: {symbol}_{f} not exported");
+        for f in bolt_codegen::abi::FUNCTION_SUFFIXES {
+            assert!(defined.contains(&format!(" T {symbol}{f}\n")), "{name}: {symbol}{f} not exported");
         }
     }
+    // Chain kernels load on an A100 (sm_80 SASS) and an H100 (compute_80 PTX, JIT-compiled).
+    let units: Vec<_> = bolt_cutlass::fatbin::fat_binaries(&std::fs::read(&lib.library).unwrap())
+        .into_iter()
+        .filter(|images| images.contains(&Image::Sass(80)))
+        .collect();
+    assert!(!units.is_empty() && units.iter().all(|images| images.contains(&Image::Ptx(80))), "{units:?}");
     let manifest: b2b::B2bManifest = serde_json::from_slice(&std::fs::read(&lib.manifest).unwrap()).unwrap();
     let mut listed: Vec<&str> = manifest.kernels.iter().map(|k| k.symbol.as_str()).collect();
     listed.sort();
@@ -221,8 +229,10 @@ fn check_host_abi(library: &Path, spec: &B2bSpec, problems: &[(&str, B2bProblem)
             assert_eq!(kernel.workspace_size(p), 0);
             // Null pointers, then a misaligned one: refused before any CUDA call.
             let mut args = BoltB2bArgs::default();
-            let status = unsafe { kernel.run(p, &args, std::ptr::null_mut()) };
-            assert_eq!(status, Status::NullArgument, "{what}");
+            let init = |args: &BoltB2bArgs| unsafe {
+                kernel.initialize(p, args, std::ptr::null_mut(), 0, std::ptr::null_mut())
+            };
+            assert_eq!(init(&args).unwrap_err().status, Status::NullArgument, "{what}");
             let buffer = vec![0u64; 64];
             let aligned = buffer.as_ptr() as *const c_void;
             args.a = unsafe { (aligned as *const u8).add(2) } as *const c_void;
@@ -232,8 +242,9 @@ fn check_host_abi(library: &Path, spec: &B2bSpec, problems: &[(&str, B2bProblem)
                 l.b = aligned;
                 l.bias = aligned;
             }
-            let status = unsafe { kernel.run(p, &args, std::ptr::null_mut()) };
-            assert_eq!(status, Status::MisalignedOperand, "{what}");
+            let err = init(&args).unwrap_err();
+            assert_eq!(err.status, Status::MisalignedOperand, "{what}");
+            assert_eq!(err.to_string(), format!("{symbol}_initialize: misaligned operand"));
         }
     }
     assert!(accepted > 0, "{symbol}: no problem accepted");

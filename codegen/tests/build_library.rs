@@ -7,12 +7,13 @@ mod build_support;
 use std::ffi::c_void;
 use std::fs;
 
-use bolt_codegen::abi::{BoltConv2dProblem, BoltGemmProblem, ProblemKind, Status};
+use bolt_codegen::abi::{BoltArgs, BoltConv2dProblem, BoltGemmProblem, ProblemKind, Status};
 use bolt_codegen::builder::BuildError;
 use bolt_codegen::cache::{Cache, EntryKind};
 use bolt_codegen::loader::{KernelLibrary, LoadError};
 use bolt_codegen::manifest::Manifest;
 use bolt_codegen::spec::{Arch, TileConfig};
+use bolt_cutlass::fatbin::Image;
 use build_support::*;
 
 #[test]
@@ -46,6 +47,19 @@ fn builds_links_loads_then_rebuilds_from_cache_without_nvcc() {
     assert_eq!(manifest.abi_version, bolt_codegen::abi::ABI_VERSION);
     assert_eq!(manifest.cutlass_version, toolchain().cutlass_version().to_string());
     assert_eq!(manifest.nvcc_flags["sm_80"].iter().filter(|f| *f == "arch=compute_80,code=sm_80").count(), 1);
+    assert_eq!(manifest.nvcc_flags["sm_80"].iter().filter(|f| *f == "arch=compute_80,code=compute_80").count(), 1);
+    // Each unit's fat binary carries sm_80 SASS (A100) and compute_80 PTX (JIT-compiled on an H100).
+    // (The static CUDA runtime brings a fat binary of its own, for other archs.)
+    let fatbins: Vec<_> = bolt_cutlass::fatbin::fat_binaries(&fs::read(&cold.library).unwrap())
+        .into_iter()
+        .filter(|images| images.iter().any(|i| matches!(i, Image::Sass(80) | Image::Ptx(80))))
+        .collect();
+    assert_eq!(fatbins.len(), cold.units.len(), "{fatbins:?}");
+    for images in &fatbins {
+        let mut images = images.clone();
+        images.sort();
+        assert_eq!(images, [Image::Sass(80), Image::Ptx(80)]);
+    }
     assert_eq!(Manifest::read(&cold.manifest).unwrap(), *manifest);
     for entry in &manifest.kernels {
         let unit = &manifest.units[entry.unit];
@@ -91,6 +105,28 @@ fn builds_links_loads_then_rebuilds_from_cache_without_nvcc() {
     assert_eq!(fs::read(&warm.library).unwrap(), fs::read(&cold.library).unwrap());
     eprintln!("warm: nvcc ran {} times, {:.2}s total", warm.nvcc_invocations, warm.total_seconds);
     assert_eq!(KernelLibrary::open(&warm.library).unwrap().kernels().len(), 6);
+
+    // The typed set-up API. Refusals come back as errors naming the kernel and the function;
+    // the stand-in's initialize and update touch no device, so their success shows here too
+    // (nothing is launched: the pointers are fake).
+    let kernel = lib.kernels().iter().find(|k| k.problem_kind() == ProblemKind::Gemm).unwrap();
+    let ok = BoltGemmProblem::packed(256, 512, 128, kernel.spec().layouts);
+    let fake = 0x1000 as *mut c_void;
+    let args = BoltArgs { d: fake, ..Default::default() };
+    let null = std::ptr::null_mut();
+    let err = unsafe { kernel.initialize(&ok, &args, fake, 255, null) }.unwrap_err();
+    assert_eq!(err.status, Status::WorkspaceTooSmall);
+    assert_eq!(err.to_string(), format!("{}_initialize: workspace too small", kernel.symbol()));
+    let err = unsafe { kernel.initialize(&ok, &BoltArgs::default(), fake, 256, null) }.unwrap_err();
+    assert_eq!(err.status, Status::NullArgument);
+    let err = unsafe { kernel.initialize(&BoltConv2dProblem::default(), &args, fake, 256, null) }.unwrap_err();
+    assert_eq!(err.status, Status::UnsupportedProblem, "a problem of the other kind is refused in Rust");
+    let mut params = unsafe { kernel.initialize(&ok, &args, fake, 256, null) }.unwrap();
+    assert_eq!(kernel.params_size(), 16);
+    assert!(params.bytes() >= kernel.params_size() && params.bytes() % bolt_codegen::abi::PARAMS_ALIGNMENT == 0);
+    assert_eq!(params.symbol(), kernel.symbol());
+    assert_eq!(unsafe { params.update(&BoltArgs::default()) }.unwrap_err().status, Status::NullArgument);
+    unsafe { params.update(&args) }.unwrap();
 
     // A kernel stays usable after its library handle is dropped.
     let kernel = lib.kernels()[0].clone();

@@ -7,12 +7,17 @@
 
 mod common;
 
+use std::ffi::c_void;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+mod abi_support;
+
+use abi_support::{fake_args, RawLibrary};
+use bolt_codegen::abi::{BoltConv2dProblem, BoltGemmProblem, Status};
 use bolt_codegen::epilogue::{Activation, Epilogue, ResidualAt};
 use bolt_codegen::render::{render_unit, symbol_for};
-use bolt_codegen::spec::{Family, GroupMode, KernelSpec, Swizzle};
+use bolt_codegen::spec::{Family, GroupMode, KernelSpec, Swizzle, TileConfig};
 use bolt_cutlass::{Arch, Toolchain};
 use common::*;
 
@@ -21,8 +26,8 @@ fn toolchain() -> Toolchain {
 }
 
 /// Renders `specs` into one unit, compiles it, and checks that the object holds one kernel per
-/// spec and the three ABI functions of each.
-fn compile_unit(name: &str, specs: Vec<KernelSpec>) {
+/// spec and the ABI functions of each; returns the object, the distinct specs and their symbols.
+fn compile_unit(name: &str, specs: Vec<KernelSpec>) -> (PathBuf, Vec<KernelSpec>, Vec<String>) {
     let tc = toolchain();
     let mut specs = specs;
     // Equal forms (identity with the residual after = before) give equal kernels.
@@ -66,11 +71,12 @@ fn compile_unit(name: &str, specs: Vec<KernelSpec>) {
     let nm = Command::new("nm").args(["-g", "--defined-only"]).arg(&obj).output().expect("nm (binutils) runs");
     let defined = String::from_utf8_lossy(&nm.stdout);
     for symbol in &symbols {
-        for f in ["can_implement", "workspace_size", "run"] {
-            let name = format!(" T {symbol}_{f}\n");
-            assert!(defined.contains(&name), "{} does not define {symbol}_{f}", obj.display());
+        for f in bolt_codegen::abi::FUNCTION_SUFFIXES {
+            let name = format!(" T {symbol}{f}\n");
+            assert!(defined.contains(&name), "{} does not define {symbol}{f}", obj.display());
         }
     }
+    (obj, specs, symbols)
 }
 
 /// Every activation in `range` with each of the five epilogue forms, through `make`.
@@ -161,5 +167,81 @@ fn variants() {
         conv(types(F32, F32, F32), features(true, GroupMode::None), 4, t32, res_after),
         conv(types(F16, F16, F16), features(false, GroupMode::None), 2, small, bias_relu),
     ];
-    compile_unit("variants", specs);
+    let (object, specs, symbols) = compile_unit("variants", specs);
+    check_host_abi(&object, &symbols, &specs);
+}
+
+/// Links the variants into a library and checks what its kernels answer on the host (no GPU):
+/// CUTLASS's can_implement through the ABI, workspace sizes (serial split-K needs one, sized by
+/// the problem), and initialize/update/launch refusing before any CUDA call.
+fn check_host_abi(object: &Path, symbols: &[String], specs: &[KernelSpec]) {
+    let library = object.with_file_name("libvariants.so");
+    let link = Command::new(toolchain().nvcc())
+        .args(["-shared", "-cudart", "static", "-Xlinker", "--no-undefined", "-o"])
+        .arg(&library)
+        .arg(object)
+        .output()
+        .unwrap();
+    assert!(link.status.success(), "link: {}", String::from_utf8_lossy(&link.stderr));
+    let lib = RawLibrary::open(&library, symbols);
+    let mut split_k = 0;
+    for (spec, symbol) in specs.iter().zip(symbols) {
+        let align = spec.alignment.a.max(spec.alignment.c) as i64;
+        match spec.family {
+            Family::Gemm | Family::BatchedGemm => {
+                let batched = spec.family == Family::BatchedGemm;
+                let mut ok = BoltGemmProblem::packed(256, 128, 64 * align, spec.layouts);
+                if batched {
+                    ok.batch = 3;
+                }
+                let p = &ok as *const BoltGemmProblem as *const c_void;
+                lib.check_set_up(symbol, p, &fake_args());
+                let ws = lib.workspace_size(symbol, p);
+                let TileConfig::Sm80(tile) = spec.tile else { unreachable!() };
+                if tile.split_k > 1 {
+                    split_k += 1;
+                    assert!(ws > 0, "{symbol}: serial split-K needs semaphores");
+                    let bigger = BoltGemmProblem::packed(1024, 1024, 64 * align, spec.layouts);
+                    let big_ws = lib.workspace_size(symbol, &bigger as *const BoltGemmProblem as *const c_void);
+                    assert!(big_ws > ws, "{symbol}: the workspace grows with the problem ({ws} -> {big_ws})");
+                } else {
+                    assert_eq!(ws, 0, "{symbol}");
+                }
+                let other_batch = BoltGemmProblem { batch: 2, ..ok };
+                let expect = if batched { Status::Ok } else { Status::UnsupportedProblem };
+                let q = &other_batch as *const BoltGemmProblem as *const c_void;
+                assert_eq!(lib.can_implement(symbol, q), expect, "{symbol}");
+            }
+            Family::Conv2dFprop(f) => {
+                let c = 8 * align as i32;
+                let (groups, k) = match f.groups {
+                    GroupMode::Depthwise => (c, c),
+                    GroupMode::SingleGroup | GroupMode::MultipleGroup => (2, 2 * c),
+                    GroupMode::None => (1, 2 * c),
+                };
+                let c = if groups == 2 { 2 * c } else { c };
+                let ok = BoltConv2dProblem {
+                    n: 2,
+                    h: 16,
+                    w: 16,
+                    c,
+                    k,
+                    r: 3,
+                    s: 3,
+                    p: 16,
+                    q: 16,
+                    pad_h: 1,
+                    pad_w: 1,
+                    stride_h: 1,
+                    stride_w: 1,
+                    dilation_h: 1,
+                    dilation_w: 1,
+                    groups,
+                };
+                let p = &ok as *const BoltConv2dProblem as *const c_void;
+                lib.check_set_up(symbol, p, &fake_args());
+            }
+        }
+    }
+    assert!(split_k >= 2, "the variants include serial split-K GEMMs");
 }

@@ -8,7 +8,10 @@
 use std::ffi::c_void;
 use std::path::{Path, PathBuf};
 
-use bolt_codegen::abi::{BoltArgs, BoltConv2dProblem, BoltGemmProblem, CanImplementFn, RunFn, Status, WorkspaceSizeFn};
+mod abi_support;
+
+use abi_support::{fake_args, RawLibrary};
+use bolt_codegen::abi::{BoltArgs, BoltConv2dProblem, BoltGemmProblem, Status};
 use bolt_codegen::epilogue::{Activation, Epilogue, Expr, NormalForm, ResidualAt};
 use bolt_codegen::render::{render, render_unit, RenderError};
 use bolt_codegen::sm90::Sm90Error;
@@ -261,29 +264,14 @@ fn compiles_representative_kernels_for_sm90a() {
     check_host_abi(&library);
 }
 
-/// The ABI's answers that come from the host alone: size, alignment and null checks, and
-/// CUTLASS's own can_implement.
+/// The ABI's answers that come from the host alone: size, alignment and null checks, CUTLASS's
+/// own can_implement, and the set-up functions' refusals (nothing is launched).
 fn check_host_abi(library: &Path) {
-    let lib = unsafe { libloading::Library::new(library) }.unwrap();
-    let can_implement = |symbol: &str, problem: *const c_void| -> Status {
-        let f: libloading::Symbol<CanImplementFn> =
-            unsafe { lib.get(format!("bolt_sm90_{symbol}_can_implement").as_bytes()) }.unwrap();
-        unsafe { f(problem) }.status()
-    };
-    let run = |symbol: &str, problem: *const c_void, args: &BoltArgs| -> Status {
-        let f: libloading::Symbol<RunFn> = unsafe { lib.get(format!("bolt_sm90_{symbol}_run").as_bytes()) }.unwrap();
-        unsafe { f(problem, args, std::ptr::null_mut(), std::ptr::null_mut()) }.status()
-    };
-    let gemm = |p: &BoltGemmProblem| p as *const BoltGemmProblem as *const c_void;
     let specs: std::collections::HashMap<_, _> = representative().into_iter().collect();
-    for name in specs.keys() {
-        let symbol = format!("bolt_sm90_{name}");
-        unsafe {
-            lib.get::<CanImplementFn>(format!("{symbol}_can_implement").as_bytes()).unwrap();
-            lib.get::<WorkspaceSizeFn>(format!("{symbol}_workspace_size").as_bytes()).unwrap();
-            lib.get::<RunFn>(format!("{symbol}_run").as_bytes()).unwrap();
-        }
-    }
+    let symbols: Vec<String> = specs.keys().map(|name| format!("bolt_sm90_{name}")).collect();
+    let lib = RawLibrary::open(library, &symbols);
+    let can_implement = |name: &str, problem: *const c_void| lib.can_implement(&format!("bolt_sm90_{name}"), problem);
+    let gemm = |p: &BoltGemmProblem| p as *const BoltGemmProblem as *const c_void;
 
     for name in ["gemm_coop_plain", "gemm_pingpong_bias_gelu", "gemm_streamk_bias_relu_res"] {
         let layouts = specs[name].layouts;
@@ -296,9 +284,7 @@ fn check_host_abi(library: &Path) {
         assert_eq!(can_implement(name, gemm(&empty)), Status::UnsupportedProblem, "{name}");
         // Answers without a GPU too (stream-K sizes its workspace by the SM count, never taken
         // as 0); the data-parallel schedulers need none.
-        let workspace_size: libloading::Symbol<WorkspaceSizeFn> =
-            unsafe { lib.get(format!("bolt_sm90_{name}_workspace_size").as_bytes()) }.unwrap();
-        let workspace = unsafe { workspace_size(gemm(&ok)) };
+        let workspace = lib.workspace_size(&format!("bolt_sm90_{name}"), gemm(&ok));
         if sm90_tile(&specs[name]).kernel != StreamK {
             assert_eq!(workspace, 0, "{name}");
         }
@@ -306,28 +292,13 @@ fn check_host_abi(library: &Path) {
         assert_eq!(can_implement(name, gemm(&batched)), Status::UnsupportedProblem, "{name}: not a batched kernel");
         let short_ld = BoltGemmProblem { lda: 64, ..ok };
         assert_eq!(can_implement(name, gemm(&short_ld)), Status::UnsupportedProblem, "{name}");
-        // run checks its arguments before touching the GPU.
-        let aligned = 0x1000 as *const c_void;
-        let args = BoltArgs {
-            a: aligned,
-            b: aligned,
-            c: aligned,
-            bias: aligned,
-            d: aligned as *mut c_void,
-            ..Default::default()
-        };
-        assert_eq!(run(name, gemm(&ok), &BoltArgs::default()), Status::NullArgument, "{name}");
-        assert_eq!(
-            run(name, gemm(&ok), &BoltArgs { a: 0x1002 as *const c_void, ..args }),
-            Status::MisalignedOperand,
-            "{name}"
-        );
+        // initialize checks its arguments before touching the GPU.
+        let symbol = format!("bolt_sm90_{name}");
+        lib.check_set_up(&symbol, gemm(&ok), &fake_args());
         if specs[name].epilogue.expr.reads_bias() {
-            assert_eq!(
-                run(name, gemm(&ok), &BoltArgs { bias: std::ptr::null(), ..args }),
-                Status::NullArgument,
-                "{name}"
-            );
+            let mut params = lib.params(&symbol);
+            let args = BoltArgs { bias: std::ptr::null(), ..fake_args() };
+            assert_eq!(lib.initialize(&symbol, gemm(&ok), &args, workspace, &mut params), Status::NullArgument);
         }
     }
 
@@ -373,4 +344,10 @@ fn check_host_abi(library: &Path) {
     assert_eq!(can_implement(name, conv(&BoltConv2dProblem { p: 9, ..ok })), Status::UnsupportedProblem);
     assert_eq!(can_implement(name, conv(&BoltConv2dProblem { c: 60, ..ok })), Status::MisalignedOperand);
     assert_eq!(can_implement(name, conv(&BoltConv2dProblem { k: 100, ..ok })), Status::MisalignedOperand);
+    // The TMA im2col descriptor takes traversal strides up to 8 (CUTLASS only asserts it).
+    let stride9 = BoltConv2dProblem { h: 64, w: 64, stride_h: 9, p: 8, q: 8, ..ok };
+    assert_eq!(can_implement(name, conv(&BoltConv2dProblem { stride_w: 9, ..stride9 })), Status::UnsupportedProblem);
+    let stride8 = BoltConv2dProblem { h: 64, w: 64, stride_h: 8, stride_w: 8, p: 8, q: 8, ..ok };
+    assert_eq!(can_implement(name, conv(&stride8)), Status::Ok);
+    lib.check_set_up(&format!("bolt_sm90_{name}"), conv(&ok), &fake_args());
 }

@@ -7,6 +7,7 @@
 
 mod config;
 mod error;
+pub mod fatbin;
 mod install;
 mod nvcc;
 mod pins;

@@ -48,6 +48,13 @@ impl Arch {
         let n = self.number();
         format!("arch=compute_{n},code=sm_{n}")
     }
+
+    /// The value of `-gencode` embedding this architecture's PTX, e.g.
+    /// `arch=compute_80,code=compute_80`: the driver JIT-compiles it on newer GPUs.
+    pub fn ptx_gencode(self) -> String {
+        let n = self.number();
+        format!("arch=compute_{n},code=compute_{n}")
+    }
 }
 
 impl fmt::Display for Arch {
@@ -84,6 +91,8 @@ pub struct Compile<'a> {
     output: PathBuf,
     kind: OutputKind,
     archs: Vec<Arch>,
+    /// Architectures whose PTX is embedded besides the SASS.
+    ptx_archs: Vec<Arch>,
     defines: Vec<(String, Option<String>)>,
     includes: Vec<PathBuf>,
     extra_args: Vec<OsString>,
@@ -124,6 +133,7 @@ impl<'a> Compile<'a> {
             output,
             kind: OutputKind::Object,
             archs: Vec::new(),
+            ptx_archs: Vec::new(),
             defines: Vec::new(),
             includes: Vec::new(),
             extra_args: Vec::new(),
@@ -134,6 +144,14 @@ impl<'a> Compile<'a> {
     pub fn arch(mut self, arch: Arch) -> Self {
         if !self.archs.contains(&arch) {
             self.archs.push(arch);
+        }
+        self
+    }
+
+    /// Also embed `arch`'s PTX (objects only), so the code loads on GPUs newer than the SASS.
+    pub fn ptx(mut self, arch: Arch) -> Self {
+        if !self.ptx_archs.contains(&arch) {
+            self.ptx_archs.push(arch);
         }
         self
     }
@@ -188,6 +206,13 @@ impl<'a> Compile<'a> {
         for arch in &self.archs {
             args.push("-gencode".into());
             args.push(arch.gencode().into());
+        }
+        if self.kind == OutputKind::Cubin && !self.ptx_archs.is_empty() {
+            return Err(Error::InvalidCompile("a cubin holds SASS only, not PTX".into()));
+        }
+        for arch in &self.ptx_archs {
+            args.push("-gencode".into());
+            args.push(arch.ptx_gencode().into());
         }
         args.extend(["-std=c++17", "-O3", "-DNDEBUG", "--expt-relaxed-constexpr"].map(OsString::from));
         if self.kind == OutputKind::Object {

@@ -231,7 +231,8 @@ pub fn candidate_list(workload: &Workload, device: &DeviceSpec, arch: Arch) -> V
 
 /// Host-side version of CUTLASS's `can_implement` for a spec and a concrete problem: operand
 /// leading dimensions divisible by the spec's alignment, K slices of at least one K tile,
-/// group sizes compatible with the group mode.
+/// group sizes compatible with the group mode, codegen's problem-level rules
+/// ([`bolt_codegen::validate::validate_conv_problem`]: sm90 conv strides).
 pub fn can_implement(spec: &KernelSpec, workload: &Workload) -> Result<(), String> {
     let al = spec.alignment;
     let check = |what: &str, value: i64, align: u32| {
@@ -261,6 +262,7 @@ pub fn can_implement(spec: &KernelSpec, workload: &Workload) -> Result<(), Strin
             }
         }
         Problem::Conv2d(p) => {
+            bolt_codegen::validate::validate_conv_problem(spec, &p).map_err(|e| e.to_string())?;
             let g = p.groups.max(1) as i64;
             check("input channels per group (C/groups)", p.c as i64 / g, al.a)?;
             check("input channels (C)", p.c as i64, al.a)?;

@@ -118,8 +118,7 @@ fn family_name(f: &Family) -> String {
 }
 
 fn dtypes_name(t: &Types) -> String {
-    use crate::workload::element_name;
-    format!("{}/{}/{}", element_name(t.input), element_name(t.accumulator), element_name(t.output))
+    format!("{}/{}/{}", t.input.name(), t.accumulator.name(), t.output.name())
 }
 
 fn alignment_name(a: &Alignment) -> String {

@@ -279,8 +279,8 @@ pub mod cuda {
     use std::path::Path;
     use std::sync::Arc;
 
-    use bolt_codegen::abi::{BoltArgs, Status};
-    use bolt_codegen::loader::{Kernel, KernelLibrary};
+    use bolt_codegen::abi::BoltArgs;
+    use bolt_codegen::loader::{Kernel, KernelLibrary, Params};
     use cudarc::driver::{sys, CudaContext, CudaSlice, CudaStream, DevicePtr};
 
     use super::{check_output, decode, encode, host_values, median, operand_lens, output_len, Timer, TimingPlan};
@@ -366,19 +366,22 @@ pub mod cuda {
             Ok(Some(drv("alloc workspace", self.stream.alloc_zeros::<u8>(bytes))?))
         }
 
-        fn launch(
+        /// Builds the kernel's params for buffer set `set` (once per workload and set: the
+        /// timed loop only launches).
+        fn initialize(
             &self,
             w: &Workload,
             kernel: &Kernel,
             workspace: Option<&CudaSlice<u8>>,
             set: usize,
-        ) -> Result<(), String> {
+        ) -> Result<Params<BoltArgs>, String> {
             let buf = self.buffers.as_ref().ok_or("no buffers prepared")?;
             let (a, _ga) = buf.a[set].device_ptr(&self.stream);
             let (b, _gb) = buf.b[set].device_ptr(&self.stream);
             let (d, _gd) = buf.d.device_ptr(&self.stream);
-            let ws = workspace.map(|s| s.device_ptr(&self.stream));
-            let ws_ptr = ws.as_ref().map(|(p, _)| *p as *mut c_void).unwrap_or(std::ptr::null_mut());
+            let ws = workspace.map(|s| (s.device_ptr(&self.stream), s.len()));
+            let (ws_ptr, ws_bytes) =
+                ws.as_ref().map(|((p, _), len)| (*p as *mut c_void, *len)).unwrap_or((std::ptr::null_mut(), 0));
             let args = BoltArgs {
                 a: a as *const c_void,
                 b: b as *const c_void,
@@ -389,17 +392,20 @@ pub mod cuda {
             };
             let stream = self.stream.cu_stream() as *mut c_void;
             // SAFETY: buffers of the sizes the problem implies, of the kernel's element types,
-            // on this context's stream; they outlive the launch (synchronised before drop).
-            let status = unsafe {
+            // on this context's stream; they outlive the params (synchronised before drop).
+            unsafe {
                 match w.problem {
-                    Problem::Gemm(p) => kernel.run(&p, &args, ws_ptr, stream),
-                    Problem::Conv2d(p) => kernel.run(&p, &args, ws_ptr, stream),
+                    Problem::Gemm(p) => kernel.initialize(&p, &args, ws_ptr, ws_bytes, stream),
+                    Problem::Conv2d(p) => kernel.initialize(&p, &args, ws_ptr, ws_bytes, stream),
                 }
-            };
-            if status != Status::Ok {
-                return Err(format!("{}: run failed: {status}", kernel.symbol()));
             }
-            Ok(())
+            .map_err(|e| e.to_string())
+        }
+
+        fn launch(&self, params: &mut Params<BoltArgs>) -> Result<(), String> {
+            // SAFETY: the params' buffers and workspace are alive (owned by `self` and the
+            // caller) until the stream is synchronised.
+            unsafe { params.launch(self.stream.cu_stream() as *mut c_void) }.map_err(|e| e.to_string())
         }
 
         fn check_can_implement(w: &Workload, kernel: &Kernel) -> Result<(), String> {
@@ -431,8 +437,11 @@ pub mod cuda {
             self.prepare(w)?;
             let workspace = self.workspace(w, &kernel)?;
             let sets = self.buffers.as_ref().map_or(1, |b| b.a.len());
+            let mut params = (0..sets)
+                .map(|set| self.initialize(w, &kernel, workspace.as_ref(), set))
+                .collect::<Result<Vec<_>, _>>()?;
             for i in 0..self.plan.warmup as usize {
-                self.launch(w, &kernel, workspace.as_ref(), i % sets)?;
+                self.launch(&mut params[i % sets])?;
             }
             drv("synchronize", self.stream.synchronize())?;
             let flags = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
@@ -441,8 +450,8 @@ pub mod cuda {
             let mut samples = Vec::with_capacity(self.plan.repeats as usize);
             for _ in 0..self.plan.repeats {
                 drv("record", start.record(&self.stream))?;
-                for set in 0..sets {
-                    self.launch(w, &kernel, workspace.as_ref(), set)?;
+                for p in params.iter_mut() {
+                    self.launch(p)?;
                 }
                 drv("record", end.record(&self.stream))?;
                 let ms = drv("elapsed", start.elapsed_ms(&end))?;
@@ -457,7 +466,8 @@ pub mod cuda {
             Self::check_can_implement(w, &kernel)?;
             self.prepare(w)?;
             let workspace = self.workspace(w, &kernel)?;
-            self.launch(w, &kernel, workspace.as_ref(), 0)?;
+            let mut params = self.initialize(w, &kernel, workspace.as_ref(), 0)?;
+            self.launch(&mut params)?;
             let buf = self.buffers.as_ref().ok_or("no buffers prepared")?;
             let bytes = drv("copy D back", self.stream.clone_dtoh(&buf.d))?;
             let d = decode(&bytes, w.types.output);

@@ -88,14 +88,6 @@ pub fn layouts_name(l: &[Layout; 3]) -> String {
     l.iter().map(|l| if *l == Layout::RowMajor { 'r' } else { 'c' }).collect()
 }
 
-pub fn element_name(e: Element) -> &'static str {
-    match e {
-        Element::F16 => "f16",
-        Element::BF16 => "bf16",
-        Element::F32 => "f32",
-    }
-}
-
 /// Parses the epilogue names of the workload files: `bias+relu`, `bias+gelu`,
 /// `bias+residual`, `relu`, `plain`/`none`, ... (`+`-separated: `betac`, `bias`, `residual`
 /// (added before the activation), `residual-after`, and one activation name).

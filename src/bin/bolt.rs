@@ -1,6 +1,8 @@
 //! The `bolt` command line.
 
 use anyhow::{bail, Context, Result};
+use bolt::artifact::format::DimRange;
+use bolt::artifact::{Artifact, CompileOptions, Precision};
 use bolt::cases::{self, ExpectedFailures, Tolerance, Verdict};
 use bolt::compile::{self, DimBindings};
 use clap::{Parser, Subcommand};
@@ -17,19 +19,58 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Import a model, validate it, run the CPU reference and summarise what Bolt will compile.
-    /// With no MODEL, uses the built-in default model (a small CNN + MLP).
+    /// Import a model, validate it, plan it, check the plan on the CPU reference, summarise it,
+    /// and write a deployable artifact (plan, weights in kernel layout, one kernel library; see
+    /// docs/artifact.md). With no MODEL, uses the built-in default model (a small CNN + MLP).
     Compile {
         model: Option<PathBuf>,
-        /// Size of a symbolic dim for the reference run, e.g. --dim N=8 (repeatable; default 1).
-        #[arg(long = "dim", value_name = "NAME=SIZE", value_parser = parse_binding)]
-        dims: Vec<(String, usize)>,
+        /// Artifact directory (default: <model name>.bolt).
+        #[arg(short = 'o', long = "out")]
+        out: Option<PathBuf>,
+        /// GPU archs to build kernels for, comma-separated: sm80, sm90.
+        #[arg(long, default_value = "sm80", value_delimiter = ',', value_parser = parse_arch)]
+        arch: Vec<bolt_codegen::spec::Arch>,
+        /// f32 | tf32 | f16 | bf16 (default: the model's type; f32 models run in tf32).
+        #[arg(long, value_parser = parse_precision)]
+        precision: Option<Precision>,
+        /// Size or range of a symbolic dim, e.g. --dim N=8 or --dim N=1..64 (repeatable;
+        /// default 1). A range gets kernels per shape bucket; the reference run uses its max.
+        #[arg(long = "dim", value_name = "NAME=SIZE|MIN..MAX", value_parser = parse_range)]
+        dims: Vec<DimRange>,
+        /// Tuning database to take kernels from (default: bolt-tune's, when it exists).
+        #[arg(long)]
+        tuning_db: Option<PathBuf>,
         /// Skip the reference run.
         #[arg(long)]
         no_run: bool,
+        /// Only summarise; write no artifact (no nvcc).
+        #[arg(long)]
+        no_artifact: bool,
         /// Print the summary as JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// Run an artifact on a device: `reference` (CPU, the oracle) or `cuda`.
+    Run {
+        artifact: PathBuf,
+        #[arg(long, default_value = "reference")]
+        device: String,
+        /// Inputs as numpy .npz (one array per model input); default: seeded uniform [-1, 1).
+        #[arg(long)]
+        inputs: Option<PathBuf>,
+        /// Sizes of symbolic dims for generated inputs, e.g. --dim N=8 (default 1).
+        #[arg(long = "dim", value_name = "NAME=SIZE", value_parser = parse_binding)]
+        dims: Vec<(String, usize)>,
+        /// Compare with the original model on the CPU reference at the precision's written
+        /// tolerance; exit non-zero on a mismatch.
+        #[arg(long)]
+        check: bool,
+        /// Print per-kernel and total device time and host overhead per launch.
+        #[arg(long)]
+        bench: bool,
+        /// Capture the launch sequence in a CUDA graph (cuda).
+        #[arg(long)]
+        graph: bool,
     },
     /// Plan a model and report what Bolt fuses, pads, transposes and leaves to the host, and
     /// why, with hints for the model's author. Markdown by default. With no MODEL, uses the
@@ -96,6 +137,31 @@ fn parse_binding(s: &str) -> Result<(String, usize), String> {
     Ok((k.to_string(), v))
 }
 
+fn parse_arch(s: &str) -> Result<bolt_codegen::spec::Arch, String> {
+    match s {
+        "sm80" => Ok(bolt_codegen::spec::Arch::Sm80),
+        "sm90" | "sm90a" => Ok(bolt_codegen::spec::Arch::Sm90),
+        _ => Err(format!("'{s}' is not an arch Bolt builds for (sm80, sm90)")),
+    }
+}
+
+fn parse_precision(s: &str) -> Result<Precision, String> {
+    Precision::parse(s).ok_or_else(|| format!("'{s}' is not one of f32, tf32, f16, bf16"))
+}
+
+fn parse_range(s: &str) -> Result<DimRange, String> {
+    let (k, v) = s.split_once('=').ok_or_else(|| format!("'{s}' is not NAME=SIZE or NAME=MIN..MAX"))?;
+    let num = |x: &str| x.parse::<usize>().map_err(|_| format!("'{x}' is not a size"));
+    let (min, max) = match v.split_once("..") {
+        Some((a, b)) => (num(a)?, num(b.trim_start_matches('='))?),
+        None => (num(v)?, num(v)?),
+    };
+    if min == 0 || min > max {
+        return Err(format!("'{v}': a range needs 1 <= MIN <= MAX"));
+    }
+    Ok(DimRange { name: k.to_string(), min, max })
+}
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_env("BOLT_LOG"))
@@ -112,16 +178,14 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
-        Command::Compile { model, dims, no_run, json } => {
+        Command::Compile { model, out, arch, precision, dims, tuning_db, no_run, no_artifact, json } => {
             let graph = match &model {
                 Some(p) => bolt::import::load(p)?.graph,
                 None => bolt::models::default_model()?,
             };
-            let bindings: DimBindings = dims.into_iter().collect();
+            let bindings: DimBindings = dims.iter().map(|d| (d.name.clone(), d.max)).collect();
             let summary = compile::summarize(&graph, &bindings, !no_run)?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&summary)?);
-            } else {
+            if !json {
                 if model.is_none() {
                     println!("(no model given: using the built-in default model)\n");
                 }
@@ -131,7 +195,36 @@ fn run(cli: Cli) -> Result<ExitCode> {
             if let Some((o, why)) = summary.plan.as_ref().and_then(|p| p.mismatches.first()) {
                 bail!("the planned graph differs from the model on output '{o}': {why}");
             }
+            let report = if no_artifact {
+                None
+            } else {
+                let stem = model.as_ref().and_then(|p| p.file_stem()).map(|s| s.to_string_lossy().to_string());
+                let dir =
+                    out.unwrap_or_else(|| PathBuf::from(format!("{}.bolt", stem.as_deref().unwrap_or("default"))));
+                let tuning_db = tuning_db.or_else(|| {
+                    let p = bolt_profiler::db::Db::default_path();
+                    p.exists().then_some(p)
+                });
+                let opts = CompileOptions {
+                    archs: arch,
+                    precision,
+                    dims,
+                    tuning_db,
+                    source: model.clone(),
+                    ..CompileOptions::new(dir)
+                };
+                Some(bolt::artifact::compile(&graph, &opts)?)
+            };
+            if json {
+                let v = serde_json::json!({ "summary": summary, "artifact": report });
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else if let Some(r) = report {
+                print!("\n{r}");
+            }
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Run { artifact, device, inputs, dims, check, bench, graph } => {
+            run_artifact(&artifact, &device, inputs.as_deref(), dims, check, bench, graph)
         }
         Command::Report { model, dims, device, json, no_nhwc, no_pad, no_b2b } => {
             let (graph, name) = match &model {
@@ -216,4 +309,130 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(if v.ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
         }
     }
+}
+
+/// `bolt run`: open, run once (or time), and with `--check` compare with the original model.
+fn run_artifact(
+    dir: &std::path::Path,
+    device: &str,
+    inputs: Option<&std::path::Path>,
+    dims: Vec<(String, usize)>,
+    check: bool,
+    bench: bool,
+    graph: bool,
+) -> Result<ExitCode> {
+    use bolt::runtime::{self, DeviceKind, RunOptions};
+    let kind = DeviceKind::parse(device)
+        .ok_or_else(|| anyhow::anyhow!("--device {device}: unknown device (reference, cuda)"))?;
+    let art = Artifact::open(dir)?;
+    let m = &art.manifest;
+    println!(
+        "artifact {} ({}, precision {}, archs {:?}): {} kernel nodes, {} host ops",
+        dir.display(),
+        m.model,
+        m.precision.name(),
+        m.archs,
+        art.plan.kernels.len(),
+        art.plan.host_ops.len()
+    );
+    let plan_graph = art.graph();
+    let feed = match inputs {
+        Some(p) => runtime::npz::read_npz(p).map_err(anyhow::Error::msg)?,
+        None => compile::synthetic_inputs(&plan_graph, &dims.into_iter().collect(), 0)?,
+    };
+    let mut exec = runtime::open(&art, kind, &RunOptions { graph, timing: bench, stream: None })?;
+    println!("device {}", exec.describe());
+    let t0 = std::time::Instant::now();
+    let outs = runtime::outputs_as_f32(exec.run(&feed)?);
+    let first = t0.elapsed().as_secs_f64();
+    for name in &art.plan.outputs {
+        let t = &outs[name];
+        let v = t.to_f64_vec();
+        let mean = v.iter().sum::<f64>() / v.len().max(1) as f64;
+        println!("  {name}: {:?} mean {mean:.5}", t.shape);
+    }
+    println!("run: {first:.4} s");
+    if bench {
+        let reps = 10;
+        let t0 = std::time::Instant::now();
+        for _ in 0..reps {
+            exec.run(&feed)?;
+        }
+        println!(
+            "mean of {reps} runs: {:.4} s (wall, including input/output copies)",
+            t0.elapsed().as_secs_f64() / reps as f64
+        );
+        match exec.timings() {
+            Some(t) => {
+                for (node, symbol, s) in &t.kernels {
+                    println!("  {node:<28} {:>10.1} us  {symbol}", s * 1e6);
+                }
+                println!(
+                    "device time {:.1} us over {} launches; host overhead {:.2} us per launch",
+                    t.device_seconds * 1e6,
+                    t.launches,
+                    t.host_seconds * 1e6 / t.launches.max(1) as f64
+                );
+            }
+            None => println!("(the {device} device measures no per-kernel time)"),
+        }
+    }
+    if !check {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let original = if m.source == bolt::artifact::format::BUILTIN_DEFAULT {
+        bolt::models::default_model()?
+    } else {
+        let p = std::path::Path::new(&m.source);
+        let bytes = std::fs::read(p)
+            .with_context(|| format!("--check needs the original model {} (manifest field 'source')", p.display()))?;
+        if m.source_blake3.as_deref() != Some(blake3::hash(&bytes).to_hex().as_str()) {
+            bail!("{}: the model changed since the artifact was built (manifest field 'source_blake3')", p.display());
+        }
+        bolt::import::load(p)?.graph
+    };
+    let feed32: std::collections::HashMap<_, _> = feed
+        .iter()
+        .map(|(k, t)| {
+            let t = if t.dtype().is_float() {
+                bolt::ir::Tensor::from_f32(t.shape.clone(), t.to_f32_vec())
+            } else {
+                t.clone()
+            };
+            (k.clone(), t)
+        })
+        .collect();
+    let want = bolt::reference::run(&original, &runtime::prepare_inputs(&original, &feed32)?)?;
+    let (rtol, atol) = m.precision.tolerance();
+    let mut ok = true;
+    for name in &original.outputs {
+        let (a, b) = (outs[name].to_f64_vec(), want[name].to_f64_vec());
+        if a.len() != b.len() {
+            println!("MISMATCH {name}: {} values, the model gives {}", a.len(), b.len());
+            ok = false;
+            continue;
+        }
+        let mut worst = (0.0f64, 0usize);
+        let mut bad = 0usize;
+        for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+            let d = (x - y).abs();
+            if !(d <= atol + rtol * y.abs()) {
+                bad += 1;
+            }
+            if !(d <= worst.0) {
+                worst = (d, i);
+            }
+        }
+        let verdict = if bad == 0 { "ok" } else { "MISMATCH" };
+        println!(
+            "{verdict} {name}: max abs diff {:.3e} at {} ({} of {} outside atol {atol} + rtol {rtol} x |ref|, {})",
+            worst.0,
+            worst.1,
+            bad,
+            a.len(),
+            m.precision.name()
+        );
+        ok &= bad == 0;
+    }
+    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }

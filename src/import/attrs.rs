@@ -110,10 +110,10 @@ impl<'a> Attrs<'a> {
                     AttributeType::Strings => AttrValue::Strings(a.strings.clone()),
                     AttributeType::Tensor => match a.t.as_ref().map(|t| decode_tensor(t, None)) {
                         Some(Ok(t)) => AttrValue::Tensor(Arc::new(t)),
-                        _ => AttrValue::Unsupported("tensor"),
+                        _ => AttrValue::Unsupported("tensor".into()),
                     },
-                    AttributeType::Graph | AttributeType::Graphs => AttrValue::Unsupported("graph"),
-                    _ => AttrValue::Unsupported("other"),
+                    AttributeType::Graph | AttributeType::Graphs => AttrValue::Unsupported("graph".into()),
+                    _ => AttrValue::Unsupported("other".into()),
                 };
                 (a.name().to_string(), v)
             })

@@ -143,7 +143,7 @@ fn import_graph(g: &proto::GraphProto, opset: i64, base_dir: Option<&Path>) -> R
                 domain: n.domain().to_string(),
                 op_type: op_type.clone(),
                 attrs: attrs::Attrs::new(n).generic(),
-                why,
+                why: why.into(),
             },
             Err(reason) => return Err(Error::Node { node: name, op_type, reason }),
         };

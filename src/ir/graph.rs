@@ -5,7 +5,7 @@ use crate::error::{Error, Result};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Node {
     /// Unique within the graph; import names unnamed nodes `<op_type>_<index>`.
     pub name: String,

@@ -6,7 +6,7 @@ use super::{DType, Tensor};
 use std::sync::Arc;
 
 /// How a convolution or pooling window pads when `auto_pad` is set.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum AutoPad {
     /// Explicit `pads` attribute.
     NotSet,
@@ -20,7 +20,7 @@ pub enum AutoPad {
 
 /// Sliding-window geometry shared by Conv, MaxPool and AveragePool. Vectors cover the spatial
 /// dims only; `pads` is [begin_0, begin_1, ..., end_0, end_1, ...] as in ONNX.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Window {
     /// For Conv, `None` means "take it from the weight tensor".
     pub kernel_shape: Option<Vec<usize>>,
@@ -182,7 +182,7 @@ pub struct ResolvedWindow {
 
 /// Element-wise functions of one tensor. Parameterised activations carry their constants;
 /// the same enum later describes fused epilogue activations.
-#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Unary {
     Sqrt,
     Erf,
@@ -196,7 +196,7 @@ pub enum Unary {
     Gelu { approximate: GeluApprox },
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum GeluApprox {
     /// Exact: x * Phi(x) with the error function.
     None,
@@ -205,7 +205,7 @@ pub enum GeluApprox {
 }
 
 /// Activations an epilogue can apply.
-#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Activation {
     Relu,
     GeluErf,
@@ -275,7 +275,7 @@ impl Activation {
 }
 
 /// Where a fused kernel adds its source tensor relative to the activation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ResidualAt {
     BeforeActivation,
     AfterActivation,
@@ -285,7 +285,7 @@ pub enum ResidualAt {
 /// then an optional bias vector (one value per output column / channel) and an optional
 /// source tensor of the output's shape. Output: `act(alpha*acc + bias [+ s*src]) [+ s*src]`
 /// converted to `output_dtype`, computed in f32 and rounded once.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct FusedKernel {
     /// MatMul, Gemm (its alpha/beta/C are moved into the epilogue) or Conv (no bias input).
     pub anchor: Box<Op>,
@@ -302,7 +302,7 @@ pub struct FusedKernel {
 }
 
 /// Layout of a conv kernel's tensors.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ConvLayout {
     /// As the model has it: NCHW activations, OIHW (KCRS) weights.
     #[default]
@@ -312,7 +312,7 @@ pub enum ConvLayout {
 }
 
 /// Broadcasting binary arithmetic.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Binary {
     Add,
     Sub,
@@ -321,14 +321,14 @@ pub enum Binary {
     Pow,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ResizeMode {
     Nearest,
     Linear,
     Cubic,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum CoordTransform {
     HalfPixel,
     HalfPixelSymmetric,
@@ -338,7 +338,7 @@ pub enum CoordTransform {
     TfCropAndResize,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum NearestMode {
     RoundPreferFloor,
     RoundPreferCeil,
@@ -346,14 +346,14 @@ pub enum NearestMode {
     Ceil,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum AspectPolicy {
     Stretch,
     NotLarger,
     NotSmaller,
 }
 
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ResizeAttrs {
     pub mode: ResizeMode,
     pub coord: CoordTransform,
@@ -367,7 +367,7 @@ pub struct ResizeAttrs {
 }
 
 /// A generic ONNX attribute value, kept for opaque nodes so a host framework can run them.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum AttrValue {
     Float(f32),
     Int(i64),
@@ -377,11 +377,11 @@ pub enum AttrValue {
     Ints(Vec<i64>),
     Strings(Vec<Vec<u8>>),
     /// Graphs, sparse tensors, type protos: carried by name only.
-    Unsupported(&'static str),
+    Unsupported(String),
 }
 
 /// One operator with its attributes. Inputs and outputs live on the [`super::Node`].
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Op {
     MatMul,
     Gemm {
@@ -487,7 +487,7 @@ pub enum Op {
         domain: String,
         op_type: String,
         attrs: Vec<(String, AttrValue)>,
-        why: &'static str,
+        why: std::borrow::Cow<'static, str>,
     },
 }
 

@@ -4,7 +4,7 @@ use super::DType;
 use half::{bf16, f16};
 
 /// Row-major storage, one variant per element type Bolt computes with.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum TensorData {
     F32(Vec<f32>),
     F16(Vec<f16>),
@@ -176,7 +176,7 @@ impl Element for bool {
 }
 
 /// A dense row-major tensor with a concrete shape.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Tensor {
     pub shape: Vec<usize>,
     pub data: TensorData,

@@ -14,6 +14,15 @@ use std::sync::Arc;
 
 pub use ops::{eval_op, unary_fn};
 
+/// Runs one node on its inputs (by position; `None` for omitted optional inputs). A kernel
+/// bug surfaces as an error naming the node, never aborts the host process (the executor runs
+/// inside ONNX Runtime, TVM and the CUDA runtime's host steps).
+pub fn eval_node(node: &crate::ir::Node, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| eval_op(&node.op, inputs)))
+        .unwrap_or_else(|p| Err(format!("internal error in the reference kernel: {}", panic_message(&p))))
+        .map_err(|r| Error::node(node, r))
+}
+
 /// Runs `graph` on `inputs` (by graph input name) and returns every graph output by name.
 pub fn run(graph: &Graph, inputs: &HashMap<String, Tensor>) -> Result<HashMap<String, Tensor>> {
     let mut env: HashMap<&str, Arc<Tensor>> = HashMap::new();
@@ -63,11 +72,7 @@ pub fn run(graph: &Graph, inputs: &HashMap<String, Tensor>) -> Result<HashMap<St
             })
             .collect();
         let refs: Vec<Option<&Tensor>> = args.iter().map(|a| a.as_deref()).collect();
-        // A kernel bug must surface as an error naming the node, never abort the host
-        // process (the executor runs inside ONNX Runtime and TVM later).
-        let outs = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| eval_op(&node.op, &refs)))
-            .unwrap_or_else(|p| Err(format!("internal error in the reference kernel: {}", panic_message(&p))))
-            .map_err(|r| Error::node(node, r))?;
+        let outs = eval_node(node, &refs)?;
         drop(args);
         for (name, t) in node.outputs.iter().zip(outs) {
             if !name.is_empty() {

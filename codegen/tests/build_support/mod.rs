@@ -11,7 +11,8 @@ use bolt_codegen::epilogue::{Activation, Epilogue, NormalForm};
 use bolt_codegen::spec::*;
 
 /// Renders each kernel as a few lines of CUDA: `can_implement` checks sizes and leading-
-/// dimension alignment on the host (no GPU needed), `run` launches a trivial kernel.
+/// dimension alignment on the host (no GPU needed), `initialize` keeps D's pointer (wants a
+/// 256-byte workspace), `launch` launches a trivial kernel.
 #[derive(Default)]
 pub struct StandIn {
     /// Symbols whose source contains an `#error` (to test failure reports).
@@ -36,7 +37,10 @@ impl KernelSource for StandIn {
     }
 
     fn render_unit(&self, kernels: &[(&KernelSpec, &str)]) -> Result<String, String> {
-        let mut s = format!("// stand-in unit {}\n#include \"bolt_kernel.h\"\n#include <cuda_runtime.h>\n", self.salt);
+        let mut s = format!(
+            "// stand-in unit {}\n#include \"bolt_kernel.h\"\n#include <cuda_runtime.h>\n#include <stdint.h>\n",
+            self.salt
+        );
         for (spec, sym) in kernels {
             if self.broken.iter().any(|b| b == sym) {
                 s.push_str(&format!("#error \"{sym} is deliberately broken\"\n"));
@@ -72,11 +76,37 @@ extern "C" size_t {sym}_workspace_size(const void* problem) {{
   return problem ? 256 : 0;
 }}
 
-extern "C" BoltStatus {sym}_run(const void* problem, const BoltArgs* args, void* workspace, void* stream) {{
+struct {sym}_state {{ uintptr_t tag; float* d; }};
+static char const {sym}_tag = 0;
+
+extern "C" size_t {sym}_params_size(void) {{ return sizeof({sym}_state); }}
+
+extern "C" BoltStatus {sym}_initialize(const void* problem, const BoltArgs* args, void* workspace,
+                                       size_t workspace_bytes, void* params, size_t params_bytes, void* stream) {{
+  if (!params || params_bytes < sizeof({sym}_state)) return BOLT_ERR_INVALID_PARAMS;
+  {sym}_state* s = ({sym}_state*)params;
+  s->tag = 0;
   BoltStatus status = {sym}_can_implement(problem);
   if (status != BOLT_OK) return status;
   if (!args || !args->d) return BOLT_ERR_NULL_ARGUMENT;
-  {sym}_kernel<<<1, 32, 0, (cudaStream_t)stream>>>((float*)args->d);
+  if (!workspace || workspace_bytes < 256) return BOLT_ERR_WORKSPACE_TOO_SMALL;
+  s->d = (float*)args->d;
+  s->tag = (uintptr_t)&{sym}_tag;
+  return BOLT_OK;
+}}
+
+extern "C" BoltStatus {sym}_update(void* params, const BoltArgs* args) {{
+  {sym}_state* s = ({sym}_state*)params;
+  if (!s || s->tag != (uintptr_t)&{sym}_tag) return BOLT_ERR_INVALID_PARAMS;
+  if (!args || !args->d) return BOLT_ERR_NULL_ARGUMENT;
+  s->d = (float*)args->d;
+  return BOLT_OK;
+}}
+
+extern "C" BoltStatus {sym}_launch(void* params, void* stream) {{
+  {sym}_state* s = ({sym}_state*)params;
+  if (!s || s->tag != (uintptr_t)&{sym}_tag) return BOLT_ERR_INVALID_PARAMS;
+  {sym}_kernel<<<1, 32, 0, (cudaStream_t)stream>>>(s->d);
   return cudaGetLastError() == cudaSuccess ? BOLT_OK : BOLT_ERR_LAUNCH_FAILED;
 }}
 "#

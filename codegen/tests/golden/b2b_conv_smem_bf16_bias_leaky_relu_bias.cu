@@ -22,11 +22,20 @@
 #ifndef BOLT_DETAIL_ABI_HELPERS
 #define BOLT_DETAIL_ABI_HELPERS
 
-// The C ABI's three functions, written once for every kernel of the unit. A kernel is a struct
-// with the problem type, the CUTLASS device operator and three static functions:
+#include <cstring>
+#include <new>
+#include <type_traits>
+
+// The C ABI's functions, written once for every kernel of the unit (plain and chain kernels).
+// A kernel is a struct with the problem and argument types, the CUTLASS device operator and
+// three static functions:
 //   check_problem(problem)   what the kernel needs of sizes, strides and leading dimensions
 //   check_pointers(args)     null and misaligned pointers
 //   make_arguments(problem, args) -> Operator::Arguments
+// and optionally
+//   workspace_bytes(arguments)                 where CUTLASS's get_workspace_size needs a GPU
+//   reset_workspace(arguments, workspace, stream)   for kernels whose workspace must be
+//                                              re-initialised before every launch (stream-K)
 namespace bolt_detail {
 
 /// can_implement's verdict as a Bolt status.
@@ -47,6 +56,73 @@ static inline bool is_aligned(void const *ptr, size_t bytes) {
   return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
 }
 
+/// What `<symbol>_initialize` builds in the caller's params buffer: everything `launch` needs,
+/// so a launch does no host work beyond the kernel launch itself.
+template <typename Kernel>
+struct State {
+  uintptr_t tag;  // tag<Kernel>() once initialised: which kernel's params these are
+  typename Kernel::Problem problem;
+  typename Kernel::Operator::Arguments arguments;
+  void *workspace;
+  size_t workspace_bytes;
+  typename Kernel::Operator op;  // holds CUTLASS's Params
+};
+
+/// One address per kernel of the library: tells a kernel's params from another's (or from
+/// an uninitialised buffer).
+template <typename Kernel>
+static uintptr_t tag() {
+  static char const unique = 0;
+  return reinterpret_cast<uintptr_t>(&unique);
+}
+
+template <typename Kernel>
+static size_t params_size() {
+  static_assert(alignof(State<Kernel>) <= BOLT_PARAMS_ALIGNMENT, "params need more alignment than the ABI promises");
+  static_assert(std::is_trivially_destructible<State<Kernel>>::value, "params are released without a destructor");
+  return sizeof(State<Kernel>);
+}
+
+/// The caller's buffer as this kernel's initialised state, or null.
+template <typename Kernel>
+static State<Kernel> *state(void *params) {
+  if (params == nullptr || !is_aligned(params, BOLT_PARAMS_ALIGNMENT)) {
+    return nullptr;
+  }
+  auto *s = static_cast<State<Kernel> *>(params);
+  return s->tag == tag<Kernel>() ? s : nullptr;
+}
+
+// CUTLASS 2.x operators update with (arguments), the others with (arguments, workspace).
+template <typename Op, typename Args>
+static auto update_operator(Op &op, Args const &arguments, void *workspace, int)
+    -> decltype(op.update(arguments, workspace)) {
+  return op.update(arguments, workspace);
+}
+template <typename Op, typename Args>
+static cutlass::Status update_operator(Op &op, Args const &arguments, void *, long) {
+  return op.update(arguments);
+}
+
+template <typename Kernel, typename Args>
+static auto required_workspace(Args const &arguments, int) -> decltype(Kernel::workspace_bytes(arguments)) {
+  return Kernel::workspace_bytes(arguments);
+}
+template <typename Kernel, typename Args>
+static size_t required_workspace(Args const &arguments, long) {
+  return Kernel::Operator::get_workspace_size(arguments);
+}
+
+template <typename Kernel, typename Args>
+static auto reset_workspace(Args const &arguments, void *workspace, cudaStream_t stream, int)
+    -> decltype(Kernel::reset_workspace(arguments, workspace, stream)) {
+  return Kernel::reset_workspace(arguments, workspace, stream);
+}
+template <typename Kernel, typename Args>
+static cutlass::Status reset_workspace(Args const &, void *, cudaStream_t, long) {
+  return cutlass::Status::kSuccess;  // e.g. serial split-K: the kernel resets its semaphores itself
+}
+
 template <typename Kernel>
 static BoltStatus can_implement(void const *problem) {
   try {
@@ -58,7 +134,7 @@ static BoltStatus can_implement(void const *problem) {
     if (status != BOLT_OK) {
       return status;
     }
-    return from_can_implement(Kernel::Operator::can_implement(Kernel::make_arguments(p, BoltArgs{})));
+    return from_can_implement(Kernel::Operator::can_implement(Kernel::make_arguments(p, typename Kernel::Args{})));
   } catch (...) {
     return BOLT_ERR_UNKNOWN;
   }
@@ -74,15 +150,20 @@ static size_t workspace_size(void const *problem) {
     if (Kernel::check_problem(p) != BOLT_OK) {
       return 0;
     }
-    return Kernel::Operator::get_workspace_size(Kernel::make_arguments(p, BoltArgs{}));
+    return required_workspace<Kernel>(Kernel::make_arguments(p, typename Kernel::Args{}), 0);
   } catch (...) {
     return 0;
   }
 }
 
 template <typename Kernel>
-static BoltStatus run(void const *problem, BoltArgs const *args, void *workspace, void *stream) {
+static BoltStatus initialize(void const *problem, typename Kernel::Args const *args, void *workspace,
+                             size_t workspace_bytes, void *params, size_t params_bytes, void *stream) {
   try {
+    if (params == nullptr || params_bytes < sizeof(State<Kernel>) || !is_aligned(params, BOLT_PARAMS_ALIGNMENT)) {
+      return BOLT_ERR_INVALID_PARAMS;
+    }
+    std::memset(params, 0, sizeof(State<Kernel>));  // until the end: not initialised
     if (problem == nullptr || args == nullptr) {
       return BOLT_ERR_NULL_ARGUMENT;
     }
@@ -99,16 +180,62 @@ static BoltStatus run(void const *problem, BoltArgs const *args, void *workspace
     if (status != BOLT_OK) {
       return status;
     }
-    if (workspace == nullptr && Kernel::Operator::get_workspace_size(arguments) > 0) {
+    size_t const needed = required_workspace<Kernel>(arguments, 0);
+    if (needed > 0 && (workspace == nullptr || workspace_bytes < needed)) {
       return BOLT_ERR_WORKSPACE_TOO_SMALL;
     }
-    cudaStream_t cuda_stream = static_cast<cudaStream_t>(stream);
-    typename Kernel::Operator op;
-    if (op.initialize(arguments, workspace, cuda_stream) != cutlass::Status::kSuccess) {
+    auto *s = new (params) State<Kernel>{0, p, arguments, workspace, needed, typename Kernel::Operator()};
+    // Host set-up (Params, TMA descriptors, shared-memory attributes) and the workspace's
+    // first initialisation, enqueued on `stream`.
+    if (s->op.initialize(arguments, workspace, static_cast<cudaStream_t>(stream)) != cutlass::Status::kSuccess) {
       return BOLT_ERR_CUTLASS_INTERNAL;
     }
-    // CUTLASS's run() checks cudaGetLastError after the launch.
-    if (op.run(cuda_stream) != cutlass::Status::kSuccess) {
+    s->tag = tag<Kernel>();
+    return BOLT_OK;
+  } catch (...) {
+    return BOLT_ERR_UNKNOWN;
+  }
+}
+
+template <typename Kernel>
+static BoltStatus update(void *params, typename Kernel::Args const *args) {
+  try {
+    State<Kernel> *s = state<Kernel>(params);
+    if (s == nullptr) {
+      return BOLT_ERR_INVALID_PARAMS;
+    }
+    if (args == nullptr) {
+      return BOLT_ERR_NULL_ARGUMENT;
+    }
+    BoltStatus status = Kernel::check_pointers(*args);
+    if (status != BOLT_OK) {
+      return status;
+    }
+    typename Kernel::Operator::Arguments arguments = Kernel::make_arguments(s->problem, *args);
+    if (update_operator(s->op, arguments, s->workspace, 0) != cutlass::Status::kSuccess) {
+      return BOLT_ERR_CUTLASS_INTERNAL;
+    }
+    s->arguments = arguments;
+    return BOLT_OK;
+  } catch (...) {
+    return BOLT_ERR_UNKNOWN;
+  }
+}
+
+template <typename Kernel>
+static BoltStatus launch(void *params, void *stream) {
+  try {
+    State<Kernel> *s = state<Kernel>(params);
+    if (s == nullptr) {
+      return BOLT_ERR_INVALID_PARAMS;
+    }
+    cudaStream_t cuda_stream = static_cast<cudaStream_t>(stream);
+    if (s->workspace_bytes > 0 &&
+        reset_workspace<Kernel>(s->arguments, s->workspace, cuda_stream, 0) != cutlass::Status::kSuccess) {
+      return BOLT_ERR_LAUNCH_FAILED;
+    }
+    // CUTLASS's run() launches and checks cudaGetLastError; no allocation, no synchronisation.
+    if (s->op.run(cuda_stream) != cutlass::Status::kSuccess) {
       return BOLT_ERR_LAUNCH_FAILED;
     }
     return BOLT_OK;
@@ -120,75 +247,6 @@ static BoltStatus run(void const *problem, BoltArgs const *args, void *workspace
 }  // namespace bolt_detail
 
 #endif  // BOLT_DETAIL_ABI_HELPERS
-
-#ifndef BOLT_DETAIL_B2B_HELPERS
-#define BOLT_DETAIL_B2B_HELPERS
-
-// The same three functions for back-to-back chain kernels, whose run() takes a BoltB2bArgs.
-// Chain kernels have no split-K: no workspace.
-namespace bolt_detail {
-
-template <typename Kernel>
-static BoltStatus b2b_can_implement(void const *problem) {
-  try {
-    if (problem == nullptr) {
-      return BOLT_ERR_NULL_ARGUMENT;
-    }
-    auto const &p = *static_cast<typename Kernel::Problem const *>(problem);
-    BoltStatus status = Kernel::check_problem(p);
-    if (status != BOLT_OK) {
-      return status;
-    }
-    return from_can_implement(Kernel::Operator::can_implement(Kernel::make_arguments(p, BoltB2bArgs{})));
-  } catch (...) {
-    return BOLT_ERR_UNKNOWN;
-  }
-}
-
-template <typename Kernel>
-static size_t b2b_workspace_size(void const *problem) {
-  (void)problem;
-  return 0;
-}
-
-template <typename Kernel>
-static BoltStatus b2b_run(void const *problem, BoltB2bArgs const *args, void *workspace, void *stream) {
-  try {
-    (void)workspace;
-    if (problem == nullptr || args == nullptr) {
-      return BOLT_ERR_NULL_ARGUMENT;
-    }
-    auto const &p = *static_cast<typename Kernel::Problem const *>(problem);
-    BoltStatus status = Kernel::check_problem(p);
-    if (status == BOLT_OK) {
-      status = Kernel::check_pointers(*args);
-    }
-    if (status != BOLT_OK) {
-      return status;
-    }
-    typename Kernel::Operator::Arguments arguments = Kernel::make_arguments(p, *args);
-    status = from_can_implement(Kernel::Operator::can_implement(arguments));
-    if (status != BOLT_OK) {
-      return status;
-    }
-    cudaStream_t cuda_stream = static_cast<cudaStream_t>(stream);
-    typename Kernel::Operator op;
-    if (op.initialize(arguments, nullptr, cuda_stream) != cutlass::Status::kSuccess) {
-      return BOLT_ERR_CUTLASS_INTERNAL;
-    }
-    // The fused kernels' run() checks cudaGetLastError after the launch.
-    if (op.run(cuda_stream) != cutlass::Status::kSuccess) {
-      return BOLT_ERR_LAUNCH_FAILED;
-    }
-    return BOLT_OK;
-  } catch (...) {
-    return BOLT_ERR_UNKNOWN;
-  }
-}
-
-}  // namespace bolt_detail
-
-#endif  // BOLT_DETAIL_B2B_HELPERS
 
 ////////////////////////////////////////////////////////////////////////////////////////////////////
 // bolt_sm80_b2b_conv2d_fprop_smem_bf16_f32acc_a8_64x64x32_32x32x32_64x256x32_64x64x32_s3_bias_leaky_relu_bias_identity_a65b7b31
@@ -341,6 +399,7 @@ static cutlass::conv::Conv2dProblemSize problem_size(BoltConv2dProblem const &c)
 
 struct Kernel {
   using Problem = BoltB2bConv2dProblem;
+  using Args = BoltB2bArgs;
   using Operator = B2bConv2dFprop;
 
   static BoltStatus check_problem(BoltB2bConv2dProblem const &p) {
@@ -405,13 +464,28 @@ struct Kernel {
 }  // namespace bolt_sm80_b2b_conv2d_fprop_smem_bf16_f32acc_a8_64x64x32_32x32x32_64x256x32_64x64x32_s3_bias_leaky_relu_bias_identity_a65b7b31
 
 extern "C" BoltStatus bolt_sm80_b2b_conv2d_fprop_smem_bf16_f32acc_a8_64x64x32_32x32x32_64x256x32_64x64x32_s3_bias_leaky_relu_bias_identity_a65b7b31_can_implement(const void *problem) {
-  return bolt_detail::b2b_can_implement<bolt_sm80_b2b_conv2d_fprop_smem_bf16_f32acc_a8_64x64x32_32x32x32_64x256x32_64x64x32_s3_bias_leaky_relu_bias_identity_a65b7b31::Kernel>(problem);
+  return bolt_detail::can_implement<bolt_sm80_b2b_conv2d_fprop_smem_bf16_f32acc_a8_64x64x32_32x32x32_64x256x32_64x64x32_s3_bias_leaky_relu_bias_identity_a65b7b31::Kernel>(problem);
 }
 
 extern "C" size_t bolt_sm80_b2b_conv2d_fprop_smem_bf16_f32acc_a8_64x64x32_32x32x32_64x256x32_64x64x32_s3_bias_leaky_relu_bias_identity_a65b7b31_workspace_size(const void *problem) {
-  return bolt_detail::b2b_workspace_size<bolt_sm80_b2b_conv2d_fprop_smem_bf16_f32acc_a8_64x64x32_32x32x32_64x256x32_64x64x32_s3_bias_leaky_relu_bias_identity_a65b7b31::Kernel>(problem);
+  return bolt_detail::workspace_size<bolt_sm80_b2b_conv2d_fprop_smem_bf16_f32acc_a8_64x64x32_32x32x32_64x256x32_64x64x32_s3_bias_leaky_relu_bias_identity_a65b7b31::Kernel>(problem);
 }
 
-extern "C" BoltStatus bolt_sm80_b2b_conv2d_fprop_smem_bf16_f32acc_a8_64x64x32_32x32x32_64x256x32_64x64x32_s3_bias_leaky_relu_bias_identity_a65b7b31_run(const void *problem, const BoltB2bArgs *args, void *workspace, void *stream) {
-  return bolt_detail::b2b_run<bolt_sm80_b2b_conv2d_fprop_smem_bf16_f32acc_a8_64x64x32_32x32x32_64x256x32_64x64x32_s3_bias_leaky_relu_bias_identity_a65b7b31::Kernel>(problem, args, workspace, stream);
+extern "C" size_t bolt_sm80_b2b_conv2d_fprop_smem_bf16_f32acc_a8_64x64x32_32x32x32_64x256x32_64x64x32_s3_bias_leaky_relu_bias_identity_a65b7b31_params_size(void) {
+  return bolt_detail::params_size<bolt_sm80_b2b_conv2d_fprop_smem_bf16_f32acc_a8_64x64x32_32x32x32_64x256x32_64x64x32_s3_bias_leaky_relu_bias_identity_a65b7b31::Kernel>();
+}
+
+extern "C" BoltStatus bolt_sm80_b2b_conv2d_fprop_smem_bf16_f32acc_a8_64x64x32_32x32x32_64x256x32_64x64x32_s3_bias_leaky_relu_bias_identity_a65b7b31_initialize(
+    const void *problem, const BoltB2bArgs *args, void *workspace, size_t workspace_bytes, void *params,
+    size_t params_bytes, void *stream) {
+  return bolt_detail::initialize<bolt_sm80_b2b_conv2d_fprop_smem_bf16_f32acc_a8_64x64x32_32x32x32_64x256x32_64x64x32_s3_bias_leaky_relu_bias_identity_a65b7b31::Kernel>(
+      problem, args, workspace, workspace_bytes, params, params_bytes, stream);
+}
+
+extern "C" BoltStatus bolt_sm80_b2b_conv2d_fprop_smem_bf16_f32acc_a8_64x64x32_32x32x32_64x256x32_64x64x32_s3_bias_leaky_relu_bias_identity_a65b7b31_update(void *params, const BoltB2bArgs *args) {
+  return bolt_detail::update<bolt_sm80_b2b_conv2d_fprop_smem_bf16_f32acc_a8_64x64x32_32x32x32_64x256x32_64x64x32_s3_bias_leaky_relu_bias_identity_a65b7b31::Kernel>(params, args);
+}
+
+extern "C" BoltStatus bolt_sm80_b2b_conv2d_fprop_smem_bf16_f32acc_a8_64x64x32_32x32x32_64x256x32_64x64x32_s3_bias_leaky_relu_bias_identity_a65b7b31_launch(void *params, void *stream) {
+  return bolt_detail::launch<bolt_sm80_b2b_conv2d_fprop_smem_bf16_f32acc_a8_64x64x32_32x32x32_64x256x32_64x64x32_s3_bias_leaky_relu_bias_identity_a65b7b31::Kernel>(params, stream);
 }

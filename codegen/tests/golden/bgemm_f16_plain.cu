@@ -23,11 +23,20 @@
 #ifndef BOLT_DETAIL_ABI_HELPERS
 #define BOLT_DETAIL_ABI_HELPERS
 
-// The C ABI's three functions, written once for every kernel of the unit. A kernel is a struct
-// with the problem type, the CUTLASS device operator and three static functions:
+#include <cstring>
+#include <new>
+#include <type_traits>
+
+// The C ABI's functions, written once for every kernel of the unit (plain and chain kernels).
+// A kernel is a struct with the problem and argument types, the CUTLASS device operator and
+// three static functions:
 //   check_problem(problem)   what the kernel needs of sizes, strides and leading dimensions
 //   check_pointers(args)     null and misaligned pointers
 //   make_arguments(problem, args) -> Operator::Arguments
+// and optionally
+//   workspace_bytes(arguments)                 where CUTLASS's get_workspace_size needs a GPU
+//   reset_workspace(arguments, workspace, stream)   for kernels whose workspace must be
+//                                              re-initialised before every launch (stream-K)
 namespace bolt_detail {
 
 /// can_implement's verdict as a Bolt status.
@@ -48,6 +57,73 @@ static inline bool is_aligned(void const *ptr, size_t bytes) {
   return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
 }
 
+/// What `<symbol>_initialize` builds in the caller's params buffer: everything `launch` needs,
+/// so a launch does no host work beyond the kernel launch itself.
+template <typename Kernel>
+struct State {
+  uintptr_t tag;  // tag<Kernel>() once initialised: which kernel's params these are
+  typename Kernel::Problem problem;
+  typename Kernel::Operator::Arguments arguments;
+  void *workspace;
+  size_t workspace_bytes;
+  typename Kernel::Operator op;  // holds CUTLASS's Params
+};
+
+/// One address per kernel of the library: tells a kernel's params from another's (or from
+/// an uninitialised buffer).
+template <typename Kernel>
+static uintptr_t tag() {
+  static char const unique = 0;
+  return reinterpret_cast<uintptr_t>(&unique);
+}
+
+template <typename Kernel>
+static size_t params_size() {
+  static_assert(alignof(State<Kernel>) <= BOLT_PARAMS_ALIGNMENT, "params need more alignment than the ABI promises");
+  static_assert(std::is_trivially_destructible<State<Kernel>>::value, "params are released without a destructor");
+  return sizeof(State<Kernel>);
+}
+
+/// The caller's buffer as this kernel's initialised state, or null.
+template <typename Kernel>
+static State<Kernel> *state(void *params) {
+  if (params == nullptr || !is_aligned(params, BOLT_PARAMS_ALIGNMENT)) {
+    return nullptr;
+  }
+  auto *s = static_cast<State<Kernel> *>(params);
+  return s->tag == tag<Kernel>() ? s : nullptr;
+}
+
+// CUTLASS 2.x operators update with (arguments), the others with (arguments, workspace).
+template <typename Op, typename Args>
+static auto update_operator(Op &op, Args const &arguments, void *workspace, int)
+    -> decltype(op.update(arguments, workspace)) {
+  return op.update(arguments, workspace);
+}
+template <typename Op, typename Args>
+static cutlass::Status update_operator(Op &op, Args const &arguments, void *, long) {
+  return op.update(arguments);
+}
+
+template <typename Kernel, typename Args>
+static auto required_workspace(Args const &arguments, int) -> decltype(Kernel::workspace_bytes(arguments)) {
+  return Kernel::workspace_bytes(arguments);
+}
+template <typename Kernel, typename Args>
+static size_t required_workspace(Args const &arguments, long) {
+  return Kernel::Operator::get_workspace_size(arguments);
+}
+
+template <typename Kernel, typename Args>
+static auto reset_workspace(Args const &arguments, void *workspace, cudaStream_t stream, int)
+    -> decltype(Kernel::reset_workspace(arguments, workspace, stream)) {
+  return Kernel::reset_workspace(arguments, workspace, stream);
+}
+template <typename Kernel, typename Args>
+static cutlass::Status reset_workspace(Args const &, void *, cudaStream_t, long) {
+  return cutlass::Status::kSuccess;  // e.g. serial split-K: the kernel resets its semaphores itself
+}
+
 template <typename Kernel>
 static BoltStatus can_implement(void const *problem) {
   try {
@@ -59,7 +135,7 @@ static BoltStatus can_implement(void const *problem) {
     if (status != BOLT_OK) {
       return status;
     }
-    return from_can_implement(Kernel::Operator::can_implement(Kernel::make_arguments(p, BoltArgs{})));
+    return from_can_implement(Kernel::Operator::can_implement(Kernel::make_arguments(p, typename Kernel::Args{})));
   } catch (...) {
     return BOLT_ERR_UNKNOWN;
   }
@@ -75,15 +151,20 @@ static size_t workspace_size(void const *problem) {
     if (Kernel::check_problem(p) != BOLT_OK) {
       return 0;
     }
-    return Kernel::Operator::get_workspace_size(Kernel::make_arguments(p, BoltArgs{}));
+    return required_workspace<Kernel>(Kernel::make_arguments(p, typename Kernel::Args{}), 0);
   } catch (...) {
     return 0;
   }
 }
 
 template <typename Kernel>
-static BoltStatus run(void const *problem, BoltArgs const *args, void *workspace, void *stream) {
+static BoltStatus initialize(void const *problem, typename Kernel::Args const *args, void *workspace,
+                             size_t workspace_bytes, void *params, size_t params_bytes, void *stream) {
   try {
+    if (params == nullptr || params_bytes < sizeof(State<Kernel>) || !is_aligned(params, BOLT_PARAMS_ALIGNMENT)) {
+      return BOLT_ERR_INVALID_PARAMS;
+    }
+    std::memset(params, 0, sizeof(State<Kernel>));  // until the end: not initialised
     if (problem == nullptr || args == nullptr) {
       return BOLT_ERR_NULL_ARGUMENT;
     }
@@ -100,16 +181,62 @@ static BoltStatus run(void const *problem, BoltArgs const *args, void *workspace
     if (status != BOLT_OK) {
       return status;
     }
-    if (workspace == nullptr && Kernel::Operator::get_workspace_size(arguments) > 0) {
+    size_t const needed = required_workspace<Kernel>(arguments, 0);
+    if (needed > 0 && (workspace == nullptr || workspace_bytes < needed)) {
       return BOLT_ERR_WORKSPACE_TOO_SMALL;
     }
-    cudaStream_t cuda_stream = static_cast<cudaStream_t>(stream);
-    typename Kernel::Operator op;
-    if (op.initialize(arguments, workspace, cuda_stream) != cutlass::Status::kSuccess) {
+    auto *s = new (params) State<Kernel>{0, p, arguments, workspace, needed, typename Kernel::Operator()};
+    // Host set-up (Params, TMA descriptors, shared-memory attributes) and the workspace's
+    // first initialisation, enqueued on `stream`.
+    if (s->op.initialize(arguments, workspace, static_cast<cudaStream_t>(stream)) != cutlass::Status::kSuccess) {
       return BOLT_ERR_CUTLASS_INTERNAL;
     }
-    // CUTLASS's run() checks cudaGetLastError after the launch.
-    if (op.run(cuda_stream) != cutlass::Status::kSuccess) {
+    s->tag = tag<Kernel>();
+    return BOLT_OK;
+  } catch (...) {
+    return BOLT_ERR_UNKNOWN;
+  }
+}
+
+template <typename Kernel>
+static BoltStatus update(void *params, typename Kernel::Args const *args) {
+  try {
+    State<Kernel> *s = state<Kernel>(params);
+    if (s == nullptr) {
+      return BOLT_ERR_INVALID_PARAMS;
+    }
+    if (args == nullptr) {
+      return BOLT_ERR_NULL_ARGUMENT;
+    }
+    BoltStatus status = Kernel::check_pointers(*args);
+    if (status != BOLT_OK) {
+      return status;
+    }
+    typename Kernel::Operator::Arguments arguments = Kernel::make_arguments(s->problem, *args);
+    if (update_operator(s->op, arguments, s->workspace, 0) != cutlass::Status::kSuccess) {
+      return BOLT_ERR_CUTLASS_INTERNAL;
+    }
+    s->arguments = arguments;
+    return BOLT_OK;
+  } catch (...) {
+    return BOLT_ERR_UNKNOWN;
+  }
+}
+
+template <typename Kernel>
+static BoltStatus launch(void *params, void *stream) {
+  try {
+    State<Kernel> *s = state<Kernel>(params);
+    if (s == nullptr) {
+      return BOLT_ERR_INVALID_PARAMS;
+    }
+    cudaStream_t cuda_stream = static_cast<cudaStream_t>(stream);
+    if (s->workspace_bytes > 0 &&
+        reset_workspace<Kernel>(s->arguments, s->workspace, cuda_stream, 0) != cutlass::Status::kSuccess) {
+      return BOLT_ERR_LAUNCH_FAILED;
+    }
+    // CUTLASS's run() launches and checks cudaGetLastError; no allocation, no synchronisation.
+    if (s->op.run(cuda_stream) != cutlass::Status::kSuccess) {
       return BOLT_ERR_LAUNCH_FAILED;
     }
     return BOLT_OK;
@@ -164,6 +291,7 @@ using Gemm = cutlass::gemm::device::GemmUniversal<
 
 struct Kernel {
   using Problem = BoltGemmProblem;
+  using Args = BoltArgs;
   using Operator = Gemm;
 
   static BoltStatus check_problem(BoltGemmProblem const &p) {
@@ -197,9 +325,8 @@ struct Kernel {
     }
     return BOLT_OK;
   }
-
   // With all-null args for can_implement and workspace queries.
-  static Gemm::Arguments make_arguments(BoltGemmProblem const &p, BoltArgs const &args) {
+  static Operator::Arguments make_arguments(BoltGemmProblem const &p, BoltArgs const &args) {
     return Gemm::Arguments(
         cutlass::gemm::GemmUniversalMode::kBatched,
         {int(p.m), int(p.n), int(p.k)},
@@ -223,6 +350,21 @@ extern "C" size_t bolt_sm80_bgemm_f16_f16acc_f16_rcr_a8_128x64x32_64x32x32_s4_id
   return bolt_detail::workspace_size<bolt_sm80_bgemm_f16_f16acc_f16_rcr_a8_128x64x32_64x32x32_s4_identity_f9eda7ab::Kernel>(problem);
 }
 
-extern "C" BoltStatus bolt_sm80_bgemm_f16_f16acc_f16_rcr_a8_128x64x32_64x32x32_s4_identity_f9eda7ab_run(const void *problem, const BoltArgs *args, void *workspace, void *stream) {
-  return bolt_detail::run<bolt_sm80_bgemm_f16_f16acc_f16_rcr_a8_128x64x32_64x32x32_s4_identity_f9eda7ab::Kernel>(problem, args, workspace, stream);
+extern "C" size_t bolt_sm80_bgemm_f16_f16acc_f16_rcr_a8_128x64x32_64x32x32_s4_identity_f9eda7ab_params_size(void) {
+  return bolt_detail::params_size<bolt_sm80_bgemm_f16_f16acc_f16_rcr_a8_128x64x32_64x32x32_s4_identity_f9eda7ab::Kernel>();
+}
+
+extern "C" BoltStatus bolt_sm80_bgemm_f16_f16acc_f16_rcr_a8_128x64x32_64x32x32_s4_identity_f9eda7ab_initialize(
+    const void *problem, const BoltArgs *args, void *workspace, size_t workspace_bytes, void *params,
+    size_t params_bytes, void *stream) {
+  return bolt_detail::initialize<bolt_sm80_bgemm_f16_f16acc_f16_rcr_a8_128x64x32_64x32x32_s4_identity_f9eda7ab::Kernel>(
+      problem, args, workspace, workspace_bytes, params, params_bytes, stream);
+}
+
+extern "C" BoltStatus bolt_sm80_bgemm_f16_f16acc_f16_rcr_a8_128x64x32_64x32x32_s4_identity_f9eda7ab_update(void *params, const BoltArgs *args) {
+  return bolt_detail::update<bolt_sm80_bgemm_f16_f16acc_f16_rcr_a8_128x64x32_64x32x32_s4_identity_f9eda7ab::Kernel>(params, args);
+}
+
+extern "C" BoltStatus bolt_sm80_bgemm_f16_f16acc_f16_rcr_a8_128x64x32_64x32x32_s4_identity_f9eda7ab_launch(void *params, void *stream) {
+  return bolt_detail::launch<bolt_sm80_bgemm_f16_f16acc_f16_rcr_a8_128x64x32_64x32x32_s4_identity_f9eda7ab::Kernel>(params, stream);
 }

@@ -1,4 +1,3 @@
-
 // ---- Bolt sm90 prelude: shared by every sm90 kernel of a translation unit (guarded) ----------
 #ifndef BOLT_SM90_PRELUDE
 #define BOLT_SM90_PRELUDE
@@ -154,6 +153,7 @@ using Conv = cutlass::conv::device::ConvUniversalAdapter<ConvKernel>;
 
 struct Kernel {
   using Problem = BoltConv2dProblem;
+  using Args = BoltArgs;
   using Operator = Conv;
 
   // Sizes, padding, strides: what can_implement can see.
@@ -164,6 +164,11 @@ struct Kernel {
       return BOLT_ERR_UNSUPPORTED_PROBLEM;
     }
     if (p.groups != 1) {  // the sm90 conv mainloop has no groups
+      return BOLT_ERR_UNSUPPORTED_PROBLEM;
+    }
+    // The TMA im2col descriptor's traversal strides are at most 8 (cuTensorMapEncodeIm2col);
+    // CUTLASS checks this only with assert, compiled out under -DNDEBUG.
+    if (p.stride_h > 8 || p.stride_w > 8) {
       return BOLT_ERR_UNSUPPORTED_PROBLEM;
     }
     // Bolt's problem has one padding per dimension: the output size must be the one it gives.
@@ -190,6 +195,12 @@ struct Kernel {
       return BOLT_ERR_MISALIGNED_OPERAND;
     }
     return BOLT_OK;
+  }
+
+  // A workspace is re-initialised before every launch, as CUTLASS's own
+  // run(arguments, workspace, stream) does: a few memsets, capturable in a graph.
+  static cutlass::Status reset_workspace(Conv::Arguments const& arguments, void* workspace, cudaStream_t stream) {
+    return Conv::ConvKernel::initialize_workspace(arguments, workspace, stream);
   }
 
   // With all-null args for can_implement and workspace queries.
@@ -236,14 +247,29 @@ struct Kernel {
 
 }  // namespace bolt_sm90_conv_bias_silu_res
 
-extern "C" BoltStatus bolt_sm90_conv_bias_silu_res_can_implement(const void* problem) {
+extern "C" BoltStatus bolt_sm90_conv_bias_silu_res_can_implement(const void *problem) {
   return bolt_detail::can_implement<bolt_sm90_conv_bias_silu_res::Kernel>(problem);
 }
 
-extern "C" size_t bolt_sm90_conv_bias_silu_res_workspace_size(const void* problem) {
+extern "C" size_t bolt_sm90_conv_bias_silu_res_workspace_size(const void *problem) {
   return bolt_detail::workspace_size<bolt_sm90_conv_bias_silu_res::Kernel>(problem);
 }
 
-extern "C" BoltStatus bolt_sm90_conv_bias_silu_res_run(const void* problem, const BoltArgs* args, void* workspace, void* stream) {
-  return bolt_detail::run<bolt_sm90_conv_bias_silu_res::Kernel>(problem, args, workspace, stream);
+extern "C" size_t bolt_sm90_conv_bias_silu_res_params_size(void) {
+  return bolt_detail::params_size<bolt_sm90_conv_bias_silu_res::Kernel>();
+}
+
+extern "C" BoltStatus bolt_sm90_conv_bias_silu_res_initialize(
+    const void *problem, const BoltArgs *args, void *workspace, size_t workspace_bytes, void *params,
+    size_t params_bytes, void *stream) {
+  return bolt_detail::initialize<bolt_sm90_conv_bias_silu_res::Kernel>(
+      problem, args, workspace, workspace_bytes, params, params_bytes, stream);
+}
+
+extern "C" BoltStatus bolt_sm90_conv_bias_silu_res_update(void *params, const BoltArgs *args) {
+  return bolt_detail::update<bolt_sm90_conv_bias_silu_res::Kernel>(params, args);
+}
+
+extern "C" BoltStatus bolt_sm90_conv_bias_silu_res_launch(void *params, void *stream) {
+  return bolt_detail::launch<bolt_sm90_conv_bias_silu_res::Kernel>(params, stream);
 }

@@ -1,4 +1,3 @@
-
 // ---- Bolt sm90 prelude: shared by every sm90 kernel of a translation unit (guarded) ----------
 #ifndef BOLT_SM90_PRELUDE
 #define BOLT_SM90_PRELUDE
@@ -149,6 +148,7 @@ using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
 
 struct Kernel {
   using Problem = BoltGemmProblem;
+  using Args = BoltArgs;
   using Operator = Gemm;
 
   // Sizes, leading dimensions and batch strides: what can_implement can see.
@@ -185,6 +185,12 @@ struct Kernel {
     return BOLT_OK;
   }
 
+  // A workspace (stream-K's partials and flags) is re-initialised before every launch, as
+  // CUTLASS's own run(arguments, workspace, stream) does: a few memsets, capturable in a graph.
+  static cutlass::Status reset_workspace(Gemm::Arguments const& arguments, void* workspace, cudaStream_t stream) {
+    return GemmKernel::initialize_workspace(arguments, workspace, stream);
+  }
+
   // With all-null args for can_implement and workspace queries.
   static Gemm::Arguments make_arguments(BoltGemmProblem const& p, BoltArgs const& args) {
     [[maybe_unused]] float const alpha = args.alpha;
@@ -219,14 +225,29 @@ struct Kernel {
 
 }  // namespace bolt_sm90_gemm_streamk_bias_relu_res
 
-extern "C" BoltStatus bolt_sm90_gemm_streamk_bias_relu_res_can_implement(const void* problem) {
+extern "C" BoltStatus bolt_sm90_gemm_streamk_bias_relu_res_can_implement(const void *problem) {
   return bolt_detail::can_implement<bolt_sm90_gemm_streamk_bias_relu_res::Kernel>(problem);
 }
 
-extern "C" size_t bolt_sm90_gemm_streamk_bias_relu_res_workspace_size(const void* problem) {
+extern "C" size_t bolt_sm90_gemm_streamk_bias_relu_res_workspace_size(const void *problem) {
   return bolt_detail::workspace_size<bolt_sm90_gemm_streamk_bias_relu_res::Kernel>(problem);
 }
 
-extern "C" BoltStatus bolt_sm90_gemm_streamk_bias_relu_res_run(const void* problem, const BoltArgs* args, void* workspace, void* stream) {
-  return bolt_detail::run<bolt_sm90_gemm_streamk_bias_relu_res::Kernel>(problem, args, workspace, stream);
+extern "C" size_t bolt_sm90_gemm_streamk_bias_relu_res_params_size(void) {
+  return bolt_detail::params_size<bolt_sm90_gemm_streamk_bias_relu_res::Kernel>();
+}
+
+extern "C" BoltStatus bolt_sm90_gemm_streamk_bias_relu_res_initialize(
+    const void *problem, const BoltArgs *args, void *workspace, size_t workspace_bytes, void *params,
+    size_t params_bytes, void *stream) {
+  return bolt_detail::initialize<bolt_sm90_gemm_streamk_bias_relu_res::Kernel>(
+      problem, args, workspace, workspace_bytes, params, params_bytes, stream);
+}
+
+extern "C" BoltStatus bolt_sm90_gemm_streamk_bias_relu_res_update(void *params, const BoltArgs *args) {
+  return bolt_detail::update<bolt_sm90_gemm_streamk_bias_relu_res::Kernel>(params, args);
+}
+
+extern "C" BoltStatus bolt_sm90_gemm_streamk_bias_relu_res_launch(void *params, void *stream) {
+  return bolt_detail::launch<bolt_sm90_gemm_streamk_bias_relu_res::Kernel>(params, stream);
 }

@@ -1,0 +1,205 @@
+//! Glue kernels (transposes, channel padding, casts): one unit with every family is compiled
+//! once for sm_80 and linked twice. An executable runs the kernels' index math and conversions
+//! on the host, compared with loops written here and with the `half` crate's conversions; a
+//! library answers the ABI's host-side calls. Needs the toolchain, no GPU.
+
+use std::ffi::c_void;
+use std::path::PathBuf;
+use std::process::Command;
+
+use bolt_codegen::abi::{
+    BoltGlueArgs, BoltGlueProblem, CanImplementFn, InitializeFn, LaunchFn, ParamsSizeFn, Status, FUNCTION_SUFFIXES,
+};
+use bolt_codegen::glue::{self, CastSpec, Direction, GlueSpec, PadSpec, TransposeSpec};
+use bolt_codegen::spec::Element;
+
+fn specs() -> Vec<GlueSpec> {
+    vec![
+        GlueSpec::Transpose(TransposeSpec { direction: Direction::NchwToNhwc, element: Element::F16 }),
+        GlueSpec::Transpose(TransposeSpec { direction: Direction::NhwcToNchw, element: Element::F32 }),
+        GlueSpec::PadChannels(PadSpec { element: Element::F16, alignment: 8 }),
+        GlueSpec::Cast(CastSpec { from: Element::F32, to: Element::F16 }),
+        GlueSpec::Cast(CastSpec { from: Element::F32, to: Element::BF16 }),
+    ]
+}
+
+const VALUES: [f32; 8] = [1.0, 0.1, -2.5, 65504.0, 70000.0, 1e-7, 3.14159265, -0.0];
+
+/// A host `main` printing every kernel's source index per output element of `problem`, and the
+/// casts of [`VALUES`].
+fn test_main(symbols: &[String], problem: BoltGlueProblem) -> String {
+    let p = problem;
+    let mut m = String::from("\n#include <cstdio>\nint main() {\n");
+    for (spec, s) in specs().iter().zip(symbols) {
+        match spec {
+            GlueSpec::Cast(_) => {
+                for v in VALUES {
+                    m += &format!("  printf(\"{s} %.9g\\n\", double(float({s}::convert({v:e}f))));\n");
+                }
+            }
+            _ => {
+                let c_padded = spec.problem(p.n, p.c, p.h, p.w).c_padded;
+                m += &format!(
+                    "  {{ BoltGlueProblem p{{{}, {}, {}, {}, {c_padded}}};\n    for (int64_t i = 0; i < {s}::output_elements(p); ++i) printf(\"{s} %lld\\n\", (long long){s}::source_index(p, i)); }}\n",
+                    p.n, p.c, p.h, p.w
+                );
+            }
+        }
+    }
+    m + "  return 0;\n}\n"
+}
+
+/// Where each output element comes from, by nested loops over the output's own order.
+fn expected_sources(spec: &GlueSpec, p: BoltGlueProblem) -> Vec<i64> {
+    let (n, c, h, w) = (p.n, p.c, p.h, p.w);
+    let mut out = Vec::new();
+    match spec {
+        GlueSpec::Transpose(t) if t.direction == Direction::NchwToNhwc => {
+            for b in 0..n {
+                for y in 0..h {
+                    for x in 0..w {
+                        for ch in 0..c {
+                            out.push(b * c * h * w + ch * h * w + y * w + x);
+                        }
+                    }
+                }
+            }
+        }
+        GlueSpec::Transpose(_) => {
+            for b in 0..n {
+                for ch in 0..c {
+                    for y in 0..h {
+                        for x in 0..w {
+                            out.push(b * h * w * c + y * w * c + x * c + ch);
+                        }
+                    }
+                }
+            }
+        }
+        GlueSpec::PadChannels(_) => {
+            let cp = spec.problem(n, c, h, w).c_padded;
+            for b in 0..n {
+                for y in 0..h {
+                    for x in 0..w {
+                        for ch in 0..cp {
+                            out.push(if ch < c { b * h * w * c + y * w * c + x * c + ch } else { -1 });
+                        }
+                    }
+                }
+            }
+        }
+        GlueSpec::Cast(_) => unreachable!(),
+    }
+    out
+}
+
+#[test]
+fn glue_kernels_compute_the_documented_layouts_and_answer_the_abi() {
+    let tc = bolt_cutlass::Toolchain::discover().unwrap_or_else(|e| panic!("{e}"));
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("glue");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join(bolt_codegen::abi::HEADER_NAME), bolt_codegen::abi::HEADER).unwrap();
+    let specs = specs();
+    let symbols: Vec<String> = specs.iter().map(glue::symbol_for).collect();
+    let pairs: Vec<(&GlueSpec, &str)> = specs.iter().zip(&symbols).map(|(s, n)| (s, n.as_str())).collect();
+    let problem = BoltGlueProblem::new(2, 3, 4, 5);
+    let source = dir.join("glue.cu");
+    std::fs::write(&source, glue::render_unit(&pairs).unwrap() + &test_main(&symbols, problem)).unwrap();
+    let object = dir.join("glue.o");
+    let compiled = tc
+        .compile(&source, &object)
+        .arch(bolt_cutlass::Arch::Sm80)
+        .include(&dir)
+        .run()
+        .unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("{} glue kernels compiled in {:.1}s", specs.len(), compiled.elapsed.as_secs_f64());
+    let link = |out: &PathBuf, shared: bool| {
+        let mut c = Command::new(tc.nvcc());
+        if shared {
+            c.arg("-shared");
+        }
+        let o = c.args(["-cudart", "static", "-o"]).arg(out).arg(&object).output().unwrap();
+        assert!(o.status.success(), "link: {}", String::from_utf8_lossy(&o.stderr));
+    };
+
+    // Index math and conversions, run on the host.
+    let exe = dir.join("glue_host");
+    link(&exe, false);
+    let out = Command::new(&exe).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let printed = String::from_utf8(out.stdout).unwrap();
+    for (spec, symbol) in specs.iter().zip(&symbols) {
+        let got: Vec<&str> = printed.lines().filter_map(|l| l.strip_prefix(symbol.as_str()).map(str::trim)).collect();
+        match spec {
+            GlueSpec::Cast(c) => {
+                let want: Vec<f32> = VALUES
+                    .iter()
+                    .map(|&v| match c.to {
+                        Element::F16 => half::f16::from_f32(v).to_f32(),
+                        Element::BF16 => half::bf16::from_f32(v).to_f32(),
+                        Element::F32 => v,
+                    })
+                    .collect();
+                let got: Vec<f32> = got.iter().map(|v| v.parse::<f64>().unwrap() as f32).collect();
+                assert_eq!(got.len(), want.len(), "{symbol}");
+                for (g, w) in got.iter().zip(&want) {
+                    assert!(g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()), "{symbol}: {g} vs {w}");
+                }
+            }
+            _ => {
+                let got: Vec<i64> = got.iter().map(|v| v.parse().unwrap()).collect();
+                assert_eq!(got, expected_sources(spec, problem), "{symbol}");
+            }
+        }
+    }
+
+    // The ABI's host side.
+    let library = dir.join("libglue.so");
+    link(&library, true);
+    let lib = unsafe { libloading::Library::new(&library) }.unwrap();
+    for (spec, symbol) in specs.iter().zip(&symbols) {
+        let f = |suffix: &str| format!("{symbol}{suffix}");
+        for suffix in FUNCTION_SUFFIXES {
+            unsafe { lib.get::<*const c_void>(f(suffix).as_bytes()) }.unwrap_or_else(|e| panic!("{e}"));
+        }
+        let can_implement = *unsafe { lib.get::<CanImplementFn>(f("_can_implement").as_bytes()) }.unwrap();
+        let params_size = *unsafe { lib.get::<ParamsSizeFn>(f("_params_size").as_bytes()) }.unwrap();
+        let initialize = *unsafe { lib.get::<InitializeFn<BoltGlueArgs>>(f("_initialize").as_bytes()) }.unwrap();
+        let launch = *unsafe { lib.get::<LaunchFn>(f("_launch").as_bytes()) }.unwrap();
+        let ok = spec.problem(2, 3, 4, 5);
+        let status = |p: &BoltGlueProblem| unsafe { can_implement(p as *const _ as *const c_void) }.status();
+        assert_eq!(status(&ok), Status::Ok, "{symbol}");
+        assert_eq!(status(&BoltGlueProblem { n: 0, ..ok }), Status::UnsupportedProblem, "{symbol}");
+        let odd_padding = BoltGlueProblem { c_padded: ok.c_padded + 1, ..ok };
+        assert_eq!(status(&odd_padding), Status::UnsupportedProblem, "{symbol}: c_padded");
+        #[repr(C, align(128))]
+        struct Params([u8; 1024]);
+        let size = unsafe { params_size() };
+        assert!(size <= 1024, "{symbol}: {size}");
+        let mut params = Box::new(Params([0; 1024]));
+        let init = |args: &BoltGlueArgs, params: &mut Params| {
+            unsafe {
+                initialize(
+                    &ok as *const _ as *const c_void,
+                    args,
+                    std::ptr::null_mut(),
+                    0,
+                    params as *mut _ as *mut c_void,
+                    size,
+                    std::ptr::null_mut(),
+                )
+            }
+            .status()
+        };
+        assert_eq!(init(&BoltGlueArgs::default(), &mut params), Status::NullArgument, "{symbol}");
+        let odd = BoltGlueArgs { x: 0x1001 as *const c_void, y: 0x1000 as *mut c_void };
+        assert_eq!(init(&odd, &mut params), Status::MisalignedOperand, "{symbol}");
+        assert_eq!(
+            unsafe { launch(&mut *params as *mut _ as *mut c_void, std::ptr::null_mut()) }.status(),
+            Status::InvalidParams
+        );
+        // Set-up needs no device for glue kernels (nothing is launched: the pointers are fake).
+        let fake = BoltGlueArgs { x: 0x1000 as *const c_void, y: 0x1000 as *mut c_void };
+        assert_eq!(init(&fake, &mut params), Status::Ok, "{symbol}");
+    }
+}

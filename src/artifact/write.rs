@@ -1,0 +1,365 @@
+//! `bolt compile`'s back half: from a model to an artifact directory (docs/artifact.md).
+//!
+//! precision -> plan (for the largest shape bucket) -> one workload per kernel node and bucket
+//! -> a kernel per workload and arch (tuning database, else the analytic top pick) -> one
+//! library through the codegen cache -> weights in kernel layout -> arena plan -> manifest.
+
+use super::format::*;
+use crate::compile::DimBindings;
+use crate::error::{Error, Result};
+use crate::ir::{DType, Graph, Op};
+use bolt_codegen::builder::{BuildOptions, Builder, KernelSource, Templates};
+use bolt_codegen::spec::{Arch, KernelSpec};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// What to build.
+#[derive(Clone, Debug)]
+pub struct CompileOptions {
+    pub out_dir: PathBuf,
+    pub archs: Vec<Arch>,
+    /// `None`: the model's own float type, with f32 models in TF32 (the documented default).
+    pub precision: Option<Precision>,
+    /// Symbolic dims and their ranges (`--dim N=1..64`; `N=8` is the range 8..8). Unlisted
+    /// symbolic dims are fixed at 1.
+    pub dims: Vec<DimRange>,
+    /// Tuning database to take kernels from when it has the workload.
+    pub tuning_db: Option<PathBuf>,
+    /// Kernel cache root (`None`: ~/.cache/bolt).
+    pub cache_dir: Option<PathBuf>,
+    /// Most nvcc processes at once (`None`: the CPU count).
+    pub jobs: Option<usize>,
+    /// The model's file (`None`: the built-in default model); recorded for `bolt run --check`.
+    pub source: Option<PathBuf>,
+}
+
+impl CompileOptions {
+    pub fn new(out_dir: impl Into<PathBuf>) -> CompileOptions {
+        CompileOptions {
+            out_dir: out_dir.into(),
+            archs: vec![Arch::Sm80],
+            precision: None,
+            dims: Vec::new(),
+            tuning_db: None,
+            cache_dir: None,
+            jobs: None,
+            source: None,
+        }
+    }
+}
+
+/// What [`compile`] did.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct CompileReport {
+    pub dir: PathBuf,
+    pub precision: Precision,
+    /// Whether the precision was the default (not `--precision`).
+    pub precision_defaulted: bool,
+    pub numerics: String,
+    pub buckets: Vec<BTreeMap<String, usize>>,
+    pub kernel_nodes: usize,
+    /// Distinct kernels in the library (all archs).
+    pub kernels: usize,
+    pub host_ops: usize,
+    pub nvcc_invocations: usize,
+    pub build_seconds: f64,
+    pub total_seconds: f64,
+    pub weights_bytes: u64,
+    pub arena_bytes: u64,
+    pub arena_naive_bytes: u64,
+    pub library: Option<PathBuf>,
+}
+
+impl std::fmt::Display for CompileReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let how = if self.precision_defaulted { " (default for this model)" } else { "" };
+        writeln!(f, "Artifact {}", self.dir.display())?;
+        writeln!(f, "  precision {}{how}: {}", self.precision.name(), self.numerics)?;
+        let b: Vec<String> = self
+            .buckets
+            .iter()
+            .map(|b| b.iter().map(|(k, v)| format!("{k}<={v}")).collect::<Vec<_>>().join(","))
+            .filter(|s| !s.is_empty())
+            .collect();
+        if !b.is_empty() {
+            writeln!(f, "  shape buckets: {}", b.join(" | "))?;
+        }
+        writeln!(
+            f,
+            "  {} kernel nodes, {} kernels in the library, {} host ops; {} nvcc runs, build {:.1} s, total {:.1} s",
+            self.kernel_nodes,
+            self.kernels,
+            self.host_ops,
+            self.nvcc_invocations,
+            self.build_seconds,
+            self.total_seconds
+        )?;
+        writeln!(
+            f,
+            "  weights {} bytes; activation arena {} bytes (one allocation per tensor: {} bytes)",
+            self.weights_bytes, self.arena_bytes, self.arena_naive_bytes
+        )
+    }
+}
+
+fn io_err(path: &Path, e: impl std::fmt::Display) -> Error {
+    Error::File { path: path.to_path_buf(), reason: e.to_string() }
+}
+
+/// The model's float storage type (the first float graph input's, else f32).
+fn model_float(g: &Graph) -> DType {
+    g.inputs.iter().filter_map(|i| g.types.get(i)).map(|t| t.dtype).find(|d| d.is_float()).unwrap_or(DType::F32)
+}
+
+/// Resolves the precision: an explicit one, else the model's float type with f32 -> TF32.
+pub fn resolve_precision(g: &Graph, asked: Option<Precision>) -> Result<(Precision, bool)> {
+    let p = match asked {
+        Some(p) => (p, false),
+        None => match model_float(g) {
+            DType::F16 => (Precision::F16, true),
+            DType::BF16 => (Precision::Bf16, true),
+            _ => (Precision::Tf32, true),
+        },
+    };
+    if p.0 == Precision::F32 {
+        return Err(Error::Model(
+            "--precision f32: Bolt's f32 GEMM/conv kernels multiply on tensor cores in TF32 and no exact-f32 kernel family exists; ask for --precision tf32 (the default for f32 models) or f16/bf16".into(),
+        ));
+    }
+    Ok(p)
+}
+
+/// Bucket bounds of a range: min, then x4 steps, then max (1..64 -> 1, 4, 16, 64). A few
+/// schedules cover most sizes (BladeDISC); each bound is the largest size of its bucket.
+fn bounds(r: &DimRange) -> Vec<usize> {
+    let mut v = vec![r.min.max(1)];
+    while *v.last().unwrap() < r.max {
+        let next = (v.last().unwrap() * 4).min(r.max);
+        v.push(next);
+    }
+    v
+}
+
+/// Buckets of all ranged dims, stepped together (bucket i binds each dim to its i-th bound,
+/// or its max when it has fewer).
+pub fn buckets(dims: &[DimRange]) -> Vec<BTreeMap<String, usize>> {
+    let b: Vec<(String, Vec<usize>)> = dims.iter().map(|d| (d.name.clone(), bounds(d))).collect();
+    let n = b.iter().map(|(_, v)| v.len()).max().unwrap_or(1);
+    (0..n).map(|i| b.iter().map(|(k, v)| (k.clone(), v[i.min(v.len() - 1)])).collect()).collect()
+}
+
+fn hash_file(path: &Path) -> Result<FileEntry> {
+    let bytes = std::fs::read(path).map_err(|e| io_err(path, e))?;
+    Ok(FileEntry { bytes: bytes.len() as u64, blake3: blake3::hash(&bytes).to_hex().to_string() })
+}
+
+/// Compiles `model` into an artifact at `opts.out_dir` (created or overwritten).
+pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
+    let t0 = Instant::now();
+    let (precision, precision_defaulted) = resolve_precision(model, opts.precision)?;
+    let g = if precision.storage() != model_float(model) {
+        crate::ir::precision::convert_floats(model, precision.storage())?
+    } else {
+        model.clone()
+    };
+    let buckets = buckets(&opts.dims);
+    let largest: DimBindings = buckets.last().cloned().unwrap_or_default().into_iter().collect();
+    // Back-to-back chains stay separate kernels until artifacts carry chain kernels.
+    let plan_opts = crate::plan::PlanOptions { bindings: largest.clone(), b2b: false, ..Default::default() };
+    let planned = crate::plan::plan_with(&g, &plan_opts)?;
+    let graph = planned.graph;
+
+    let db = match &opts.tuning_db {
+        Some(p) => Some(bolt_profiler::db::Db::open(p).map_err(|e| io_err(p, e))?),
+        None => None,
+    };
+    // Kernel choices per node, per bucket, per arch; nodes that fail anywhere go to the host.
+    let mut choices: BTreeMap<String, NodeKernels> = BTreeMap::new();
+    let mut host_reason: HashMap<String, String> = HashMap::new();
+    for (bi, bucket) in buckets.iter().enumerate() {
+        let bindings: DimBindings = bucket.clone().into_iter().collect();
+        let (uses, skipped) = crate::plan::lower::workloads(&graph, &bindings);
+        for s in skipped {
+            host_reason.entry(s.node).or_insert(s.reason);
+        }
+        for u in uses {
+            let mut per_arch = Vec::new();
+            for &arch in &opts.archs {
+                match crate::compile::pick_kernel(&u.workload, arch, db.as_ref()) {
+                    Ok(p) => per_arch.push(KernelChoice {
+                        arch,
+                        symbol: Templates.symbol(&p.spec),
+                        source: format!("{} ({})", p.name, p.how),
+                        spec: p.spec,
+                    }),
+                    Err(why) => {
+                        host_reason.entry(u.node.clone()).or_insert(why);
+                    }
+                }
+            }
+            let nk = choices.entry(u.node.clone()).or_insert_with(|| NodeKernels {
+                node: u.node.clone(),
+                alpha: u.alpha,
+                beta: u.beta,
+                buckets: Vec::new(),
+            });
+            nk.buckets.resize(bi, Vec::new());
+            nk.buckets.push(per_arch);
+        }
+    }
+    choices.retain(|n, k| !host_reason.contains_key(n) && k.buckets.len() == buckets.len());
+
+    // One library for every kernel of every bucket and arch.
+    std::fs::create_dir_all(&opts.out_dir).map_err(|e| io_err(&opts.out_dir, e))?;
+    let kernels_dir = opts.out_dir.join(KERNELS_DIR);
+    let _ = std::fs::remove_dir_all(&kernels_dir);
+    let mut specs: Vec<KernelSpec> = Vec::new();
+    let mut seen = HashSet::new();
+    for c in choices.values().flat_map(|k| k.buckets.iter().flatten()) {
+        if seen.insert(c.symbol.clone()) {
+            specs.push(c.spec.clone());
+        }
+    }
+    let (mut cuda_version, mut cutlass_version) = ("none".to_string(), "none".to_string());
+    let (mut nvcc_invocations, mut build_seconds, mut library) = (0, 0.0, None);
+    let mut built_symbols = 0;
+    if !specs.is_empty() {
+        // Build files (sources, logs) stay out of the artifact, next to it.
+        let mut bo = BuildOptions::new(opts.out_dir.join(".build"));
+        bo.name = "bolt_model".into();
+        bo.archs = Some(opts.archs.clone());
+        bo.cache_dir = opts.cache_dir.clone();
+        bo.jobs = opts.jobs;
+        let builder = Builder::discover(bo).map_err(|e| Error::Model(format!("kernel build: {e}")))?;
+        let report = builder.build(&Templates, &specs).map_err(|e| Error::Model(format!("kernel build: {e}")))?;
+        for r in &report.rejected {
+            for k in choices.values() {
+                if k.buckets.iter().flatten().any(|c| c.symbol == r.symbol) {
+                    host_reason.insert(k.node.clone(), format!("kernel {} rejected: {}", r.symbol, r.reason));
+                }
+            }
+        }
+        choices.retain(|n, _| !host_reason.contains_key(n));
+        std::fs::create_dir_all(&kernels_dir).map_err(|e| io_err(&kernels_dir, e))?;
+        for from in [&report.library, &report.manifest] {
+            let to = kernels_dir.join(from.file_name().expect("library file name"));
+            std::fs::copy(from, &to).map_err(|e| io_err(&to, e))?;
+        }
+        let lib_manifest =
+            bolt_codegen::manifest::Manifest::read(&report.manifest).map_err(|e| io_err(&report.manifest, e))?;
+        cuda_version = lib_manifest.cuda_version;
+        cutlass_version = lib_manifest.cutlass_version;
+        nvcc_invocations = report.nvcc_invocations;
+        build_seconds = report.total_seconds;
+        built_symbols = report.symbols.len();
+        library = Some(kernels_dir.join(report.library.file_name().expect("library file name")));
+    }
+
+    // Weights in kernel layout (the planner converted and padded them), 256-byte aligned.
+    let mut names: Vec<&String> = graph.initializers.keys().collect();
+    names.sort();
+    let mut blob = Vec::new();
+    let mut weights = Vec::new();
+    for name in names {
+        let t = &graph.initializers[name];
+        let offset = align_up(blob.len() as u64, TENSOR_ALIGN as u64);
+        blob.resize(offset as usize, 0);
+        let bytes = encode(t);
+        weights.push(WeightEntry {
+            name: name.clone(),
+            dtype: t.dtype(),
+            shape: t.shape.clone(),
+            offset,
+            bytes: bytes.len() as u64,
+        });
+        blob.extend_from_slice(&bytes);
+    }
+    let weights_path = opts.out_dir.join(WEIGHTS_FILE);
+    std::fs::write(&weights_path, &blob).map_err(|e| io_err(&weights_path, e))?;
+
+    let arena = crate::runtime::memory::plan_arena(&graph, &largest).map_err(Error::Model)?;
+    let host_ops = graph
+        .nodes
+        .iter()
+        .filter(|n| !choices.contains_key(&n.name))
+        .map(|n| HostOp {
+            node: n.name.clone(),
+            op_type: n.op.op_type().to_string(),
+            reason: host_reason.get(&n.name).cloned().unwrap_or_else(|| match &n.op {
+                Op::Fused(_) => "no kernel for this node".to_string(),
+                _ => "not a GEMM/conv kernel: runs on the host (CPU reference) until glue kernels exist".to_string(),
+            }),
+        })
+        .collect::<Vec<_>>();
+    let plan = PlanFile {
+        name: graph.name.clone(),
+        opset: graph.opset,
+        nodes: graph.nodes.clone(),
+        types: graph.types.clone(),
+        inputs: graph.inputs.clone(),
+        outputs: graph.outputs.clone(),
+        weights,
+        buckets: buckets.clone(),
+        kernels: choices.into_values().collect(),
+        host_ops,
+        arena,
+    };
+    let plan_path = opts.out_dir.join(PLAN_FILE);
+    let json = serde_json::to_vec(&plan).map_err(|e| io_err(&plan_path, e))?;
+    std::fs::write(&plan_path, json).map_err(|e| io_err(&plan_path, e))?;
+
+    let mut files = BTreeMap::new();
+    files.insert(PLAN_FILE.to_string(), hash_file(&plan_path)?);
+    files.insert(WEIGHTS_FILE.to_string(), hash_file(&weights_path)?);
+    if kernels_dir.is_dir() {
+        for e in std::fs::read_dir(&kernels_dir).map_err(|e| io_err(&kernels_dir, e))? {
+            let p = e.map_err(|e| io_err(&kernels_dir, e))?.path();
+            let name = format!("{KERNELS_DIR}/{}", p.file_name().unwrap_or_default().to_string_lossy());
+            files.insert(name, hash_file(&p)?);
+        }
+    }
+    let manifest = Manifest {
+        format: FORMAT_NAME.into(),
+        format_version: FORMAT_VERSION,
+        abi_version: bolt_codegen::abi::ABI_VERSION,
+        bolt_version: env!("CARGO_PKG_VERSION").into(),
+        model: model.name.clone(),
+        source: match &opts.source {
+            Some(p) => std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()).display().to_string(),
+            None => BUILTIN_DEFAULT.to_string(),
+        },
+        source_blake3: match &opts.source {
+            Some(p) => Some(hash_file(p)?.blake3),
+            None => None,
+        },
+        cuda_version,
+        cutlass_version,
+        archs: opts.archs.clone(),
+        precision,
+        numerics: precision.numerics().into(),
+        dims: opts.dims.clone(),
+        files,
+    };
+    let manifest_path = opts.out_dir.join(MANIFEST_FILE);
+    let json = serde_json::to_vec_pretty(&manifest).map_err(|e| io_err(&manifest_path, e))?;
+    std::fs::write(&manifest_path, json).map_err(|e| io_err(&manifest_path, e))?;
+
+    Ok(CompileReport {
+        dir: opts.out_dir.clone(),
+        precision,
+        precision_defaulted,
+        numerics: precision.numerics().into(),
+        buckets,
+        kernel_nodes: plan.kernels.len(),
+        kernels: built_symbols,
+        host_ops: plan.host_ops.len(),
+        nvcc_invocations,
+        build_seconds,
+        total_seconds: t0.elapsed().as_secs_f64(),
+        weights_bytes: blob.len() as u64,
+        arena_bytes: plan.arena.bytes,
+        arena_naive_bytes: plan.arena.naive_bytes,
+        library,
+    })
+}

@@ -1,0 +1,497 @@
+//! The `cuda` device: the artifact's kernel library on GPU 0 through the driver API (cudarc,
+//! libcuda loaded at run time, so builds need no GPU).
+//!
+//! Memory: the weights are uploaded once (one buffer, `weights.bin` as written); activations
+//! live in one arena at the offsets the artifact planned by liveness; each kernel gets its own
+//! zeroed workspace range sized for its problem (split-K / stream-K semaphores must not be
+//! shared). All of it is allocated at set-up, once per input shape; a run only copies inputs
+//! in, launches, and copies outputs out, so the launch sequence can be captured in a CUDA
+//! graph (`RunOptions::graph`). Nodes the plan leaves to the host run on the CPU reference
+//! with copies (correct, not fast; they make a run synchronise, so no graph then).
+//!
+//! A failed launch poisons the executor: CUDA errors are sticky in a context, so later runs
+//! refuse with the first error instead of computing garbage.
+
+use super::{bindings_of, prepare_inputs, Executor, RunOptions, RuntimeError, Timings};
+use crate::artifact::format::{KernelChoice, PlanFile};
+use crate::artifact::Artifact;
+use crate::ir::{Graph, Tensor};
+use bolt_codegen::abi::{BoltArgs, Status};
+use bolt_codegen::loader::{Kernel, KernelLibrary, Params};
+use bolt_codegen::spec::Arch;
+use bolt_profiler::workload::Problem;
+use cudarc::driver::{result, sys, CudaContext, CudaSlice, CudaStream, DevicePtr};
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::Arc;
+use std::time::Instant;
+
+fn drv<T>(what: &str, r: Result<T, cudarc::driver::DriverError>) -> Result<T, RuntimeError> {
+    r.map_err(|e| RuntimeError::Cuda(format!("{what}: {e}")))
+}
+
+/// One step of a run.
+enum Step {
+    /// CUTLASS's Params built once for this shape (ABI v2 `initialize`); a run only launches.
+    Kernel {
+        node: String,
+        problem: Problem,
+        params: Params<BoltArgs>,
+    },
+    Host {
+        node: usize,
+    },
+}
+
+/// An instantiated CUDA graph of one run's launches (raw handles: it may live on a stream the
+/// caller owns).
+struct Graphed {
+    graph: sys::CUgraph,
+    exec: sys::CUgraphExec,
+}
+
+impl Drop for Graphed {
+    fn drop(&mut self) {
+        // SAFETY: handles created by end_capture / instantiate and destroyed once, here.
+        unsafe {
+            let _ = result::graph::exec_destroy(self.exec);
+            let _ = result::graph::destroy(self.graph);
+        }
+    }
+}
+
+/// What is set up for one set of input shapes.
+struct Prepared {
+    shapes: Vec<Vec<usize>>,
+    graph: Graph,
+    steps: Vec<Step>,
+    inputs: HashMap<String, (u64, usize)>,
+    _input_buf: Option<CudaSlice<u8>>,
+    _workspace: Option<CudaSlice<u8>>,
+    cuda_graph: Option<Graphed>,
+}
+
+pub struct CudaExecutor {
+    ctx: Arc<CudaContext>,
+    _own_stream: Arc<CudaStream>,
+    stream: sys::CUstream,
+    library: KernelLibrary,
+    arch: Arch,
+    name: String,
+    plan: PlanFile,
+    graph: Graph,
+    weights: CudaSlice<u8>,
+    arena: CudaSlice<u8>,
+    opts: RunOptions,
+    prepared: Option<Prepared>,
+    poisoned: Option<String>,
+    timings: Option<Timings>,
+}
+
+fn base(s: &CudaSlice<u8>, stream: &CudaStream) -> u64 {
+    let (p, _sync) = s.device_ptr(stream);
+    p
+}
+
+impl CudaExecutor {
+    /// Opens GPU 0's primary context. Runs go on `opts.stream` when given (a `CUstream` of
+    /// that context, e.g. the host framework's), else on a stream of the executor's own.
+    pub fn new(artifact: &Artifact, opts: &RunOptions) -> Result<CudaExecutor, RuntimeError> {
+        // SAFETY: only tries to dlopen libcuda; cudarc's own loader panics when it is absent.
+        if !unsafe { sys::is_culib_present() } {
+            return Err(RuntimeError::NoDriver("no CUDA driver library (libcuda.so) on this machine".into()));
+        }
+        if let bolt_profiler::device::Detection::NoGpu(why) = bolt_profiler::device::detect() {
+            return Err(RuntimeError::NoGpu(why));
+        }
+        let ctx = drv("cannot open GPU 0", CudaContext::new(0))?;
+        let stream = drv("new stream", ctx.new_stream())?;
+        let (major, minor) = drv("compute capability", ctx.compute_capability())?;
+        let arch = match major {
+            8 => Arch::Sm80,
+            9 => Arch::Sm90,
+            _ => {
+                return Err(RuntimeError::NoKernelImage {
+                    kernel: "(any)".into(),
+                    arch: format!("sm{major}{minor}"),
+                    built: artifact.manifest.archs.iter().map(|a| format!("{a:?}")).collect(),
+                })
+            }
+        };
+        let library = match &artifact.library {
+            Some(p) => KernelLibrary::open(p).map_err(|e| RuntimeError::Cuda(format!("kernel library: {e}")))?,
+            None => return Err(RuntimeError::Unsupported("the artifact has no kernel library".into())),
+        };
+        let name = format!("{} (sm{major}{minor})", ctx.name().unwrap_or_else(|_| "GPU 0".into()));
+        let weights = drv("upload weights", stream.clone_htod(artifact.weights_blob.as_slice()))?;
+        let arena = drv("alloc activation arena", stream.alloc_zeros::<u8>(artifact.plan.arena.bytes.max(1) as usize))?;
+        Ok(CudaExecutor {
+            stream: opts.stream.map_or(stream.cu_stream(), |s| s as sys::CUstream),
+            ctx,
+            _own_stream: stream,
+            library,
+            arch,
+            name,
+            plan: artifact.plan.clone(),
+            graph: artifact.graph(),
+            weights,
+            arena,
+            opts: opts.clone(),
+            prepared: None,
+            poisoned: None,
+            timings: None,
+        })
+    }
+
+    /// Device address of tensor `t` (weight, arena tensor or graph input).
+    fn address(&self, t: &str, inputs: &HashMap<String, (u64, usize)>) -> Option<u64> {
+        let s = &*self._own_stream;
+        if let Some(w) = self.plan.weights.iter().find(|w| w.name == t) {
+            return Some(base(&self.weights, s) + w.offset);
+        }
+        if let Some(a) = self.plan.arena.tensors.iter().find(|a| a.name == t) {
+            return Some(base(&self.arena, s) + a.offset);
+        }
+        inputs.get(t).map(|(p, _)| *p)
+    }
+
+    /// Sets up every launch for the shapes of `inputs`: allocations happen here, not in runs.
+    fn prepare(&mut self, inputs: &HashMap<String, Tensor>) -> Result<(), RuntimeError> {
+        let shapes: Vec<Vec<usize>> = self.graph.inputs.iter().map(|n| inputs[n].shape.clone()).collect();
+        if self.prepared.as_ref().is_some_and(|p| p.shapes == shapes) {
+            return Ok(());
+        }
+        self.prepared = None;
+        let bindings = bindings_of(&self.graph, inputs);
+        let graph = crate::plan::edit::bind_inputs(&self.graph, &bindings)?;
+        let bucket = self.plan.bucket_for(&bindings);
+        let (uses, _) = crate::plan::lower::workloads(&graph, &bindings);
+        let problems: HashMap<&str, Problem> = uses.iter().map(|u| (u.node.as_str(), u.workload.problem)).collect();
+        let stream = self._own_stream.clone();
+
+        // Graph inputs: one buffer, 256-byte aligned ranges.
+        let mut offs = HashMap::new();
+        let mut total = 0u64;
+        for (n, s) in self.graph.inputs.iter().zip(&shapes) {
+            let bytes = s.iter().product::<usize>() * inputs[n].dtype().size_bytes().unwrap_or(1);
+            offs.insert(n.clone(), (total, bytes));
+            total = crate::artifact::format::align_up(total + bytes as u64, 256);
+        }
+        let input_buf =
+            if total > 0 { Some(drv("alloc inputs", stream.alloc_zeros::<u8>(total as usize))?) } else { None };
+        let ib = input_buf.as_ref().map_or(0, |b| base(b, &stream));
+        let input_addr: HashMap<String, (u64, usize)> = offs.into_iter().map(|(k, (o, b))| (k, (ib + o, b))).collect();
+
+        // Per node: None (host) or the kernel, its problem, arguments and workspace bytes.
+        let mut planned: Vec<Option<(String, Kernel, Problem, BoltArgs, usize)>> = Vec::new();
+        let mut ws_total = 0u64;
+        let mut ws_offsets = Vec::new();
+        for n in &graph.nodes {
+            let Some(nk) = self.plan.kernels.iter().find(|k| k.node == n.name) else {
+                planned.push(None);
+                continue;
+            };
+            let choice: &KernelChoice =
+                nk.buckets[bucket].iter().find(|c| c.arch == self.arch).ok_or_else(|| RuntimeError::NoKernelImage {
+                    kernel: n.name.clone(),
+                    arch: self.name.clone(),
+                    built: self.plan.kernels[0].buckets[bucket].iter().map(|c| format!("{:?}", c.arch)).collect(),
+                })?;
+            let kernel = self.library.get(&choice.symbol).cloned().ok_or_else(|| RuntimeError::Kernel {
+                kernel: choice.symbol.clone(),
+                problem: "-".into(),
+                arch: self.name.clone(),
+                reason: "not in the kernel library".into(),
+            })?;
+            let problem = *problems.get(n.name.as_str()).ok_or_else(|| RuntimeError::Kernel {
+                kernel: choice.symbol.clone(),
+                problem: "-".into(),
+                arch: self.name.clone(),
+                reason: format!("node '{}' has no problem at these shapes", n.name),
+            })?;
+            let describe = || format!("{problem:?}");
+            let (status, ws) = match &problem {
+                Problem::Gemm(p) => (kernel.can_implement(p), kernel.workspace_size(p)),
+                Problem::Conv2d(p) => (kernel.can_implement(p), kernel.workspace_size(p)),
+            };
+            if status != Status::Ok {
+                return Err(RuntimeError::Kernel {
+                    kernel: choice.symbol.clone(),
+                    problem: describe(),
+                    arch: self.name.clone(),
+                    reason: format!("can_implement: {status}"),
+                });
+            }
+            let addr = |j: usize| -> Result<*const c_void, RuntimeError> {
+                match n.input(j) {
+                    None => Ok(std::ptr::null()),
+                    Some(t) => self.address(t, &input_addr).map(|p| p as *const c_void).ok_or_else(|| {
+                        RuntimeError::Unsupported(format!("node '{}': tensor '{t}' has no device address", n.name))
+                    }),
+                }
+            };
+            let d = self.address(&n.outputs[0], &input_addr).ok_or_else(|| {
+                RuntimeError::Unsupported(format!("node '{}': output '{}' is not in the arena", n.name, n.outputs[0]))
+            })?;
+            let args = BoltArgs {
+                a: addr(0)?,
+                b: addr(1)?,
+                bias: addr(2)?,
+                c: addr(3)?,
+                d: d as *mut c_void,
+                alpha: nk.alpha,
+                beta: nk.beta,
+            };
+            ws_offsets.push(ws_total);
+            ws_total = crate::artifact::format::align_up(ws_total + ws as u64, 256);
+            planned.push(Some((n.name.clone(), kernel, problem, args, ws)));
+        }
+        let workspace = if ws_total > 0 {
+            Some(drv("alloc workspaces", stream.alloc_zeros::<u8>(ws_total as usize))?)
+        } else {
+            None
+        };
+        let wb = workspace.as_ref().map_or(0, |w| base(w, &stream));
+        let mut steps = Vec::new();
+        let mut k = 0;
+        for (i, p) in planned.into_iter().enumerate() {
+            let Some((node, kernel, problem, args, ws)) = p else {
+                steps.push(Step::Host { node: i });
+                continue;
+            };
+            let ws_ptr = if ws == 0 { std::ptr::null_mut() } else { (wb + ws_offsets[k]) as *mut c_void };
+            k += 1;
+            let s = self.stream as *mut c_void;
+            // SAFETY: device pointers into the weights, arena and input buffers, sized for
+            // this problem; a zeroed workspace of `ws` bytes; all live as long as the steps.
+            let params = unsafe {
+                match &problem {
+                    Problem::Gemm(p) => kernel.initialize(p, &args, ws_ptr, ws, s),
+                    Problem::Conv2d(p) => kernel.initialize(p, &args, ws_ptr, ws, s),
+                }
+            }
+            .map_err(|e| RuntimeError::Kernel {
+                kernel: format!("{} (node {node})", kernel.symbol()),
+                problem: format!("{problem:?}"),
+                arch: self.name.clone(),
+                reason: e.to_string(),
+            })?;
+            steps.push(Step::Kernel { node, problem, params });
+        }
+        drv("synchronize", stream.synchronize())?;
+        self.prepared = Some(Prepared {
+            shapes,
+            graph,
+            steps,
+            inputs: input_addr,
+            _input_buf: input_buf,
+            _workspace: workspace,
+            cuda_graph: None,
+        });
+        Ok(())
+    }
+
+    fn launch(&self, node: &str, problem: &Problem, params: &mut Params<BoltArgs>) -> Result<(), RuntimeError> {
+        // SAFETY: the params point into buffers that live as long as `self.prepared`; the
+        // stream belongs to the context they were initialised on.
+        unsafe { params.launch(self.stream as *mut c_void) }.map_err(|e| RuntimeError::Kernel {
+            kernel: format!("{} (node {node})", params.symbol()),
+            problem: format!("{problem:?}"),
+            arch: self.name.clone(),
+            reason: e.to_string(),
+        })
+    }
+
+    /// Runs a host step: copies its inputs down, runs the reference op, copies outputs up.
+    fn host_step(&self, p: &Prepared, i: usize) -> Result<(), RuntimeError> {
+        let node = &p.graph.nodes[i];
+        let mut args: Vec<Option<Arc<Tensor>>> = Vec::new();
+        // SAFETY: a live stream of this context.
+        drv("synchronize", unsafe { result::stream::synchronize(self.stream) })?;
+        for x in &node.inputs {
+            let Some(name) = x else {
+                args.push(None);
+                continue;
+            };
+            if let Some(w) = self.graph.initializers.get(name) {
+                args.push(Some(w.clone()));
+                continue;
+            }
+            let ty = &p.graph.types[name];
+            let shape = crate::plan::edit::bound_shape(&p.graph, name, &HashMap::new())
+                .ok_or_else(|| RuntimeError::Unsupported(format!("tensor '{name}' has no known shape")))?;
+            let elem = ty.dtype.size_bytes().unwrap_or(1);
+            let mut bytes = vec![0u8; shape.iter().product::<usize>() * elem];
+            let src = self
+                .address(name, &p.inputs)
+                .ok_or_else(|| RuntimeError::Unsupported(format!("tensor '{name}' has no device address")))?;
+            // SAFETY: `src` addresses at least `bytes.len()` bytes (planned for the largest bucket).
+            drv("copy to host", unsafe { result::memcpy_dtoh_async(&mut bytes, src, self.stream) })?;
+            drv("synchronize", unsafe { result::stream::synchronize(self.stream) })?;
+            let t = crate::artifact::format::decode(ty.dtype, &shape, &bytes).ok_or_else(|| {
+                RuntimeError::Unsupported(format!("tensor '{name}' of type {} cannot be copied", ty.dtype))
+            })?;
+            args.push(Some(Arc::new(t)));
+        }
+        let refs: Vec<Option<&Tensor>> = args.iter().map(|a| a.as_deref()).collect();
+        let outs = crate::reference::eval_node(node, &refs)?;
+        for (name, t) in node.outputs.iter().zip(outs) {
+            if name.is_empty() {
+                continue;
+            }
+            let dst = self
+                .address(name, &p.inputs)
+                .ok_or_else(|| RuntimeError::Unsupported(format!("tensor '{name}' is not in the arena")))?;
+            let bytes = crate::artifact::format::encode(&t);
+            // SAFETY: the arena range of `name` holds its bytes; the copy completes before
+            // `bytes` drops (synchronised below).
+            drv("copy to device", unsafe { result::memcpy_htod_async(dst, &bytes, self.stream) })?;
+            drv("synchronize", unsafe { result::stream::synchronize(self.stream) })?;
+        }
+        Ok(())
+    }
+
+    fn run_steps_of(&self, p: &mut Prepared) -> Result<(), RuntimeError> {
+        if let Some(g) = &p.cuda_graph {
+            // SAFETY: an instantiated graph of this context, launched on its stream.
+            return drv("graph launch", unsafe { result::graph::launch(g.exec, self.stream) });
+        }
+        for i in 0..p.steps.len() {
+            if let Step::Host { node } = p.steps[i] {
+                self.host_step(p, node)?;
+            } else if let Step::Kernel { node, problem, params } = &mut p.steps[i] {
+                self.launch(node, problem, params)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Times each kernel with events (one extra run).
+    fn time_kernels(&self, p: &mut Prepared) -> Result<Timings, RuntimeError> {
+        let flags = sys::CUevent_flags::CU_EVENT_DEFAULT;
+        let mut t = Timings::default();
+        let mut host = 0.0;
+        let start = drv("event", result::event::create(flags))?;
+        let end = drv("event", result::event::create(flags))?;
+        struct Events(sys::CUevent, sys::CUevent);
+        impl Drop for Events {
+            fn drop(&mut self) {
+                // SAFETY: events created above, destroyed once.
+                unsafe {
+                    let _ = result::event::destroy(self.0);
+                    let _ = result::event::destroy(self.1);
+                }
+            }
+        }
+        let _events = Events(start, end);
+        for s in &mut p.steps {
+            if let Step::Kernel { node, problem, params } = s {
+                // SAFETY: live events and stream of this context.
+                drv("record", unsafe { result::event::record(start, self.stream) })?;
+                let h0 = Instant::now();
+                self.launch(node, problem, params)?;
+                host += h0.elapsed().as_secs_f64();
+                drv("record", unsafe { result::event::record(end, self.stream) })?;
+                drv("event synchronize", unsafe { result::event::synchronize(end) })?;
+                let ms = drv("elapsed", unsafe { result::event::elapsed(start, end) })? as f64;
+                t.kernels.push((node.clone(), params.symbol().to_string(), ms * 1e-3));
+                t.device_seconds += ms * 1e-3;
+                t.launches += 1;
+            }
+        }
+        t.host_seconds = host;
+        Ok(t)
+    }
+}
+
+impl CudaExecutor {
+    /// Inputs in, every step (or the captured graph), outputs out.
+    fn run_prepared(
+        &self,
+        p: &mut Prepared,
+        inputs: &HashMap<String, Tensor>,
+    ) -> Result<(HashMap<String, Tensor>, Option<Timings>), RuntimeError> {
+        for (n, (addr, bytes)) in &p.inputs {
+            let data = crate::artifact::format::encode(&inputs[n]);
+            debug_assert_eq!(data.len(), *bytes);
+            // SAFETY: the input range holds `bytes`; synchronised before `data` drops.
+            drv("copy input", unsafe { result::memcpy_htod_async(*addr, &data, self.stream) })?;
+        }
+        // SAFETY: a live stream of this context.
+        drv("synchronize", unsafe { result::stream::synchronize(self.stream) })?;
+        let all_kernels = p.steps.iter().all(|s| matches!(s, Step::Kernel { .. }));
+        if self.opts.graph && !all_kernels {
+            return Err(RuntimeError::Unsupported(
+                "--graph: the plan has host ops, which synchronise; a CUDA graph needs every node on the device".into(),
+            ));
+        }
+        if self.opts.graph && p.cuda_graph.is_none() {
+            let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+            // SAFETY: capture of this executor's launches on its stream; ended on every path.
+            drv("begin capture", unsafe { result::stream::begin_capture(self.stream, mode) })?;
+            let r = self.run_steps_of(p);
+            let graph = drv("end capture", unsafe { result::stream::end_capture(self.stream) })?;
+            r?;
+            let exec = drv("instantiate graph", unsafe {
+                result::graph::instantiate(graph, sys::CUgraphInstantiate_flags(0))
+            })?;
+            p.cuda_graph = Some(Graphed { graph, exec });
+        }
+        self.run_steps_of(p)?;
+        let timings = if self.opts.timing { Some(self.time_kernels(p)?) } else { None };
+        drv("synchronize", unsafe { result::stream::synchronize(self.stream) })?;
+        let mut outs = HashMap::new();
+        for o in &self.plan.outputs {
+            let ty = &p.graph.types[o];
+            let shape = crate::plan::edit::bound_shape(&p.graph, o, &HashMap::new())
+                .ok_or_else(|| RuntimeError::Unsupported(format!("output '{o}' has no known shape")))?;
+            let mut bytes = vec![0u8; shape.iter().product::<usize>() * ty.dtype.size_bytes().unwrap_or(1)];
+            let src = self
+                .address(o, &p.inputs)
+                .ok_or_else(|| RuntimeError::Unsupported(format!("output '{o}' is not in the arena")))?;
+            // SAFETY: the output's arena range holds `bytes.len()` bytes; synchronised below.
+            drv("copy output", unsafe { result::memcpy_dtoh_async(&mut bytes, src, self.stream) })?;
+            drv("synchronize", unsafe { result::stream::synchronize(self.stream) })?;
+            let t = crate::artifact::format::decode(ty.dtype, &shape, &bytes)
+                .ok_or_else(|| RuntimeError::Unsupported(format!("output '{o}' cannot be decoded")))?;
+            outs.insert(o.clone(), t);
+        }
+        Ok((outs, timings))
+    }
+}
+
+impl Executor for CudaExecutor {
+    fn describe(&self) -> String {
+        self.name.clone()
+    }
+
+    fn run(&mut self, inputs: &HashMap<String, Tensor>) -> Result<HashMap<String, Tensor>, RuntimeError> {
+        if let Some(e) = &self.poisoned {
+            return Err(RuntimeError::Poisoned(e.clone()));
+        }
+        let inputs = prepare_inputs(&self.graph, inputs)?;
+        let r = self.prepare(&inputs).and_then(|()| {
+            let mut p = self.prepared.take().expect("prepared");
+            let r = self.run_prepared(&mut p, &inputs);
+            self.prepared = Some(p);
+            r
+        });
+        let r = r.map(|(outs, timings)| {
+            if timings.is_some() {
+                self.timings = timings;
+            }
+            outs
+        });
+        if let Err(e @ (RuntimeError::Cuda(_) | RuntimeError::Kernel { .. })) = &r {
+            // A failed launch or copy may leave a sticky error in the context.
+            if self.ctx.check_err().is_err() || matches!(e, RuntimeError::Cuda(_)) {
+                self.poisoned = Some(e.to_string());
+            }
+        }
+        r
+    }
+
+    fn timings(&self) -> Option<Timings> {
+        self.timings.clone()
+    }
+}

@@ -1,0 +1,195 @@
+//! The runtime: runs an [`Artifact`] on a device. Two devices, one interface ([`Executor`]):
+//!
+//! - `reference`: the CPU reference executor over the artifact's own plan and weights, so the
+//!   artifact is its own oracle (and runs in CI without a GPU);
+//! - `cuda` (feature `cuda`): the artifact's kernel library on a GPU through the driver API,
+//!   loaded at run time ([`cuda`]).
+
+pub mod memory;
+pub mod npz;
+
+#[cfg(feature = "cuda")]
+pub mod cuda;
+
+use crate::artifact::Artifact;
+use crate::ir::{DType, Graph, Tensor};
+use std::collections::HashMap;
+
+/// Which device runs the artifact.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceKind {
+    Reference,
+    Cuda,
+}
+
+impl DeviceKind {
+    pub fn parse(s: &str) -> Option<DeviceKind> {
+        match s {
+            "reference" => Some(DeviceKind::Reference),
+            "cuda" => Some(DeviceKind::Cuda),
+            _ => None,
+        }
+    }
+}
+
+/// Why a run could not happen. CUDA errors name the kernel, its problem and the arch.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("input '{name}': {reason}")]
+    Input { name: String, reason: String },
+    #[error("no CUDA driver: {0}")]
+    NoDriver(String),
+    #[error("no GPU: {0}")]
+    NoGpu(String),
+    #[error("kernel {kernel}: the artifact has no kernel image for this GPU ({arch}); it was built for {built:?}")]
+    NoKernelImage { kernel: String, arch: String, built: Vec<String> },
+    #[error("kernel {kernel} on {arch}, problem {problem}: {reason}")]
+    Kernel { kernel: String, problem: String, arch: String, reason: String },
+    #[error("CUDA: {0}")]
+    Cuda(String),
+    #[error("the executor is poisoned by an earlier CUDA error ({0}); open a new one (the CUDA context may need a process restart)")]
+    Poisoned(String),
+    #[error("host op: {0}")]
+    Host(#[from] crate::Error),
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+/// Per-kernel device time and host overhead of the last timed run (`bolt run --bench`).
+#[derive(Clone, Debug, Default)]
+pub struct Timings {
+    /// (node, kernel symbol, device seconds).
+    pub kernels: Vec<(String, String, f64)>,
+    pub device_seconds: f64,
+    pub host_seconds: f64,
+    pub launches: usize,
+}
+
+/// One device running one artifact.
+pub trait Executor {
+    /// In words, e.g. "reference (CPU)" or "NVIDIA H100 80GB HBM3 (sm90)".
+    fn describe(&self) -> String;
+    /// Runs the plan on `inputs` (the model's inputs, by name).
+    fn run(&mut self, inputs: &HashMap<String, Tensor>) -> Result<HashMap<String, Tensor>, RuntimeError>;
+    /// Per-kernel times of the last run, when the device measures them.
+    fn timings(&self) -> Option<Timings> {
+        None
+    }
+}
+
+/// Options of a device.
+#[derive(Clone, Debug, Default)]
+pub struct RunOptions {
+    /// Capture the launch sequence in a CUDA graph and replay it (cuda only).
+    pub graph: bool,
+    /// Record per-kernel events (cuda only).
+    pub timing: bool,
+    /// A `CUstream` (as an integer) of GPU 0's primary context to run on, e.g. the host
+    /// framework's; `None`: the executor owns one (cuda only).
+    pub stream: Option<usize>,
+}
+
+/// Opens `artifact` on `kind`.
+pub fn open(artifact: &Artifact, kind: DeviceKind, opts: &RunOptions) -> Result<Box<dyn Executor>, RuntimeError> {
+    match kind {
+        DeviceKind::Reference => Ok(Box::new(Reference::new(artifact))),
+        #[cfg(feature = "cuda")]
+        DeviceKind::Cuda => Ok(Box::new(cuda::CudaExecutor::new(artifact, opts)?)),
+        #[cfg(not(feature = "cuda"))]
+        DeviceKind::Cuda => {
+            let _ = opts;
+            Err(RuntimeError::Unsupported(
+                "this bolt was built without the `cuda` feature (cargo build --release --features cuda)".into(),
+            ))
+        }
+    }
+}
+
+/// The inputs as the plan takes them: every declared input present, floats cast to the
+/// plan's storage type (an f16 artifact takes the model's f32 inputs), ranks checked.
+pub fn prepare_inputs(g: &Graph, inputs: &HashMap<String, Tensor>) -> Result<HashMap<String, Tensor>, RuntimeError> {
+    let mut out = HashMap::new();
+    for name in &g.inputs {
+        let t = inputs.get(name).ok_or_else(|| RuntimeError::Input { name: name.clone(), reason: "missing".into() })?;
+        let ty = &g.types[name];
+        if let Some(s) = &ty.shape {
+            if s.0.len() != t.rank() {
+                return Err(RuntimeError::Input {
+                    name: name.clone(),
+                    reason: format!("has shape {:?}, the model declares {}", t.shape, s),
+                });
+            }
+            for (i, (d, &n)) in s.0.iter().zip(&t.shape).enumerate() {
+                if d.known().is_some_and(|k| k != n) {
+                    return Err(RuntimeError::Input {
+                        name: name.clone(),
+                        reason: format!("dim {i} is {n}, the model declares {}", s),
+                    });
+                }
+            }
+        }
+        let t = if t.dtype() != ty.dtype && t.dtype().is_float() && ty.dtype.is_float() {
+            Tensor::from_f64_as(ty.dtype, t.shape.clone(), &t.to_f64_vec()).expect("float dtype")
+        } else if t.dtype() != ty.dtype {
+            return Err(RuntimeError::Input {
+                name: name.clone(),
+                reason: format!("is {}, the model takes {}", t.dtype(), ty.dtype),
+            });
+        } else {
+            t.clone()
+        };
+        out.insert(name.clone(), t);
+    }
+    Ok(out)
+}
+
+/// Sizes of the symbolic dims as `inputs` bind them.
+pub fn bindings_of(g: &Graph, inputs: &HashMap<String, Tensor>) -> HashMap<String, usize> {
+    let mut b = HashMap::new();
+    for name in &g.inputs {
+        if let (Some(Some(s)), Some(t)) = (g.types.get(name).map(|t| &t.shape), inputs.get(name)) {
+            for (d, &n) in s.0.iter().zip(&t.shape) {
+                if let crate::ir::Dim::Sym(k) = d {
+                    b.insert(k.clone(), n);
+                }
+            }
+        }
+    }
+    b
+}
+
+/// Outputs in f32 (what a caller compares; f16/bf16 artifacts compute in their type).
+pub fn outputs_as_f32(outs: HashMap<String, Tensor>) -> HashMap<String, Tensor> {
+    outs.into_iter()
+        .map(|(k, t)| {
+            let t = if matches!(t.dtype(), DType::F16 | DType::BF16) {
+                Tensor::from_f32(t.shape.clone(), t.to_f32_vec())
+            } else {
+                t
+            };
+            (k, t)
+        })
+        .collect()
+}
+
+/// The reference device: the CPU reference executor on the artifact's planned graph.
+pub struct Reference {
+    graph: Graph,
+}
+
+impl Reference {
+    pub fn new(artifact: &Artifact) -> Reference {
+        Reference { graph: artifact.graph() }
+    }
+}
+
+impl Executor for Reference {
+    fn describe(&self) -> String {
+        "reference (CPU)".into()
+    }
+
+    fn run(&mut self, inputs: &HashMap<String, Tensor>) -> Result<HashMap<String, Tensor>, RuntimeError> {
+        let inputs = prepare_inputs(&self.graph, inputs)?;
+        Ok(crate::reference::run(&self.graph, &inputs)?)
+    }
+}

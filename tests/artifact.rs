@@ -1,0 +1,495 @@
+//! Artifacts end to end without a GPU: `compile` builds real kernel libraries with nvcc
+//! (through the content-hash cache in ~/.cache/bolt, so warm runs take seconds), the reader
+//! checks every file, and the `reference` device runs the artifact's own plan and weights.
+//!
+//! What "outputs equal the original model" checks here: the artifact's planned graph, weights
+//! in kernel layout, serialisation and reading, run by the reference executor, against the
+//! original graph run by the same executor. It checks the rewriting and the format, not the
+//! reference's kernels (tests/models.rs and tests/conformance.rs check those against
+//! onnxruntime and the ONNX test cases); the GPU kernels need a GPU (`bolt run --device cuda
+//! --check`).
+
+mod common;
+
+use bolt::artifact::format::{DimRange, PLAN_FILE, WEIGHTS_FILE};
+use bolt::artifact::{compile, Artifact, CompileOptions, Precision};
+use bolt::ir::*;
+use bolt::runtime::{self, DeviceKind, RunOptions};
+use bolt_codegen::spec::Arch;
+use common::nets::Net;
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::Command;
+
+/// Builds `g` into `dir`, runs the artifact on the reference device and compares with `g` on
+/// the reference at the precision's tolerance. Returns the artifact.
+fn build_and_check(
+    g: &Graph,
+    dir: &Path,
+    archs: &[Arch],
+    precision: Option<Precision>,
+    dims: Vec<DimRange>,
+) -> Artifact {
+    let opts = CompileOptions { archs: archs.to_vec(), precision, dims: dims.clone(), ..CompileOptions::new(dir) };
+    let report = compile(g, &opts).unwrap_or_else(|e| panic!("compile {}: {e}", g.name));
+    println!("{}: {report}", g.name);
+    assert!(report.kernel_nodes > 0, "{}: no kernel node in the plan", g.name);
+    let art = Artifact::open(dir).unwrap();
+    assert_eq!(art.plan.kernels.len(), report.kernel_nodes);
+    let lib = bolt_codegen::loader::KernelLibrary::open(art.library.as_ref().unwrap()).unwrap();
+    // Every kernel the plan names is in the library, for every bucket and arch asked for.
+    for k in &art.plan.kernels {
+        for bucket in &k.buckets {
+            let archs_here: Vec<Arch> = bucket.iter().map(|c| c.arch).collect();
+            assert_eq!(archs_here, archs, "{}: one kernel per arch", k.node);
+            for c in bucket {
+                assert!(lib.get(&c.symbol).is_some(), "{} missing from the library", c.symbol);
+            }
+        }
+    }
+    let (rtol, atol) = art.manifest.precision.tolerance();
+    let sizes: Vec<HashMap<String, usize>> = if dims.is_empty() {
+        vec![HashMap::new()]
+    } else {
+        // The smallest and largest size of every range (different buckets).
+        vec![
+            dims.iter().map(|d| (d.name.clone(), d.min)).collect(),
+            dims.iter().map(|d| (d.name.clone(), d.max)).collect(),
+        ]
+    };
+    for b in sizes {
+        let inputs = bolt::compile::synthetic_inputs(g, &b, 5).unwrap();
+        let want = bolt::reference::run(g, &inputs).unwrap();
+        let mut exec = runtime::open(&art, DeviceKind::Reference, &RunOptions::default()).unwrap();
+        let got = runtime::outputs_as_f32(exec.run(&inputs).unwrap());
+        for o in &g.outputs {
+            let (a, w) = (got[o].to_f64_vec(), want[o].to_f64_vec());
+            assert_eq!(got[o].shape, want[o].shape, "{o}");
+            for (i, (x, y)) in a.iter().zip(&w).enumerate() {
+                assert!((x - y).abs() <= atol + rtol * y.abs(), "{} {o}[{i}] at {b:?}: {x} vs {y}", g.name);
+            }
+        }
+    }
+    art
+}
+
+/// A ResNet bottleneck block: 1x1 -> 3x3 -> 1x1 convs with BN-free biases, a residual add
+/// and ReLUs, NCHW as exporters write it.
+fn bottleneck() -> Graph {
+    let mut n = Net::new(DType::F32);
+    let x = n.input("x", &[2, 64, 14, 14]);
+    let a = n.conv(&x, 64, 32, 1, 1, 0);
+    let a = n.relu(&a);
+    let b = n.conv(&a, 32, 32, 3, 1, 1);
+    let b = n.relu(&b);
+    let c = n.conv(&b, 32, 64, 1, 1, 0);
+    let s = n.op("add", Op::Binary(Binary::Add), &[&c, &x]);
+    let y = n.relu(&s);
+    let mut g = n.finish(&[&y]);
+    g.name = "resnet-bottleneck".into();
+    g
+}
+
+/// One BERT encoder layer (single attention head): Q/K/V projections, softmax(QK^T/sqrt(d))V,
+/// output projection + residual + LayerNorm, GELU feed-forward + residual + LayerNorm.
+fn bert_layer() -> Graph {
+    let (s, h, f) = (16, 64, 256);
+    let mut n = Net::new(DType::F32);
+    let x = n.input("x", &[1, s, h]);
+    let q = n.linear(&x, h, h);
+    let k = n.linear(&x, h, h);
+    let v = n.linear(&x, h, h);
+    let kt = n.op("kt", Op::Transpose { perm: Some(vec![0, 2, 1]) }, &[&k]);
+    let qk = n.op("qk", Op::MatMul, &[&q, &kt]);
+    let scale = n.b.initializer("scale", Tensor::scalar_f32(1.0 / (h as f32).sqrt()));
+    let qk = n.op("scaled", Op::Binary(Binary::Mul), &[&qk, &scale]);
+    let p = n.op("softmax", Op::Softmax { axis: -1 }, &[&qk]);
+    let ctx = n.op("ctx", Op::MatMul, &[&p, &v]);
+    let o = n.linear(&ctx, h, h);
+    let r = n.op("res1", Op::Binary(Binary::Add), &[&o, &x]);
+    let ln = |n: &mut Net, x: &str| {
+        let gamma = n.b.initializer(&format!("{x}_gamma"), Tensor::from_f32(vec![h], vec![1.0; h]));
+        let beta = n.b.initializer(&format!("{x}_beta"), Tensor::from_f32(vec![h], vec![0.0; h]));
+        n.op("ln", Op::LayerNormalization { axis: -1, epsilon: 1e-5, stash_type: DType::F32 }, &[x, &gamma, &beta])
+    };
+    let r = ln(&mut n, &r);
+    let f1 = n.linear(&r, h, f);
+    let f1 = n.op("gelu", Op::Unary(Unary::Gelu { approximate: GeluApprox::None }), &[&f1]);
+    let f2 = n.linear(&f1, f, h);
+    let r2 = n.op("res2", Op::Binary(Binary::Add), &[&f2, &r]);
+    let y = ln(&mut n, &r2);
+    let mut g = n.finish(&[&y]);
+    g.name = "bert-layer".into();
+    g
+}
+
+fn range(name: &str, min: usize, max: usize) -> DimRange {
+    DimRange { name: name.into(), min, max }
+}
+
+#[test]
+fn default_model_sm80_with_shape_buckets() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = bolt::models::default_model().unwrap();
+    let art = build_and_check(&g, dir.path(), &[Arch::Sm80], None, vec![range("N", 1, 16)]);
+    // f32 models run in TF32 by default, and the manifest says so.
+    assert_eq!(art.manifest.precision, Precision::Tf32);
+    assert!(art.manifest.numerics.contains("TF32"));
+    assert_eq!(art.plan.buckets.len(), 3, "1..16: buckets 1, 4, 16");
+    // The run-time rule: the smallest bucket covering the size.
+    let at = |n: usize| art.plan.bucket_for(&HashMap::from([("N".to_string(), n)]));
+    assert_eq!((at(1), at(3), at(4), at(5), at(16), at(40)), (0, 1, 1, 2, 2, 2));
+}
+
+#[test]
+fn default_model_f16_sm80() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = bolt::models::default_model().unwrap();
+    let art = build_and_check(&g, dir.path(), &[Arch::Sm80], Some(Precision::F16), vec![range("N", 2, 2)]);
+    // Weights were cast at compile time.
+    assert!(art.weights.values().all(|w| !w.dtype().is_float() || w.dtype() == DType::F16));
+}
+
+/// One sm90a artifact. A single GEMM (+bias, GELU): each sm90a kernel costs ~1-2 min of
+/// nvcc on 2 cores cold, so CI builds one (the default model's four take ~5 min).
+#[test]
+fn linear_gelu_sm90a() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = Net::new(DType::F32);
+    let x = n.input("x", &[8, 64]);
+    let y = n.linear(&x, 64, 128);
+    let y = n.op("gelu", Op::Unary(Unary::Gelu { approximate: GeluApprox::None }), &[&y]);
+    let mut g = n.finish(&[&y]);
+    g.name = "linear-gelu".into();
+    let art = build_and_check(&g, dir.path(), &[Arch::Sm90], None, vec![]);
+    assert_eq!(art.manifest.archs, vec![Arch::Sm90]);
+}
+
+#[test]
+fn resnet_bottleneck_sm80() {
+    let dir = tempfile::tempdir().unwrap();
+    let art = build_and_check(&bottleneck(), dir.path(), &[Arch::Sm80], None, vec![]);
+    // Convs in kernel layout: OHWI weights.
+    let conv_w = art.plan.weights.iter().filter(|w| w.shape.len() == 4).collect::<Vec<_>>();
+    assert!(!conv_w.is_empty());
+    assert!(art.plan.arena.bytes < art.plan.arena.naive_bytes, "the arena reuses memory");
+}
+
+#[test]
+fn bert_layer_sm80() {
+    let dir = tempfile::tempdir().unwrap();
+    build_and_check(&bert_layer(), dir.path(), &[Arch::Sm80], None, vec![]);
+}
+
+/// The memory plan of real plans: no two tensors that are live at once share a byte, and the
+/// arena is never larger than one allocation per tensor.
+#[test]
+fn arena_never_overlaps_live_tensors() {
+    let mut graphs = vec![bolt::models::default_model().unwrap(), bottleneck(), bert_layer()];
+    if let Some(dir) = common::testdata("models") {
+        for m in ["resnet50", "mobilenet_v2", "bert_base", "vgg16", "ppocrv4_det"] {
+            let p = dir.join(m).join("model.onnx");
+            graphs.push(bolt::import::load(&p).unwrap_or_else(|e| panic!("{m}: {e}")).graph);
+        }
+    }
+    for g in &graphs {
+        for n in [1, 2] {
+            // Every symbolic input dim at n x 32 (image sides must divide by 32 in PP-OCR).
+            let bindings: HashMap<String, usize> = g
+                .inputs
+                .iter()
+                .filter_map(|i| g.types[i].shape.as_ref())
+                .flat_map(|s| s.0.iter())
+                .filter_map(|d| if let Dim::Sym(k) = d { Some((k.clone(), n * 32)) } else { None })
+                .collect();
+            let opts = bolt::plan::PlanOptions { bindings: bindings.clone(), b2b: false, ..Default::default() };
+            let plan = bolt::plan::plan_with(g, &opts).unwrap();
+            let arena = bolt::runtime::memory::plan_arena(&plan.graph, &bindings).unwrap();
+            assert!(!arena.tensors.is_empty());
+            if let Some((a, b)) = bolt::runtime::memory::find_overlap(&arena) {
+                panic!("{}: '{}' and '{}' overlap: {a:?} {b:?}", g.name, a.name, b.name);
+            }
+            for t in &arena.tensors {
+                assert!(t.offset + t.bytes <= arena.bytes && t.offset % 256 == 0, "{t:?}");
+            }
+            assert!(arena.bytes <= arena.naive_bytes);
+            println!(
+                "{} (dims {n}): arena {} bytes, one allocation per tensor {} bytes",
+                g.name, arena.bytes, arena.naive_bytes
+            );
+        }
+    }
+}
+
+/// The find_overlap check itself finds an overlap (so the property test above can fail).
+#[test]
+fn overlap_check_detects_a_collision() {
+    use bolt::artifact::format::{ArenaPlan, ArenaTensor};
+    let t = |name: &str, offset, first, last| ArenaTensor { name: name.into(), offset, bytes: 512, first, last };
+    let bad = ArenaPlan { bytes: 1024, naive_bytes: 1024, tensors: vec![t("a", 0, 0, 2), t("b", 256, 1, 3)] };
+    assert!(bolt::runtime::memory::find_overlap(&bad).is_some());
+    let ok = ArenaPlan { bytes: 512, naive_bytes: 1024, tensors: vec![t("a", 0, 0, 1), t("b", 0, 2, 3)] };
+    assert!(bolt::runtime::memory::find_overlap(&ok).is_none());
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &to.join(e.file_name()));
+        } else {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+/// Rewrites `file` of `dir` and its manifest entry (size, blake3), so only the content is wrong.
+fn rewrite_consistently(dir: &Path, file: &str, f: impl FnOnce(&mut serde_json::Value)) {
+    let p = dir.join(file);
+    let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+    f(&mut v);
+    let bytes = serde_json::to_vec(&v).unwrap();
+    std::fs::write(&p, &bytes).unwrap();
+    let mp = dir.join("manifest.json");
+    let mut m: serde_json::Value = serde_json::from_slice(&std::fs::read(&mp).unwrap()).unwrap();
+    m["files"][file]["bytes"] = bytes.len().into();
+    m["files"][file]["blake3"] = blake3::hash(&bytes).to_hex().to_string().into();
+    std::fs::write(&mp, serde_json::to_vec(&m).unwrap()).unwrap();
+}
+
+/// Corrupt, truncated, version-mismatched and inconsistent artifacts: an error naming the file
+/// and the field, never a panic; `bolt run` exits non-zero with it.
+#[test]
+fn bad_artifacts_are_refused_with_file_and_field() {
+    let base = tempfile::tempdir().unwrap();
+    let good = base.path().join("good");
+    // No kernel node needs building for this check: a graph with no GEMM/conv.
+    let mut n = Net::new(DType::F32);
+    let x = n.input("x", &[2, 8]);
+    let w = n.random("w", &[2, 8], 1.0);
+    let y = n.op("add", Op::Binary(Binary::Add), &[&x, &w]);
+    let g = n.finish(&[&y]);
+    compile(&g, &CompileOptions::new(&good)).unwrap();
+    Artifact::open(&good).unwrap();
+
+    let case = |name: &str, f: &dyn Fn(&Path)| -> String {
+        let d = base.path().join(name);
+        copy_dir(&good, &d);
+        f(&d);
+        let e = Artifact::open(&d).expect_err(name).to_string();
+        let out = Command::new(env!("CARGO_BIN_EXE_bolt")).arg("run").arg(&d).output().unwrap();
+        assert!(!out.status.success(), "{name}: bolt run succeeded");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(&e), "{name}: bolt run said {stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        e
+    };
+    let e = case("corrupt-weights", &|d| {
+        let p = d.join(WEIGHTS_FILE);
+        let mut b = std::fs::read(&p).unwrap();
+        b[0] ^= 0xff;
+        std::fs::write(&p, b).unwrap();
+    });
+    assert!(e.contains("weights.bin") && e.contains("blake3") && e.contains("corrupt"), "{e}");
+    let e = case("truncated-plan", &|d| {
+        let p = d.join(PLAN_FILE);
+        let b = std::fs::read(&p).unwrap();
+        std::fs::write(&p, &b[..b.len() / 2]).unwrap();
+    });
+    assert!(e.contains("plan.json") && e.contains("truncated"), "{e}");
+    let e = case("format-version", &|d| {
+        let p = d.join("manifest.json");
+        let s = std::fs::read_to_string(&p).unwrap().replace("\"format_version\": 1", "\"format_version\": 99");
+        std::fs::write(&p, s).unwrap();
+    });
+    assert!(e.contains("manifest.json") && e.contains("'format_version'") && e.contains("99"), "{e}");
+    let e = case("abi-version", &|d| {
+        let p = d.join("manifest.json");
+        let mut m: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+        m["abi_version"] = 999.into();
+        std::fs::write(&p, serde_json::to_vec(&m).unwrap()).unwrap();
+    });
+    assert!(e.contains("manifest.json") && e.contains("'abi_version'"), "{e}");
+    let e = case("not-an-artifact", &|d| {
+        let p = d.join("manifest.json");
+        let s = std::fs::read_to_string(&p).unwrap().replace("bolt-artifact", "something-else");
+        std::fs::write(&p, s).unwrap();
+    });
+    assert!(e.contains("manifest.json") && e.contains("'format'"), "{e}");
+    let e = case("missing-manifest", &|d| std::fs::remove_file(d.join("manifest.json")).unwrap());
+    assert!(e.contains("manifest.json") && e.contains("cannot read"), "{e}");
+    let e = case("weights-out-of-range", &|d| {
+        rewrite_consistently(d, PLAN_FILE, |v| v["weights"][0]["offset"] = 1_000_000.into())
+    });
+    assert!(e.contains("plan.json") && e.contains("weights[0]") && e.contains("outside"), "{e}");
+    let e = case("plan-missing-field", &|d| {
+        rewrite_consistently(d, PLAN_FILE, |v| {
+            v.as_object_mut().unwrap().remove("arena");
+        })
+    });
+    assert!(e.contains("plan.json") && e.contains("'arena'"), "{e}");
+}
+
+/// `bolt run --device cuda` where there is no driver (this machine): a clear error and a
+/// non-zero exit. Without the `cuda` feature the binary says it lacks it.
+#[test]
+fn cuda_device_without_a_driver_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = Net::new(DType::F32);
+    let x = n.input("x", &[2, 8]);
+    let y = n.relu(&x);
+    let g = n.finish(&[&y]);
+    compile(&g, &CompileOptions::new(dir.path())).unwrap();
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_bolt")).args(["run", "--device", "cuda"]).arg(dir.path()).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    if cfg!(feature = "cuda") {
+        let driver_present = Path::new("/dev/nvidia0").exists();
+        if !driver_present {
+            assert!(stderr.contains("no CUDA driver") || stderr.contains("no GPU"), "{stderr}");
+        }
+    } else {
+        assert!(stderr.contains("without the `cuda` feature"), "{stderr}");
+    }
+}
+
+/// `bolt compile -o DIR` then `bolt run DIR --check` through the command line.
+#[test]
+fn compile_then_run_check_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let art = dir.path().join("a");
+    let out = Command::new(env!("CARGO_BIN_EXE_bolt"))
+        .args(["compile", "--dim", "N=2", "--no-run", "-o"])
+        .arg(&art)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("precision tf32 (default for this model)"), "{stdout}");
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_bolt")).args(["run", "--check", "--dim", "N=2"]).arg(&art).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("ok fc2_out"), "{stdout}");
+    // --inputs FILE.npz, written by numpy (a writer nobody here wrote).
+    match std::env::var("BOLT_PYTHON") {
+        Ok(py) => {
+            let npz = dir.path().join("in.npz");
+            let code = format!(
+                "import numpy as np; np.savez(r'{}', image=np.random.default_rng(0).uniform(-1, 1, (3, 3, 32, 32)).astype(np.float32))",
+                npz.display()
+            );
+            let st = Command::new(py).args(["-c", &code]).status().unwrap();
+            assert!(st.success());
+            let out = Command::new(env!("CARGO_BIN_EXE_bolt"))
+                .args(["run", "--check", "--inputs"])
+                .arg(&npz)
+                .arg(&art)
+                .output()
+                .unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+            assert!(stdout.contains("fc2_out: [3, 10]") && stdout.contains("ok fc2_out"), "{stdout}");
+        }
+        Err(_) => eprintln!("SKIPPED the .npz part: BOLT_PYTHON not set (tests/run.sh sets it)"),
+    }
+    // --check can fail: weights changed consistently (hashes updated) give other outputs.
+    let bad = dir.path().join("tampered");
+    copy_dir(&art, &bad);
+    let wp = bad.join(WEIGHTS_FILE);
+    let mut w = std::fs::read(&wp).unwrap();
+    for b in w.iter_mut().take(4096) {
+        *b = b.wrapping_add(17);
+    }
+    std::fs::write(&wp, &w).unwrap();
+    let mp = bad.join("manifest.json");
+    let mut m: serde_json::Value = serde_json::from_slice(&std::fs::read(&mp).unwrap()).unwrap();
+    m["files"][WEIGHTS_FILE]["blake3"] = blake3::hash(&w).to_hex().to_string().into();
+    std::fs::write(&mp, serde_json::to_vec(&m).unwrap()).unwrap();
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_bolt")).args(["run", "--check", "--dim", "N=2"]).arg(&bad).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success() && stdout.contains("MISMATCH fc2_out"), "{stdout}");
+    // f32 is refused with the reason.
+    let out = Command::new(env!("CARGO_BIN_EXE_bolt"))
+        .args(["compile", "--no-run", "--precision", "f32", "-o"])
+        .arg(dir.path().join("b"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("TF32"));
+}
+
+/// An artifact of a model nobody here wrote the outputs of: the repo's small CNN + MLP ONNX
+/// graph, run on the reference device with its test data sets' inputs, against onnxruntime
+/// CPU's outputs (testdata/models/small_conv_mlp, tests/python/make_models.py).
+#[test]
+fn small_conv_mlp_artifact_matches_onnxruntime() {
+    use bolt::cases::{compare, data_sets, read_tensor_pb, Tolerance};
+    let Some(case) = common::testdata("models/small_conv_mlp") else { return };
+    let g = bolt::import::load(&case.join("model.onnx")).unwrap().graph;
+    let sym: Vec<String> = g
+        .inputs
+        .iter()
+        .filter_map(|i| g.types[i].shape.as_ref())
+        .flat_map(|s| s.0.iter())
+        .filter_map(|d| if let Dim::Sym(k) = d { Some(k.clone()) } else { None })
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let opts = CompileOptions {
+        dims: sym.iter().map(|k| range(k, 1, 8)).collect(),
+        source: Some(case.join("model.onnx")),
+        ..CompileOptions::new(dir.path())
+    };
+    println!("{}", compile(&g, &opts).unwrap());
+    let art = Artifact::open(dir.path()).unwrap();
+    let mut exec = runtime::open(&art, DeviceKind::Reference, &RunOptions::default()).unwrap();
+    let sets = data_sets(&case);
+    assert!(!sets.is_empty());
+    for set in sets {
+        let read = |prefix: &str| {
+            let mut v: Vec<_> = std::fs::read_dir(&set)
+                .unwrap()
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(prefix))
+                .collect();
+            v.sort();
+            v.iter().map(|p| read_tensor_pb(p).unwrap()).collect::<Vec<_>>()
+        };
+        let inputs: HashMap<String, Tensor> =
+            read("input_").into_iter().zip(&g.inputs).map(|((_, t), name)| (name.clone(), t)).collect();
+        let got = exec.run(&inputs).unwrap();
+        for ((_, want), name) in read("output_").into_iter().zip(&g.outputs) {
+            let c = compare(name, &got[name], &want, Tolerance { rtol: 1e-3, atol: 1e-4 });
+            println!("{}: {name} max abs err {:.2e}", set.display(), c.max_abs_err);
+            assert!(c.failure.is_none(), "{}: {name}: {:?}", set.display(), c.failure);
+        }
+    }
+}
+
+/// Bad inputs to a run: errors naming the input and what is wrong, never a panic.
+#[test]
+fn bad_inputs_name_the_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = Net::new(DType::F32);
+    let x = n.input("x", &[2, 8]);
+    let y = n.relu(&x);
+    let g = n.finish(&[&y]);
+    compile(&g, &CompileOptions::new(dir.path())).unwrap();
+    let art = Artifact::open(dir.path()).unwrap();
+    let mut exec = runtime::open(&art, DeviceKind::Reference, &RunOptions::default()).unwrap();
+    let e = exec.run(&HashMap::new()).unwrap_err().to_string();
+    assert!(e.contains("input 'x'") && e.contains("missing"), "{e}");
+    let wrong = HashMap::from([("x".to_string(), Tensor::from_f32(vec![2, 4], vec![0.0; 8]))]);
+    let e = exec.run(&wrong).unwrap_err().to_string();
+    assert!(e.contains("input 'x'") && e.contains("dim 1 is 4"), "{e}");
+    let ints = HashMap::from([("x".to_string(), Tensor::from_i64(vec![2, 8], vec![0; 16]))]);
+    let e = exec.run(&ints).unwrap_err().to_string();
+    assert!(e.contains("input 'x'") && e.contains("the model takes"), "{e}");
+    let ok = HashMap::from([("x".to_string(), Tensor::from_f32(vec![2, 8], vec![-1.0; 16]))]);
+    assert_eq!(exec.run(&ok).unwrap()[&g.outputs[0]].to_f32_vec(), vec![0.0; 16]);
+}
