@@ -589,6 +589,12 @@ impl Builder {
 
         // 5. Compile what the cache lacks; biggest units first so they pack into the budget.
         let gate = MemoryGate::new(budget);
+        // A progress bar on a terminal (indicatif draws nothing when stderr is not one).
+        let bar = indicatif::ProgressBar::new(units.len() as u64);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{spinner} building kernels [{bar:30}] {pos}/{len} units {msg}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
         let compiles = AtomicUsize::new(0);
         let done = AtomicUsize::new(0);
         let mut order: Vec<usize> = (0..units.len()).collect();
@@ -600,6 +606,8 @@ impl Builder {
                 .map(|&i| {
                     let r = self.compile_unit(&units[i], &cache, &include, &gate, &compiles);
                     let n = done.fetch_add(1, Ordering::Relaxed) + 1;
+                    bar.inc(1);
+                    bar.set_message(units[i].stem.clone());
                     match &r {
                         Ok(u) if u.compiled => tracing::info!(
                             "[{n}/{}] compiled {} ({} kernels, {}) in {:.1}s",
@@ -618,6 +626,7 @@ impl Builder {
                 })
                 .collect()
         });
+        bar.finish_and_clear();
         let mut reports: Vec<Option<UnitReport>> = vec![None; units.len()];
         let mut failures = Vec::new();
         for (i, r) in results {
