@@ -11,7 +11,7 @@
 //!    |---|---|
 //!    | `BOLT_BUILD_KERNELS=0` | skip the step even with the feature |
 //!    | `BOLT_KERNEL_ARCHS` | comma-separated archs, default `sm80`; `sm80,sm90` adds the Hopper kernels (≈45 s and 3.3 GB of nvcc each) |
-//!    | `BOLT_KERNEL_LIMIT=N` | at most N kernels, spread evenly over the candidate list: CI builds the feature this way to check that it compiles and links in minutes (the whole list is ~20 minutes of nvcc cold on 2 cores) |
+//!    | `BOLT_KERNEL_LIMIT=N` | at most N kernels, spread evenly over the candidate list: CI builds the feature this way (`tests/run.sh`) to check that it compiles and links without the whole list's minutes of nvcc |
 //!    | `BOLT_CACHE_DIR`, `CUDA_HOME`, `CUTLASS_DIR` | as for the toolchain; objects are cached in `<cache>/kernels`, so rebuilds run nvcc only for changed kernels |
 //!
 //!    Without an installed toolchain the step is skipped with a warning (`bolt toolchain

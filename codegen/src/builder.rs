@@ -39,7 +39,7 @@ use rayon::prelude::*;
 
 use crate::abi::{self, ProblemKind};
 use crate::cache::{self, Cache, CacheError, CacheKey, EntryKind, KeyHasher, Outcome};
-use crate::manifest::{family_name, KernelEntry, Manifest, UnitEntry, MANIFEST_FORMAT};
+use crate::manifest::{family_name, GlueEntry, KernelEntry, Manifest, UnitEntry, MANIFEST_FORMAT};
 use crate::spec::{Arch, KernelSpec};
 
 /// Turns specs into C++: names kernels, rejects invalid ones, renders translation units.
@@ -266,6 +266,8 @@ pub enum BuildError {
     Io { path: PathBuf, source: std::io::Error },
     #[error("no kernels to build ({} given, {} rejected, {} for other archs){}", given, rejected.len(), skipped, first_rejection(rejected))]
     NoKernels { given: usize, rejected: Vec<Rejected>, skipped: usize },
+    #[error("glue kernel {symbol}: {reason}")]
+    Glue { symbol: String, reason: String },
     #[error("two different specs render to symbol `{symbol}`:\n  {first}\n  {second}")]
     SymbolClash { symbol: String, first: String, second: String },
     #[error("rendering failed for {}: {message}\n{}", symbols.join(", "), specs.join("\n"))]
@@ -305,10 +307,41 @@ struct Unit {
     arch: Arch,
     /// `<name>_<arch>_<n>`
     stem: String,
-    kernels: Vec<(String, KernelSpec)>,
+    kernels: UnitKernels,
     source_path: PathBuf,
     source_hash: String,
     key: CacheKey,
+}
+
+/// The kernels of one unit: CUTLASS kernels of one arch, or glue kernels.
+enum UnitKernels {
+    Cutlass(Vec<(String, KernelSpec)>),
+    Glue(Vec<(String, crate::glue::GlueSpec)>),
+}
+
+impl UnitKernels {
+    fn len(&self) -> usize {
+        match self {
+            UnitKernels::Cutlass(k) => k.len(),
+            UnitKernels::Glue(k) => k.len(),
+        }
+    }
+
+    fn symbols(&self) -> Vec<String> {
+        match self {
+            UnitKernels::Cutlass(k) => k.iter().map(|(s, _)| s.clone()).collect(),
+            UnitKernels::Glue(k) => k.iter().map(|(s, _)| s.clone()).collect(),
+        }
+    }
+
+    fn specs_json(&self) -> Vec<String> {
+        match self {
+            UnitKernels::Cutlass(k) => k.iter().map(|(_, spec)| spec_json(spec)).collect(),
+            UnitKernels::Glue(k) => {
+                k.iter().map(|(_, spec)| serde_json::to_string(spec).expect("glue spec serialises")).collect()
+            }
+        }
+    }
 }
 
 /// Placeholders standing for per-build paths in cache keys and manifests.
@@ -374,6 +407,18 @@ impl Builder {
 
     /// Builds `specs` with `source` into `<out>/lib<name>.so` + manifest.
     pub fn build(&self, source: &dyn KernelSource, specs: &[KernelSpec]) -> Result<BuildReport, BuildError> {
+        self.build_with_glue(source, specs, &[])
+    }
+
+    /// [`Builder::build`] plus glue kernels ([`crate::glue`]) in the same library: one unit of
+    /// them, compiled like the sm80 kernels (sm_80 SASS + compute_80 PTX: loads on any GPU
+    /// Bolt targets), listed in the manifest's `glue`.
+    pub fn build_with_glue(
+        &self,
+        source: &dyn KernelSource,
+        specs: &[KernelSpec],
+        glue: &[crate::glue::GlueSpec],
+    ) -> Result<BuildReport, BuildError> {
         let start = Instant::now();
         let opts = &self.options;
         let out = &opts.out_dir;
@@ -414,7 +459,13 @@ impl Builder {
                 }
             }
         }
-        if selected.is_empty() {
+        let mut glue_selected: BTreeMap<String, crate::glue::GlueSpec> = BTreeMap::new();
+        for g in glue {
+            let symbol = crate::glue::symbol_for(g);
+            crate::glue::validate(g).map_err(|r| BuildError::Glue { symbol: symbol.clone(), reason: r.to_string() })?;
+            glue_selected.insert(symbol, *g);
+        }
+        if selected.is_empty() && glue_selected.is_empty() {
             return Err(BuildError::NoKernels { given: specs.len(), rejected, skipped });
         }
 
@@ -463,8 +514,16 @@ impl Builder {
         let mut groups = Vec::new();
         for (arch, kernels) in by_arch {
             for (i, kernels) in group_units(kernels, opts.kernels_per_unit(arch)).into_iter().enumerate() {
-                groups.push((arch, format!("{}_{}_{i:03}", opts.name, arch_tag(arch)), kernels));
+                groups.push((arch, format!("{}_{}_{i:03}", opts.name, arch_tag(arch)), UnitKernels::Cutlass(kernels)));
             }
+        }
+        if !glue_selected.is_empty() {
+            // Small kernels: one unit.
+            groups.push((
+                Arch::Sm80,
+                format!("{}_glue_000", opts.name),
+                UnitKernels::Glue(glue_selected.into_iter().collect()),
+            ));
         }
 
         let jobs = opts.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);
@@ -487,10 +546,21 @@ impl Builder {
             groups
                 .into_par_iter()
                 .map(|(arch, stem, kernels)| {
-                    let pairs: Vec<(&KernelSpec, &str)> = kernels.iter().map(|(s, k)| (k, s.as_str())).collect();
-                    let text = source.render_unit(&pairs).map_err(|message| BuildError::Render {
-                        symbols: kernels.iter().map(|(s, _)| s.clone()).collect(),
-                        specs: kernels.iter().map(|(_, k)| spec_json(k)).collect(),
+                    let text = match &kernels {
+                        UnitKernels::Cutlass(kernels) => {
+                            let pairs: Vec<(&KernelSpec, &str)> =
+                                kernels.iter().map(|(s, k)| (k, s.as_str())).collect();
+                            source.render_unit(&pairs)
+                        }
+                        UnitKernels::Glue(kernels) => {
+                            let pairs: Vec<(&crate::glue::GlueSpec, &str)> =
+                                kernels.iter().map(|(s, k)| (k, s.as_str())).collect();
+                            crate::glue::render_unit(&pairs).map_err(|e| e.to_string())
+                        }
+                    }
+                    .map_err(|message| BuildError::Render {
+                        symbols: kernels.symbols(),
+                        specs: kernels.specs_json(),
                         message,
                     })?;
                     let source_path = out.join("src").join(format!("{stem}.cu"));
@@ -519,6 +589,12 @@ impl Builder {
 
         // 5. Compile what the cache lacks; biggest units first so they pack into the budget.
         let gate = MemoryGate::new(budget);
+        // A progress bar on a terminal (indicatif draws nothing when stderr is not one).
+        let bar = indicatif::ProgressBar::new(units.len() as u64);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{spinner} building kernels [{bar:30}] {pos}/{len} units {msg}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
         let compiles = AtomicUsize::new(0);
         let done = AtomicUsize::new(0);
         let mut order: Vec<usize> = (0..units.len()).collect();
@@ -530,6 +606,8 @@ impl Builder {
                 .map(|&i| {
                     let r = self.compile_unit(&units[i], &cache, &include, &gate, &compiles);
                     let n = done.fetch_add(1, Ordering::Relaxed) + 1;
+                    bar.inc(1);
+                    bar.set_message(units[i].stem.clone());
                     match &r {
                         Ok(u) if u.compiled => tracing::info!(
                             "[{n}/{}] compiled {} ({} kernels, {}) in {:.1}s",
@@ -548,6 +626,7 @@ impl Builder {
                 })
                 .collect()
         });
+        bar.finish_and_clear();
         let mut reports: Vec<Option<UnitReport>> = vec![None; units.len()];
         let mut failures = Vec::new();
         for (i, r) in results {
@@ -594,8 +673,20 @@ impl Builder {
         // 7. Manifest.
         let (library_size, library_blake3) = cache::hash_file(&library).map_err(io(&library))?;
         let mut kernels = Vec::new();
+        let mut glue_entries = Vec::new();
         for (i, unit) in units.iter().enumerate() {
-            for (symbol, spec) in &unit.kernels {
+            let cutlass = match &unit.kernels {
+                UnitKernels::Cutlass(k) => k,
+                UnitKernels::Glue(k) => {
+                    glue_entries.extend(k.iter().map(|(symbol, spec)| GlueEntry {
+                        symbol: symbol.clone(),
+                        unit: i,
+                        spec: *spec,
+                    }));
+                    continue;
+                }
+            };
+            for (symbol, spec) in cutlass {
                 kernels.push(KernelEntry {
                     symbol: symbol.clone(),
                     family: family_name(&spec.family).into(),
@@ -626,10 +717,11 @@ impl Builder {
                     nvcc_arch: u.arch.nvcc_arch().to_string(),
                     source_hash: u.source_hash.clone(),
                     object_key: u.key.hex(),
-                    symbols: u.kernels.iter().map(|(s, _)| s.clone()).collect(),
+                    symbols: u.kernels.symbols(),
                 })
                 .collect(),
             kernels,
+            glue: glue_entries,
         };
         let manifest_path = Manifest::path_for(&library);
         manifest.write(&manifest_path).map_err(io(&manifest_path))?;
@@ -639,7 +731,12 @@ impl Builder {
         let report = BuildReport {
             library,
             manifest: manifest_path,
-            symbols: manifest.kernels.iter().map(|k| k.symbol.clone()).collect(),
+            symbols: manifest
+                .kernels
+                .iter()
+                .map(|k| k.symbol.clone())
+                .chain(manifest.glue.iter().map(|g| g.symbol.clone()))
+                .collect(),
             compile_seconds: reports.iter().filter_map(|u| u.nvcc_seconds).sum(),
             units: reports,
             rejected,
@@ -709,7 +806,7 @@ impl Builder {
                 Ok(UnitReport {
                     source: unit.source_path.clone(),
                     arch: unit.arch,
-                    symbols: unit.kernels.iter().map(|(s, _)| s.clone()).collect(),
+                    symbols: unit.kernels.symbols(),
                     object,
                     object_key: unit.key,
                     compiled: outcome != Outcome::Hit,
@@ -730,7 +827,7 @@ impl Builder {
                 Err(UnitFailure {
                     source: unit.source_path.clone(),
                     log,
-                    kernels: unit.kernels.iter().map(|(s, k)| (s.clone(), spec_json(k))).collect(),
+                    kernels: unit.kernels.symbols().into_iter().zip(unit.kernels.specs_json()).collect(),
                     errors,
                 })
             }

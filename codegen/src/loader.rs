@@ -29,10 +29,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::abi::{
-    BoltArgs, CanImplementFn, InitializeFn, KernelArgs, LaunchFn, ParamsSizeFn, Problem, ProblemKind, Status, UpdateFn,
-    WorkspaceSizeFn, ABI_VERSION, PARAMS_ALIGNMENT,
+    BoltArgs, BoltGlueArgs, BoltGlueProblem, CanImplementFn, InitializeFn, KernelArgs, LaunchFn, ParamsSizeFn, Problem,
+    ProblemKind, Status, UpdateFn, WorkspaceSizeFn, ABI_VERSION, PARAMS_ALIGNMENT,
 };
-use crate::manifest::{KernelEntry, Manifest, ManifestError};
+use crate::glue::GlueSpec;
+use crate::manifest::{GlueEntry, KernelEntry, Manifest, ManifestError};
 use crate::spec::KernelSpec;
 
 /// A loaded library: every kernel of its manifest, resolved.
@@ -41,6 +42,14 @@ pub struct KernelLibrary {
     manifest: Manifest,
     kernels: Vec<Kernel>,
     by_symbol: HashMap<String, usize>,
+    glue: Vec<GlueKernel>,
+}
+
+/// One glue kernel of a loaded library (transpose, padding, cast); holds the library open.
+#[derive(Clone)]
+pub struct GlueKernel {
+    entry: Arc<GlueEntry>,
+    functions: Functions<BoltGlueArgs>,
 }
 
 /// One kernel of a loaded library. Holds the library open: a `Kernel` stays valid after its
@@ -157,9 +166,16 @@ impl KernelLibrary {
             let functions = unsafe { Functions::resolve(&lib, &entry.symbol) }.map_err(|(s, e)| missing(s, e))?;
             kernels.push(Kernel { entry: Arc::new(entry.clone()), functions });
         }
+        let mut glue = Vec::with_capacity(manifest.glue.len());
+        for entry in &manifest.glue {
+            // SAFETY: as above, with the glue kernels' BoltGlueArgs.
+            let functions = unsafe { Functions::resolve(&lib, &entry.symbol) }
+                .map_err(|(symbol, source)| LoadError::MissingSymbol { library: library.into(), symbol, source })?;
+            glue.push(GlueKernel { entry: Arc::new(entry.clone()), functions });
+        }
         let by_symbol = kernels.iter().enumerate().map(|(i, k)| (k.symbol().to_string(), i)).collect();
         tracing::debug!("loaded {} kernels from {}", kernels.len(), library.display());
-        Ok(KernelLibrary { path: library.into(), manifest, kernels, by_symbol })
+        Ok(KernelLibrary { path: library.into(), manifest, kernels, by_symbol, glue })
     }
 
     pub fn path(&self) -> &Path {
@@ -176,6 +192,15 @@ impl KernelLibrary {
 
     pub fn get(&self, symbol: &str) -> Option<&Kernel> {
         self.by_symbol.get(symbol).map(|&i| &self.kernels[i])
+    }
+
+    pub fn glue_kernels(&self) -> &[GlueKernel] {
+        &self.glue
+    }
+
+    /// The glue kernel built for `spec`, if the library has it.
+    pub fn glue(&self, spec: &GlueSpec) -> Option<&GlueKernel> {
+        self.glue.iter().find(|g| g.entry.spec == *spec)
     }
 }
 
@@ -418,6 +443,46 @@ impl Kernel {
         stream: *mut c_void,
     ) -> Result<(), CallError> {
         self.initialize(problem, args, workspace, workspace_bytes, stream)?.launch(stream)
+    }
+}
+
+impl GlueKernel {
+    pub fn symbol(&self) -> &str {
+        &self.entry.symbol
+    }
+
+    pub fn spec(&self) -> &GlueSpec {
+        &self.entry.spec
+    }
+
+    /// Whether the kernel takes `problem` (positive extents; `c_padded` as its spec needs).
+    pub fn can_implement(&self, problem: &BoltGlueProblem) -> Status {
+        // SAFETY: a valid pointer to the problem struct glue kernels take.
+        unsafe { self.functions.can_implement(problem as *const BoltGlueProblem as *const c_void) }
+    }
+
+    pub fn params_size(&self) -> usize {
+        self.functions.params_size()
+    }
+
+    /// Checks and records `problem` and `args` (glue kernels need no workspace).
+    ///
+    /// # Safety
+    /// `args` holds device pointers to the input and output of the sizes `problem` implies
+    /// (or pointers the kernel refuses: null, misaligned).
+    pub unsafe fn initialize(
+        &self,
+        problem: &BoltGlueProblem,
+        args: &BoltGlueArgs,
+        stream: *mut c_void,
+    ) -> Result<Params<BoltGlueArgs>, CallError> {
+        self.functions.initialize(
+            problem as *const BoltGlueProblem as *const c_void,
+            args,
+            std::ptr::null_mut(),
+            0,
+            stream,
+        )
     }
 }
 

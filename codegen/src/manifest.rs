@@ -39,6 +39,19 @@ pub struct Manifest {
     pub units: Vec<UnitEntry>,
     /// Every kernel, sorted by symbol.
     pub kernels: Vec<KernelEntry>,
+    /// Glue kernels (transposes, padding, casts), sorted by symbol; their functions take a
+    /// `BoltGlueProblem` and `BoltGlueArgs`.
+    #[serde(default)]
+    pub glue: Vec<GlueEntry>,
+}
+
+/// One glue kernel.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GlueEntry {
+    pub symbol: String,
+    /// Index into [`Manifest::units`].
+    pub unit: usize,
+    pub spec: crate::glue::GlueSpec,
 }
 
 /// One translation unit.

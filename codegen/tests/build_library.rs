@@ -305,3 +305,47 @@ fn concurrent_builds_share_one_cache_without_compiling_twice() {
         assert_eq!(KernelLibrary::open(&r.library).unwrap().kernels().len(), 3);
     }
 }
+
+#[test]
+fn glue_kernels_build_into_the_same_library() {
+    use bolt_codegen::abi::{BoltGlueArgs, BoltGlueProblem};
+    use bolt_codegen::glue::{CastSpec, Direction, GlueSpec, PadSpec, TransposeSpec};
+    use bolt_codegen::spec::Element;
+    init_tracing();
+    let dir = tempfile::tempdir().unwrap();
+    let glue = [
+        GlueSpec::Transpose(TransposeSpec { direction: Direction::NchwToNhwc, element: Element::F16 }),
+        GlueSpec::PadChannels(PadSpec { element: Element::F16, alignment: 8 }),
+        GlueSpec::Cast(CastSpec { from: Element::F32, to: Element::F16 }),
+    ];
+    let build = |out: &str| {
+        builder(dir.path().join(out), dir.path().join("cache"))
+            .build_with_glue(&StandIn::default(), &gemms(1), &glue)
+            .unwrap()
+    };
+    let cold = build("cold");
+    assert_eq!((cold.units.len(), cold.symbols.len()), (2, 4));
+    let lib = KernelLibrary::open(&cold.library).unwrap();
+    assert_eq!((lib.kernels().len(), lib.glue_kernels().len()), (1, 3));
+    let manifest = lib.manifest();
+    for g in &manifest.glue {
+        assert_eq!(manifest.units[g.unit].nvcc_arch, "sm_80");
+        assert!(manifest.units[g.unit].symbols.contains(&g.symbol));
+    }
+    let pad = lib.glue(&glue[1]).unwrap();
+    let problem = glue[1].problem(1, 3, 8, 8);
+    assert_eq!(problem.c_padded, 8);
+    assert_eq!(pad.can_implement(&problem), Status::Ok);
+    assert_eq!(pad.can_implement(&BoltGlueProblem { c_padded: 4, ..problem }), Status::UnsupportedProblem);
+    let fake = BoltGlueArgs { x: 0x1000 as *const c_void, y: 0x1000 as *mut c_void };
+    let null = std::ptr::null_mut();
+    let err = unsafe { pad.initialize(&problem, &BoltGlueArgs::default(), null) }.unwrap_err();
+    assert_eq!(err.to_string(), format!("{}_initialize: null argument", pad.symbol()));
+    // Glue set-up touches no device; nothing is launched (the pointers are fake).
+    let params = unsafe { pad.initialize(&problem, &fake, null) }.unwrap();
+    assert_eq!(params.symbol(), pad.symbol());
+    // Warm: nothing compiles.
+    let warm = build("warm");
+    assert_eq!(warm.nvcc_invocations, 0);
+    assert_eq!(KernelLibrary::open(&warm.library).unwrap().glue_kernels().len(), 3);
+}
