@@ -205,6 +205,15 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     let p = bolt_profiler::db::Db::default_path();
                     p.exists().then_some(p)
                 });
+                // Building kernels needs nvcc + CUTLASS: install the pinned ones into the user's
+                // cache on first use (no network when they are there), so the main job sets
+                // itself up on a fresh machine.
+                let config = bolt_cutlass::Config::from_env();
+                if bolt_cutlass::Toolchain::discover_with(&config).is_err() {
+                    eprintln!("installing the pinned CUDA + CUTLASS toolchain (first run only)");
+                    bolt_cutlass::Toolchain::install(&config, &mut |p| eprintln!("{p}"))
+                        .context("installing the CUDA + CUTLASS toolchain the kernel library is built with")?;
+                }
                 let opts = CompileOptions {
                     archs: arch,
                     precision,
