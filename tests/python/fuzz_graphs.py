@@ -438,7 +438,7 @@ def bolt_check(root: Path, planned: bool, tol) -> dict:
 
 
 def bolt_compile(model_path: Path) -> str | None:
-    r = subprocess.run([str(bolt_exe()), "compile", str(model_path)], capture_output=True, text=True)
+    r = subprocess.run([str(bolt_exe()), "compile", "--no-artifact", str(model_path)], capture_output=True, text=True)
     return None if r.returncode == 0 else (r.stderr.strip().splitlines() or ["exit %d" % r.returncode])[-1]
 
 
