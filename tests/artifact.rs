@@ -15,6 +15,7 @@ use bolt::artifact::format::{DimRange, PLAN_FILE, WEIGHTS_FILE};
 use bolt::artifact::{compile, Artifact, CompileOptions, Precision};
 use bolt::ir::*;
 use bolt::runtime::{self, DeviceKind, RunOptions};
+use bolt_codegen::glue::GlueSpec;
 use bolt_codegen::spec::Arch;
 use common::nets::Net;
 use std::collections::HashMap;
@@ -47,6 +48,16 @@ fn build_and_check(
             }
         }
     }
+    // The plan's data movement runs as glue kernels of the same library: no layout
+    // transpose, channel padding or float cast is left to the host.
+    for g in &art.plan.glue {
+        assert!(lib.glue(&g.spec).is_some(), "glue {} missing from the library", g.symbol);
+    }
+    let graph = art.graph();
+    for h in &art.plan.host_ops {
+        let n = graph.nodes.iter().find(|n| n.name == h.node).unwrap();
+        assert!(!is_data_movement(&n.op), "{}: {} ({}) left on the host: {}", g.name, h.node, h.op_type, h.reason);
+    }
     let (rtol, atol) = art.manifest.precision.tolerance();
     let sizes: Vec<HashMap<String, usize>> = if dims.is_empty() {
         vec![HashMap::new()]
@@ -71,6 +82,18 @@ fn build_and_check(
         }
     }
     art
+}
+
+/// The data movement the planner inserts (NCHW <-> NHWC transposes, channel padding) and
+/// float casts: what glue kernels run.
+fn is_data_movement(op: &Op) -> bool {
+    use bolt::plan::layout::{TO_NCHW, TO_NHWC};
+    match op {
+        Op::Transpose { perm: Some(p) } => p[..] == TO_NHWC || p[..] == TO_NCHW,
+        Op::FitLastAxis { .. } => true,
+        Op::Cast { to, .. } => to.is_float(),
+        _ => false,
+    }
 }
 
 /// A ResNet bottleneck block: 1x1 -> 3x3 -> 1x1 convs with BN-free biases, a residual add
@@ -173,6 +196,53 @@ fn resnet_bottleneck_sm80() {
     let conv_w = art.plan.weights.iter().filter(|w| w.shape.len() == 4).collect::<Vec<_>>();
     assert!(!conv_w.is_empty());
     assert!(art.plan.arena.bytes < art.plan.arena.naive_bytes, "the arena reuses memory");
+    // NCHW in and out around the NHWC convs: transposes run as glue kernels.
+    let transposes = art.plan.glue.iter().filter(|g| matches!(g.spec, GlueSpec::Transpose(_))).count();
+    assert!(transposes >= 2, "{:?}", art.plan.glue);
+}
+
+/// The reference device runs glue nodes with `runtime::glue`, written apart from the reference
+/// executor's ops; here the two agree exactly on random shapes, odd sizes included, for every
+/// glue family (the plan's ops, lowered by `plan::lower::glue_for` as the runtimes do).
+#[test]
+fn host_glue_equals_the_reference_ops() {
+    use bolt::plan::layout::{TO_NCHW, TO_NHWC};
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(14);
+    let mut families = std::collections::HashSet::new();
+    for case in 0..60 {
+        let shape: Vec<usize> = (0..4).map(|_| rng.gen_range(1..8)).collect();
+        let dtype = [DType::F32, DType::F16, DType::BF16][case % 3];
+        let values: Vec<f64> = (0..shape.iter().product::<usize>()).map(|_| rng.gen_range(-70000.0..70000.0)).collect();
+        let x = Tensor::from_f64_as(dtype, shape.clone(), &values).unwrap();
+        let last = shape[3];
+        let (op, yt) = match case % 4 {
+            0 => (Op::Transpose { perm: Some(TO_NHWC.to_vec()) }, dtype),
+            1 => (Op::Transpose { perm: Some(TO_NCHW.to_vec()) }, dtype),
+            // Padded to the vector width or a smaller even size.
+            2 => (Op::FitLastAxis { to: last.div_ceil(2) * 2 + 2 * rng.gen_range(0..3) }, dtype),
+            _ => {
+                let to = if dtype == DType::F32 { [DType::F16, DType::BF16][case % 2] } else { DType::F32 };
+                (Op::Cast { to, saturate: true }, to)
+            }
+        };
+        let (spec, problem) = bolt::plan::lower::glue_for(&op, &x.shape, dtype, yt).unwrap().unwrap();
+        families.insert(std::mem::discriminant(&spec));
+        let got = bolt::runtime::glue::run(&spec, &problem, &x).unwrap();
+        let want = bolt::reference::eval_op(&op, &[Some(&x)]).unwrap().remove(0);
+        assert_eq!(got, want, "{op:?} on {dtype} {shape:?}");
+    }
+    assert_eq!(families.len(), 3);
+    // What no glue kernel takes stays on the host, with a reason.
+    let x = Tensor::from_f32(vec![2, 5], vec![0.0; 10]);
+    assert!(bolt::plan::lower::glue_for(&Op::FitLastAxis { to: 3 }, &x.shape, DType::F32, DType::F32)
+        .unwrap()
+        .is_err());
+    assert!(bolt::plan::lower::glue_for(&Op::FitLastAxis { to: 7 }, &x.shape, DType::F32, DType::F32)
+        .unwrap()
+        .is_err());
+    assert!(bolt::plan::lower::glue_for(&Op::Transpose { perm: Some(vec![1, 0]) }, &x.shape, DType::F32, DType::F32)
+        .is_none());
 }
 
 #[test]

@@ -3,6 +3,7 @@
 //! [`FORMAT_VERSION`].
 
 use crate::ir::{DType, Node, Tensor, TensorData, TensorType};
+use bolt_codegen::glue::GlueSpec;
 use bolt_codegen::spec::{Arch, KernelSpec};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
@@ -10,7 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 /// `manifest.json`'s `format` field: what kind of directory this is.
 pub const FORMAT_NAME: &str = "bolt-artifact";
 /// Version of the artifact format (manifest, plan, weights layout). Readers refuse others.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 /// Byte alignment of every tensor in `weights.bin` and in the activation arena: the widest
 /// vector access of a kernel (16 B) and a GPU's allocation granularity for coalescing (256 B).
 pub const TENSOR_ALIGN: usize = 256;
@@ -171,6 +172,17 @@ pub struct NodeKernels {
     pub buckets: Vec<Vec<KernelChoice>>,
 }
 
+/// A planned data-movement node (layout transpose, channel padding, float cast) that a glue
+/// kernel of the library runs. One kernel serves every shape bucket and arch (its problem comes
+/// from the shapes at run time; it carries sm_80 SASS and compute_80 PTX).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NodeGlue {
+    pub node: String,
+    /// Prefix of the library's `<symbol>_run` etc.
+    pub symbol: String,
+    pub spec: GlueSpec,
+}
+
 /// A planned node the host runs (the runtime's CPU reference), and why.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct HostOp {
@@ -214,6 +226,7 @@ pub struct PlanFile {
     /// takes the first bucket whose sizes all cover the input's ([`PlanFile::bucket_for`]).
     pub buckets: Vec<BTreeMap<String, usize>>,
     pub kernels: Vec<NodeKernels>,
+    pub glue: Vec<NodeGlue>,
     pub host_ops: Vec<HostOp>,
     pub arena: ArenaPlan,
 }

@@ -149,7 +149,17 @@ impl Artifact {
             .keys()
             .find(|n| n.starts_with(&format!("{KERNELS_DIR}/")) && n.ends_with(".so"))
             .map(|n| dir.join(n));
-        if !plan.kernels.is_empty() && library.is_none() {
+        for (i, g) in plan.glue.iter().enumerate() {
+            let want = bolt_codegen::glue::symbol_for(&g.spec);
+            if g.symbol != want {
+                return Err(err(
+                    &ppath,
+                    format!("glue[{i}].symbol"),
+                    format!("is '{}', its spec's kernel is '{want}'", g.symbol),
+                ));
+            }
+        }
+        if !(plan.kernels.is_empty() && plan.glue.is_empty()) && library.is_none() {
             return Err(err(&mpath, "files", "the plan has kernels but the manifest lists no kernel library"));
         }
         Ok(Artifact { dir: dir.to_path_buf(), manifest, plan, weights_blob: Arc::new(blob), weights, library })

@@ -9,6 +9,7 @@ use crate::compile::DimBindings;
 use crate::error::{Error, Result};
 use crate::ir::{DType, Graph, Op};
 use bolt_codegen::builder::{BuildOptions, Builder, KernelSource, Templates};
+use bolt_codegen::glue::GlueSpec;
 use bolt_codegen::spec::{Arch, KernelSpec};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -59,6 +60,8 @@ pub struct CompileReport {
     pub numerics: String,
     pub buckets: Vec<BTreeMap<String, usize>>,
     pub kernel_nodes: usize,
+    /// Layout transposes, channel padding and casts run by glue kernels.
+    pub glue_nodes: usize,
     /// Distinct kernels in the library (all archs).
     pub kernels: usize,
     pub host_ops: usize,
@@ -87,8 +90,9 @@ impl std::fmt::Display for CompileReport {
         }
         writeln!(
             f,
-            "  {} kernel nodes, {} kernels in the library, {} host ops; {} nvcc runs, build {:.1} s, total {:.1} s",
+            "  {} kernel nodes, {} glue nodes, {} kernels in the library, {} host ops; {} nvcc runs, build {:.1} s, total {:.1} s",
             self.kernel_nodes,
+            self.glue_nodes,
             self.kernels,
             self.host_ops,
             self.nvcc_invocations,
@@ -210,7 +214,32 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
     }
     choices.retain(|n, k| !host_reason.contains_key(n) && k.buckets.len() == buckets.len());
 
-    // One library for every kernel of every bucket and arch.
+    // Glue kernels for the data movement the plan inserted (and the model's own transposes /
+    // casts of the same kinds): one kernel per spec serves every bucket and arch.
+    let mut glue: BTreeMap<String, NodeGlue> = BTreeMap::new();
+    'nodes: for n in &graph.nodes {
+        let mut spec = None;
+        for bucket in &buckets {
+            let bindings: DimBindings = bucket.clone().into_iter().collect();
+            match crate::plan::lower::glue(&graph, n, &bindings) {
+                None => continue 'nodes,
+                Some(Ok(u)) => spec = Some(u.spec),
+                Some(Err(why)) => {
+                    host_reason.insert(n.name.clone(), format!("no glue kernel: {why}"));
+                    continue 'nodes;
+                }
+            }
+        }
+        if let Some(spec) = spec {
+            let symbol = bolt_codegen::glue::symbol_for(&spec);
+            glue.insert(n.name.clone(), NodeGlue { node: n.name.clone(), symbol, spec });
+        }
+    }
+    let mut glue_specs: Vec<GlueSpec> = glue.values().map(|g| g.spec).collect();
+    glue_specs.sort_by_key(bolt_codegen::glue::symbol_for);
+    glue_specs.dedup();
+
+    // One library for every kernel of every bucket and arch, and the glue kernels.
     std::fs::create_dir_all(&opts.out_dir).map_err(|e| io_err(&opts.out_dir, e))?;
     let kernels_dir = opts.out_dir.join(KERNELS_DIR);
     let _ = std::fs::remove_dir_all(&kernels_dir);
@@ -224,7 +253,7 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
     let (mut cuda_version, mut cutlass_version) = ("none".to_string(), "none".to_string());
     let (mut nvcc_invocations, mut build_seconds, mut library) = (0, 0.0, None);
     let mut built_symbols = 0;
-    if !specs.is_empty() {
+    if !specs.is_empty() || !glue_specs.is_empty() {
         // Build files (sources, logs) stay out of the artifact, next to it.
         let mut bo = BuildOptions::new(opts.out_dir.join(".build"));
         bo.name = "bolt_model".into();
@@ -232,7 +261,9 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
         bo.cache_dir = opts.cache_dir.clone();
         bo.jobs = opts.jobs;
         let builder = Builder::discover(bo).map_err(|e| Error::Model(format!("kernel build: {e}")))?;
-        let report = builder.build(&Templates, &specs).map_err(|e| Error::Model(format!("kernel build: {e}")))?;
+        let report = builder
+            .build_with_glue(&Templates, &specs, &glue_specs)
+            .map_err(|e| Error::Model(format!("kernel build: {e}")))?;
         for r in &report.rejected {
             for k in choices.values() {
                 if k.buckets.iter().flatten().any(|c| c.symbol == r.symbol) {
@@ -282,13 +313,13 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
     let host_ops = graph
         .nodes
         .iter()
-        .filter(|n| !choices.contains_key(&n.name))
+        .filter(|n| !choices.contains_key(&n.name) && !glue.contains_key(&n.name))
         .map(|n| HostOp {
             node: n.name.clone(),
             op_type: n.op.op_type().to_string(),
             reason: host_reason.get(&n.name).cloned().unwrap_or_else(|| match &n.op {
                 Op::Fused(_) => "no kernel for this node".to_string(),
-                _ => "not a GEMM/conv kernel: runs on the host (CPU reference) until glue kernels exist".to_string(),
+                _ => "no kernel family for this op: runs on the host (CPU reference)".to_string(),
             }),
         })
         .collect::<Vec<_>>();
@@ -302,6 +333,7 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
         weights,
         buckets: buckets.clone(),
         kernels: choices.into_values().collect(),
+        glue: glue.into_values().collect(),
         host_ops,
         arena,
     };
@@ -352,6 +384,7 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
         numerics: precision.numerics().into(),
         buckets,
         kernel_nodes: plan.kernels.len(),
+        glue_nodes: plan.glue.len(),
         kernels: built_symbols,
         host_ops: plan.host_ops.len(),
         nvcc_invocations,

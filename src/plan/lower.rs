@@ -3,8 +3,8 @@
 //! The profiler picks a tile configuration for each; codegen renders and builds it.
 
 use super::edit::bound_shape;
-use crate::ir::{Activation, ConvLayout, DType, FusedKernel, Graph, Op, ResidualAt, Window};
-use bolt_codegen::abi::BoltConv2dProblem;
+use crate::ir::{Activation, ConvLayout, DType, FusedKernel, Graph, Node, Op, ResidualAt, Window};
+use bolt_codegen::abi::{BoltConv2dProblem, BoltGlueProblem};
 use bolt_codegen::epilogue::{self as ep, Epilogue, NormalForm};
 use bolt_codegen::spec::{Element, Layout, Types};
 use bolt_profiler::workload::{Conv2dShape, Workload};
@@ -218,4 +218,93 @@ pub fn workloads(g: &Graph, bindings: &HashMap<String, usize>) -> (Vec<KernelUse
         }
     }
     (uses, skipped)
+}
+
+/// A planned data-movement node as a glue kernel ([`bolt_codegen::glue`]): the layout
+/// transposes the planner puts around NHWC conv regions, its channel padding (`FitLastAxis`
+/// growing the last axis) and float casts. `None`: not a glue op; `Some(Err)`: a glue op this
+/// instance of which no glue kernel takes (the reason), so it stays on the host.
+pub fn glue(g: &Graph, n: &Node, bindings: &HashMap<String, usize>) -> Option<Result<GlueUse, String>> {
+    if !matches!(n.op, Op::Transpose { .. } | Op::FitLastAxis { .. } | Op::Cast { .. }) {
+        return None;
+    }
+    let x = n.input(0)?;
+    let y = n.outputs.first()?;
+    let (xt, yt) = (g.types.get(x)?.dtype, g.types.get(y)?.dtype);
+    let Some(shape) = bound_shape(g, x, bindings) else {
+        return Some(Err(format!("'{x}' has an unknown shape")));
+    };
+    glue_for(&n.op, &shape, xt, yt).map(|r| r.map(|(spec, problem)| GlueUse { node: n.name.clone(), spec, problem }))
+}
+
+/// [`glue`] of one op on an input of `shape` and type `xt`, writing type `yt`: the spec and
+/// the problem (what the runtime computes from the actual shapes).
+pub fn glue_for(
+    op: &Op,
+    shape: &[usize],
+    xt: DType,
+    yt: DType,
+) -> Option<Result<(bolt_codegen::glue::GlueSpec, BoltGlueProblem), String>> {
+    use bolt_codegen::glue::{CastSpec, Direction, GlueSpec, PadSpec, TransposeSpec};
+    let direction = match op {
+        Op::Transpose { perm: Some(p) } if p[..] == super::layout::TO_NHWC => Some(Direction::NchwToNhwc),
+        Op::Transpose { perm: Some(p) } if p[..] == super::layout::TO_NCHW => Some(Direction::NhwcToNchw),
+        Op::FitLastAxis { .. } | Op::Cast { .. } => None,
+        _ => return None,
+    };
+    let lowered = (|| {
+        let ex = element(xt).ok_or_else(|| format!("the input is {xt}: glue kernels move f32, f16 and bf16"))?;
+        let s: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
+        let numel: i64 = s.iter().product();
+        let (spec, problem) = match (op, direction) {
+            (_, Some(direction)) => {
+                if s.len() != 4 {
+                    return Err(format!("the input has rank {}, not 4", s.len()));
+                }
+                // The problem names the logical NCHW extents whichever way the data moves.
+                let (n, c, h, w) = match direction {
+                    Direction::NchwToNhwc => (s[0], s[1], s[2], s[3]),
+                    Direction::NhwcToNchw => (s[0], s[3], s[1], s[2]),
+                };
+                let spec = GlueSpec::Transpose(TransposeSpec { direction, element: ex });
+                (spec, BoltGlueProblem { n, c, h, w, c_padded: c })
+            }
+            (Op::FitLastAxis { to }, _) => {
+                let (from, to) = (*s.last().ok_or("the input is a scalar")?, *to as i64);
+                if to < from {
+                    return Err(format!("truncates the last axis {from} -> {to}: no glue kernel slices"));
+                }
+                // The kernels' vector width when it divides the padded size, else narrower.
+                let widest = super::padding::vector_elements(xt.size_bytes().unwrap_or(4)) as i64;
+                let alignment = [widest, 4, 2].into_iter().filter(|&a| a <= widest).find(|&a| to % a == 0);
+                let alignment = alignment.ok_or_else(|| format!("pads to {to} elements, not a multiple of 2"))?;
+                let spec = GlueSpec::PadChannels(PadSpec { element: ex, alignment: alignment as u32 });
+                // Every axis but the last is one "pixel".
+                (spec, BoltGlueProblem { n: numel / from.max(1), c: from, h: 1, w: 1, c_padded: to })
+            }
+            (Op::Cast { .. }, _) => {
+                let ey = element(yt).ok_or_else(|| format!("casts to {yt}: glue kernels cast between floats"))?;
+                // Element-wise: the tensor as one row.
+                (
+                    GlueSpec::Cast(CastSpec { from: ex, to: ey }),
+                    BoltGlueProblem { n: numel, c: 1, h: 1, w: 1, c_padded: 1 },
+                )
+            }
+            _ => unreachable!("matched above"),
+        };
+        bolt_codegen::glue::validate(&spec).map_err(|e| e.to_string())?;
+        if [problem.n, problem.c, problem.h, problem.w].iter().any(|&d| d <= 0) {
+            return Err(format!("the input of shape {shape:?} is empty"));
+        }
+        Ok((spec, problem))
+    })();
+    Some(lowered)
+}
+
+/// One glue kernel of the plan: what it converts and its run-time problem.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GlueUse {
+    pub node: String,
+    pub spec: bolt_codegen::glue::GlueSpec,
+    pub problem: BoltGlueProblem,
 }

@@ -8,7 +8,7 @@
 mod ops;
 
 use crate::error::{Error, Result};
-use crate::ir::{Graph, Op, Tensor};
+use crate::ir::{Graph, Node, Op, Tensor};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -17,7 +17,7 @@ pub use ops::{eval_op, unary_fn};
 /// Runs one node on its inputs (by position; `None` for omitted optional inputs). A kernel
 /// bug surfaces as an error naming the node, never aborts the host process (the executor runs
 /// inside ONNX Runtime, TVM and the CUDA runtime's host steps).
-pub fn eval_node(node: &crate::ir::Node, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+pub fn eval_node(node: &Node, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| eval_op(&node.op, inputs)))
         .unwrap_or_else(|p| Err(format!("internal error in the reference kernel: {}", panic_message(&p))))
         .map_err(|r| Error::node(node, r))
@@ -25,6 +25,15 @@ pub fn eval_node(node: &crate::ir::Node, inputs: &[Option<&Tensor>]) -> Result<V
 
 /// Runs `graph` on `inputs` (by graph input name) and returns every graph output by name.
 pub fn run(graph: &Graph, inputs: &HashMap<String, Tensor>) -> Result<HashMap<String, Tensor>> {
+    run_with(graph, inputs, eval_node)
+}
+
+/// [`run`] with `eval` computing each node (a device runs some nodes its own way).
+pub fn run_with(
+    graph: &Graph,
+    inputs: &HashMap<String, Tensor>,
+    mut eval: impl FnMut(&Node, &[Option<&Tensor>]) -> Result<Vec<Tensor>>,
+) -> Result<HashMap<String, Tensor>> {
     let mut env: HashMap<&str, Arc<Tensor>> = HashMap::new();
     for name in &graph.inputs {
         let t = inputs.get(name).ok_or_else(|| Error::tensor(name, "graph input was not provided"))?;
@@ -72,7 +81,7 @@ pub fn run(graph: &Graph, inputs: &HashMap<String, Tensor>) -> Result<HashMap<St
             })
             .collect();
         let refs: Vec<Option<&Tensor>> = args.iter().map(|a| a.as_deref()).collect();
-        let outs = eval_node(node, &refs)?;
+        let outs = eval(node, &refs)?;
         drop(args);
         for (name, t) in node.outputs.iter().zip(outs) {
             if !name.is_empty() {

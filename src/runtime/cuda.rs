@@ -16,8 +16,8 @@ use super::{bindings_of, prepare_inputs, Executor, RunOptions, RuntimeError, Tim
 use crate::artifact::format::{KernelChoice, PlanFile};
 use crate::artifact::Artifact;
 use crate::ir::{Graph, Tensor};
-use bolt_codegen::abi::{BoltArgs, Status};
-use bolt_codegen::loader::{Kernel, KernelLibrary, Params};
+use bolt_codegen::abi::{BoltArgs, BoltGlueArgs, BoltGlueProblem, KernelArgs, Status};
+use bolt_codegen::loader::{GlueKernel, Kernel, KernelLibrary, Params};
 use bolt_codegen::spec::Arch;
 use bolt_profiler::workload::Problem;
 use cudarc::driver::{result, sys, CudaContext, CudaSlice, CudaStream, DevicePtr};
@@ -38,9 +38,22 @@ enum Step {
         problem: Problem,
         params: Params<BoltArgs>,
     },
+    /// A glue kernel (transpose, channel padding, cast); its Params built once likewise.
+    Glue {
+        node: String,
+        problem: BoltGlueProblem,
+        params: Params<BoltGlueArgs>,
+    },
     Host {
         node: usize,
     },
+}
+
+/// What one node of the plan becomes before the workspaces are laid out.
+enum Planned {
+    Host,
+    Kernel(String, Kernel, Problem, BoltArgs, usize),
+    Glue(String, GlueKernel, BoltGlueProblem, BoltGlueArgs),
 }
 
 /// An instantiated CUDA graph of one run's launches (raw handles: it may live on a stream the
@@ -182,13 +195,18 @@ impl CudaExecutor {
         let ib = input_buf.as_ref().map_or(0, |b| base(b, &stream));
         let input_addr: HashMap<String, (u64, usize)> = offs.into_iter().map(|(k, (o, b))| (k, (ib + o, b))).collect();
 
-        // Per node: None (host) or the kernel, its problem, arguments and workspace bytes.
-        let mut planned: Vec<Option<(String, Kernel, Problem, BoltArgs, usize)>> = Vec::new();
+        // Per node: host, a glue kernel, or a kernel with its problem, arguments and
+        // workspace bytes.
+        let mut planned: Vec<Planned> = Vec::new();
         let mut ws_total = 0u64;
         let mut ws_offsets = Vec::new();
         for n in &graph.nodes {
+            if let Some(g) = self.plan.glue.iter().find(|g| g.node == n.name) {
+                planned.push(self.plan_glue(&graph, n, g, &bindings, &input_addr)?);
+                continue;
+            }
             let Some(nk) = self.plan.kernels.iter().find(|k| k.node == n.name) else {
-                planned.push(None);
+                planned.push(Planned::Host);
                 continue;
             };
             let choice: &KernelChoice =
@@ -244,7 +262,7 @@ impl CudaExecutor {
             };
             ws_offsets.push(ws_total);
             ws_total = crate::artifact::format::align_up(ws_total + ws as u64, 256);
-            planned.push(Some((n.name.clone(), kernel, problem, args, ws)));
+            planned.push(Planned::Kernel(n.name.clone(), kernel, problem, args, ws));
         }
         let workspace = if ws_total > 0 {
             Some(drv("alloc workspaces", stream.alloc_zeros::<u8>(ws_total as usize))?)
@@ -255,10 +273,27 @@ impl CudaExecutor {
         let mut steps = Vec::new();
         let mut k = 0;
         for (i, p) in planned.into_iter().enumerate() {
-            let Some((node, kernel, problem, args, ws)) = p else {
-                steps.push(Step::Host { node: i });
-                continue;
-            };
+            let (node, kernel, problem, args, ws) =
+                match p {
+                    Planned::Host => {
+                        steps.push(Step::Host { node: i });
+                        continue;
+                    }
+                    Planned::Glue(node, kernel, problem, args) => {
+                        // SAFETY: args point into the arena / inputs at this node's tensors, sized
+                        // for `problem`; glue kernels take no workspace.
+                        let params = unsafe { kernel.initialize(&problem, &args, self.stream as *mut c_void) }
+                            .map_err(|e| RuntimeError::Kernel {
+                                kernel: format!("{} (node {node})", kernel.symbol()),
+                                problem: format!("{problem:?}"),
+                                arch: self.name.clone(),
+                                reason: e.to_string(),
+                            })?;
+                        steps.push(Step::Glue { node, problem, params });
+                        continue;
+                    }
+                    Planned::Kernel(node, kernel, problem, args, ws) => (node, kernel, problem, args, ws),
+                };
             let ws_ptr = if ws == 0 { std::ptr::null_mut() } else { (wb + ws_offsets[k]) as *mut c_void };
             k += 1;
             let s = self.stream as *mut c_void;
@@ -291,7 +326,50 @@ impl CudaExecutor {
         Ok(())
     }
 
-    fn launch(&self, node: &str, problem: &Problem, params: &mut Params<BoltArgs>) -> Result<(), RuntimeError> {
+    /// A glue node's kernel, problem (from the bound shapes) and arguments.
+    fn plan_glue(
+        &self,
+        graph: &Graph,
+        n: &crate::ir::Node,
+        g: &crate::artifact::format::NodeGlue,
+        bindings: &HashMap<String, usize>,
+        input_addr: &HashMap<String, (u64, usize)>,
+    ) -> Result<Planned, RuntimeError> {
+        let fail = |problem: String, reason: String| RuntimeError::Kernel {
+            kernel: format!("{} (node {})", g.symbol, n.name),
+            problem,
+            arch: self.name.clone(),
+            reason,
+        };
+        let kernel =
+            self.library.glue(&g.spec).cloned().ok_or_else(|| fail("-".into(), "not in the kernel library".into()))?;
+        let u = crate::plan::lower::glue(graph, n, bindings)
+            .unwrap_or_else(|| Err("not a glue op".into()))
+            .map_err(|why| fail("-".into(), why))?;
+        if u.spec != g.spec {
+            return Err(fail(format!("{:?}", u.problem), format!("the node needs glue {:?}", u.spec)));
+        }
+        let status = kernel.can_implement(&u.problem);
+        if status != Status::Ok {
+            return Err(fail(format!("{:?}", u.problem), format!("can_implement: {status}")));
+        }
+        let at = |t: Option<&str>| {
+            t.and_then(|t| self.address(t, input_addr))
+                .ok_or_else(|| RuntimeError::Unsupported(format!("node '{}': a tensor has no device address", n.name)))
+        };
+        let args = BoltGlueArgs {
+            x: at(n.input(0))? as *const c_void,
+            y: at(n.outputs.first().map(|s| s.as_str()))? as *mut c_void,
+        };
+        Ok(Planned::Glue(n.name.clone(), kernel, u.problem, args))
+    }
+
+    fn launch<A: KernelArgs>(
+        &self,
+        node: &str,
+        problem: &dyn std::fmt::Debug,
+        params: &mut Params<A>,
+    ) -> Result<(), RuntimeError> {
         // SAFETY: the params point into buffers that live as long as `self.prepared`; the
         // stream belongs to the context they were initialised on.
         unsafe { params.launch(self.stream as *mut c_void) }.map_err(|e| RuntimeError::Kernel {
@@ -361,6 +439,8 @@ impl CudaExecutor {
                 self.host_step(p, node)?;
             } else if let Step::Kernel { node, problem, params } = &mut p.steps[i] {
                 self.launch(node, problem, params)?;
+            } else if let Step::Glue { node, problem, params } = &mut p.steps[i] {
+                self.launch(node, problem, params)?;
             }
         }
         Ok(())
@@ -384,20 +464,29 @@ impl CudaExecutor {
             }
         }
         let _events = Events(start, end);
+        // Kernels and glue kernels alike (host steps are not device time).
         for s in &mut p.steps {
-            if let Step::Kernel { node, problem, params } = s {
-                // SAFETY: live events and stream of this context.
-                drv("record", unsafe { result::event::record(start, self.stream) })?;
-                let h0 = Instant::now();
-                self.launch(node, problem, params)?;
-                host += h0.elapsed().as_secs_f64();
-                drv("record", unsafe { result::event::record(end, self.stream) })?;
-                drv("event synchronize", unsafe { result::event::synchronize(end) })?;
-                let ms = drv("elapsed", unsafe { result::event::elapsed(start, end) })? as f64;
-                t.kernels.push((node.clone(), params.symbol().to_string(), ms * 1e-3));
-                t.device_seconds += ms * 1e-3;
-                t.launches += 1;
-            }
+            // SAFETY: live events and stream of this context.
+            drv("record", unsafe { result::event::record(start, self.stream) })?;
+            let h0 = Instant::now();
+            let (node, symbol) = match s {
+                Step::Kernel { node, problem, params } => {
+                    self.launch(node, problem, params)?;
+                    (node.clone(), params.symbol().to_string())
+                }
+                Step::Glue { node, problem, params } => {
+                    self.launch(node, problem, params)?;
+                    (node.clone(), params.symbol().to_string())
+                }
+                Step::Host { .. } => continue,
+            };
+            host += h0.elapsed().as_secs_f64();
+            drv("record", unsafe { result::event::record(end, self.stream) })?;
+            drv("event synchronize", unsafe { result::event::synchronize(end) })?;
+            let ms = drv("elapsed", unsafe { result::event::elapsed(start, end) })? as f64;
+            t.kernels.push((node, symbol, ms * 1e-3));
+            t.device_seconds += ms * 1e-3;
+            t.launches += 1;
         }
         t.host_seconds = host;
         Ok(t)
@@ -419,7 +508,7 @@ impl CudaExecutor {
         }
         // SAFETY: a live stream of this context.
         drv("synchronize", unsafe { result::stream::synchronize(self.stream) })?;
-        let all_kernels = p.steps.iter().all(|s| matches!(s, Step::Kernel { .. }));
+        let all_kernels = p.steps.iter().all(|s| !matches!(s, Step::Host { .. }));
         if self.opts.graph && !all_kernels {
             return Err(RuntimeError::Unsupported(
                 "--graph: the plan has host ops, which synchronise; a CUDA graph needs every node on the device".into(),

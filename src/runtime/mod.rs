@@ -5,6 +5,7 @@
 //! - `cuda` (feature `cuda`): the artifact's kernel library on a GPU through the driver API,
 //!   loaded at run time ([`cuda`]).
 
+pub mod glue;
 pub mod memory;
 pub mod npz;
 
@@ -172,14 +173,17 @@ pub fn outputs_as_f32(outs: HashMap<String, Tensor>) -> HashMap<String, Tensor> 
         .collect()
 }
 
-/// The reference device: the CPU reference executor on the artifact's planned graph.
+/// The reference device: the CPU reference executor on the artifact's planned graph, with the
+/// plan's glue nodes run by the host implementation of their glue kernels ([`glue`]).
 pub struct Reference {
     graph: Graph,
+    glue: HashMap<String, bolt_codegen::glue::GlueSpec>,
 }
 
 impl Reference {
     pub fn new(artifact: &Artifact) -> Reference {
-        Reference { graph: artifact.graph() }
+        let glue = artifact.plan.glue.iter().map(|g| (g.node.clone(), g.spec)).collect();
+        Reference { graph: artifact.graph(), glue }
     }
 }
 
@@ -190,6 +194,23 @@ impl Executor for Reference {
 
     fn run(&mut self, inputs: &HashMap<String, Tensor>) -> Result<HashMap<String, Tensor>, RuntimeError> {
         let inputs = prepare_inputs(&self.graph, inputs)?;
-        Ok(crate::reference::run(&self.graph, &inputs)?)
+        let types = &self.graph.types;
+        let outs = crate::reference::run_with(&self.graph, &inputs, |node, args| {
+            let Some(spec) = self.glue.get(&node.name) else {
+                return crate::reference::eval_node(node, args);
+            };
+            // The kernel's problem from the actual shapes, as the cuda device derives it.
+            let x =
+                args.first().copied().flatten().ok_or_else(|| crate::Error::node(node, "glue node without input"))?;
+            let yt = types.get(&node.outputs[0]).map_or(x.dtype(), |t| t.dtype);
+            let (s, problem) = crate::plan::lower::glue_for(&node.op, &x.shape, x.dtype(), yt)
+                .unwrap_or_else(|| Err("not a glue op".into()))
+                .map_err(|why| crate::Error::node(node, format!("glue kernel {spec:?}: {why}")))?;
+            if s != *spec {
+                return Err(crate::Error::node(node, format!("the plan records glue {spec:?}, the node needs {s:?}")));
+            }
+            Ok(vec![glue::run(spec, &problem, x).map_err(|why| crate::Error::node(node, why))?])
+        })?;
+        Ok(outs)
     }
 }
