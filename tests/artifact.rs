@@ -370,7 +370,8 @@ fn bad_artifacts_are_refused_with_file_and_field() {
     assert!(e.contains("plan.json") && e.contains("truncated"), "{e}");
     let e = case("format-version", &|d| {
         let p = d.join("manifest.json");
-        let s = std::fs::read_to_string(&p).unwrap().replace("\"format_version\": 1", "\"format_version\": 99");
+        let current = format!("\"format_version\": {}", bolt::artifact::format::FORMAT_VERSION);
+        let s = std::fs::read_to_string(&p).unwrap().replace(&current, "\"format_version\": 99");
         std::fs::write(&p, s).unwrap();
     });
     assert!(e.contains("manifest.json") && e.contains("'format_version'") && e.contains("99"), "{e}");
