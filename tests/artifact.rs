@@ -274,6 +274,16 @@ fn arena_never_overlaps_live_tensors() {
                 .collect();
             let opts = bolt::plan::PlanOptions { bindings: bindings.clone(), b2b: false, ..Default::default() };
             let plan = bolt::plan::plan_with(g, &opts).unwrap();
+            // Every transpose, padding and float cast of real plans has a glue kernel.
+            let mut glue = 0;
+            let bound = bolt::plan::edit::bind_inputs(&plan.graph, &bindings).unwrap();
+            for node in bound.nodes.iter().filter(|n| is_data_movement(&n.op)) {
+                match bolt::plan::lower::glue(&bound, node, &bindings) {
+                    Some(Ok(_)) => glue += 1,
+                    other => panic!("{}: {} ({:?}) has no glue kernel: {other:?}", g.name, node.name, node.op),
+                }
+            }
+            println!("{} (dims {n}): {glue} glue nodes", g.name);
             let arena = bolt::runtime::memory::plan_arena(&plan.graph, &bindings).unwrap();
             assert!(!arena.tensors.is_empty());
             if let Some((a, b)) = bolt::runtime::memory::find_overlap(&arena) {

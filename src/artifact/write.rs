@@ -217,24 +217,27 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
     // Glue kernels for the data movement the plan inserted (and the model's own transposes /
     // casts of the same kinds): one kernel per spec serves every bucket and arch.
     let mut glue: BTreeMap<String, NodeGlue> = BTreeMap::new();
-    'nodes: for n in &graph.nodes {
-        let mut spec = None;
-        for bucket in &buckets {
-            let bindings: DimBindings = bucket.clone().into_iter().collect();
-            match crate::plan::lower::glue(&graph, n, &bindings) {
-                None => continue 'nodes,
-                Some(Ok(u)) => spec = Some(u.spec),
+    let mut no_glue: HashMap<String, String> = HashMap::new();
+    for bucket in &buckets {
+        let bindings: DimBindings = bucket.clone().into_iter().collect();
+        // Shapes inference leaves symbolic (Reshape -1, Resize) are known once inputs are bound.
+        let bound = crate::plan::edit::bind_inputs(&graph, &bindings)?;
+        for n in &bound.nodes {
+            match crate::plan::lower::glue(&bound, n, &bindings) {
+                None => {}
+                Some(Ok(u)) => {
+                    let symbol = bolt_codegen::glue::symbol_for(&u.spec);
+                    glue.insert(n.name.clone(), NodeGlue { node: n.name.clone(), symbol, spec: u.spec });
+                }
                 Some(Err(why)) => {
-                    host_reason.insert(n.name.clone(), format!("no glue kernel: {why}"));
-                    continue 'nodes;
+                    no_glue.entry(n.name.clone()).or_insert(format!("no glue kernel: {why}"));
                 }
             }
         }
-        if let Some(spec) = spec {
-            let symbol = bolt_codegen::glue::symbol_for(&spec);
-            glue.insert(n.name.clone(), NodeGlue { node: n.name.clone(), symbol, spec });
-        }
     }
+    // A node some bucket cannot take stays on the host in all.
+    glue.retain(|n, _| !no_glue.contains_key(n));
+    host_reason.extend(no_glue);
     let mut glue_specs: Vec<GlueSpec> = glue.values().map(|g| g.spec).collect();
     glue_specs.sort_by_key(bolt_codegen::glue::symbol_for);
     glue_specs.dedup();

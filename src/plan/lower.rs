@@ -223,7 +223,8 @@ pub fn workloads(g: &Graph, bindings: &HashMap<String, usize>) -> (Vec<KernelUse
 /// A planned data-movement node as a glue kernel ([`bolt_codegen::glue`]): the layout
 /// transposes the planner puts around NHWC conv regions, its channel padding (`FitLastAxis`
 /// growing the last axis) and float casts. `None`: not a glue op; `Some(Err)`: a glue op this
-/// instance of which no glue kernel takes (the reason), so it stays on the host.
+/// instance of which no glue kernel takes (the reason), so it stays on the host. Shapes come
+/// from `g`'s types: bind its inputs first ([`super::edit::bind_inputs`]) when dims are symbolic.
 pub fn glue(g: &Graph, n: &Node, bindings: &HashMap<String, usize>) -> Option<Result<GlueUse, String>> {
     if !matches!(n.op, Op::Transpose { .. } | Op::FitLastAxis { .. } | Op::Cast { .. }) {
         return None;
