@@ -1338,23 +1338,7 @@ pub fn build_library(
     name: &str,
     cache_dir: Option<&Path>,
 ) -> Result<B2bLibrary, B2bBuildError> {
-    build_library_with_flags(specs, out_dir, name, cache_dir, &[])
-}
-
-/// [`build_library`] with extra nvcc arguments for every unit (part of the objects' cache
-/// keys). Every unit carries sm_80 SASS and compute_80 PTX already ([`Arch::targets`]).
-pub fn build_library_with_flags(
-    specs: &[B2bSpec],
-    out_dir: &Path,
-    name: &str,
-    cache_dir: Option<&Path>,
-    extra_flags: &[String],
-) -> Result<B2bLibrary, B2bBuildError> {
     use crate::cache::{self, Cache, CacheError, EntryKind, KeyHasher};
-    // The extra flags go into every compile and, through `flags` below, into the cache keys.
-    fn with_extra<'a>(command: bolt_cutlass::Compile<'a>, extra: &[String]) -> bolt_cutlass::Compile<'a> {
-        extra.iter().fold(command, |c, f| c.arg(f))
-    }
 
     let io = |path: &Path| {
         let path = path.to_path_buf();
@@ -1392,14 +1376,12 @@ pub fn build_library_with_flags(
         None => Cache::default_dir().ok_or(bolt_cutlass::Error::NoCacheDir)?,
     };
     let cache = Cache::open(&cache_root).map_err(io(&cache_root))?;
-    let flags: Vec<String> = with_extra(
-        compile_command(&tc, Path::new("<source.cu>"), Path::new("<object.o>"), Path::new("<build>/include")),
-        extra_flags,
-    )
-    .args()?
-    .iter()
-    .map(|a| a.to_string_lossy().into_owned())
-    .collect();
+    let flags: Vec<String> =
+        compile_command(&tc, Path::new("<source.cu>"), Path::new("<object.o>"), Path::new("<build>/include"))
+            .args()?
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
     let versions = (tc.cuda_version().to_string(), tc.cutlass_version().to_string());
 
     let mut objects = Vec::new();
@@ -1422,8 +1404,7 @@ pub fn build_library_with_flags(
         library_key.part("object", &key.0);
         let (object, _) = cache
             .get_or_build(EntryKind::Object, &key, |tmp| {
-                let compiled =
-                    with_extra(compile_command(&tc, &source, tmp, &include), extra_flags).ptxas_verbose(true).run();
+                let compiled = compile_command(&tc, &source, tmp, &include).ptxas_verbose(true).run();
                 match compiled {
                     Ok(c) => {
                         nvcc_seconds.push(c.elapsed.as_secs_f64());
@@ -1507,7 +1488,7 @@ pub struct B2bKernelLibrary {
 pub struct B2bKernel {
     pub symbol: String,
     pub spec: B2bSpec,
-    functions: crate::loader::Functions<BoltB2bArgs>,
+    pub(crate) functions: crate::loader::Functions<BoltB2bArgs>,
 }
 
 #[derive(Debug, thiserror::Error)]

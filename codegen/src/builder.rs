@@ -39,7 +39,7 @@ use rayon::prelude::*;
 
 use crate::abi::{self, ProblemKind};
 use crate::cache::{self, Cache, CacheError, CacheKey, EntryKind, KeyHasher, Outcome};
-use crate::manifest::{family_name, GlueEntry, KernelEntry, Manifest, UnitEntry, MANIFEST_FORMAT};
+use crate::manifest::{family_name, B2bEntry, GlueEntry, KernelEntry, Manifest, UnitEntry, MANIFEST_FORMAT};
 use crate::spec::{Arch, KernelSpec};
 
 /// Turns specs into C++: names kernels, rejects invalid ones, renders translation units.
@@ -268,6 +268,8 @@ pub enum BuildError {
     NoKernels { given: usize, rejected: Vec<Rejected>, skipped: usize },
     #[error("glue kernel {symbol}: {reason}")]
     Glue { symbol: String, reason: String },
+    #[error("b2b kernel {symbol}: {reason}")]
+    B2b { symbol: String, reason: String },
     #[error("two different specs render to symbol `{symbol}`:\n  {first}\n  {second}")]
     SymbolClash { symbol: String, first: String, second: String },
     #[error("rendering failed for {}: {message}\n{}", symbols.join(", "), specs.join("\n"))]
@@ -302,9 +304,29 @@ pub struct Builder {
     options: BuildOptions,
 }
 
+/// What decides a unit's nvcc flags: its arch, and whether it holds chain kernels (which see
+/// the fused-kernel example headers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct UnitClass {
+    arch: Arch,
+    b2b: bool,
+}
+
+impl UnitClass {
+    /// The manifest's key for the class's flags: `sm_80`, `sm_90a`, `sm_80 b2b`.
+    fn name(&self) -> String {
+        let arch = self.arch.nvcc_arch().to_string();
+        if self.b2b {
+            format!("{arch} b2b")
+        } else {
+            arch
+        }
+    }
+}
+
 /// One translation unit being built.
 struct Unit {
-    arch: Arch,
+    class: UnitClass,
     /// `<name>_<arch>_<n>`
     stem: String,
     kernels: UnitKernels,
@@ -313,9 +335,11 @@ struct Unit {
     key: CacheKey,
 }
 
-/// The kernels of one unit: CUTLASS kernels of one arch, or glue kernels.
+/// The kernels of one unit: CUTLASS kernels of one arch, back-to-back chain kernels, or glue
+/// kernels.
 enum UnitKernels {
     Cutlass(Vec<(String, KernelSpec)>),
+    B2b(Vec<(String, crate::b2b::B2bSpec)>),
     Glue(Vec<(String, crate::glue::GlueSpec)>),
 }
 
@@ -323,6 +347,7 @@ impl UnitKernels {
     fn len(&self) -> usize {
         match self {
             UnitKernels::Cutlass(k) => k.len(),
+            UnitKernels::B2b(k) => k.len(),
             UnitKernels::Glue(k) => k.len(),
         }
     }
@@ -330,6 +355,7 @@ impl UnitKernels {
     fn symbols(&self) -> Vec<String> {
         match self {
             UnitKernels::Cutlass(k) => k.iter().map(|(s, _)| s.clone()).collect(),
+            UnitKernels::B2b(k) => k.iter().map(|(s, _)| s.clone()).collect(),
             UnitKernels::Glue(k) => k.iter().map(|(s, _)| s.clone()).collect(),
         }
     }
@@ -337,6 +363,9 @@ impl UnitKernels {
     fn specs_json(&self) -> Vec<String> {
         match self {
             UnitKernels::Cutlass(k) => k.iter().map(|(_, spec)| spec_json(spec)).collect(),
+            UnitKernels::B2b(k) => {
+                k.iter().map(|(_, spec)| serde_json::to_string(spec).expect("b2b spec serialises")).collect()
+            }
             UnitKernels::Glue(k) => {
                 k.iter().map(|(_, spec)| serde_json::to_string(spec).expect("glue spec serialises")).collect()
             }
@@ -367,9 +396,20 @@ impl Builder {
         &self.options
     }
 
-    /// The nvcc invocation for one unit.
-    fn compile_command(&self, source: &Path, output: &Path, include: &Path, arch: Arch, ptxas: bool) -> Compile<'_> {
-        let mut c = arch.targets(self.toolchain.compile(source, output)).include(include).ptxas_verbose(ptxas);
+    /// The nvcc invocation for one unit (b2b units also see CUTLASS's fused-kernel example
+    /// headers, [`crate::b2b::include_dir`]).
+    fn compile_command(
+        &self,
+        source: &Path,
+        output: &Path,
+        include: &Path,
+        class: UnitClass,
+        ptxas: bool,
+    ) -> Compile<'_> {
+        let mut c = class.arch.targets(self.toolchain.compile(source, output)).include(include).ptxas_verbose(ptxas);
+        if class.b2b {
+            c = c.include(crate::b2b::include_dir(&self.toolchain));
+        }
         for flag in &self.options.nvcc_flags {
             c = c.arg(flag);
         }
@@ -378,12 +418,12 @@ impl Builder {
 
     /// The flags of [`Builder::compile_command`] with per-build paths as placeholders: what
     /// the cache key and the manifest record.
-    fn canonical_flags(&self, arch: Arch) -> Result<Vec<String>, BuildError> {
+    fn canonical_flags(&self, class: UnitClass) -> Result<Vec<String>, BuildError> {
         let c = self.compile_command(
             Path::new(SOURCE_PLACEHOLDER),
             Path::new(OBJECT_PLACEHOLDER),
             Path::new(INCLUDE_PLACEHOLDER),
-            arch,
+            class,
             false,
         );
         Ok(c.args()?.into_iter().map(|a| a.to_string_lossy().into_owned()).collect())
@@ -407,16 +447,20 @@ impl Builder {
 
     /// Builds `specs` with `source` into `<out>/lib<name>.so` + manifest.
     pub fn build(&self, source: &dyn KernelSource, specs: &[KernelSpec]) -> Result<BuildReport, BuildError> {
-        self.build_with_glue(source, specs, &[])
+        self.build_all(source, specs, &[], &[])
     }
 
-    /// [`Builder::build`] plus glue kernels ([`crate::glue`]) in the same library: one unit of
-    /// them, compiled like the sm80 kernels (sm_80 SASS + compute_80 PTX: loads on any GPU
-    /// Bolt targets), listed in the manifest's `glue`.
-    pub fn build_with_glue(
+    /// [`Builder::build`] plus back-to-back chain kernels ([`crate::b2b`]) and glue kernels
+    /// ([`crate::glue`]) in the same library. Chain kernels go in units of up to
+    /// [`crate::b2b::KERNELS_PER_UNIT`] with the fused-kernel example headers on the include
+    /// path; glue kernels in one unit. Both compile like the sm80 kernels (sm_80 SASS +
+    /// compute_80 PTX: they load on any GPU Bolt targets) and are listed in the manifest's
+    /// `b2b` and `glue`. An invalid b2b or glue spec fails the build (callers validate first).
+    pub fn build_all(
         &self,
         source: &dyn KernelSource,
         specs: &[KernelSpec],
+        b2b: &[crate::b2b::B2bSpec],
         glue: &[crate::glue::GlueSpec],
     ) -> Result<BuildReport, BuildError> {
         let start = Instant::now();
@@ -465,7 +509,14 @@ impl Builder {
             crate::glue::validate(g).map_err(|r| BuildError::Glue { symbol: symbol.clone(), reason: r.to_string() })?;
             glue_selected.insert(symbol, *g);
         }
-        if selected.is_empty() && glue_selected.is_empty() {
+        let mut b2b_selected: BTreeMap<String, crate::b2b::B2bSpec> = BTreeMap::new();
+        for spec in b2b {
+            let symbol = crate::b2b::symbol_for(spec);
+            crate::b2b::validate(spec)
+                .map_err(|r| BuildError::B2b { symbol: symbol.clone(), reason: r.to_string() })?;
+            b2b_selected.insert(symbol, spec.clone());
+        }
+        if selected.is_empty() && glue_selected.is_empty() && b2b_selected.is_empty() {
             return Err(BuildError::NoKernels { given: specs.len(), rejected, skipped });
         }
 
@@ -517,6 +568,10 @@ impl Builder {
                 groups.push((arch, format!("{}_{}_{i:03}", opts.name, arch_tag(arch)), UnitKernels::Cutlass(kernels)));
             }
         }
+        let b2b_units = group_units(b2b_selected.into_iter().collect(), crate::b2b::KERNELS_PER_UNIT);
+        for (i, kernels) in b2b_units.into_iter().enumerate() {
+            groups.push((Arch::Sm80, format!("{}_b2b_{i:03}", opts.name), UnitKernels::B2b(kernels)));
+        }
         if !glue_selected.is_empty() {
             // Small kernels: one unit.
             groups.push((
@@ -535,10 +590,11 @@ impl Builder {
             .expect("thread pool");
 
         // 4. Render and hash (in parallel: rendering many units takes a while too).
-        let mut flags_by_arch = BTreeMap::new();
-        for (arch, _, _) in &groups {
-            if !flags_by_arch.contains_key(arch) {
-                flags_by_arch.insert(*arch, self.canonical_flags(*arch)?);
+        let mut flags_by_class = BTreeMap::new();
+        for (arch, _, kernels) in &groups {
+            let class = UnitClass { arch: *arch, b2b: matches!(kernels, UnitKernels::B2b(_)) };
+            if !flags_by_class.contains_key(&class) {
+                flags_by_class.insert(class, self.canonical_flags(class)?);
             }
         }
         let versions = (self.toolchain.cuda_version().to_string(), self.toolchain.cutlass_version().to_string());
@@ -551,6 +607,11 @@ impl Builder {
                             let pairs: Vec<(&KernelSpec, &str)> =
                                 kernels.iter().map(|(s, k)| (k, s.as_str())).collect();
                             source.render_unit(&pairs)
+                        }
+                        UnitKernels::B2b(kernels) => {
+                            let pairs: Vec<(&crate::b2b::B2bSpec, &str)> =
+                                kernels.iter().map(|(s, k)| (k, s.as_str())).collect();
+                            crate::b2b::render_unit(&pairs).map_err(|e| e.to_string())
                         }
                         UnitKernels::Glue(kernels) => {
                             let pairs: Vec<(&crate::glue::GlueSpec, &str)> =
@@ -571,12 +632,13 @@ impl Builder {
                         h.str("header-name", name).str("header", content);
                     }
                     h.str("cuda", &versions.0).str("cutlass", &versions.1).str("arch", arch.nvcc_arch().number());
-                    for flag in &flags_by_arch[&arch] {
+                    let class = UnitClass { arch, b2b: matches!(kernels, UnitKernels::B2b(_)) };
+                    for flag in &flags_by_class[&class] {
                         h.str("flag", flag);
                     }
                     let key = h.finish();
                     let source_hash = blake3::hash(text.as_bytes()).to_hex().to_string();
-                    Ok(Unit { arch, stem, kernels, source_path, source_hash, key })
+                    Ok(Unit { class, stem, kernels, source_path, source_hash, key })
                 })
                 .collect::<Result<Vec<_>, BuildError>>()
         })?;
@@ -614,7 +676,7 @@ impl Builder {
                             units.len(),
                             units[i].stem,
                             units[i].kernels.len(),
-                            units[i].arch.nvcc_arch(),
+                            units[i].class.arch.nvcc_arch(),
                             u.nvcc_seconds.unwrap_or_default()
                         ),
                         Ok(_) => tracing::debug!("[{n}/{}] {} cached", units.len(), units[i].stem),
@@ -674,9 +736,18 @@ impl Builder {
         let (library_size, library_blake3) = cache::hash_file(&library).map_err(io(&library))?;
         let mut kernels = Vec::new();
         let mut glue_entries = Vec::new();
+        let mut b2b_entries = Vec::new();
         for (i, unit) in units.iter().enumerate() {
             let cutlass = match &unit.kernels {
                 UnitKernels::Cutlass(k) => k,
+                UnitKernels::B2b(k) => {
+                    b2b_entries.extend(k.iter().map(|(symbol, spec)| B2bEntry {
+                        symbol: symbol.clone(),
+                        unit: i,
+                        spec: spec.clone(),
+                    }));
+                    continue;
+                }
                 UnitKernels::Glue(k) => {
                     glue_entries.extend(k.iter().map(|(symbol, spec)| GlueEntry {
                         symbol: symbol.clone(),
@@ -691,7 +762,7 @@ impl Builder {
                     symbol: symbol.clone(),
                     family: family_name(&spec.family).into(),
                     arch: spec.arch,
-                    nvcc_arch: unit.arch.nvcc_arch().to_string(),
+                    nvcc_arch: unit.class.arch.nvcc_arch().to_string(),
                     problem: ProblemKind::of(&spec.family),
                     unit: i,
                     source_hash: unit.source_hash.clone(),
@@ -708,19 +779,20 @@ impl Builder {
             library_blake3,
             cuda_version: versions.0.clone(),
             cutlass_version: versions.1.clone(),
-            nvcc_flags: flags_by_arch.iter().map(|(a, f)| (a.nvcc_arch().to_string(), f.clone())).collect(),
+            nvcc_flags: flags_by_class.iter().map(|(c, f)| (c.name(), f.clone())).collect(),
             link_flags,
             units: units
                 .iter()
                 .map(|u| UnitEntry {
                     source: format!("{}.cu", u.stem),
-                    nvcc_arch: u.arch.nvcc_arch().to_string(),
+                    nvcc_arch: u.class.arch.nvcc_arch().to_string(),
                     source_hash: u.source_hash.clone(),
                     object_key: u.key.hex(),
                     symbols: u.kernels.symbols(),
                 })
                 .collect(),
             kernels,
+            b2b: b2b_entries,
             glue: glue_entries,
         };
         let manifest_path = Manifest::path_for(&library);
@@ -735,6 +807,7 @@ impl Builder {
                 .kernels
                 .iter()
                 .map(|k| k.symbol.clone())
+                .chain(manifest.b2b.iter().map(|g| g.symbol.clone()))
                 .chain(manifest.glue.iter().map(|g| g.symbol.clone()))
                 .collect(),
             compile_seconds: reports.iter().filter_map(|u| u.nvcc_seconds).sum(),
@@ -774,7 +847,7 @@ impl Builder {
         let built = cache.get_or_build(EntryKind::Object, &unit.key, |tmp| {
             let _memory = gate.acquire(unit_memory(unit));
             compiles.fetch_add(1, Ordering::SeqCst);
-            let compile = self.compile_command(&unit.source_path, tmp, include, unit.arch, self.options.ptxas_verbose);
+            let compile = self.compile_command(&unit.source_path, tmp, include, unit.class, self.options.ptxas_verbose);
             let command =
                 compile.args().map(|a| bolt_cutlass::render_command(self.toolchain.nvcc(), &a)).unwrap_or_default();
             tracing::debug!("{command}");
@@ -805,7 +878,7 @@ impl Builder {
                     if self.options.ptxas_verbose { bolt_cutlass::parse_ptxas_report(&text) } else { Vec::new() };
                 Ok(UnitReport {
                     source: unit.source_path.clone(),
-                    arch: unit.arch,
+                    arch: unit.class.arch,
                     symbols: unit.kernels.symbols(),
                     object,
                     object_key: unit.key,
@@ -875,7 +948,7 @@ fn arch_tag(arch: Arch) -> &'static str {
 }
 
 fn unit_memory(unit: &Unit) -> u64 {
-    unit_memory_estimate(unit.arch, unit.kernels.len())
+    unit_memory_estimate(unit.class.arch, unit.kernels.len())
 }
 
 /// The lines of compiler output that carry errors (at most 20), else its last 20 lines.

@@ -42,6 +42,7 @@ pub struct KernelLibrary {
     manifest: Manifest,
     kernels: Vec<Kernel>,
     by_symbol: HashMap<String, usize>,
+    b2b: Vec<crate::b2b::B2bKernel>,
     glue: Vec<GlueKernel>,
 }
 
@@ -173,9 +174,16 @@ impl KernelLibrary {
                 .map_err(|(symbol, source)| LoadError::MissingSymbol { library: library.into(), symbol, source })?;
             glue.push(GlueKernel { entry: Arc::new(entry.clone()), functions });
         }
+        let mut b2b = Vec::with_capacity(manifest.b2b.len());
+        for entry in &manifest.b2b {
+            // SAFETY: as above, with the chain kernels' BoltB2bArgs.
+            let functions = unsafe { Functions::resolve(&lib, &entry.symbol) }
+                .map_err(|(symbol, source)| LoadError::MissingSymbol { library: library.into(), symbol, source })?;
+            b2b.push(crate::b2b::B2bKernel { symbol: entry.symbol.clone(), spec: entry.spec.clone(), functions });
+        }
         let by_symbol = kernels.iter().enumerate().map(|(i, k)| (k.symbol().to_string(), i)).collect();
         tracing::debug!("loaded {} kernels from {}", kernels.len(), library.display());
-        Ok(KernelLibrary { path: library.into(), manifest, kernels, by_symbol, glue })
+        Ok(KernelLibrary { path: library.into(), manifest, kernels, by_symbol, b2b, glue })
     }
 
     pub fn path(&self) -> &Path {
@@ -192,6 +200,11 @@ impl KernelLibrary {
 
     pub fn get(&self, symbol: &str) -> Option<&Kernel> {
         self.by_symbol.get(symbol).map(|&i| &self.kernels[i])
+    }
+
+    /// The back-to-back chain kernel `symbol`, if the library has it.
+    pub fn b2b(&self, symbol: &str) -> Option<&crate::b2b::B2bKernel> {
+        self.b2b.iter().find(|k| k.symbol == symbol)
     }
 
     pub fn glue_kernels(&self) -> &[GlueKernel] {

@@ -39,10 +39,23 @@ pub struct Manifest {
     pub units: Vec<UnitEntry>,
     /// Every kernel, sorted by symbol.
     pub kernels: Vec<KernelEntry>,
+    /// Back-to-back chain kernels, sorted by symbol; their functions take a
+    /// `BoltB2bGemmProblem` / `BoltB2bConv2dProblem` (by the spec's family) and `BoltB2bArgs`.
+    #[serde(default)]
+    pub b2b: Vec<B2bEntry>,
     /// Glue kernels (transposes, padding, casts), sorted by symbol; their functions take a
     /// `BoltGlueProblem` and `BoltGlueArgs`.
     #[serde(default)]
     pub glue: Vec<GlueEntry>,
+}
+
+/// One back-to-back chain kernel.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct B2bEntry {
+    pub symbol: String,
+    /// Index into [`Manifest::units`].
+    pub unit: usize,
+    pub spec: crate::b2b::B2bSpec,
 }
 
 /// One glue kernel.

@@ -265,7 +265,7 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
         bo.jobs = opts.jobs;
         let builder = Builder::discover(bo).map_err(|e| Error::Model(format!("kernel build: {e}")))?;
         let report = builder
-            .build_with_glue(&Templates, &specs, &glue_specs)
+            .build_all(&Templates, &specs, &[], &glue_specs)
             .map_err(|e| Error::Model(format!("kernel build: {e}")))?;
         for r in &report.rejected {
             for k in choices.values() {
