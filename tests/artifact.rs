@@ -34,9 +34,10 @@ fn build_and_check(
     let opts = CompileOptions { archs: archs.to_vec(), precision, dims: dims.clone(), ..CompileOptions::new(dir) };
     let report = compile(g, &opts).unwrap_or_else(|e| panic!("compile {}: {e}", g.name));
     println!("{}: {report}", g.name);
-    assert!(report.kernel_nodes > 0, "{}: no kernel node in the plan", g.name);
+    assert!(report.kernel_nodes + report.chain_nodes > 0, "{}: no kernel node in the plan", g.name);
     let art = Artifact::open(dir).unwrap();
     assert_eq!(art.plan.kernels.len(), report.kernel_nodes);
+    assert_eq!(art.plan.chains.len(), report.chain_nodes);
     let lib = bolt_codegen::loader::KernelLibrary::open(art.library.as_ref().unwrap()).unwrap();
     // Every kernel the plan names is in the library, for every bucket and arch asked for.
     for k in &art.plan.kernels {
@@ -199,6 +200,35 @@ fn resnet_bottleneck_sm80() {
     // NCHW in and out around the NHWC convs: transposes run as glue kernels.
     let transposes = art.plan.glue.iter().filter(|g| matches!(g.spec, GlueSpec::Transpose(_))).count();
     assert!(transposes >= 2, "{:?}", art.plan.glue);
+}
+
+/// A back-to-back chain (f16 GEMM 64 -> 64 -> 32 with bias + ReLU, 2048 rows: the planner's
+/// traffic model fuses it, as tests/plan_b2b.rs shows): the artifact runs it as one chain
+/// kernel from the same library as the other kernels, and the reference device (which runs
+/// the planned chain node) equals the original model.
+#[test]
+fn b2b_chain_artifact_sm80() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = Net::new(DType::F16);
+    let mut x = n.input("x", &[2048, 64]);
+    for w in [[64, 64], [64, 32]] {
+        let y = n.linear(&x, w[0], w[1]);
+        x = n.relu(&y);
+    }
+    let mut g = n.finish(&[&x]);
+    g.name = "gemm-chain".into();
+    let art = build_and_check(&g, dir.path(), &[Arch::Sm80], None, vec![]);
+    assert_eq!(art.plan.chains.len(), 1, "{:?}", art.plan.host_ops);
+    let chain = &art.plan.chains[0];
+    assert_eq!(chain.scalars.len(), 2);
+    let lib = bolt_codegen::loader::KernelLibrary::open(art.library.as_ref().unwrap()).unwrap();
+    let k = lib.b2b(&chain.buckets[0].symbol).expect("the chain kernel is in the model's library");
+    assert_eq!(k.spec, chain.buckets[0].spec);
+    // Its unit carries sm_80 SASS and compute_80 PTX, like every sm80 unit.
+    let flags = &lib.manifest().nvcc_flags["sm_80 b2b"];
+    assert!(flags.iter().any(|f| f.contains("code=compute_80")), "{flags:?}");
+    // The chain's layers are not also kernel nodes; nothing else is left to the host.
+    assert!(art.plan.kernels.is_empty() && art.plan.host_ops.is_empty(), "{:?}", art.plan.host_ops);
 }
 
 /// The reference device runs glue nodes with `runtime::glue`, written apart from the reference

@@ -3,6 +3,7 @@
 //! [`FORMAT_VERSION`].
 
 use crate::ir::{DType, Node, Tensor, TensorData, TensorType};
+use bolt_codegen::b2b::B2bSpec;
 use bolt_codegen::glue::GlueSpec;
 use bolt_codegen::spec::{Arch, KernelSpec};
 use serde::{Deserialize, Serialize};
@@ -172,6 +173,27 @@ pub struct NodeKernels {
     pub buckets: Vec<Vec<KernelChoice>>,
 }
 
+/// The back-to-back chain kernel one fused chain node runs in one shape bucket (sm_80 SASS +
+/// compute_80 PTX, so it also runs on Hopper), and why it was chosen.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ChainChoice {
+    /// Prefix of the library's `<symbol>_run` etc.
+    pub symbol: String,
+    pub spec: B2bSpec,
+    pub source: String,
+}
+
+/// One fused chain node of the plan (`Op::FusedChain`): every layer in one kernel, the
+/// intermediate activations never leaving the threadblock.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NodeChain {
+    pub node: String,
+    /// (alpha, beta) of each layer.
+    pub scalars: Vec<(f32, f32)>,
+    /// `buckets[i]`: the kernel for [`PlanFile::buckets`]`[i]`.
+    pub buckets: Vec<ChainChoice>,
+}
+
 /// A planned data-movement node (layout transpose, channel padding, float cast) that a glue
 /// kernel of the library runs. One kernel serves every shape bucket and arch (its problem comes
 /// from the shapes at run time; it carries sm_80 SASS and compute_80 PTX).
@@ -226,6 +248,7 @@ pub struct PlanFile {
     /// takes the first bucket whose sizes all cover the input's ([`PlanFile::bucket_for`]).
     pub buckets: Vec<BTreeMap<String, usize>>,
     pub kernels: Vec<NodeKernels>,
+    pub chains: Vec<NodeChain>,
     pub glue: Vec<NodeGlue>,
     pub host_ops: Vec<HostOp>,
     pub arena: ArenaPlan,

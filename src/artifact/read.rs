@@ -149,6 +149,15 @@ impl Artifact {
             .keys()
             .find(|n| n.starts_with(&format!("{KERNELS_DIR}/")) && n.ends_with(".so"))
             .map(|n| dir.join(n));
+        for (i, c) in plan.chains.iter().enumerate() {
+            if c.buckets.len() != plan.buckets.len() {
+                return Err(err(
+                    &ppath,
+                    format!("chains[{i}].buckets"),
+                    format!("{} entries for {} shape buckets", c.buckets.len(), plan.buckets.len()),
+                ));
+            }
+        }
         for (i, g) in plan.glue.iter().enumerate() {
             let want = bolt_codegen::glue::symbol_for(&g.spec);
             if g.symbol != want {
@@ -159,7 +168,7 @@ impl Artifact {
                 ));
             }
         }
-        if !(plan.kernels.is_empty() && plan.glue.is_empty()) && library.is_none() {
+        if !(plan.kernels.is_empty() && plan.chains.is_empty() && plan.glue.is_empty()) && library.is_none() {
             return Err(err(&mpath, "files", "the plan has kernels but the manifest lists no kernel library"));
         }
         Ok(Artifact { dir: dir.to_path_buf(), manifest, plan, weights_blob: Arc::new(blob), weights, library })

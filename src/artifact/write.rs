@@ -60,6 +60,8 @@ pub struct CompileReport {
     pub numerics: String,
     pub buckets: Vec<BTreeMap<String, usize>>,
     pub kernel_nodes: usize,
+    /// Fused back-to-back chains, each one chain kernel.
+    pub chain_nodes: usize,
     /// Layout transposes, channel padding and casts run by glue kernels.
     pub glue_nodes: usize,
     /// Distinct kernels in the library (all archs).
@@ -90,8 +92,9 @@ impl std::fmt::Display for CompileReport {
         }
         writeln!(
             f,
-            "  {} kernel nodes, {} glue nodes, {} kernels in the library, {} host ops; {} nvcc runs, build {:.1} s, total {:.1} s",
+            "  {} kernel nodes, {} chain nodes, {} glue nodes, {} kernels in the library, {} host ops; {} nvcc runs, build {:.1} s, total {:.1} s",
             self.kernel_nodes,
+            self.chain_nodes,
             self.glue_nodes,
             self.kernels,
             self.host_ops,
@@ -169,8 +172,8 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
     };
     let buckets = buckets(&opts.dims);
     let largest: DimBindings = buckets.last().cloned().unwrap_or_default().into_iter().collect();
-    // Back-to-back chains stay separate kernels until artifacts carry chain kernels.
-    let plan_opts = crate::plan::PlanOptions { bindings: largest.clone(), b2b: false, ..Default::default() };
+    // Back-to-back chains are fused where the planner's traffic model says they pay.
+    let plan_opts = crate::plan::PlanOptions { bindings: largest.clone(), b2b: true, ..Default::default() };
     let planned = crate::plan::plan_with(&g, &plan_opts)?;
     let graph = planned.graph;
 
@@ -181,13 +184,35 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
     // Kernel choices per node, per bucket, per arch; nodes that fail anywhere go to the host.
     let mut choices: BTreeMap<String, NodeKernels> = BTreeMap::new();
     let mut host_reason: HashMap<String, String> = HashMap::new();
+    // Chain kernels per chain node, per bucket (sm80 units: they run on Hopper through PTX).
+    let mut chains: BTreeMap<String, NodeChain> = BTreeMap::new();
     for (bi, bucket) in buckets.iter().enumerate() {
         let bindings: DimBindings = bucket.clone().into_iter().collect();
         let (uses, skipped) = crate::plan::lower::workloads(&graph, &bindings);
-        for s in skipped {
+        let (chain_uses, unlowered) = crate::plan::lower::chains(&graph, &uses, &skipped);
+        for s in skipped.into_iter().filter(|s| !s.node.contains('#')).chain(unlowered) {
             host_reason.entry(s.node).or_insert(s.reason);
         }
-        for u in uses {
+        for c in chain_uses {
+            match c.kernel() {
+                Ok(spec) => {
+                    let nc = chains.entry(c.node.clone()).or_insert_with(|| NodeChain {
+                        node: c.node.clone(),
+                        scalars: c.scalars.clone(),
+                        buckets: Vec::new(),
+                    });
+                    if nc.buckets.len() == bi {
+                        let symbol = bolt_codegen::b2b::symbol_for(&spec);
+                        nc.buckets.push(ChainChoice { symbol, spec, source: "analytic (first b2b candidate)".into() });
+                    }
+                }
+                Err(why) => {
+                    host_reason.entry(c.node).or_insert(format!("no chain kernel: {why}"));
+                }
+            }
+        }
+        // Chain layers (`node#i`) run inside their chain's kernel.
+        for u in uses.into_iter().filter(|u| u.chain.is_none()) {
             let mut per_arch = Vec::new();
             for &arch in &opts.archs {
                 match crate::compile::pick_kernel(&u.workload, arch, db.as_ref()) {
@@ -213,6 +238,13 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
         }
     }
     choices.retain(|n, k| !host_reason.contains_key(n) && k.buckets.len() == buckets.len());
+    chains.retain(|n, c| !host_reason.contains_key(n) && c.buckets.len() == buckets.len());
+    let mut b2b_specs: Vec<bolt_codegen::b2b::B2bSpec> = Vec::new();
+    for c in chains.values().flat_map(|c| &c.buckets) {
+        if !b2b_specs.contains(&c.spec) {
+            b2b_specs.push(c.spec.clone());
+        }
+    }
 
     // Glue kernels for the data movement the plan inserted (and the model's own transposes /
     // casts of the same kinds): one kernel per spec serves every bucket and arch.
@@ -256,7 +288,7 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
     let (mut cuda_version, mut cutlass_version) = ("none".to_string(), "none".to_string());
     let (mut nvcc_invocations, mut build_seconds, mut library) = (0, 0.0, None);
     let mut built_symbols = 0;
-    if !specs.is_empty() || !glue_specs.is_empty() {
+    if !specs.is_empty() || !b2b_specs.is_empty() || !glue_specs.is_empty() {
         // Build files (sources, logs) stay out of the artifact, next to it.
         let mut bo = BuildOptions::new(opts.out_dir.join(".build"));
         bo.name = "bolt_model".into();
@@ -265,7 +297,7 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
         bo.jobs = opts.jobs;
         let builder = Builder::discover(bo).map_err(|e| Error::Model(format!("kernel build: {e}")))?;
         let report = builder
-            .build_all(&Templates, &specs, &[], &glue_specs)
+            .build_all(&Templates, &specs, &b2b_specs, &glue_specs)
             .map_err(|e| Error::Model(format!("kernel build: {e}")))?;
         for r in &report.rejected {
             for k in choices.values() {
@@ -316,12 +348,12 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
     let host_ops = graph
         .nodes
         .iter()
-        .filter(|n| !choices.contains_key(&n.name) && !glue.contains_key(&n.name))
+        .filter(|n| !choices.contains_key(&n.name) && !chains.contains_key(&n.name) && !glue.contains_key(&n.name))
         .map(|n| HostOp {
             node: n.name.clone(),
             op_type: n.op.op_type().to_string(),
             reason: host_reason.get(&n.name).cloned().unwrap_or_else(|| match &n.op {
-                Op::Fused(_) => "no kernel for this node".to_string(),
+                Op::Fused(_) | Op::FusedChain(_) => "no kernel for this node".to_string(),
                 _ => "no kernel family for this op: runs on the host (CPU reference)".to_string(),
             }),
         })
@@ -336,6 +368,7 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
         weights,
         buckets: buckets.clone(),
         kernels: choices.into_values().collect(),
+        chains: chains.into_values().collect(),
         glue: glue.into_values().collect(),
         host_ops,
         arena,
@@ -387,6 +420,7 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
         numerics: precision.numerics().into(),
         buckets,
         kernel_nodes: plan.kernels.len(),
+        chain_nodes: plan.chains.len(),
         glue_nodes: plan.glue.len(),
         kernels: built_symbols,
         host_ops: plan.host_ops.len(),

@@ -336,12 +336,13 @@ fn run_artifact(
     let art = Artifact::open(dir)?;
     let m = &art.manifest;
     println!(
-        "artifact {} ({}, precision {}, archs {:?}): {} kernel nodes, {} glue nodes, {} host ops",
+        "artifact {} ({}, precision {}, archs {:?}): {} kernel nodes, {} chain nodes, {} glue nodes, {} host ops",
         dir.display(),
         m.model,
         m.precision.name(),
         m.archs,
         art.plan.kernels.len(),
+        art.plan.chains.len(),
         art.plan.glue.len(),
         art.plan.host_ops.len()
     );

@@ -309,3 +309,84 @@ pub struct GlueUse {
     pub spec: bolt_codegen::glue::GlueSpec,
     pub problem: BoltGlueProblem,
 }
+
+/// A fused back-to-back chain node ([`Op::FusedChain`]) as one chain kernel
+/// ([`bolt_codegen::b2b`]): what codegen's candidates take, and each layer's run-time scalars.
+#[derive(Clone, Debug)]
+pub struct ChainUse {
+    pub node: String,
+    pub family: bolt_codegen::b2b::B2bFamily,
+    pub types: Types,
+    pub epilogues: Vec<Epilogue>,
+    pub problem: bolt_codegen::b2b::B2bProblem,
+    /// (alpha, beta) of each layer.
+    pub scalars: Vec<(f32, f32)>,
+}
+
+impl ChainUse {
+    /// The chain kernel: codegen's first candidate for the problem (as the planner decided
+    /// with), when it runs on the plan's tensors as they are (no operand padding).
+    pub fn kernel(&self) -> Result<bolt_codegen::b2b::B2bSpec, String> {
+        let c = bolt_codegen::b2b::candidates(self.family, self.types, &self.problem, &self.epilogues)
+            .map_err(|e| e.to_string())?;
+        if c.problem != self.problem || c.padded_input_channels.is_some() {
+            return Err("the fused kernel needs padded operands the plan does not hold".into());
+        }
+        c.specs.first().map(|(s, _)| s.clone()).ok_or_else(|| "no fused candidate".to_string())
+    }
+}
+
+/// Every chain node of `g` as a [`ChainUse`], from the per-layer workloads
+/// [`workloads`] gives for it (`node#i`); chains with a layer it could not lower are returned
+/// as [`Unlowered`] under the chain's name.
+pub fn chains(g: &Graph, uses: &[KernelUse], skipped: &[Unlowered]) -> (Vec<ChainUse>, Vec<Unlowered>) {
+    use bolt_codegen::b2b::{B2bFamily, B2bProblem};
+    use bolt_profiler::workload::Problem;
+    let mut out = Vec::new();
+    let mut failed = Vec::new();
+    for n in &g.nodes {
+        let Op::FusedChain(ks) = &n.op else { continue };
+        let prefix = format!("{}#", n.name);
+        if let Some(s) = skipped.iter().find(|s| s.node.starts_with(&prefix)) {
+            failed.push(Unlowered { node: n.name.clone(), reason: format!("{}: {}", s.node, s.reason) });
+            continue;
+        }
+        let layers: Vec<&KernelUse> = uses.iter().filter(|u| u.chain.as_deref() == Some(&n.name)).collect();
+        let lowered = (|| {
+            if layers.len() != ks.len() || layers.is_empty() {
+                return Err(format!("{} of {} layers lowered", layers.len(), ks.len()));
+            }
+            let (first, last) = (&layers[0].workload, &layers[layers.len() - 1].workload);
+            let types = Types { input: first.types.input, accumulator: Element::F32, output: last.types.output };
+            let (family, problem) = match first.problem {
+                Problem::Gemm(p) => {
+                    let ns = layers.iter().map(|l| match l.workload.problem {
+                        Problem::Gemm(q) => Ok(q.n),
+                        Problem::Conv2d(_) => Err("a conv layer in a GEMM chain"),
+                    });
+                    (B2bFamily::Gemm, B2bProblem::gemm(p.m, p.k, &ns.collect::<Result<Vec<_>, _>>()?))
+                }
+                Problem::Conv2d(p) => {
+                    let ks = layers[1..].iter().map(|l| match l.workload.problem {
+                        Problem::Conv2d(q) => Ok(q.k),
+                        Problem::Gemm(_) => Err("a GEMM layer in a conv chain"),
+                    });
+                    (B2bFamily::Conv2dFprop, B2bProblem::conv(p, &ks.collect::<Result<Vec<_>, _>>()?))
+                }
+            };
+            Ok(ChainUse {
+                node: n.name.clone(),
+                family,
+                types,
+                epilogues: layers.iter().map(|l| l.workload.epilogue.clone()).collect(),
+                problem,
+                scalars: layers.iter().map(|l| (l.alpha, l.beta)).collect(),
+            })
+        })();
+        match lowered {
+            Ok(c) => out.push(c),
+            Err(reason) => failed.push(Unlowered { node: n.name.clone(), reason: reason.to_string() }),
+        }
+    }
+    (out, failed)
+}

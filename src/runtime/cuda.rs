@@ -16,7 +16,8 @@ use super::{bindings_of, prepare_inputs, Executor, RunOptions, RuntimeError, Tim
 use crate::artifact::format::{KernelChoice, PlanFile};
 use crate::artifact::Artifact;
 use crate::ir::{Graph, Tensor};
-use bolt_codegen::abi::{BoltArgs, BoltGlueArgs, BoltGlueProblem, KernelArgs, Status};
+use bolt_codegen::abi::{BoltArgs, BoltB2bArgs, BoltGlueArgs, BoltGlueProblem, KernelArgs, Status};
+use bolt_codegen::b2b::{B2bKernel, B2bProblem};
 use bolt_codegen::loader::{GlueKernel, Kernel, KernelLibrary, Params};
 use bolt_codegen::spec::Arch;
 use bolt_profiler::workload::Problem;
@@ -44,6 +45,12 @@ enum Step {
         problem: BoltGlueProblem,
         params: Params<BoltGlueArgs>,
     },
+    /// A back-to-back chain kernel; its Params built once likewise.
+    Chain {
+        node: String,
+        problem: B2bProblem,
+        params: Params<BoltB2bArgs>,
+    },
     Host {
         node: usize,
     },
@@ -53,6 +60,7 @@ enum Step {
 enum Planned {
     Host,
     Kernel(String, Kernel, Problem, BoltArgs, usize),
+    Chain(String, B2bKernel, B2bProblem, BoltB2bArgs, usize),
     Glue(String, GlueKernel, BoltGlueProblem, BoltGlueArgs),
 }
 
@@ -178,8 +186,11 @@ impl CudaExecutor {
         let bindings = bindings_of(&self.graph, inputs);
         let graph = crate::plan::edit::bind_inputs(&self.graph, &bindings)?;
         let bucket = self.plan.bucket_for(&bindings);
-        let (uses, _) = crate::plan::lower::workloads(&graph, &bindings);
+        let (uses, skipped) = crate::plan::lower::workloads(&graph, &bindings);
         let problems: HashMap<&str, Problem> = uses.iter().map(|u| (u.node.as_str(), u.workload.problem)).collect();
+        let (chain_uses, _) = crate::plan::lower::chains(&graph, &uses, &skipped);
+        let chain_problems: HashMap<&str, B2bProblem> =
+            chain_uses.iter().map(|c| (c.node.as_str(), c.problem)).collect();
         let stream = self._own_stream.clone();
 
         // Graph inputs: one buffer, 256-byte aligned ranges.
@@ -203,6 +214,14 @@ impl CudaExecutor {
         for n in &graph.nodes {
             if let Some(g) = self.plan.glue.iter().find(|g| g.node == n.name) {
                 planned.push(self.plan_glue(&graph, n, g, &bindings, &input_addr)?);
+                continue;
+            }
+            if let Some(c) = self.plan.chains.iter().find(|c| c.node == n.name) {
+                let problem = chain_problems.get(n.name.as_str()).copied();
+                let (kernel, args, ws) = self.plan_chain(n, c, bucket, problem.as_ref(), &input_addr)?;
+                ws_offsets.push(ws_total);
+                ws_total = crate::artifact::format::align_up(ws_total + ws as u64, 256);
+                planned.push(Planned::Chain(n.name.clone(), kernel, problem.expect("checked"), args, ws));
                 continue;
             }
             let Some(nk) = self.plan.kernels.iter().find(|k| k.node == n.name) else {
@@ -273,27 +292,43 @@ impl CudaExecutor {
         let mut steps = Vec::new();
         let mut k = 0;
         for (i, p) in planned.into_iter().enumerate() {
-            let (node, kernel, problem, args, ws) =
-                match p {
-                    Planned::Host => {
-                        steps.push(Step::Host { node: i });
-                        continue;
-                    }
-                    Planned::Glue(node, kernel, problem, args) => {
-                        // SAFETY: args point into the arena / inputs at this node's tensors, sized
-                        // for `problem`; glue kernels take no workspace.
-                        let params = unsafe { kernel.initialize(&problem, &args, self.stream as *mut c_void) }
-                            .map_err(|e| RuntimeError::Kernel {
+            let (node, kernel, problem, args, ws) = match p {
+                Planned::Host => {
+                    steps.push(Step::Host { node: i });
+                    continue;
+                }
+                Planned::Glue(node, kernel, problem, args) => {
+                    // SAFETY: args point into the arena / inputs at this node's tensors, sized
+                    // for `problem`; glue kernels take no workspace.
+                    let params =
+                        unsafe { kernel.initialize(&problem, &args, self.stream as *mut c_void) }.map_err(|e| {
+                            RuntimeError::Kernel {
                                 kernel: format!("{} (node {node})", kernel.symbol()),
                                 problem: format!("{problem:?}"),
                                 arch: self.name.clone(),
                                 reason: e.to_string(),
-                            })?;
-                        steps.push(Step::Glue { node, problem, params });
-                        continue;
-                    }
-                    Planned::Kernel(node, kernel, problem, args, ws) => (node, kernel, problem, args, ws),
-                };
+                            }
+                        })?;
+                    steps.push(Step::Glue { node, problem, params });
+                    continue;
+                }
+                Planned::Chain(node, kernel, problem, args, ws) => {
+                    let ws_ptr = if ws == 0 { std::ptr::null_mut() } else { (wb + ws_offsets[k]) as *mut c_void };
+                    k += 1;
+                    // SAFETY: as for kernels below: device pointers sized for this problem,
+                    // a zeroed workspace of `ws` bytes, all alive as long as the steps.
+                    let params = unsafe { kernel.initialize(&problem, &args, ws_ptr, ws, self.stream as *mut c_void) }
+                        .map_err(|e| RuntimeError::Kernel {
+                            kernel: format!("{} (node {node})", kernel.symbol),
+                            problem: format!("{problem:?}"),
+                            arch: self.name.clone(),
+                            reason: e.to_string(),
+                        })?;
+                    steps.push(Step::Chain { node, problem, params });
+                    continue;
+                }
+                Planned::Kernel(node, kernel, problem, args, ws) => (node, kernel, problem, args, ws),
+            };
             let ws_ptr = if ws == 0 { std::ptr::null_mut() } else { (wb + ws_offsets[k]) as *mut c_void };
             k += 1;
             let s = self.stream as *mut c_void;
@@ -324,6 +359,58 @@ impl CudaExecutor {
             cuda_graph: None,
         });
         Ok(())
+    }
+
+    /// A chain node's kernel (this bucket's), arguments and workspace bytes. Inputs: A, then
+    /// each layer's weight and bias, then the last layer's source.
+    fn plan_chain(
+        &self,
+        n: &crate::ir::Node,
+        c: &crate::artifact::format::NodeChain,
+        bucket: usize,
+        problem: Option<&B2bProblem>,
+        input_addr: &HashMap<String, (u64, usize)>,
+    ) -> Result<(B2bKernel, BoltB2bArgs, usize), RuntimeError> {
+        let choice = &c.buckets[bucket];
+        let fail = |problem: String, reason: String| RuntimeError::Kernel {
+            kernel: format!("{} (node {})", choice.symbol, n.name),
+            problem,
+            arch: self.name.clone(),
+            reason,
+        };
+        let kernel = self
+            .library
+            .b2b(&choice.symbol)
+            .cloned()
+            .ok_or_else(|| fail("-".into(), "not in the kernel library".into()))?;
+        let problem = problem.ok_or_else(|| fail("-".into(), "the chain has no problem at these shapes".into()))?;
+        let status = kernel.can_implement(problem);
+        if status != Status::Ok {
+            return Err(fail(format!("{problem:?}"), format!("can_implement: {status}")));
+        }
+        let at = |j: usize| -> Result<*const c_void, RuntimeError> {
+            match n.input(j) {
+                None => Ok(std::ptr::null()),
+                Some(t) => self.address(t, input_addr).map(|p| p as *const c_void).ok_or_else(|| {
+                    RuntimeError::Unsupported(format!("node '{}': tensor '{t}' has no device address", n.name))
+                }),
+            }
+        };
+        let layers = c.scalars.len();
+        let mut args = BoltB2bArgs { a: at(0)?, c: at(1 + 2 * layers)?, ..Default::default() };
+        args.d = self.address(&n.outputs[0], input_addr).ok_or_else(|| {
+            RuntimeError::Unsupported(format!("node '{}': output '{}' is not in the arena", n.name, n.outputs[0]))
+        })? as *mut c_void;
+        if layers > args.layer.len() {
+            return Err(fail(format!("{problem:?}"), format!("{layers} layers")));
+        }
+        for (i, &(alpha, beta)) in c.scalars.iter().enumerate() {
+            args.layer[i].b = at(1 + 2 * i)?;
+            args.layer[i].bias = at(2 + 2 * i)?;
+            args.layer[i].alpha = alpha;
+            args.layer[i].beta = beta;
+        }
+        Ok((kernel.clone(), args, kernel.workspace_size(problem)))
     }
 
     /// A glue node's kernel, problem (from the bound shapes) and arguments.
@@ -441,6 +528,8 @@ impl CudaExecutor {
                 self.launch(node, problem, params)?;
             } else if let Step::Glue { node, problem, params } = &mut p.steps[i] {
                 self.launch(node, problem, params)?;
+            } else if let Step::Chain { node, problem, params } = &mut p.steps[i] {
+                self.launch(node, problem, params)?;
             }
         }
         Ok(())
@@ -475,6 +564,10 @@ impl CudaExecutor {
                     (node.clone(), params.symbol().to_string())
                 }
                 Step::Glue { node, problem, params } => {
+                    self.launch(node, problem, params)?;
+                    (node.clone(), params.symbol().to_string())
+                }
+                Step::Chain { node, problem, params } => {
                     self.launch(node, problem, params)?;
                     (node.clone(), params.symbol().to_string())
                 }
