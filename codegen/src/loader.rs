@@ -441,22 +441,6 @@ impl Kernel {
         }
         self.functions.initialize(problem.as_ptr(), args, workspace, workspace_bytes, stream)
     }
-
-    /// One-off run: [`Kernel::initialize`] then [`Params::launch`]. Builds the Params on every
-    /// call; keep the [`Params`] to launch the same problem again.
-    ///
-    /// # Safety
-    /// As [`Kernel::initialize`] and [`Params::launch`].
-    pub unsafe fn run<P: Problem>(
-        &self,
-        problem: &P,
-        args: &BoltArgs,
-        workspace: *mut c_void,
-        workspace_bytes: usize,
-        stream: *mut c_void,
-    ) -> Result<(), CallError> {
-        self.initialize(problem, args, workspace, workspace_bytes, stream)?.launch(stream)
-    }
 }
 
 impl GlueKernel {
