@@ -1312,164 +1312,75 @@ pub struct B2bLibrary {
 
 #[derive(Debug, thiserror::Error)]
 pub enum B2bBuildError {
-    #[error(transparent)]
-    Toolchain(#[from] bolt_cutlass::Error),
-    #[error("{}: {source}", path.display())]
-    Io { path: PathBuf, source: std::io::Error },
     #[error("no b2b kernel to build ({} given, all rejected){}", given, .rejected.first().map(|(_, r)| format!("; e.g. {r}")).unwrap_or_default())]
     NoKernels { given: usize, rejected: Vec<(B2bSpec, String)> },
     #[error(transparent)]
-    Render(#[from] RenderError),
-    #[error("nvcc failed on {source_file}:\n{message}")]
-    Compile { source_file: PathBuf, message: String },
-    #[error("linking {library} failed:\n{message}")]
-    Link { library: PathBuf, message: String },
+    Build(#[from] crate::builder::BuildError),
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
 }
 
-/// Builds `specs` (invalid ones are reported, not built) into `<out_dir>/lib<name>.so` plus
-/// `lib<name>.b2b.json`: units of up to [`KERNELS_PER_UNIT`] kernels rendered to `<out_dir>/src`,
-/// compiled for sm_80 with the example's headers on the include path ([`compile_command`]),
-/// linked with the static cudart. Objects and the library go through the content-hash
-/// [`crate::cache::Cache`] at `cache_dir` (default [`crate::cache::Cache::default_dir`]): a
-/// rebuild with nothing changed runs no nvcc.
+/// Builds `specs` (invalid ones are reported, not built) into `<out_dir>/lib<name>.so` through
+/// [`crate::builder::Builder::build_all`] (the one build path of every kernel: units of up to
+/// [`KERNELS_PER_UNIT`] with the example's headers on the include path, sm_80 SASS + compute_80
+/// PTX, the content-hash cache at `cache_dir`, default [`crate::cache::Cache::default_dir`]),
+/// plus `lib<name>.b2b.json`, the chain-kernel index the benchmark package ships.
 pub fn build_library(
     specs: &[B2bSpec],
     out_dir: &Path,
     name: &str,
     cache_dir: Option<&Path>,
 ) -> Result<B2bLibrary, B2bBuildError> {
-    use crate::cache::{self, Cache, CacheError, EntryKind, KeyHasher};
-
-    let io = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| B2bBuildError::Io { path, source }
-    };
-    let tc = bolt_cutlass::Toolchain::discover()?;
-    let mut selected: Vec<(String, B2bSpec)> = Vec::new();
+    let mut selected: Vec<B2bSpec> = Vec::new();
     let mut rejected = Vec::new();
     for spec in specs {
-        let symbol = symbol_for(spec);
-        if selected.iter().any(|(s, _)| *s == symbol) {
+        if selected.contains(spec) {
             continue;
         }
         match validate(spec) {
-            Ok(()) => selected.push((symbol, spec.clone())),
+            Ok(()) => selected.push(spec.clone()),
             Err(r) => rejected.push((spec.clone(), r.to_string())),
         }
     }
     if selected.is_empty() {
         return Err(B2bBuildError::NoKernels { given: specs.len(), rejected });
     }
-    selected.sort_by(|a, b| a.0.cmp(&b.0));
-
-    let include = out_dir.join("include");
-    let src_dir = out_dir.join("src");
-    for dir in [&include, &src_dir] {
-        std::fs::create_dir_all(dir).map_err(io(dir))?;
-    }
-    let header = include.join(crate::abi::HEADER_NAME);
-    if std::fs::read_to_string(&header).ok().as_deref() != Some(crate::abi::HEADER) {
-        cache::write_atomic(&header, crate::abi::HEADER.as_bytes()).map_err(io(&header))?;
-    }
-    let cache_root = match cache_dir {
-        Some(d) => d.to_path_buf(),
-        None => Cache::default_dir().ok_or(bolt_cutlass::Error::NoCacheDir)?,
-    };
-    let cache = Cache::open(&cache_root).map_err(io(&cache_root))?;
-    let flags: Vec<String> =
-        compile_command(&tc, Path::new("<source.cu>"), Path::new("<object.o>"), Path::new("<build>/include"))
-            .args()?
-            .iter()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
-    let versions = (tc.cuda_version().to_string(), tc.cutlass_version().to_string());
-
-    let mut objects = Vec::new();
-    let mut nvcc_seconds = Vec::new();
-    let mut resources = Vec::new();
-    let mut library_key = KeyHasher::new("bolt-b2b-library-v1");
-    library_key.str("cuda", &versions.0);
-    for (i, unit) in selected.chunks(KERNELS_PER_UNIT).enumerate() {
-        let pairs: Vec<(&B2bSpec, &str)> = unit.iter().map(|(s, k)| (k, s.as_str())).collect();
-        let text = render_unit(&pairs)?;
-        let source = src_dir.join(format!("{name}_b2b_{i:03}.cu"));
-        std::fs::write(&source, &text).map_err(io(&source))?;
-        let mut h = KeyHasher::new("bolt-b2b-object-v1");
-        h.str("source", &text).str("header", crate::abi::HEADER);
-        h.str("cuda", &versions.0).str("cutlass", &versions.1);
-        for f in &flags {
-            h.str("flag", f);
-        }
-        let key = h.finish();
-        library_key.part("object", &key.0);
-        let (object, _) = cache
-            .get_or_build(EntryKind::Object, &key, |tmp| {
-                let compiled = compile_command(&tc, &source, tmp, &include).ptxas_verbose(true).run();
-                match compiled {
-                    Ok(c) => {
-                        nvcc_seconds.push(c.elapsed.as_secs_f64());
-                        resources.extend(c.kernels.iter().filter(|k| k.arch == "sm_80").cloned());
-                        Ok(Some(c.stderr))
-                    }
-                    Err(e) => Err(e.to_string()),
-                }
-            })
-            .map_err(|e| match e {
-                CacheError::Build(message) => B2bBuildError::Compile { source_file: source.clone(), message },
-                CacheError::Io { path, source } => B2bBuildError::Io { path, source },
-            })?;
-        objects.push(object);
-    }
-
-    let library = out_dir.join(format!("lib{name}.so"));
-    let mut linked = false;
-    let (cached, _) = cache
-        .get_or_build(EntryKind::Library, &library_key.finish(), |tmp| {
-            linked = true;
-            let out = std::process::Command::new(tc.nvcc())
-                .args(["-shared", "-cudart", "static", "-Xlinker", "--no-undefined", "-Xlinker", "--exclude-libs,ALL"])
-                .arg("-o")
-                .arg(tmp)
-                .args(&objects)
-                .output()
-                .map_err(|e| e.to_string())?;
-            if out.status.success() {
-                Ok(None)
-            } else {
-                Err(String::from_utf8_lossy(&out.stderr).into_owned())
-            }
-        })
-        .map_err(|e| match e {
-            CacheError::Build(message) => B2bBuildError::Link { library: library.clone(), message },
-            CacheError::Io { path, source } => B2bBuildError::Io { path, source },
-        })?;
-    cache::copy_atomic(&cached, &library).map_err(io(&library))?;
-    let (_, library_blake3) = cache::hash_file(&library).map_err(io(&library))?;
+    let mut options = crate::builder::BuildOptions::new(out_dir);
+    options.name = name.to_string();
+    options.cache_dir = cache_dir.map(Path::to_path_buf);
+    options.ptxas_verbose = true;
+    let builder = crate::builder::Builder::discover(options)?;
+    let report = builder.build_all(&crate::builder::Templates, &[], &selected, &[])?;
+    let built = crate::manifest::Manifest::read(&report.manifest)
+        .map_err(|e| B2bBuildError::Io { path: report.manifest.clone(), source: std::io::Error::other(e) })?;
     let manifest = B2bManifest {
         format: MANIFEST_FORMAT,
-        abi_version: crate::abi::ABI_VERSION,
-        library: library.file_name().expect("file name").to_string_lossy().into_owned(),
-        library_blake3,
-        cuda_version: versions.0,
-        cutlass_version: versions.1,
-        nvcc_flags: flags,
-        kernels: selected
+        abi_version: built.abi_version,
+        library: built.library.clone(),
+        library_blake3: built.library_blake3.clone(),
+        cuda_version: built.cuda_version.clone(),
+        cutlass_version: built.cutlass_version.clone(),
+        nvcc_flags: built.nvcc_flags.values().next().cloned().unwrap_or_default(),
+        kernels: built
+            .b2b
             .iter()
-            .map(|(symbol, spec)| B2bManifestEntry { symbol: symbol.clone(), spec: spec.clone() })
+            .map(|k| B2bManifestEntry { symbol: k.symbol.clone(), spec: k.spec.clone() })
             .collect(),
     };
-    let manifest_path = library.with_extension("b2b.json");
+    let manifest_path = report.library.with_extension("b2b.json");
     let mut json = serde_json::to_vec_pretty(&manifest).expect("manifest serialises");
     json.push(b'\n');
-    cache::write_atomic(&manifest_path, &json).map_err(io(&manifest_path))?;
+    crate::cache::write_atomic(&manifest_path, &json)
+        .map_err(|source| B2bBuildError::Io { path: manifest_path.clone(), source })?;
+    let units = report.units.iter().filter(|u| u.compiled);
     Ok(B2bLibrary {
-        library,
+        library: report.library.clone(),
         manifest: manifest_path,
-        symbols: selected.into_iter().map(|(s, _)| s).collect(),
+        symbols: manifest.kernels.iter().map(|k| k.symbol.clone()).collect(),
         rejected,
-        nvcc_seconds,
-        resources,
-        linked,
+        nvcc_seconds: units.clone().filter_map(|u| u.nvcc_seconds).collect(),
+        resources: units.flat_map(|u| u.resources.iter().filter(|k| k.arch == "sm_80").cloned()).collect(),
+        linked: report.nvcc_links > 0,
     })
 }
 
@@ -1497,17 +1408,14 @@ pub enum B2bLoadError {
     Io { path: PathBuf, source: std::io::Error },
     #[error("{}: not a b2b manifest of format {MANIFEST_FORMAT}: {reason}", path.display())]
     Manifest { path: PathBuf, reason: String },
-    #[error("{} does not match its manifest (blake3 {found}, manifest says {expected}): rebuild", library.display())]
-    Stale { library: PathBuf, found: String, expected: String },
-    #[error("cannot load {}: {source}", path.display())]
-    Open { path: PathBuf, source: libloading::Error },
-    #[error("{} lacks `{symbol}`: {source}", library.display())]
-    MissingSymbol { library: PathBuf, symbol: String, source: libloading::Error },
+    #[error(transparent)]
+    Load(#[from] crate::loader::LoadError),
 }
 
 impl B2bKernelLibrary {
-    /// Opens `lib<name>.so` through `lib<name>.b2b.json` next to it: checks the format, the ABI
-    /// version and the library's hash, resolves every kernel's six functions.
+    /// Opens `lib<name>.so` with `lib<name>.b2b.json` next to it: checks that index's format,
+    /// then loads the library through [`crate::loader::KernelLibrary::open`] (its manifest's ABI
+    /// version and hash checked, every kernel's functions resolved).
     pub fn open(library: &Path) -> Result<B2bKernelLibrary, B2bLoadError> {
         let manifest_path = library.with_extension("b2b.json");
         let bytes =
@@ -1520,30 +1428,8 @@ impl B2bKernelLibrary {
                 reason: format!("format {} / ABI {}", manifest.format, manifest.abi_version),
             });
         }
-        let (_, found) = crate::cache::hash_file(library)
-            .map_err(|source| B2bLoadError::Io { path: library.to_path_buf(), source })?;
-        if found != manifest.library_blake3 {
-            return Err(B2bLoadError::Stale {
-                library: library.to_path_buf(),
-                found,
-                expected: manifest.library_blake3.clone(),
-            });
-        }
-        // SAFETY: a library Bolt built; its initialisers are CUTLASS's and the CUDA runtime's.
-        let lib = std::sync::Arc::new(
-            unsafe { libloading::Library::new(library) }
-                .map_err(|source| B2bLoadError::Open { path: library.to_path_buf(), source })?,
-        );
-        let mut kernels = Vec::new();
-        for entry in &manifest.kernels {
-            // SAFETY: a chain kernel exports the functions of bolt_kernel.h with BoltB2bArgs.
-            let functions =
-                unsafe { crate::loader::Functions::resolve(&lib, &entry.symbol) }.map_err(|(symbol, source)| {
-                    B2bLoadError::MissingSymbol { library: library.to_path_buf(), symbol, source }
-                })?;
-            kernels.push(B2bKernel { symbol: entry.symbol.clone(), spec: entry.spec.clone(), functions });
-        }
-        Ok(B2bKernelLibrary { manifest, kernels })
+        let lib = crate::loader::KernelLibrary::open(library)?;
+        Ok(B2bKernelLibrary { manifest, kernels: lib.b2b_kernels().to_vec() })
     }
 
     pub fn kernels(&self) -> &[B2bKernel] {

@@ -771,6 +771,7 @@ impl Builder {
             }
         }
         kernels.sort_by(|a, b| a.symbol.cmp(&b.symbol));
+        b2b_entries.sort_by(|a, b| a.symbol.cmp(&b.symbol));
         let manifest = Manifest {
             format: MANIFEST_FORMAT,
             abi_version: abi::ABI_VERSION,

@@ -202,6 +202,10 @@ impl KernelLibrary {
         self.by_symbol.get(symbol).map(|&i| &self.kernels[i])
     }
 
+    pub fn b2b_kernels(&self) -> &[crate::b2b::B2bKernel] {
+        &self.b2b
+    }
+
     /// The back-to-back chain kernel `symbol`, if the library has it.
     pub fn b2b(&self, symbol: &str) -> Option<&crate::b2b::B2bKernel> {
         self.b2b.iter().find(|k| k.symbol == symbol)
