@@ -172,6 +172,13 @@ fn default_model_f16_sm80() {
     let art = build_and_check(&g, dir.path(), &[Arch::Sm80], Some(Precision::F16), vec![range("N", 2, 2)]);
     // Weights were cast at compile time.
     assert!(art.weights.values().all(|w| !w.dtype().is_float() || w.dtype() == DType::F16));
+    // At batch 2 the planner fuses the two MLP GEMMs: one library then holds GEMM/conv
+    // kernels, the chain kernel and the glue kernels (one Builder call).
+    let lib = bolt_codegen::loader::KernelLibrary::open(art.library.as_ref().unwrap()).unwrap();
+    assert_eq!(art.plan.chains.len(), 1, "{:?}", art.plan.host_ops);
+    assert!(!art.plan.kernels.is_empty() && !art.plan.glue.is_empty());
+    assert!(lib.b2b(&art.plan.chains[0].buckets[0].symbol).is_some());
+    assert!(!lib.kernels().is_empty() && !lib.glue_kernels().is_empty());
 }
 
 /// One sm90a artifact. A single GEMM (+bias, GELU): each sm90a kernel costs ~1-2 min of
