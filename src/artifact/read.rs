@@ -135,12 +135,15 @@ impl Artifact {
             })?;
             weights.insert(w.name.clone(), Arc::new(t));
         }
-        for (i, k) in plan.kernels.iter().enumerate() {
-            if k.buckets.len() != plan.buckets.len() {
+        // One choice per shape bucket for every kernel and chain node.
+        let kernels = plan.kernels.iter().enumerate().map(|(i, k)| (format!("kernels[{i}]"), k.buckets.len()));
+        let chains = plan.chains.iter().enumerate().map(|(i, c)| (format!("chains[{i}]"), c.buckets.len()));
+        for (field, n) in kernels.chain(chains) {
+            if n != plan.buckets.len() {
                 return Err(err(
                     &ppath,
-                    format!("kernels[{i}].buckets"),
-                    format!("{} entries for {} shape buckets", k.buckets.len(), plan.buckets.len()),
+                    format!("{field}.buckets"),
+                    format!("{n} entries for {} shape buckets", plan.buckets.len()),
                 ));
             }
         }
@@ -149,15 +152,6 @@ impl Artifact {
             .keys()
             .find(|n| n.starts_with(&format!("{KERNELS_DIR}/")) && n.ends_with(".so"))
             .map(|n| dir.join(n));
-        for (i, c) in plan.chains.iter().enumerate() {
-            if c.buckets.len() != plan.buckets.len() {
-                return Err(err(
-                    &ppath,
-                    format!("chains[{i}].buckets"),
-                    format!("{} entries for {} shape buckets", c.buckets.len(), plan.buckets.len()),
-                ));
-            }
-        }
         for (i, g) in plan.glue.iter().enumerate() {
             let want = bolt_codegen::glue::symbol_for(&g.spec);
             if g.symbol != want {

@@ -290,63 +290,47 @@ impl CudaExecutor {
         };
         let wb = workspace.as_ref().map_or(0, |w| base(w, &stream));
         let mut steps = Vec::new();
-        let mut k = 0;
+        // Workspace ranges in the order they were laid out (one per kernel and chain).
+        let mut next_ws = ws_offsets.into_iter();
+        let mut ws_ptr = |ws: usize| {
+            let offset = next_ws.next().expect("one workspace range per kernel");
+            if ws == 0 {
+                std::ptr::null_mut()
+            } else {
+                (wb + offset) as *mut c_void
+            }
+        };
+        let s = self.stream as *mut c_void;
+        // SAFETY (every initialize below): device pointers into the weights, arena and input
+        // buffers, sized for the problem; a zeroed workspace of `ws` bytes (none for glue);
+        // all live as long as the steps.
         for (i, p) in planned.into_iter().enumerate() {
-            let (node, kernel, problem, args, ws) = match p {
-                Planned::Host => {
-                    steps.push(Step::Host { node: i });
-                    continue;
-                }
+            let step = match p {
+                Planned::Host => Step::Host { node: i },
                 Planned::Glue(node, kernel, problem, args) => {
-                    // SAFETY: args point into the arena / inputs at this node's tensors, sized
-                    // for `problem`; glue kernels take no workspace.
-                    let params =
-                        unsafe { kernel.initialize(&problem, &args, self.stream as *mut c_void) }.map_err(|e| {
-                            RuntimeError::Kernel {
-                                kernel: format!("{} (node {node})", kernel.symbol()),
-                                problem: format!("{problem:?}"),
-                                arch: self.name.clone(),
-                                reason: e.to_string(),
-                            }
-                        })?;
-                    steps.push(Step::Glue { node, problem, params });
-                    continue;
+                    let params = unsafe { kernel.initialize(&problem, &args, s) }
+                        .map_err(|e| self.call_error(kernel.symbol(), &node, &problem, e))?;
+                    Step::Glue { node, problem, params }
                 }
                 Planned::Chain(node, kernel, problem, args, ws) => {
-                    let ws_ptr = if ws == 0 { std::ptr::null_mut() } else { (wb + ws_offsets[k]) as *mut c_void };
-                    k += 1;
-                    // SAFETY: as for kernels below: device pointers sized for this problem,
-                    // a zeroed workspace of `ws` bytes, all alive as long as the steps.
-                    let params = unsafe { kernel.initialize(&problem, &args, ws_ptr, ws, self.stream as *mut c_void) }
-                        .map_err(|e| RuntimeError::Kernel {
-                            kernel: format!("{} (node {node})", kernel.symbol),
-                            problem: format!("{problem:?}"),
-                            arch: self.name.clone(),
-                            reason: e.to_string(),
-                        })?;
-                    steps.push(Step::Chain { node, problem, params });
-                    continue;
+                    let w = ws_ptr(ws);
+                    let params = unsafe { kernel.initialize(&problem, &args, w, ws, s) }
+                        .map_err(|e| self.call_error(&kernel.symbol, &node, &problem, e))?;
+                    Step::Chain { node, problem, params }
                 }
-                Planned::Kernel(node, kernel, problem, args, ws) => (node, kernel, problem, args, ws),
+                Planned::Kernel(node, kernel, problem, args, ws) => {
+                    let w = ws_ptr(ws);
+                    let params = unsafe {
+                        match &problem {
+                            Problem::Gemm(p) => kernel.initialize(p, &args, w, ws, s),
+                            Problem::Conv2d(p) => kernel.initialize(p, &args, w, ws, s),
+                        }
+                    }
+                    .map_err(|e| self.call_error(kernel.symbol(), &node, &problem, e))?;
+                    Step::Kernel { node, problem, params }
+                }
             };
-            let ws_ptr = if ws == 0 { std::ptr::null_mut() } else { (wb + ws_offsets[k]) as *mut c_void };
-            k += 1;
-            let s = self.stream as *mut c_void;
-            // SAFETY: device pointers into the weights, arena and input buffers, sized for
-            // this problem; a zeroed workspace of `ws` bytes; all live as long as the steps.
-            let params = unsafe {
-                match &problem {
-                    Problem::Gemm(p) => kernel.initialize(p, &args, ws_ptr, ws, s),
-                    Problem::Conv2d(p) => kernel.initialize(p, &args, ws_ptr, ws, s),
-                }
-            }
-            .map_err(|e| RuntimeError::Kernel {
-                kernel: format!("{} (node {node})", kernel.symbol()),
-                problem: format!("{problem:?}"),
-                arch: self.name.clone(),
-                reason: e.to_string(),
-            })?;
-            steps.push(Step::Kernel { node, problem, params });
+            steps.push(step);
         }
         drv("synchronize", stream.synchronize())?;
         self.prepared = Some(Prepared {
@@ -451,6 +435,42 @@ impl CudaExecutor {
         Ok(Planned::Glue(n.name.clone(), kernel, u.problem, args))
     }
 
+    /// A kernel call's error, naming the kernel, its node, the problem and the GPU.
+    fn call_error(
+        &self,
+        symbol: &str,
+        node: &str,
+        problem: &dyn std::fmt::Debug,
+        e: impl std::fmt::Display,
+    ) -> RuntimeError {
+        RuntimeError::Kernel {
+            kernel: format!("{symbol} (node {node})"),
+            problem: format!("{problem:?}"),
+            arch: self.name.clone(),
+            reason: e.to_string(),
+        }
+    }
+
+    /// Launches a device step (kernel, chain or glue kernel): its node and kernel symbol, or
+    /// `None` for a host step (which it leaves alone).
+    fn launch_step<'s>(&self, step: &'s mut Step) -> Result<Option<(&'s str, &'s str)>, RuntimeError> {
+        Ok(match step {
+            Step::Kernel { node, problem, params } => {
+                self.launch(node, problem, params)?;
+                Some((&**node, params.symbol()))
+            }
+            Step::Chain { node, problem, params } => {
+                self.launch(node, problem, params)?;
+                Some((&**node, params.symbol()))
+            }
+            Step::Glue { node, problem, params } => {
+                self.launch(node, problem, params)?;
+                Some((&**node, params.symbol()))
+            }
+            Step::Host { .. } => None,
+        })
+    }
+
     fn launch<A: KernelArgs>(
         &self,
         node: &str,
@@ -459,12 +479,8 @@ impl CudaExecutor {
     ) -> Result<(), RuntimeError> {
         // SAFETY: the params point into buffers that live as long as `self.prepared`; the
         // stream belongs to the context they were initialised on.
-        unsafe { params.launch(self.stream as *mut c_void) }.map_err(|e| RuntimeError::Kernel {
-            kernel: format!("{} (node {node})", params.symbol()),
-            problem: format!("{problem:?}"),
-            arch: self.name.clone(),
-            reason: e.to_string(),
-        })
+        unsafe { params.launch(self.stream as *mut c_void) }
+            .map_err(|e| self.call_error(params.symbol(), node, problem, e))
     }
 
     /// Runs a host step: copies its inputs down, runs the reference op, copies outputs up.
@@ -524,12 +540,8 @@ impl CudaExecutor {
         for i in 0..p.steps.len() {
             if let Step::Host { node } = p.steps[i] {
                 self.host_step(p, node)?;
-            } else if let Step::Kernel { node, problem, params } = &mut p.steps[i] {
-                self.launch(node, problem, params)?;
-            } else if let Step::Glue { node, problem, params } = &mut p.steps[i] {
-                self.launch(node, problem, params)?;
-            } else if let Step::Chain { node, problem, params } = &mut p.steps[i] {
-                self.launch(node, problem, params)?;
+            } else {
+                self.launch_step(&mut p.steps[i])?;
             }
         }
         Ok(())
@@ -558,26 +570,12 @@ impl CudaExecutor {
             // SAFETY: live events and stream of this context.
             drv("record", unsafe { result::event::record(start, self.stream) })?;
             let h0 = Instant::now();
-            let (node, symbol) = match s {
-                Step::Kernel { node, problem, params } => {
-                    self.launch(node, problem, params)?;
-                    (node.clone(), params.symbol().to_string())
-                }
-                Step::Glue { node, problem, params } => {
-                    self.launch(node, problem, params)?;
-                    (node.clone(), params.symbol().to_string())
-                }
-                Step::Chain { node, problem, params } => {
-                    self.launch(node, problem, params)?;
-                    (node.clone(), params.symbol().to_string())
-                }
-                Step::Host { .. } => continue,
-            };
+            let Some((node, symbol)) = self.launch_step(s)? else { continue };
             host += h0.elapsed().as_secs_f64();
             drv("record", unsafe { result::event::record(end, self.stream) })?;
             drv("event synchronize", unsafe { result::event::synchronize(end) })?;
             let ms = drv("elapsed", unsafe { result::event::elapsed(start, end) })? as f64;
-            t.kernels.push((node, symbol, ms * 1e-3));
+            t.kernels.push((node.to_string(), symbol.to_string(), ms * 1e-3));
             t.device_seconds += ms * 1e-3;
             t.launches += 1;
         }
