@@ -375,6 +375,30 @@ fn rewrite_consistently(dir: &Path, file: &str, f: impl FnOnce(&mut serde_json::
     std::fs::write(&mp, serde_json::to_vec(&m).unwrap()).unwrap();
 }
 
+/// A model with no GEMM or conv, only data movement (a cast to f16 and an NHWC transpose of
+/// the result): the library holds glue kernels alone, the reference device runs them equal to
+/// the model, and a plan naming another kernel than its glue spec's is refused by field.
+#[test]
+fn glue_only_artifact_and_a_mismatched_glue_symbol() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = Net::new(DType::F32);
+    let x = n.input("x", &[2, 3, 5, 7]);
+    let h = n.op("half", Op::Cast { to: DType::F16, saturate: true }, &[&x]);
+    let t = n.op("nhwc", Op::Transpose { perm: Some(bolt::plan::layout::TO_NHWC.to_vec()) }, &[&h]);
+    let g = n.finish(&[&t]);
+    let report = compile(&g, &CompileOptions::new(dir.path())).unwrap();
+    assert_eq!((report.kernel_nodes, report.glue_nodes, report.host_ops), (0, 2, 0), "{report}");
+    let art = Artifact::open(dir.path()).unwrap();
+    let inputs = bolt::compile::synthetic_inputs(&g, &HashMap::new(), 3).unwrap();
+    let want = bolt::reference::run(&g, &inputs).unwrap();
+    let got = runtime::open(&art, DeviceKind::Reference, &RunOptions::default()).unwrap().run(&inputs).unwrap();
+    assert_eq!(got[&t], want[&t]);
+
+    rewrite_consistently(dir.path(), PLAN_FILE, |p| p["glue"][0]["symbol"] = "bolt_glue_cast_f32_bf16".into());
+    let e = Artifact::open(dir.path()).unwrap_err().to_string();
+    assert!(e.contains("plan.json") && e.contains("'glue[0].symbol'"), "{e}");
+}
+
 /// Corrupt, truncated, version-mismatched and inconsistent artifacts: an error naming the file
 /// and the field, never a panic; `bolt run` exits non-zero with it.
 #[test]
