@@ -181,6 +181,28 @@ fn default_model_f16_sm80() {
     assert!(!lib.kernels().is_empty() && !lib.glue_kernels().is_empty());
 }
 
+/// The f16 default model's MLP chain is fused at batch 2 but has no chain kernel at batch 1
+/// (one row has no aligned tiling): with a 1..2 range the artifact runs it unfused, as two
+/// GEMM kernels, rather than leave the chain to the host, and says so.
+#[test]
+fn a_chain_without_a_kernel_in_some_bucket_runs_unfused() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = bolt::models::default_model().unwrap();
+    let opts = CompileOptions {
+        precision: Some(Precision::F16),
+        dims: vec![range("N", 1, 2)],
+        ..CompileOptions::new(dir.path())
+    };
+    let report = compile(&g, &opts).unwrap();
+    let why = report.chains_unfused.as_deref().expect("the chain is unfused");
+    assert!(why.contains("no chain kernel"), "{why}");
+    assert!(report.to_string().contains("back-to-back chains run unfused"), "{report}");
+    let art = Artifact::open(dir.path()).unwrap();
+    assert!(art.plan.chains.is_empty());
+    assert!(art.plan.nodes.iter().all(|n| !matches!(n.op, Op::FusedChain(_))), "{:?}", art.plan.host_ops);
+    assert!(art.plan.kernels.iter().any(|k| k.node.starts_with("fc")), "{:?}", art.plan.kernels);
+}
+
 /// One sm90a artifact. A single GEMM (+bias, GELU): each sm90a kernel costs ~1-2 min of
 /// nvcc on 2 cores cold, so CI builds one (the default model's four take ~5 min).
 #[test]

@@ -62,6 +62,8 @@ pub struct CompileReport {
     pub kernel_nodes: usize,
     /// Fused back-to-back chains, each one chain kernel.
     pub chain_nodes: usize,
+    /// Why chains the planner fused run unfused (some shape bucket has no chain kernel).
+    pub chains_unfused: Option<String>,
     /// Layout transposes, channel padding and casts run by glue kernels.
     pub glue_nodes: usize,
     /// Distinct kernels in the library (all archs).
@@ -102,6 +104,9 @@ impl std::fmt::Display for CompileReport {
             self.build_seconds,
             self.total_seconds
         )?;
+        if let Some(why) = &self.chains_unfused {
+            writeln!(f, "  back-to-back chains run unfused: {why}")?;
+        }
         writeln!(
             f,
             "  weights {} bytes; activation arena {} bytes (one allocation per tensor: {} bytes)",
@@ -161,35 +166,29 @@ fn hash_file(path: &Path) -> Result<FileEntry> {
     Ok(FileEntry { bytes: bytes.len() as u64, blake3: blake3::hash(&bytes).to_hex().to_string() })
 }
 
-/// Compiles `model` into an artifact at `opts.out_dir` (created or overwritten).
-pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
-    let t0 = Instant::now();
-    let (precision, precision_defaulted) = resolve_precision(model, opts.precision)?;
-    let g = if precision.storage() != model_float(model) {
-        crate::ir::precision::convert_floats(model, precision.storage())?
-    } else {
-        model.clone()
-    };
-    let buckets = buckets(&opts.dims);
-    let largest: DimBindings = buckets.last().cloned().unwrap_or_default().into_iter().collect();
-    // Back-to-back chains are fused where the planner's traffic model says they pay.
-    let plan_opts = crate::plan::PlanOptions { bindings: largest.clone(), b2b: true, ..Default::default() };
-    let planned = crate::plan::plan_with(&g, &plan_opts)?;
-    let graph = planned.graph;
+/// Kernel choices of a planned graph, per node, per bucket, per arch: GEMM/conv kernels
+/// (tuning database, else the analytic pick) and chain kernels (codegen's first fused
+/// candidate; sm80 units, which run on Hopper through PTX). A node that fails in any bucket
+/// or arch gets a host reason instead.
+struct Chosen {
+    kernels: BTreeMap<String, NodeKernels>,
+    chains: BTreeMap<String, NodeChain>,
+    host_reason: HashMap<String, String>,
+}
 
-    let db = match &opts.tuning_db {
-        Some(p) => Some(bolt_profiler::db::Db::open(p).map_err(|e| io_err(p, e))?),
-        None => None,
-    };
-    // Kernel choices per node, per bucket, per arch; nodes that fail anywhere go to the host.
+fn choose_kernels(
+    graph: &Graph,
+    buckets: &[BTreeMap<String, usize>],
+    archs: &[Arch],
+    db: Option<&bolt_profiler::db::Db>,
+) -> Chosen {
     let mut choices: BTreeMap<String, NodeKernels> = BTreeMap::new();
     let mut host_reason: HashMap<String, String> = HashMap::new();
-    // Chain kernels per chain node, per bucket (sm80 units: they run on Hopper through PTX).
     let mut chains: BTreeMap<String, NodeChain> = BTreeMap::new();
     for (bi, bucket) in buckets.iter().enumerate() {
         let bindings: DimBindings = bucket.clone().into_iter().collect();
-        let (uses, skipped) = crate::plan::lower::workloads(&graph, &bindings);
-        let (chain_uses, unlowered) = crate::plan::lower::chains(&graph, &uses, &skipped);
+        let (uses, skipped) = crate::plan::lower::workloads(graph, &bindings);
+        let (chain_uses, unlowered) = crate::plan::lower::chains(graph, &uses, &skipped);
         for s in skipped.into_iter().filter(|s| !s.node.contains('#')).chain(unlowered) {
             host_reason.entry(s.node).or_insert(s.reason);
         }
@@ -214,8 +213,8 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
         // Chain layers (`node#i`) run inside their chain's kernel.
         for u in uses.into_iter().filter(|u| u.chain.is_none()) {
             let mut per_arch = Vec::new();
-            for &arch in &opts.archs {
-                match crate::compile::pick_kernel(&u.workload, arch, db.as_ref()) {
+            for &arch in archs {
+                match crate::compile::pick_kernel(&u.workload, arch, db) {
                     Ok(p) => per_arch.push(KernelChoice {
                         arch,
                         symbol: Templates.symbol(&p.spec),
@@ -239,6 +238,47 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
     }
     choices.retain(|n, k| !host_reason.contains_key(n) && k.buckets.len() == buckets.len());
     chains.retain(|n, c| !host_reason.contains_key(n) && c.buckets.len() == buckets.len());
+    Chosen { kernels: choices, chains, host_reason }
+}
+
+/// Compiles `model` into an artifact at `opts.out_dir` (created or overwritten).
+pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
+    let t0 = Instant::now();
+    let (precision, precision_defaulted) = resolve_precision(model, opts.precision)?;
+    let g = if precision.storage() != model_float(model) {
+        crate::ir::precision::convert_floats(model, precision.storage())?
+    } else {
+        model.clone()
+    };
+    let buckets = buckets(&opts.dims);
+    let largest: DimBindings = buckets.last().cloned().unwrap_or_default().into_iter().collect();
+    let db = match &opts.tuning_db {
+        Some(p) => Some(bolt_profiler::db::Db::open(p).map_err(|e| io_err(p, e))?),
+        None => None,
+    };
+    // Back-to-back chains are fused where the planner's traffic model says they pay.
+    let mut plan_opts = crate::plan::PlanOptions { bindings: largest.clone(), b2b: true, ..Default::default() };
+    let mut graph = crate::plan::plan_with(&g, &plan_opts)?.graph;
+    let mut chosen = choose_kernels(&graph, &buckets, &opts.archs, db.as_ref());
+    // A chain is planned at the largest bucket; a smaller one may have no fused kernel (e.g.
+    // one row has no aligned tiling). Its layers then run as kernels of their own rather than
+    // the whole chain on the host: the plan is redone without fusion.
+    let unfusable: Vec<String> = graph
+        .nodes
+        .iter()
+        .filter(|n| matches!(n.op, Op::FusedChain(_)))
+        .filter_map(|n| chosen.host_reason.get(&n.name).map(|why| format!("{}: {why}", n.name)))
+        .collect();
+    let chains_unfused = if unfusable.is_empty() {
+        None
+    } else {
+        tracing::warn!("back-to-back chains not fused: {}", unfusable.join("; "));
+        plan_opts.b2b = false;
+        graph = crate::plan::plan_with(&g, &plan_opts)?.graph;
+        chosen = choose_kernels(&graph, &buckets, &opts.archs, db.as_ref());
+        Some(unfusable.join("; "))
+    };
+    let Chosen { kernels: mut choices, chains, mut host_reason } = chosen;
     let mut b2b_specs: Vec<bolt_codegen::b2b::B2bSpec> = Vec::new();
     for c in chains.values().flat_map(|c| &c.buckets) {
         if !b2b_specs.contains(&c.spec) {
@@ -420,6 +460,7 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
         numerics: precision.numerics().into(),
         buckets,
         kernel_nodes: plan.kernels.len(),
+        chains_unfused,
         chain_nodes: plan.chains.len(),
         glue_nodes: plan.glue.len(),
         kernels: built_symbols,
