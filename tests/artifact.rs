@@ -70,6 +70,7 @@ fn build_and_check(
         ]
     };
     for b in sizes {
+        kernels_take_the_runtime_problems(&art, &lib, &b);
         let inputs = bolt::compile::synthetic_inputs(g, &b, 5).unwrap();
         let want = bolt::reference::run(g, &inputs).unwrap();
         let mut exec = runtime::open(&art, DeviceKind::Reference, &RunOptions::default()).unwrap();
@@ -83,6 +84,50 @@ fn build_and_check(
         }
     }
     art
+}
+
+/// What the cuda device would set up at `sizes`, short of a GPU: the problem it derives for
+/// every kernel, chain and glue node (as `runtime::cuda` does, from the bound plan) is one the
+/// library's kernel takes (`<symbol>_can_implement`, a host-side check).
+fn kernels_take_the_runtime_problems(
+    art: &Artifact,
+    lib: &bolt_codegen::loader::KernelLibrary,
+    sizes: &HashMap<String, usize>,
+) {
+    use bolt_codegen::abi::Status;
+    use bolt_profiler::workload::Problem;
+    let graph = bolt::plan::edit::bind_inputs(&art.graph(), sizes).unwrap();
+    let bucket = art.plan.bucket_for(sizes);
+    let (uses, skipped) = bolt::plan::lower::workloads(&graph, sizes);
+    let (chains, _) = bolt::plan::lower::chains(&graph, &uses, &skipped);
+    for k in &art.plan.kernels {
+        let u = uses.iter().find(|u| u.node == k.node).unwrap();
+        for c in &k.buckets[bucket] {
+            let kernel = lib.get(&c.symbol).unwrap();
+            let status = match &u.workload.problem {
+                Problem::Gemm(p) => kernel.can_implement(p),
+                Problem::Conv2d(p) => kernel.can_implement(p),
+            };
+            assert_eq!(status, Status::Ok, "{} on {:?}", c.symbol, u.workload.problem);
+        }
+    }
+    for c in &art.plan.chains {
+        let u = chains.iter().find(|u| u.node == c.node).unwrap();
+        let kernel = lib.b2b(&c.buckets[bucket].symbol).unwrap();
+        assert_eq!(kernel.can_implement(&u.problem), Status::Ok, "{} on {:?}", kernel.symbol, u.problem);
+    }
+    for gl in &art.plan.glue {
+        let n = graph.nodes.iter().find(|n| n.name == gl.node).unwrap();
+        let u = bolt::plan::lower::glue(&graph, n, sizes).unwrap().unwrap();
+        assert_eq!(u.spec, gl.spec);
+        assert_eq!(
+            lib.glue(&gl.spec).unwrap().can_implement(&u.problem),
+            Status::Ok,
+            "{} on {:?}",
+            gl.symbol,
+            u.problem
+        );
+    }
 }
 
 /// The data movement the planner inserts (NCHW <-> NHWC transposes, channel padding) and
