@@ -1,8 +1,12 @@
 //! The `cuda` device: the artifact's kernel library on GPU 0 through the driver API (cudarc,
 //! libcuda loaded at run time, so builds need no GPU).
 //!
+//! Steps: GEMM/conv kernels, back-to-back chain kernels and glue kernels (layout transposes,
+//! channel padding, casts) of the one library, each set up once per input shape (CUTLASS
+//! Params built by `initialize`) and launched on the stream.
+//!
 //! Memory: the weights are uploaded once (one buffer, `weights.bin` as written); activations
-//! live in one arena at the offsets the artifact planned by liveness; each kernel gets its own
+//! live in one arena at the offsets the artifact planned by liveness; each kernel and chain gets its own
 //! zeroed workspace range sized for its problem (split-K / stream-K semaphores must not be
 //! shared). All of it is allocated at set-up, once per input shape; a run only copies inputs
 //! in, launches, and copies outputs out, so the launch sequence can be captured in a CUDA
@@ -218,10 +222,10 @@ impl CudaExecutor {
             }
             if let Some(c) = self.plan.chains.iter().find(|c| c.node == n.name) {
                 let problem = chain_problems.get(n.name.as_str()).copied();
-                let (kernel, args, ws) = self.plan_chain(n, c, bucket, problem.as_ref(), &input_addr)?;
+                let (kernel, problem, args, ws) = self.plan_chain(n, c, bucket, problem, &input_addr)?;
                 ws_offsets.push(ws_total);
                 ws_total = crate::artifact::format::align_up(ws_total + ws as u64, 256);
-                planned.push(Planned::Chain(n.name.clone(), kernel, problem.expect("checked"), args, ws));
+                planned.push(Planned::Chain(n.name.clone(), kernel, problem, args, ws));
                 continue;
             }
             let Some(nk) = self.plan.kernels.iter().find(|k| k.node == n.name) else {
@@ -345,16 +349,16 @@ impl CudaExecutor {
         Ok(())
     }
 
-    /// A chain node's kernel (this bucket's), arguments and workspace bytes. Inputs: A, then
-    /// each layer's weight and bias, then the last layer's source.
+    /// A chain node's kernel (this bucket's), problem, arguments and workspace bytes. Inputs:
+    /// A, then each layer's weight and bias, then the last layer's source.
     fn plan_chain(
         &self,
         n: &crate::ir::Node,
         c: &crate::artifact::format::NodeChain,
         bucket: usize,
-        problem: Option<&B2bProblem>,
+        problem: Option<B2bProblem>,
         input_addr: &HashMap<String, (u64, usize)>,
-    ) -> Result<(B2bKernel, BoltB2bArgs, usize), RuntimeError> {
+    ) -> Result<(B2bKernel, B2bProblem, BoltB2bArgs, usize), RuntimeError> {
         let choice = &c.buckets[bucket];
         let fail = |problem: String, reason: String| RuntimeError::Kernel {
             kernel: format!("{} (node {})", choice.symbol, n.name),
@@ -368,7 +372,7 @@ impl CudaExecutor {
             .cloned()
             .ok_or_else(|| fail("-".into(), "not in the kernel library".into()))?;
         let problem = problem.ok_or_else(|| fail("-".into(), "the chain has no problem at these shapes".into()))?;
-        let status = kernel.can_implement(problem);
+        let status = kernel.can_implement(&problem);
         if status != Status::Ok {
             return Err(fail(format!("{problem:?}"), format!("can_implement: {status}")));
         }
@@ -394,7 +398,8 @@ impl CudaExecutor {
             args.layer[i].alpha = alpha;
             args.layer[i].beta = beta;
         }
-        Ok((kernel.clone(), args, kernel.workspace_size(problem)))
+        let ws = kernel.workspace_size(&problem);
+        Ok((kernel, problem, args, ws))
     }
 
     /// A glue node's kernel, problem (from the bound shapes) and arguments.
@@ -565,7 +570,7 @@ impl CudaExecutor {
             }
         }
         let _events = Events(start, end);
-        // Kernels and glue kernels alike (host steps are not device time).
+        // Kernels, chains and glue kernels alike (host steps are not device time).
         for s in &mut p.steps {
             // SAFETY: live events and stream of this context.
             drv("record", unsafe { result::event::record(start, self.stream) })?;
