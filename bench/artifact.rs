@@ -47,11 +47,12 @@ fn main() {
         for pass in ["cold", "warm"] {
             match compile(&g, &opts) {
                 Ok(r) => println!(
-                    "{name:<10} {pass}: {:7.1} s total ({:.1} s kernel build), {} kernels for {} kernel + {} glue nodes, {} nvcc runs, {} host ops",
+                    "{name:<10} {pass}: {:7.1} s total ({:.1} s kernel build), {} kernels for {} kernel + {} chain + {} glue nodes, {} nvcc runs, {} host ops",
                     r.total_seconds,
                     r.build_seconds,
                     r.kernels,
                     r.kernel_nodes,
+                    r.chain_nodes,
                     r.glue_nodes,
                     r.nvcc_invocations,
                     r.host_ops
