@@ -43,11 +43,15 @@ impl BoltEp {
                 GetCompiledModelCompatibilityInfo: Some(ep_get_compiled_model_compatibility_info),
             },
             name: CString::new(name).expect("no NUL"),
-            compat: CString::new(format!("bolt-ort {} device={}", env!("CARGO_PKG_VERSION"), options.device))
+            compat: CString::new(format!("{COMPAT_PREFIX}{} device={}", env!("CARGO_PKG_VERSION"), options.device))
                 .expect("no NUL"),
             options,
             logger,
         })
+    }
+
+    fn name_str(&self) -> String {
+        self.name.to_string_lossy().into_owned()
     }
 
     pub fn into_raw(self: Box<BoltEp>) -> *mut OrtEp {
@@ -93,6 +97,10 @@ impl BoltEp {
         }
     }
 }
+
+/// The start of the compatibility string ORT stores in compiled models (then the version and
+/// the device): the factory accepts compiled models of this build's version.
+pub const COMPAT_PREFIX: &str = "bolt-ort ";
 
 unsafe fn this<'a>(ep: *const OrtEp) -> &'a BoltEp {
     &*(ep as *const BoltEp)
@@ -199,11 +207,22 @@ unsafe extern "system" fn ep_get_capability(
                 return Ok(());
             }
         };
+        let options = OrtNodeFusionOptions { ort_version_supported: EP_API_VERSION, drop_constant_initializers: true };
+        // A compiled model's EPContext nodes written by this EP: each is one fused node.
+        let ep_name = me.name_str();
+        for n in imported.graph.nodes.iter().filter(|n| epcontext_of(&n.op, &ep_name).is_some()) {
+            let node = imported
+                .nodes
+                .get(&n.name)
+                .copied()
+                .ok_or_else(|| format!("node '{}' is not in the ORT graph", n.name))?;
+            me.log(|| format!("claim EPContext node {}", n.name));
+            check((api().ep.EpGraphSupportInfo_AddNodesToFuse)(info, &node, 1, &options))?;
+        }
         let parts = bolt::partition::partition(&imported.graph);
         for h in &parts.host {
             me.log(|| format!("host: {} ({}): {}", h.node, h.op_type, h.reason));
         }
-        let options = OrtNodeFusionOptions { ort_version_supported: EP_API_VERSION, drop_constant_initializers: true };
         for p in &parts.partitions {
             if let Err(why) = claimable(&imported.graph, p) {
                 me.log(|| format!("partition {} not claimed: {why}", p.anchor));
@@ -232,6 +251,29 @@ pub struct Kernel {
     pub graph: Graph,
     /// Runs as work queued on ORT's compute stream (the test device), else at once.
     pub on_stream: bool,
+    pub runner: Runner,
+}
+
+/// What runs a fused node's graph on the host.
+pub enum Runner {
+    /// The subgraph planned at Compile, run by the reference executor.
+    Planned,
+    /// A compiled Bolt artifact (compile once, EPContext): run as `bolt run` runs it, with its
+    /// own plan, weights and precision; nothing is planned at session creation.
+    Artifact(std::sync::Mutex<bolt::runtime::Reference>),
+}
+
+impl Kernel {
+    fn run(&self, feeds: &HashMap<String, Tensor>) -> Res<HashMap<String, Tensor>> {
+        use bolt::runtime::Executor;
+        match &self.runner {
+            Runner::Planned => bolt::reference::run(&self.graph, feeds).map_err(|e| e.to_string()),
+            Runner::Artifact(x) => {
+                let mut x = x.lock().map_err(|_| "an earlier run of this node panicked".to_string())?;
+                x.run(feeds).map_err(|e| e.to_string())
+            }
+        }
+    }
 }
 
 #[repr(C)]
@@ -276,7 +318,7 @@ unsafe extern "system" fn ep_compile(
     fused_nodes: *const *const OrtNode,
     count: usize,
     node_compute_infos: *mut *mut OrtNodeComputeInfo,
-    _ep_context_nodes: *mut *mut OrtNode,
+    ep_context_nodes: *mut *mut OrtNode,
 ) -> Status {
     guard("Compile", || {
         let me = this(ep);
@@ -290,25 +332,65 @@ unsafe extern "system" fn ep_compile(
                 // Everything is copied out of the OrtGraph here: it is gone after Compile.
                 let imported = graph::import(*graphs.add(i), Some(&outputs))
                     .map_err(|e| format!("fused node '{name}': cannot read its graph: {e}"))?;
-                let plan = bolt::plan::plan(&imported.graph)
-                    .map_err(|e| format!("fused node '{name}': planning failed: {e}"))?;
-                me.log(|| {
-                    format!(
-                        "compile {name}: {} node(s) -> {} planned node(s) [{}], inputs {inputs:?}, outputs {outputs:?}",
-                        imported.graph.nodes.len(),
-                        plan.graph.nodes.len(),
-                        plan.graph.nodes.iter().map(|n| n.op.op_type()).collect::<Vec<_>>().join(", ")
-                    )
-                });
                 if me.options.device == Device::Cuda {
                     return Err("device=cuda: the CUDA device is not built into this library (no GPU kernels)".into());
                 }
+                let model_path = graph_model_path(*graphs.add(i))?;
+                let (graph, runner) = if let Some(rel) = epcontext_artifact(&imported.graph, &me.name_str()) {
+                    // A compiled model: open the artifact its EPContext node names; plan nothing.
+                    let dir = model_path.as_deref().and_then(std::path::Path::parent).ok_or_else(|| {
+                        format!(
+                            "EPContext node '{name}': its artifact '{}' is relative to the model's file, but this \
+                             model was not loaded from a file",
+                            rel.display()
+                        )
+                    })?;
+                    let (graph, runner) =
+                        open_artifact(&dir.join(&rel)).map_err(|e| format!("EPContext node '{name}': {e}"))?;
+                    me.log(|| format!("compile {name}: loaded {} (EPContext), nothing planned", rel.display()));
+                    (graph, runner)
+                } else if let Some(c) = &me.options.context {
+                    // Compile once: build the artifact beside the model ORT will save.
+                    let (dir, rel) = context_location(c, model_path.as_deref(), &name)?;
+                    let out = dir.join(&rel);
+                    let mut opts = bolt::artifact::CompileOptions::new(&out);
+                    opts.dims = me.options.dims.clone();
+                    let report = bolt::artifact::compile(&imported.graph, &opts)
+                        .map_err(|e| format!("fused node '{name}': building its artifact {}: {e}", out.display()))?;
+                    me.log(|| {
+                        format!(
+                            "compile {name}: artifact {} ({}), {} kernel(s)",
+                            out.display(),
+                            report.numerics,
+                            report.kernels
+                        )
+                    });
+                    let (graph, runner) = open_artifact(&out).map_err(|e| format!("fused node '{name}': {e}"))?;
+                    if ep_context_nodes.is_null() {
+                        return Err("ep.context_enable=1 but ORT passed no EPContext node array".into());
+                    }
+                    *ep_context_nodes.add(i) = epcontext_node(&name, &inputs, &outputs, &rel, &me.name_str(), i == 0)?;
+                    (graph, runner)
+                } else {
+                    let plan = bolt::plan::plan(&imported.graph)
+                        .map_err(|e| format!("fused node '{name}': planning failed: {e}"))?;
+                    me.log(|| {
+                        format!(
+                            "compile {name}: {} node(s) -> {} planned node(s) [{}], inputs {inputs:?}, outputs {outputs:?}",
+                            imported.graph.nodes.len(),
+                            plan.graph.nodes.len(),
+                            plan.graph.nodes.iter().map(|n| n.op.op_type()).collect::<Vec<_>>().join(", ")
+                        )
+                    });
+                    (plan.graph, Runner::Planned)
+                };
                 let kernel = Arc::new(Kernel {
                     name,
                     inputs,
                     outputs,
-                    graph: plan.graph,
+                    graph,
                     on_stream: me.options.device == Device::HostGpu,
+                    runner,
                 });
                 let info = Box::new(ComputeInfo {
                     base: OrtNodeComputeInfo {
@@ -333,6 +415,157 @@ unsafe extern "system" fn ep_compile(
         }
         result
     })
+}
+
+// ------------------------------------------------------------------- Compile once (EPContext)
+
+/// ORT's EPContext op (domain com.microsoft): a precompiled partition an EP loads instead of
+/// compiling. Bolt's `ep_cache_context` is the path of a Bolt artifact (docs/artifact.md)
+/// relative to the compiled model's file (`embed_mode` 0).
+const EPCONTEXT: (&str, &str) = ("com.microsoft", "EPContext");
+
+/// The artifact path of `g`'s node if `g` is one EPContext node written by the EP `ep_name`.
+pub fn epcontext_artifact(g: &Graph, ep_name: &str) -> Option<std::path::PathBuf> {
+    let [n] = g.nodes.as_slice() else { return None };
+    epcontext_of(&n.op, ep_name)
+}
+
+fn epcontext_of(op: &Op, ep_name: &str) -> Option<std::path::PathBuf> {
+    use bolt::ir::AttrValue;
+    let Op::Opaque { domain, op_type, attrs, .. } = op else { return None };
+    if (domain.as_str(), op_type.as_str()) != EPCONTEXT {
+        return None;
+    }
+    let text = |key: &str| {
+        attrs.iter().find(|(k, _)| k == key).and_then(|(_, v)| match v {
+            AttrValue::String(b) => Some(String::from_utf8_lossy(b).into_owned()),
+            _ => None,
+        })
+    };
+    let embed = attrs.iter().find(|(k, _)| k == "embed_mode").map(|(_, v)| v);
+    let by_us = text("source").is_some_and(|s| s == ep_name);
+    (by_us && matches!(embed, None | Some(AttrValue::Int(0))))
+        .then(|| text("ep_cache_context").map(Into::into))
+        .flatten()
+}
+
+/// Where compile once puts the artifact of fused node `node`: (the compiled model's
+/// directory, the artifact's path relative to it: `<compiled model stem>.bolt/<node>`).
+pub fn context_location(
+    c: &crate::options::Context,
+    model_path: Option<&std::path::Path>,
+    node: &str,
+) -> Res<(std::path::PathBuf, std::path::PathBuf)> {
+    use std::path::{Path, PathBuf};
+    let (dir, stem) = match (&c.file_path, model_path) {
+        (Some(p), _) => {
+            (p.parent().unwrap_or(Path::new("")).to_path_buf(), p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        }
+        // ORT's default: `<model>_ctx.onnx` beside the source model.
+        (None, Some(m)) => (
+            m.parent().unwrap_or(Path::new("")).to_path_buf(),
+            m.file_stem().map(|s| format!("{}_ctx", s.to_string_lossy())),
+        ),
+        (None, None) => (PathBuf::new(), None),
+    };
+    let stem = stem.ok_or_else(|| {
+        "ep.context_enable=1: the model was not loaded from a file, so where ORT saves the compiled model is unknown; \
+         set ep.context_file_path"
+            .to_string()
+    })?;
+    let safe: String =
+        node.chars().map(|ch| if ch.is_ascii_alphanumeric() || "-_.".contains(ch) { ch } else { '_' }).collect();
+    Ok((dir, PathBuf::from(format!("{stem}.bolt")).join(safe)))
+}
+
+/// Opens an artifact for the reference device: its planned graph (what output shapes are
+/// inferred on) and its runner.
+fn open_artifact(dir: &std::path::Path) -> Res<(Graph, Runner)> {
+    let a = bolt::artifact::Artifact::open(dir).map_err(|e| e.to_string())?;
+    Ok((a.graph(), Runner::Artifact(std::sync::Mutex::new(bolt::runtime::Reference::new(&a)))))
+}
+
+/// The compiled model's path (the model ORT is loading), if it came from a file.
+unsafe fn graph_model_path(g: *const OrtGraph) -> Res<Option<std::path::PathBuf>> {
+    let mut p: *const ort_sys::os_char = std::ptr::null();
+    check((api().ort.Graph_GetModelPath)(g, &mut p))?;
+    let path = cstr(p as *const c_char);
+    Ok((!path.is_empty()).then(|| path.into()))
+}
+
+/// A new EPContext node standing for fused node `name` (ORT takes ownership).
+unsafe fn epcontext_node(
+    name: &str,
+    inputs: &[String],
+    outputs: &[String],
+    artifact: &std::path::Path,
+    ep_name: &str,
+    main: bool,
+) -> Res<*mut OrtNode> {
+    use ort_sys::{OrtOpAttr, OrtOpAttrType};
+    let ort = api().ort;
+    let editor = (ort.GetModelEditorApi)();
+    if editor.is_null() {
+        return Err("this ONNX Runtime has no model editor API (needed to write EPContext nodes)".into());
+    }
+    let editor = &*editor;
+    let c = |s: &str| CString::new(s).map_err(|_| format!("'{s}' contains a NUL byte"));
+    let mut attrs: Vec<*mut OrtOpAttr> = Vec::new();
+    let result = (|| -> Res<*mut OrtNode> {
+        let mut text = |key: &str, value: &str| -> Res<()> {
+            let mut a: *mut OrtOpAttr = std::ptr::null_mut();
+            let k = c(key)?;
+            check((ort.CreateOpAttr)(
+                k.as_ptr(),
+                value.as_ptr() as *const c_void,
+                value.len() as i32,
+                OrtOpAttrType::ORT_OP_ATTR_STRING,
+                &mut a,
+            ))?;
+            attrs.push(a);
+            Ok(())
+        };
+        text("ep_cache_context", &artifact.to_string_lossy())?;
+        text("source", ep_name)?;
+        text("partition_name", name)?;
+        text("ep_sdk_version", env!("CARGO_PKG_VERSION"))?;
+        for (key, v) in [("embed_mode", 0i64), ("main_context", main as i64)] {
+            let mut a: *mut OrtOpAttr = std::ptr::null_mut();
+            let k = c(key)?;
+            check((ort.CreateOpAttr)(
+                k.as_ptr(),
+                &v as *const i64 as *const c_void,
+                1,
+                OrtOpAttrType::ORT_OP_ATTR_INT,
+                &mut a,
+            ))?;
+            attrs.push(a);
+        }
+        let ins: Vec<CString> = inputs.iter().map(|s| c(s)).collect::<Res<_>>()?;
+        let outs: Vec<CString> = outputs.iter().map(|s| c(s)).collect::<Res<_>>()?;
+        let ins_p: Vec<*const c_char> = ins.iter().map(|s| s.as_ptr()).collect();
+        let outs_p: Vec<*const c_char> = outs.iter().map(|s| s.as_ptr()).collect();
+        let (op, domain, node_name) = (c(EPCONTEXT.1)?, c(EPCONTEXT.0)?, c(name)?);
+        let mut node: *mut OrtNode = std::ptr::null_mut();
+        // CreateNode copies the attributes.
+        check((editor.CreateNode)(
+            op.as_ptr(),
+            domain.as_ptr(),
+            node_name.as_ptr(),
+            ins_p.as_ptr(),
+            ins_p.len(),
+            outs_p.as_ptr(),
+            outs_p.len(),
+            attrs.as_mut_ptr(),
+            attrs.len(),
+            &mut node,
+        ))?;
+        Ok(node)
+    })();
+    for a in attrs {
+        (ort.ReleaseOpAttr)(a);
+    }
+    result
 }
 
 unsafe extern "system" fn ep_release_node_compute_infos(
@@ -375,7 +608,7 @@ unsafe extern "system" fn ci_compute(
 
 /// Reads the fused node's inputs by name, runs the planned graph, writes the outputs with
 /// the shapes this run produced (symbolic dims are resolved here, per call).
-unsafe fn compute(k: &Kernel, ctx: *mut OrtKernelContext) -> Res<()> {
+unsafe fn compute(k: &Arc<Kernel>, ctx: *mut OrtKernelContext) -> Res<()> {
     let ort = api().ort;
     if k.on_stream {
         let mut handle: *mut c_void = std::ptr::null_mut();
@@ -388,7 +621,7 @@ unsafe fn compute(k: &Kernel, ctx: *mut OrtKernelContext) -> Res<()> {
     for (name, v) in graph_inputs(k, ctx)? {
         inputs.insert(name.clone(), graph::value_to_tensor(v, &name)?);
     }
-    let mut outs = bolt::reference::run(&k.graph, &inputs).map_err(|e| e.to_string())?;
+    let mut outs = k.run(&inputs)?;
     for (i, name) in k.outputs.iter().enumerate() {
         let t = outs.remove(name).ok_or_else(|| format!("output '{name}' was not computed"))?;
         let dims: Vec<i64> = t.shape.iter().map(|&d| d as i64).collect();
@@ -466,7 +699,7 @@ unsafe fn input_on_device(k: &Kernel, i: usize, name: &str, v: *const OrtValue) 
 /// Compute as work queued on ORT's compute stream: the input buffers may still be filled by
 /// copies queued before it, so they are read by the queued work, not here. Output shapes come
 /// from shape inference on the input shapes (ORT allocates outputs before the work runs).
-unsafe fn compute_on_stream(k: &Kernel, ctx: *mut OrtKernelContext, queue: &crate::host_gpu::Queue) -> Res<()> {
+unsafe fn compute_on_stream(k: &Arc<Kernel>, ctx: *mut OrtKernelContext, queue: &crate::host_gpu::Queue) -> Res<()> {
     use crate::host_gpu::SendPtr;
     use bolt::ir::{Shape, TensorType};
     let ort = api().ort;
@@ -499,7 +732,7 @@ unsafe fn compute_on_stream(k: &Kernel, ctx: *mut OrtKernelContext, queue: &crat
         check((ort.GetTensorMutableData)(v, &mut data))?;
         outputs.push((name.clone(), ty.dtype, dims, SendPtr(data)));
     }
-    let (run_graph, node) = (k.graph.clone(), k.name.clone());
+    let (kernel, node) = (k.clone(), k.name.clone());
     crate::host_gpu::count(crate::host_gpu::COMPUTES_QUEUED);
     queue.enqueue(move || {
         let mut feeds = HashMap::new();
@@ -507,7 +740,7 @@ unsafe fn compute_on_stream(k: &Kernel, ctx: *mut OrtKernelContext, queue: &crat
             // SAFETY: ORT keeps the input buffers alive until the stream is synchronised.
             feeds.insert(name.clone(), unsafe { graph::copy_tensor(dtype, dims, p.0, &name)? });
         }
-        let mut outs = bolt::reference::run(&run_graph, &feeds).map_err(|e| format!("fused node '{node}': {e}"))?;
+        let mut outs = kernel.run(&feeds).map_err(|e| format!("fused node '{node}': {e}"))?;
         for (name, dtype, dims, p) in outputs {
             let t =
                 outs.remove(&name).ok_or_else(|| format!("fused node '{node}': output '{name}' was not computed"))?;
@@ -536,6 +769,40 @@ unsafe extern "system" fn ep_get_compiled_model_compatibility_info(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn compile_once_paths() {
+        use crate::options::Context;
+        use std::path::Path;
+        // ep.context_file_path decides the directory and the artifact folder's name.
+        let c = Context { file_path: Some("/out/model_ctx.onnx".into()) };
+        let (dir, rel) = context_location(&c, Some(Path::new("/src/model.onnx")), "Bolt_fused/0").unwrap();
+        assert_eq!((dir.as_path(), rel.as_path()), (Path::new("/out"), Path::new("model_ctx.bolt/Bolt_fused_0")));
+        // Else ORT's default: <model>_ctx.onnx beside the model.
+        let c = Context { file_path: None };
+        let (dir, rel) = context_location(&c, Some(Path::new("/src/model.onnx")), "n").unwrap();
+        assert_eq!((dir.as_path(), rel.as_path()), (Path::new("/src"), Path::new("model_ctx.bolt/n")));
+        assert!(context_location(&c, None, "n").unwrap_err().contains("set ep.context_file_path"));
+    }
+
+    #[test]
+    fn only_our_epcontext_nodes_with_a_path_are_ours() {
+        use bolt::ir::AttrValue;
+        let node = |source: &str, embed: i64| Op::Opaque {
+            domain: "com.microsoft".into(),
+            op_type: "EPContext".into(),
+            attrs: vec![
+                ("source".into(), AttrValue::String(source.as_bytes().to_vec())),
+                ("embed_mode".into(), AttrValue::Int(embed)),
+                ("ep_cache_context".into(), AttrValue::String(b"m_ctx.bolt/n".to_vec())),
+            ],
+            why: "".into(),
+        };
+        assert_eq!(epcontext_of(&node("Bolt", 0), "Bolt"), Some("m_ctx.bolt/n".into()));
+        // Another EP's compiled partition, or an embedded blob Bolt never writes: not Bolt's.
+        assert_eq!(epcontext_of(&node("QNNExecutionProvider", 0), "Bolt"), None);
+        assert_eq!(epcontext_of(&node("Bolt", 1), "Bolt"), None);
+    }
     use bolt::ir::builder::GraphBuilder;
     use bolt::ir::{DType, Dim, Shape, Unary};
 

@@ -249,14 +249,8 @@ unsafe extern "system" fn f_create_ep(
         let entries = session_entries(session_options)?;
         api::verbose(|| format!("session config: {entries:?}"));
         let opts = options::from_session_config(&name, entries.iter().map(|(k, v)| (k.as_str(), v.as_str())))?;
-        // Compile once (EPContext) needs a serialised artifact for the EPContext nodes to point
-        // at; until Bolt has one, say so here instead of ORT's "Compile() returned a NULL
-        // EPContext node" after planning.
-        if entries.iter().any(|(k, v)| k == "ep.context_enable" && v.trim() == "1") {
-            return Err("session option ep.context_enable=1: Bolt cannot write EPContext models yet (no serialised \
-                        artifact to point EPContext nodes at); create the session without it"
-                .into());
-        }
+        let mut opts = opts;
+        opts.context = options::context_from_session_config(entries.iter().map(|(k, v)| (k.as_str(), v.as_str())))?;
         if opts.device == options::Device::HostGpu && factory(f).host_gpu.is_none() {
             return Err(format!(
                 "EP option device=host_gpu: the test device is offered only when {}=host_gpu is set before the \
@@ -293,12 +287,21 @@ unsafe extern "system" fn f_validate_compiled_model_compatibility_info(
     _f: *mut OrtEpFactory,
     _devices: *const *const OrtHardwareDevice,
     _num_devices: usize,
-    _info: *const c_char,
+    info: *const c_char,
     out: *mut OrtCompiledModelCompatibility,
 ) -> Status {
     guard("ValidateCompiledModelCompatibilityInfo", || {
-        // Bolt writes no EPContext models.
-        *out = OrtCompiledModelCompatibility::EP_NOT_APPLICABLE;
+        // A model compiled by this build runs as is; one from another Bolt version points at
+        // artifacts whose format its reader checks, so ORT is told to recompile it.
+        let info = if info.is_null() { String::new() } else { cstr(info) };
+        let ours = format!("{}{} ", ep::COMPAT_PREFIX, env!("CARGO_PKG_VERSION"));
+        *out = if info.starts_with(&ours) {
+            OrtCompiledModelCompatibility::EP_SUPPORTED_OPTIMAL
+        } else if info.starts_with(ep::COMPAT_PREFIX) {
+            OrtCompiledModelCompatibility::EP_SUPPORTED_PREFER_RECOMPILATION
+        } else {
+            OrtCompiledModelCompatibility::EP_NOT_APPLICABLE
+        };
         Ok(())
     })
 }

@@ -37,10 +37,46 @@ pub struct Options {
     /// ORT's `arena.*` keys. Accepted so that options written for ORT's own EPs work, but
     /// Bolt's allocator is its own pool and never ORT's arena, so they change nothing.
     pub arena: Vec<(String, String)>,
+    /// Shape ranges of symbolic dims for compiled (EPContext) artifacts, e.g. `N=1..64,S=128`
+    /// (`bolt compile --dim`); unlisted symbolic dims are compiled at 1.
+    pub dims: Vec<bolt::artifact::format::DimRange>,
+    /// ORT's compile-once session keys (`ep.context_*`), read from the session config.
+    pub context: Option<Context>,
+}
+
+/// Compile once: with ORT's `ep.context_enable=1` each fused node becomes a Bolt artifact
+/// beside the saved model and an EPContext node pointing at it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Context {
+    /// `ep.context_file_path`: where ORT writes the compiled model (else next to the source
+    /// model as `<model>_ctx.onnx`, ORT's default).
+    pub file_path: Option<std::path::PathBuf>,
+}
+
+/// ORT's session keys for compile once that Bolt reads (`ep.context_enable` and friends).
+pub fn context_from_session_config<'a>(
+    entries: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> Result<Option<Context>, String> {
+    let (mut enable, mut file_path) = (false, None);
+    for (k, v) in entries {
+        match k {
+            "ep.context_enable" => enable = v.trim() == "1",
+            "ep.context_file_path" if !v.trim().is_empty() => file_path = Some(std::path::PathBuf::from(v.trim())),
+            // Bolt's artifact is a directory of files (plan, weights, kernel library): it lives
+            // beside the model and the EPContext node names it; it cannot be embedded.
+            "ep.context_embed_mode" if v.trim() == "1" => {
+                return Err("session option ep.context_embed_mode=1: Bolt writes its compiled artifact as a \
+                            directory beside the saved model and cannot embed it; use ep.context_embed_mode=0"
+                    .into())
+            }
+            _ => {}
+        }
+    }
+    Ok(enable.then_some(Context { file_path }))
 }
 
 /// Bolt's own keys, and ORT's own keys Bolt accepts (`arena.*` as a prefix).
-pub const KNOWN: &[&str] = &["device", "verbose", "device_id", "arena.*"];
+pub const KNOWN: &[&str] = &["device", "verbose", "device_id", "arena.*", "dims"];
 
 impl Options {
     /// Parses `key=value` pairs (keys without the `ep.<name>.` prefix). Every error names the
@@ -72,6 +108,14 @@ impl Options {
                     o.device_id = v.trim().parse().map_err(|_| {
                         format!("invalid value '{v}' for EP option 'device_id' (expected a device ordinal: 0, 1, ...)")
                     })?
+                }
+                "dims" => {
+                    o.dims = v
+                        .split([',', ';'])
+                        .filter(|d| !d.trim().is_empty())
+                        .map(bolt::artifact::format::DimRange::parse)
+                        .collect::<Result<_, _>>()
+                        .map_err(|e| format!("invalid value '{v}' for EP option 'dims' (expected e.g. N=1..64,S=128): {e}"))?
                 }
                 arena if arena.starts_with("arena.") => o.arena.push((arena.to_string(), v.to_string())),
                 other => {
@@ -127,6 +171,22 @@ mod tests {
         assert!(e.contains("'device_id'") && e.contains("-1"), "{e}");
         let e = Options::parse([("verbose", "maybe")]).unwrap_err();
         assert!(e.contains("'verbose'"), "{e}");
+        let e = Options::parse([("dims", "N=0..4")]).unwrap_err();
+        assert!(e.contains("'dims'") && e.contains("1 <= MIN <= MAX"), "{e}");
+    }
+
+    #[test]
+    fn dims_and_compile_once_keys() {
+        let o = Options::parse([("dims", "N=1..64, S=128")]).unwrap();
+        assert_eq!(
+            o.dims.iter().map(|d| (d.name.as_str(), d.min, d.max)).collect::<Vec<_>>(),
+            [("N", 1, 64), ("S", 128, 128)]
+        );
+        assert_eq!(context_from_session_config([("ep.context_enable", "0")]).unwrap(), None);
+        let c = context_from_session_config([("ep.context_enable", "1"), ("ep.context_file_path", "/m/x_ctx.onnx")]);
+        assert_eq!(c.unwrap().unwrap().file_path.as_deref(), Some(std::path::Path::new("/m/x_ctx.onnx")));
+        let e = context_from_session_config([("ep.context_enable", "1"), ("ep.context_embed_mode", "1")]).unwrap_err();
+        assert!(e.contains("ep.context_embed_mode=1"), "{e}");
     }
 
     #[test]

@@ -112,6 +112,23 @@ pub struct DimRange {
     pub max: usize,
 }
 
+impl DimRange {
+    /// `NAME=SIZE` (the range SIZE..SIZE) or `NAME=MIN..MAX` (`--dim`, and the hosts' `dims`
+    /// option); 1 <= MIN <= MAX.
+    pub fn parse(s: &str) -> Result<DimRange, String> {
+        let (k, v) = s.split_once('=').ok_or_else(|| format!("'{s}' is not NAME=SIZE or NAME=MIN..MAX"))?;
+        let num = |x: &str| x.trim().parse::<usize>().map_err(|_| format!("'{x}' is not a size"));
+        let (min, max) = match v.split_once("..") {
+            Some((a, b)) => (num(a)?, num(b.trim_start_matches('='))?),
+            None => (num(v)?, num(v)?),
+        };
+        if min == 0 || min > max {
+            return Err(format!("'{v}': a range needs 1 <= MIN <= MAX"));
+        }
+        Ok(DimRange { name: k.trim().to_string(), min, max })
+    }
+}
+
 /// `manifest.json`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {

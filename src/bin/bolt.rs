@@ -35,7 +35,7 @@ enum Command {
         precision: Option<Precision>,
         /// Size or range of a symbolic dim, e.g. --dim N=8 or --dim N=1..64 (repeatable;
         /// default 1). A range gets kernels per shape bucket; the reference run uses its max.
-        #[arg(long = "dim", value_name = "NAME=SIZE|MIN..MAX", value_parser = parse_range)]
+        #[arg(long = "dim", value_name = "NAME=SIZE|MIN..MAX", value_parser = DimRange::parse)]
         dims: Vec<DimRange>,
         /// Tuning database to take kernels from (default: bolt-tune's, when it exists).
         #[arg(long)]
@@ -147,19 +147,6 @@ fn parse_arch(s: &str) -> Result<bolt_codegen::spec::Arch, String> {
 
 fn parse_precision(s: &str) -> Result<Precision, String> {
     Precision::parse(s).ok_or_else(|| format!("'{s}' is not one of f32, tf32, f16, bf16"))
-}
-
-fn parse_range(s: &str) -> Result<DimRange, String> {
-    let (k, v) = s.split_once('=').ok_or_else(|| format!("'{s}' is not NAME=SIZE or NAME=MIN..MAX"))?;
-    let num = |x: &str| x.parse::<usize>().map_err(|_| format!("'{x}' is not a size"));
-    let (min, max) = match v.split_once("..") {
-        Some((a, b)) => (num(a)?, num(b.trim_start_matches('='))?),
-        None => (num(v)?, num(v)?),
-    };
-    if min == 0 || min > max {
-        return Err(format!("'{v}': a range needs 1 <= MIN <= MAX"));
-    }
-    Ok(DimRange { name: k.to_string(), min, max })
 }
 
 fn main() -> ExitCode {

@@ -406,14 +406,90 @@ def test_host_gpu_bad_device_id_then_next_session_works(host_gpu):
     assert host_gpu["after_error_err"] < 1e-4
 
 
-def test_epcontext_request_is_a_clear_error(tmp_path):
-    # Compile once (ep.context_enable=1) is not built yet: the session fails naming the option,
-    # writes no model, and the next session works.
+def epcontext_model(n=16, k=32, m=24) -> onnx.ModelProto:
+    """Y = relu(X @ W + b), all shapes fixed: one GEMM kernel with a fused epilogue."""
+    rng = np.random.default_rng(7)
+    w = numpy_helper.from_array(rng.uniform(-1, 1, (k, m)).astype(np.float32), "W")
+    b = numpy_helper.from_array(rng.uniform(-1, 1, (m,)).astype(np.float32), "B")
+    g = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["X", "W"], ["XW"], name="mm"),
+            helper.make_node("Add", ["XW", "B"], ["XWb"], name="bias"),
+            helper.make_node("Relu", ["XWb"], ["Y"], name="relu"),
+        ],
+        "ctx",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [n, k])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [n, m])],
+        [w, b],
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_compile_once_writes_an_epcontext_model_that_loads_without_planning(tmp_path, capfd):
+    # ep.context_enable=1: Bolt builds an artifact per fused node (plan, weights, kernel
+    # library, as `bolt compile` does) beside the compiled model ORT saves, and ORT writes
+    # EPContext nodes pointing at it. Loading the compiled model opens the artifact and plans
+    # nothing; both sessions equal ORT CPU at the artifact's precision (TF32 for f32 models:
+    # the documented default, see docs/artifact.md).
+    src = tmp_path / "m.onnx"
+    onnx.save(epcontext_model(), str(src))
+    ctx = tmp_path / "m_ctx.onnx"
+    x = np.random.default_rng(1).uniform(-1, 1, (16, 32)).astype(np.float32)
+    want = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, {"X": x})[0]
+
     so = ort.SessionOptions()
     so.add_session_config_entry("ep.context_enable", "1")
-    so.add_session_config_entry("ep.context_file_path", str(tmp_path / "ctx.onnx"))
+    so.add_session_config_entry("ep.context_file_path", str(ctx))
+    so.add_session_config_entry("ep.context_embed_mode", "0")
+    compiled = bolt_ort.session(str(src), so=so).run(None, {"X": x})[0]
+    np.testing.assert_allclose(compiled, want, rtol=1e-2, atol=1e-2 * float(np.abs(want).max()))
+
+    saved = onnx.load(str(ctx))
+    eps = [n for n in saved.graph.node if n.op_type == "EPContext"]
+    assert [n.domain for n in eps] == ["com.microsoft"], [n.op_type for n in saved.graph.node]
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in eps[0].attribute}
+    assert attrs["source"] == bolt_ort.EP_NAME.encode()
+    assert attrs["embed_mode"] == 0 and attrs["main_context"] == 1
+    rel = attrs["ep_cache_context"].decode()
+    assert rel.startswith("m_ctx.bolt/"), rel
+    artifact = tmp_path / rel
+    assert (artifact / "manifest.json").is_file() and (artifact / "plan.json").is_file()
+    assert not any(n.op_type in ("MatMul", "Add", "Relu") for n in saved.graph.node)
+
+    capfd.readouterr()
+    sess = bolt_ort.session(str(ctx), {"verbose": "1"}, so=ort.SessionOptions())
+    loaded = sess.run(None, {"X": x})[0]
+    log = capfd.readouterr().err
+    assert "(EPContext), nothing planned" in log, log[-2000:]
+    assert "planned node(s)" not in log, log[-2000:]
+    # Same artifact, same device: the same numbers as the session that built it.
+    np.testing.assert_array_equal(loaded, compiled)
+
+    # The loaded model really reads the artifact: a damaged weights file is an error naming it.
+    (artifact / "weights.bin").write_bytes(b"")
     with pytest.raises(Exception) as e:
-        bolt_ort.session(small_matmul_model(), so=so)
-    assert "ep.context_enable=1: Bolt cannot write EPContext models yet" in str(e.value)
-    assert not (tmp_path / "ctx.onnx").exists()
+        bolt_ort.session(str(ctx), so=ort.SessionOptions())
+    assert "weights.bin" in str(e.value), str(e.value)
+
+
+def test_compile_once_refuses_embed_mode_and_a_model_from_bytes(tmp_path):
+    # The artifact is a directory beside the saved model: it cannot be embedded, and a model
+    # given as bytes has no place for it unless ep.context_file_path says where. Both fail at
+    # session creation with the reason.
+    so = ort.SessionOptions()
+    so.add_session_config_entry("ep.context_enable", "1")
+    so.add_session_config_entry("ep.context_embed_mode", "1")
+    with pytest.raises(Exception) as e:
+        bolt_ort.session(epcontext_model().SerializeToString(), so=so)
+    assert "ep.context_embed_mode=1" in str(e.value)
+    so = ort.SessionOptions()
+    so.add_session_config_entry("ep.context_enable", "1")
+    with pytest.raises(Exception) as e:
+        bolt_ort.session(epcontext_model().SerializeToString(), so=so)
+    # ORT itself refuses this before Bolt is asked (Bolt's own check says "set ep.context_file_path").
+    msg = str(e.value)
+    assert "set ep.context_file_path" in msg or "ep_context_path and model_path are empty" in msg, msg
+    # The next session works.
     assert bolt_session(small_matmul_model()).run(None, {"X": np.ones((2, 4), np.float32)})[0].shape == (2, 3)
