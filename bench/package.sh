@@ -9,7 +9,7 @@
 #   DIR/b2b/*.so             back-to-back chain kernels
 #   DIR/workloads/*.json     copy of the shapes files (../shared does not travel)
 #   DIR/harness/, DIR/gpu.sh the Python drivers (stdlib + numpy; torch on the GPU only)
-#   DIR/plugin/              libbolt_ort.so (stripped) + bolt_ort, for the end-to-end suite
+#   DIR/plugin/              libbolt_plugin.so (stripped) + bolt_ort, for the end-to-end suite
 #
 # Defaults: --profile full --out target/bench-pkg (dry: target/bench-pkg-dry). Workloads from
 # $BOLT_WORKLOADS, else ../shared/workloads beside the repository or an ancestor.
@@ -37,7 +37,7 @@ fi
 MODELS="${BOLT_TESTDATA:-$ROOT/testdata}/models"
 
 cargo build --release -q --example bench_package -p bolt
-cargo build --release -q -p bolt-ort
+cargo build --release -q -p bolt-plugin
 mkdir -p "$OUT"
 export BOLT_BENCH_COMMIT="$(git rev-parse HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo -dirty)"
 ARGS=(--workloads "$WORKLOADS" --out "$OUT" --profile "$PROFILE")
@@ -50,8 +50,8 @@ mkdir -p "$OUT/harness" "$OUT/workloads" "$OUT/plugin/python"
 cp bench/harness/*.py "$OUT/harness/"
 cp bench/gpu.sh bench/README.md "$OUT/"
 cp "$WORKLOADS"/*.json "$WORKLOADS"/README.md "$OUT/workloads/" 2>/dev/null || cp "$WORKLOADS"/*.json "$OUT/workloads/"
-strip -o "$OUT/plugin/libbolt_ort.so" target/release/libbolt_ort.so
-cp -r plugin/python/bolt_ort plugin/python/bolt_library.py "$OUT/plugin/python/"
+strip -o "$OUT/plugin/libbolt_plugin.so" target/release/libbolt_plugin.so
+cp -r plugin/python/bolt_ort plugin/python/bolt_plugin "$OUT/plugin/python/"
 # Build leftovers the GPU does not need (sources stay: small, and useful to read).
 rm -rf "$OUT"/kernels/logs "$OUT"/b2b/logs "$OUT"/*/.bolt-build.lock
 find "$OUT" -name __pycache__ -prune -exec rm -rf {} +

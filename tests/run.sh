@@ -7,7 +7,7 @@
 #   3. testdata/         ONNX conformance cases + models with onnxruntime reference outputs
 #   4. cargo test --workspace --release   (BOLT_TESTDATA, BOLT_PYTHON set)
 #   5. cargo build of every target (benches, examples) with every feature (cuda, kernel-library)
-#   6. cargo build --release -p bolt-ort, then pytest tests/python
+#   6. cargo build --release -p bolt-plugin, then pytest tests/python
 # Steps 1-3 skip work whose inputs are unchanged (stamp files), so reruns are cheap.
 # Set-up failures stop the run at once; the test suites and the feature build always run,
 # and the exit status is non-zero if any failed.
@@ -76,7 +76,7 @@ section "pytest tests/python"
 pytest_rc=0
 # The ONNX Runtime plugin EP library that tests/python/test_ort_plugin.py loads, and the
 # bolt command line the epilogue fuzzer (tests/python/test_fuzz_graphs.py) runs.
-cargo build --release -q -p bolt-ort || pytest_rc=$?
+cargo build --release -q -p bolt-plugin || pytest_rc=$?
 cargo build --release -q -p bolt --bin bolt || pytest_rc=$?
 "$PY" -m pytest tests/python -q || pytest_rc=$?
 if [[ $pytest_rc == 5 ]]; then echo "(no python tests collected)"; pytest_rc=0; fi

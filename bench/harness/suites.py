@@ -622,7 +622,7 @@ def ort_bolt_check(ctx):
     import sys
     pkg = pathlib.Path(ctx.libs.root)
     plugin_py = pkg / "plugin" / "python"
-    lib = pkg / "plugin" / "libbolt_ort.so"
+    lib = pkg / "plugin" / "libbolt_plugin.so"
     if not lib.is_file():
         return {"status": "not-available", "reason": f"{lib} not in the package"}
     try:
@@ -631,7 +631,7 @@ def ort_bolt_check(ctx):
         from onnx import TensorProto, helper
     except ImportError as e:
         return {"status": "not-available", "reason": f"onnx/onnxruntime not importable: {e}"}
-    os.environ["BOLT_ORT_LIBRARY"] = str(lib)
+    os.environ["BOLT_LIBRARY"] = str(lib)
     sys.path.insert(0, str(plugin_py))
     import tempfile
     try:

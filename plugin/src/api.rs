@@ -93,6 +93,6 @@ pub fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
 /// TVM entry points, factory set-up); an OrtEp logs through its session's logger instead.
 pub fn verbose(msg: impl FnOnce() -> String) {
     if std::env::var_os("BOLT_ORT_VERBOSE").is_some_and(|v| !v.is_empty() && v != "0") {
-        eprintln!("[bolt-ort] {}", msg());
+        eprintln!("[bolt-plugin] {}", msg());
     }
 }

@@ -85,12 +85,12 @@ impl BoltEp {
             {
                 return;
             }
-            let text = CString::new(format!("[bolt-ort] {}", msg()).replace('\0', " ")).unwrap_or_default();
+            let text = CString::new(format!("[bolt-plugin] {}", msg()).replace('\0', " ")).unwrap_or_default();
             let _ = check((ort.Logger_LogMessage)(
                 self.logger,
                 level,
                 text.as_ptr(),
-                c"bolt-ort".as_ptr(),
+                c"bolt-plugin".as_ptr(),
                 0,
                 c"BoltExecutionProvider".as_ptr(),
             ));
@@ -100,7 +100,7 @@ impl BoltEp {
 
 /// The start of the compatibility string ORT stores in compiled models (then the version and
 /// the device): the factory accepts compiled models of this build's version.
-pub const COMPAT_PREFIX: &str = "bolt-ort ";
+pub const COMPAT_PREFIX: &str = "bolt-plugin ";
 
 unsafe fn this<'a>(ep: *const OrtEp) -> &'a BoltEp {
     &*(ep as *const BoltEp)

@@ -190,7 +190,7 @@ unsafe fn read_model(g: *const OrtGraph) -> Res<(proto::ModelProto, HashMap<Stri
         ir_version: Some(if ir_version > 0 { ir_version } else { 8 }),
         opset_import,
         graph: Some(gp),
-        producer_name: Some("onnxruntime (bolt-ort)".into()),
+        producer_name: Some("onnxruntime (bolt-plugin)".into()),
         ..Default::default()
     };
     Ok((model, by_name))

@@ -74,7 +74,7 @@ pub unsafe extern "system" fn CreateEpFactories(
         let has_shape_api = !((*api_base).GetApi)(24).is_null();
         if ort.is_null() {
             eprintln!(
-                "[bolt-ort] this ONNX Runtime does not provide C API version {MIN_API_VERSION} (Bolt needs ONNX Runtime >= 1.23)"
+                "[bolt-plugin] this ONNX Runtime does not provide C API version {MIN_API_VERSION} (Bolt needs ONNX Runtime >= 1.23)"
             );
             return Err(None);
         }

@@ -6,7 +6,7 @@ takes in the whole model, control-flow bodies included (ORT's assignment record)
 
   .venv/bin/python tests/python/corpus_table.py [--testdata testdata] [--bolt target/release/bolt]
 
-Needs `cargo build --release -p bolt -p bolt-ort` and the corpus (fetch_models.py).
+Needs `cargo build --release -p bolt -p bolt-plugin` and the corpus (fetch_models.py).
 """
 import argparse
 import json

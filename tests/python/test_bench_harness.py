@@ -67,7 +67,7 @@ def test_package_is_complete_and_under_the_carry_limit(package):
     assert size < LIMIT, f"package is {size} bytes"
     for rel in ["package.json", "gpu.sh", "README.md", "harness/run.py", "harness/suites.py", "workloads/gemm.json",
                 "workloads/b2b.json", "kernels/libbolt_bench_sm80.so", "b2b/libbolt_bench_b2b.so",
-                "plugin/libbolt_ort.so", "plugin/python/bolt_ort/__init__.py"]:
+                "plugin/libbolt_plugin.so", "plugin/python/bolt_ort/__init__.py"]:
         assert (package / rel).is_file(), f"{rel} missing from the package"
     pkg = json.loads((package / "package.json").read_text())
     assert pkg["profile"] == "dry" and pkg["format"] == 1

@@ -4,7 +4,7 @@ fixed number of fuzzer seeds. Each graph is checked three ways (fuzz_graphs.py):
 model on the reference executor (`bolt compile`), reference and planned graph vs ORT CPU
 (`bolt check [--planned]`), and Bolt's ONNX Runtime provider vs ORT CPU.
 
-Needs target/release/bolt and libbolt_ort.so (tests/run.sh builds both before pytest)."""
+Needs target/release/bolt and libbolt_plugin.so (tests/run.sh builds both before pytest)."""
 import numpy as np
 import pytest
 from onnx import TensorProto

@@ -1,4 +1,4 @@
-"""Bolt's ONNX Runtime plugin EP (plugin/, library built by `cargo build --release -p bolt-ort`)
+"""Bolt's ONNX Runtime plugin EP (plugin/, library built by `cargo build --release -p bolt-plugin`)
 through onnxruntime's Python API, on the CPU reference device: which nodes Bolt takes, outputs
 against ORT's own CPU provider, dynamic batch, the ONNX conformance cases for Gemm/MatMul/Conv,
 error paths and unregister / re-register."""
@@ -341,7 +341,7 @@ sess = bolt_ort.session({str(MODELS / "small_conv_mlp" / "model.onnx")!r}, {{"ve
 """
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
-    lines = [l for l in r.stderr.splitlines() if "[bolt-ort] claim partition" in l]
+    lines = [l for l in r.stderr.splitlines() if "[bolt-plugin] claim partition" in l]
     assert lines, r.stderr[-2000:]
     # ORT's logger formats the line (severity letter and source), so it did not come from eprintln.
     assert all("[W:onnxruntime:" in l and "BoltExecutionProvider]" in l for l in lines), lines

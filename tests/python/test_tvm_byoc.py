@@ -29,11 +29,18 @@ def library(tmp_path_factory):
         path = bolt_tvm.library_path()
     except FileNotFoundError as e:
         pytest.fail(f"{e}. tests/run.sh builds it before pytest.", pytrace=False)
-    # Shim objects go to a fresh cache: each test run compiles them.
+    # Shim objects go to a fresh cache: each test run compiles them. No tuning database: kernel
+    # picks are the analytic model's. Restored afterwards: later modules use the real cache
+    # (where the pinned toolchain lives).
+    saved = {k: os.environ.get(k) for k in ("BOLT_CACHE_DIR", "BOLT_TUNING_DB")}
     os.environ["BOLT_CACHE_DIR"] = str(tmp_path_factory.mktemp("bolt-cache"))
-    # No tuning database: kernel picks are the analytic model's.
     os.environ["BOLT_TUNING_DB"] = str(tmp_path_factory.mktemp("no-db") / "tuning.json")
     yield path
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
 
 
 def randn(*shape, dtype="float32", scale=1.0):

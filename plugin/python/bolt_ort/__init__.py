@@ -4,8 +4,8 @@
     sess = bolt_ort.session("model.onnx")          # Bolt partitions + ORT CPU for the rest
     outputs = sess.run(None, {"input": x})
 
-The library is found through BOLT_ORT_LIBRARY, else target/release/libbolt_ort.so of the
-repository this package sits in (built by `cargo build --release -p bolt-ort`).
+The library is found through BOLT_LIBRARY, else target/release/libbolt_plugin.so of the
+repository this package sits in (built by `cargo build --release -p bolt-plugin`).
 """
 from __future__ import annotations
 
@@ -13,17 +13,17 @@ from pathlib import Path
 
 import onnxruntime as ort
 
-import bolt_library
+import bolt_plugin
 
-EP_NAME = "BoltExecutionProvider"
+EP_NAME = bolt_plugin.EP_NAME
 REGISTRATION_NAME = "bolt"
 
 _registered: str | None = None
 
 
 def library_path() -> Path:
-    """The built plugin library (BOLT_ORT_LIBRARY, else this repository's release build)."""
-    return bolt_library.library_path("BOLT_ORT_LIBRARY")
+    """The built plugin library (BOLT_LIBRARY, else this repository's release build)."""
+    return bolt_plugin.library_path("BOLT_LIBRARY")
 
 
 def register(name: str = REGISTRATION_NAME) -> str:

@@ -8,7 +8,7 @@
 
 Importing the package registers the patterns (prefix "bolt") and the `relax.ext.bolt` codegen.
 The Rust core is the library the ONNX Runtime provider lives in (BOLT_LIBRARY, else
-target/release/libbolt_ort.so of this repository). Device "reference" (the default) runs the
+target/release/libbolt_plugin.so of this repository). Device "reference" (the default) runs the
 planned partitions with Bolt's CPU reference executor on CPU tensors.
 """
 from __future__ import annotations

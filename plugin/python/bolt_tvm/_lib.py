@@ -6,7 +6,7 @@ import ctypes
 import json
 from pathlib import Path
 
-import bolt_library
+import bolt_plugin
 
 _lib: ctypes.CDLL | None = None
 
@@ -16,8 +16,8 @@ class BoltError(RuntimeError):
 
 
 def library_path() -> Path:
-    """The Bolt library: BOLT_LIBRARY, else target/release/libbolt_ort.so of this repository."""
-    return bolt_library.library_path("BOLT_LIBRARY")
+    """The Bolt library: BOLT_LIBRARY, else target/release/libbolt_plugin.so of this repository."""
+    return bolt_plugin.library_path("BOLT_LIBRARY")
 
 
 def lib() -> ctypes.CDLL:
