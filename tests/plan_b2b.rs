@@ -186,3 +186,42 @@ fn a_fused_chain_computes_the_layers_one_by_one() {
         }
     }
 }
+
+/// The planner and the profiler share one device description (`DeviceSpec`), and the chain
+/// decision knows which instructions each side runs on: unfused, each layer is a kernel on the
+/// arch's native tensor-core instructions (wgmma on an H100); fused, the chain is one CUTLASS
+/// 2.x mma.sync kernel, which an H100 runs at ~60% of its wgmma rate. A compute-heavy chain
+/// (K0 = 4096) therefore pays on an A100 (same instructions both ways, fusion saves the
+/// intermediate's traffic) and not on an H100 (the wgmma pair is faster than the fused chain).
+#[test]
+fn a_compute_heavy_chain_fuses_on_a100_but_not_on_h100_where_unfused_wgmma_is_faster() {
+    use bolt::plan::b2b::{decide, Layer, MIN_GAIN};
+    use bolt::plan::cost::{mma_flops_per_s, Mma};
+    use bolt::plan::DeviceSpec;
+    let layer = |node: &str, m: usize, n: usize, k: usize| Layer {
+        node: node.into(),
+        m,
+        n,
+        k,
+        input_bytes: m * k * 2,
+        weight_bytes: n * k * 2,
+        output_bytes: m * n * 2,
+        source_bytes: 0,
+    };
+    let chain = vec![layer("fc1", 16384, 256, 4096), layer("fc2", 16384, 256, 256)];
+    let (a100, h100) = (DeviceSpec::a100_sxm4_80gb(), DeviceSpec::h100_sxm5_80gb());
+
+    let ratio = mma_flops_per_s(&h100, Mma::Sync) / mma_flops_per_s(&h100, Mma::Wgmma);
+    assert!((ratio - 0.6).abs() < 1e-9, "{ratio}");
+    assert_eq!(mma_flops_per_s(&a100, Mma::Sync), mma_flops_per_s(&a100, Mma::Wgmma), "sm80 has no wgmma");
+
+    let on_a100 = decide(chain.clone(), &a100);
+    println!("A100: {}", on_a100.reason);
+    assert!(on_a100.fused && on_a100.unfused_seconds > on_a100.fused_seconds * MIN_GAIN, "{}", on_a100.reason);
+    let on_h100 = decide(chain, &h100);
+    println!("H100: {}", on_h100.reason);
+    assert!(!on_h100.fused, "{}", on_h100.reason);
+    assert!(on_h100.fused_seconds > on_h100.unfused_seconds, "{}", on_h100.reason);
+    assert_eq!(on_h100.unfused.unwrap().mma, Mma::Wgmma);
+    assert_eq!(on_h100.fused_work.unwrap().mma, Mma::Sync);
+}

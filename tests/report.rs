@@ -38,7 +38,7 @@ fn json_report_carries_the_same_decisions() {
     let (ok, json, err) = bolt(&["report", "--json", "--device", "a100", "--dim", "N=32"]);
     assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
-    assert_eq!(v["device"], "A100-SXM4");
+    assert_eq!(v["device"], "NVIDIA A100-SXM4-80GB");
     assert_eq!(v["bindings"]["N"], 32);
     assert_eq!(v["partitions"].as_array().unwrap().len(), 4);
     assert_eq!(v["layout"].as_array().unwrap().len(), 2);

@@ -227,7 +227,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 Some(p) => (bolt::import::load(p)?.graph, p.display().to_string()),
                 None => (bolt::models::default_model()?, "built-in default model".to_string()),
             };
-            let device = bolt::plan::Device::by_name(&device)
+            let device = bolt::plan::DeviceSpec::builtin(&device)
                 .ok_or_else(|| anyhow::anyhow!("--device {device}: unknown GPU (known: h100, a100)"))?;
             let opts = bolt::plan::PlanOptions {
                 device,

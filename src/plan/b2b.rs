@@ -9,7 +9,7 @@
 //! traffic model ([`super::cost`]) says it is faster than the layers run one by one. A fused
 //! kernel runs two layers ([`MAX_CHAIN_LAYERS`]): longer chains are split into pairs.
 
-use super::cost::{ceil_div, Device, KernelWork};
+use super::cost::{ceil_div, DeviceSpec, KernelWork, Mma};
 use super::edit::{bound_shape, constant, finish};
 use super::PlanOptions;
 use crate::error::Result;
@@ -57,18 +57,24 @@ impl Layer {
     }
 
     /// The layer as its own kernel: 128 x 128 tiles (two per SM) when they fill the GPU,
-    /// else 64 x 64 (four per SM), as a tuned library would pick.
-    fn alone(&self, dev: &Device) -> KernelWork {
+    /// else 64 x 64 (four per SM), as a tuned library would pick, on the arch's native
+    /// tensor-core instructions (wgmma on Hopper).
+    fn alone(&self, dev: &DeviceSpec) -> KernelWork {
         let large = ceil_div(self.m, 128) * ceil_div(self.n, 128);
         let (threadblocks, threadblocks_per_sm) =
-            if large >= dev.sms { (large, 2) } else { (ceil_div(self.m, 64) * ceil_div(self.n, 64), 4) };
+            if large >= sms(dev) { (large, 2) } else { (ceil_div(self.m, 64) * ceil_div(self.n, 64), 4) };
         KernelWork {
             bytes: (self.input_bytes + self.weight_bytes + self.output_bytes + self.source_bytes) as f64,
             flops: self.flops(),
             threadblocks,
             threadblocks_per_sm,
+            mma: Mma::native(dev),
         }
     }
+}
+
+fn sms(dev: &DeviceSpec) -> usize {
+    dev.sm_count as usize
 }
 
 /// A candidate chain and what the planner decided.
@@ -218,7 +224,9 @@ fn link(g: &Graph, x: &Node, y: &Node) -> Option<std::result::Result<(), String>
 }
 
 /// Decides one maximal chain.
-pub fn decide(layers: Vec<Layer>, dev: &Device) -> ChainDecision {
+/// Unfused, each layer is its own kernel on the arch's native instructions; fused, the chain is
+/// one CUTLASS 2.x (`mma.sync`) kernel: on Hopper, fusion must win back the wgmma rate too.
+pub fn decide(layers: Vec<Layer>, dev: &DeviceSpec) -> ChainDecision {
     let names = layers.iter().map(|l| l.node.as_str()).collect::<Vec<_>>().join(" -> ");
     let mut d = ChainDecision {
         layers: layers.clone(),
@@ -250,6 +258,7 @@ pub fn decide(layers: Vec<Layer>, dev: &Device) -> ChainDecision {
         flops: layers.iter().map(Layer::flops).sum(),
         threadblocks: first.alone(dev).threadblocks,
         threadblocks_per_sm: 2,
+        mma: Mma::native(dev),
     };
     let unfused_s: f64 = layers.iter().map(|l| l.alone(dev).seconds(dev)).sum();
     let fused = KernelWork {
@@ -260,6 +269,7 @@ pub fn decide(layers: Vec<Layer>, dev: &Device) -> ChainDecision {
         flops: unfused.flops,
         threadblocks: ceil_div(first.m, FUSED_TB_M),
         threadblocks_per_sm: 1,
+        mma: Mma::Sync,
     };
     let fused_s = fused.seconds(dev);
     let mb = |b: f64| b / 1e6;
@@ -268,7 +278,7 @@ pub fn decide(layers: Vec<Layer>, dev: &Device) -> ChainDecision {
         mb(unfused.bytes),
         mb(fused.bytes),
         fused.threadblocks,
-        dev.sms,
+        dev.sm_count,
         unfused_s * 1e6,
         fused_s * 1e6,
         unfused_s / fused_s
@@ -276,7 +286,7 @@ pub fn decide(layers: Vec<Layer>, dev: &Device) -> ChainDecision {
     d.fused = unfused_s > fused_s * MIN_GAIN;
     d.reason = if d.fused {
         format!("{names}: {residency:?}-resident: {detail}")
-    } else if fused.threadblocks < dev.sms {
+    } else if fused.threadblocks < sms(dev) {
         format!("{names}: too few row blocks to fill the GPU: {detail}")
     } else {
         format!("{names}: does not pay: {detail}")

@@ -1,64 +1,66 @@
-//! The planner's cost model: a roofline per kernel with wave quantisation and launch cost,
+//! The planner's cost model over the one device description ([`DeviceSpec`], shared with the
+//! profiler): a roofline per kernel with wave quantisation and launch cost,
 //! after Welder (DRAM bytes moved decide whether fusing pays) and Roller (threadblock tiles
 //! over SM slots decide how much of the machine works). Coarse on purpose: the planner only
 //! compares alternatives built from the same numbers; the profiler measures the real thing.
 
+use bolt_codegen::spec::{Arch, Element};
+pub use bolt_profiler::device::DeviceSpec;
 use serde::Serialize;
 
-/// What the cost model needs to know about a GPU.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Device {
-    pub name: &'static str,
-    pub sms: usize,
-    /// Sustained DRAM bandwidth (datasheet peak x ~0.8, what streaming kernels reach).
-    pub dram_bytes_per_s: f64,
-    /// Sustained f16 tensor-core rate of CUTLASS 2.x (mma.sync) kernels, which is what the
-    /// back-to-back kernels are.
-    pub mma_flops_per_s: f64,
-    /// Launch plus tail of one kernel in a stream.
-    pub launch_s: f64,
+/// The tensor-core instruction family a kernel is built on, which decides the rate it reaches.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub enum Mma {
+    /// CUTLASS 2.x `mma.sync`: Bolt's sm80 kernels, and its back-to-back chains on every arch.
+    #[default]
+    Sync,
+    /// CUTLASS 3.x warpgroup `wgmma` with TMA: Bolt's sm90a kernels. An sm80 GPU has none, and
+    /// its kernels there are `mma.sync`.
+    Wgmma,
 }
 
-impl Device {
-    /// H100 SXM5: 132 SMs, 3.35 TB/s HBM3, 989 TFLOP/s dense f16 with wgmma; mma.sync code
-    /// reaches about 60% of that.
-    pub fn h100() -> Device {
-        Device {
-            name: "H100-SXM5",
-            sms: 132,
-            dram_bytes_per_s: 3.35e12 * 0.8,
-            mma_flops_per_s: 989e12 * 0.6 * 0.8,
-            launch_s: 2.5e-6,
-        }
-    }
-
-    /// A100 SXM4: 108 SMs, 2.04 TB/s HBM2e, 312 TFLOP/s dense f16.
-    pub fn a100() -> Device {
-        Device {
-            name: "A100-SXM4",
-            sms: 108,
-            dram_bytes_per_s: 2.04e12 * 0.8,
-            mma_flops_per_s: 312e12 * 0.8,
-            launch_s: 2.5e-6,
-        }
-    }
-
-    pub fn by_name(name: &str) -> Option<Device> {
-        match name.to_ascii_lowercase().as_str() {
-            "h100" | "sm90" => Some(Device::h100()),
-            "a100" | "sm80" => Some(Device::a100()),
-            _ => None,
+impl Mma {
+    /// What Bolt's single-GEMM/conv kernels use on `dev`'s architecture.
+    pub fn native(dev: &DeviceSpec) -> Mma {
+        match dev.arch {
+            Arch::Sm90 => Mma::Wgmma,
+            Arch::Sm80 => Mma::Sync,
         }
     }
 }
 
-/// One kernel's work: DRAM bytes, FLOPs, and its threadblocks with how many fit on an SM.
+/// Share of a datasheet peak that streaming kernels and tuned GEMMs sustain.
+const SUSTAINED: f64 = 0.8;
+/// `mma.sync` on an H100 reaches about 60% of the dense `wgmma` peak (it issues from one warp
+/// at a time and cannot use TMA or the larger wgmma tiles): the rate Bolt's b2b chains run at
+/// on Hopper, against the full rate of its sm90a kernels unfused.
+const MMA_SYNC_SHARE_ON_SM90: f64 = 0.6;
+/// Launch plus tail of one kernel in a stream.
+pub const LAUNCH_S: f64 = 2.5e-6;
+
+/// Sustained f16/bf16 tensor-core FLOP/s of `mma` kernels on `dev`.
+pub fn mma_flops_per_s(dev: &DeviceSpec, mma: Mma) -> f64 {
+    let share = match (dev.arch, mma) {
+        (Arch::Sm90, Mma::Sync) => MMA_SYNC_SHARE_ON_SM90,
+        _ => 1.0,
+    };
+    dev.peak_flops(Element::F16) * share * SUSTAINED
+}
+
+/// Sustained DRAM bytes/s on `dev`.
+pub fn dram_bytes_per_s(dev: &DeviceSpec) -> f64 {
+    dev.dram_bandwidth * SUSTAINED
+}
+
+/// One kernel's work: DRAM bytes, FLOPs, its threadblocks with how many fit on an SM, and the
+/// instruction family it runs on.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct KernelWork {
     pub bytes: f64,
     pub flops: f64,
     pub threadblocks: usize,
     pub threadblocks_per_sm: usize,
+    pub mma: Mma,
 }
 
 impl KernelWork {
@@ -66,20 +68,21 @@ impl KernelWork {
     /// rate, so fewer threadblocks than SMs leave the rest idle, and a partial last wave takes
     /// as long as a full one. Memory bandwidth needs enough SMs issuing loads (one SM pulls
     /// about twice its fair share).
-    pub fn seconds(&self, dev: &Device) -> f64 {
-        let sms = dev.sms as f64;
+    pub fn seconds(&self, dev: &DeviceSpec) -> f64 {
+        let sms = dev.sm_count as f64;
+        let rate = mma_flops_per_s(dev, self.mma);
         let tbs = self.threadblocks.max(1) as f64;
-        let per_sm = dev.mma_flops_per_s / sms;
+        let per_sm = rate / sms;
         let compute = if tbs <= sms {
             self.flops / tbs / per_sm
         } else {
             let slots = sms * self.threadblocks_per_sm.max(1) as f64;
             let waves = (tbs / slots).ceil();
-            self.flops / dev.mma_flops_per_s * (waves * slots / tbs)
+            self.flops / rate * (waves * slots / tbs)
         };
         let active_sms = tbs.min(sms);
-        let bandwidth = dev.dram_bytes_per_s * (2.0 * active_sms / sms).min(1.0);
-        dev.launch_s + compute.max(self.bytes / bandwidth)
+        let bandwidth = dram_bytes_per_s(dev) * (2.0 * active_sms / sms).min(1.0);
+        LAUNCH_S + compute.max(self.bytes / bandwidth)
     }
 }
 

@@ -27,12 +27,12 @@ use crate::compile::DimBindings;
 use crate::error::Result;
 use crate::ir::Graph;
 use crate::partition::{partition, Partitioning};
-pub use cost::Device;
+pub use cost::DeviceSpec;
 
 /// What the planner may do and for which device and shapes it estimates costs.
 #[derive(Clone, Debug)]
 pub struct PlanOptions {
-    pub device: Device,
+    pub device: DeviceSpec,
     /// Values of symbolic dims for cost estimates (unbound dims count as 1).
     pub bindings: DimBindings,
     pub nhwc: bool,
@@ -42,7 +42,13 @@ pub struct PlanOptions {
 
 impl Default for PlanOptions {
     fn default() -> Self {
-        PlanOptions { device: Device::h100(), bindings: DimBindings::new(), nhwc: true, pad: true, b2b: true }
+        PlanOptions {
+            device: DeviceSpec::h100_sxm5_80gb(),
+            bindings: DimBindings::new(),
+            nhwc: true,
+            pad: true,
+            b2b: true,
+        }
     }
 }
 

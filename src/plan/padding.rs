@@ -10,7 +10,7 @@
 //!
 //! Grouped and depthwise convs, batched GEMMs and transposed A operands are left as they are.
 
-use super::cost::{Device, KernelWork};
+use super::cost::{DeviceSpec, KernelWork, Mma};
 use super::edit::{bound_shape, constant, consumers, finish, fresh_name, node};
 use super::PlanOptions;
 use crate::error::{Error, Result};
@@ -170,7 +170,7 @@ fn wp_len(w: &Tensor, axis: usize, to: usize) -> usize {
 fn pad_inputs(
     g: &mut Graph,
     padded: &HashMap<String, usize>,
-    dev: &Device,
+    dev: &DeviceSpec,
     bindings: &HashMap<String, usize>,
 ) -> Result<Vec<Padding>> {
     let old = g.clone();
@@ -216,6 +216,7 @@ fn pad_inputs(
                 flops: 0.0,
                 threadblocks: usize::MAX / 4,
                 threadblocks_per_sm: 1,
+                mma: Mma::Sync,
             };
             g.nodes[i].inputs[0] = Some(padded.clone());
             (to, ActivationPadding::Standalone { node: padded, extra_bytes, est_seconds: work.seconds(dev) })

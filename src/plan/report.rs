@@ -111,7 +111,7 @@ pub fn report(model: &str, original: &Graph, plan: &Plan, opts: &PlanOptions) ->
     }
     Report {
         model: model.to_string(),
-        device: opts.device.name.to_string(),
+        device: opts.device.name.clone(),
         bindings: opts.bindings.iter().map(|(k, v)| (k.clone(), *v)).collect(),
         nodes: original.nodes.len(),
         planned_nodes: plan.graph.nodes.len(),
