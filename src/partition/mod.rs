@@ -8,6 +8,7 @@
 //! as long as the kernel can compute the result exactly (see [`epilogue`]), then a Cast.
 
 pub mod activation;
+pub mod attention;
 pub mod epilogue;
 
 pub use crate::ir::ResidualAt;

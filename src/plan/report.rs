@@ -27,6 +27,10 @@ pub struct Report {
     pub padding: Vec<Padding>,
     pub host: Vec<HostGroup>,
     pub hints: Vec<Hint>,
+    /// Attention cores recognised in the model (run today as their batched GEMMs with the
+    /// Softmax on the host), and Softmaxes that are not cores, with why.
+    pub attention: Vec<crate::partition::attention::Attention>,
+    pub not_attention: Vec<crate::partition::attention::NotAttention>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -109,6 +113,7 @@ pub fn report(model: &str, original: &Graph, plan: &Plan, opts: &PlanOptions) ->
             g.examples.push(h.node.clone());
         }
     }
+    let (attention, not_attention) = crate::partition::attention::find(original);
     Report {
         model: model.to_string(),
         device: opts.device.name.clone(),
@@ -121,6 +126,8 @@ pub fn report(model: &str, original: &Graph, plan: &Plan, opts: &PlanOptions) ->
         padding: plan.padding.clone(),
         host: groups.into_values().collect(),
         hints: hints(original, plan),
+        attention,
+        not_attention,
     }
 }
 
@@ -298,6 +305,21 @@ impl Report {
                     p.weight_extra_bytes,
                     p.extra_flops_fraction * 100.0
                 );
+            }
+        }
+        if !self.attention.is_empty() || !self.not_attention.is_empty() {
+            let _ = writeln!(
+                s,
+                "\n## Attention cores\n\n{} recognised (MatMul -> scale -> mask -> Softmax -> MatMul); no fused attention \
+                 kernel yet: their MatMuls run as batched GEMMs, the Softmax on the host.\n",
+                self.attention.len()
+            );
+            for a in &self.attention {
+                let mask = a.mask.as_ref().map_or("no mask".to_string(), |(m, k)| format!("mask {m} ({k:?})"));
+                let _ = writeln!(s, "- {}: scale {:.6}, {mask}", a.nodes.join(" -> "), a.scale);
+            }
+            for n in &self.not_attention {
+                let _ = writeln!(s, "- {} is not an attention core: {}", n.softmax, n.reason);
             }
         }
         let _ = writeln!(s, "\n## Left to the host\n\n| reason | ops | e.g. |\n|---|---|---|");

@@ -1,0 +1,350 @@
+//! Attention cores: `MatMul(Q, Kᵀ) -> scale -> (+ mask) -> Softmax(last axis) -> MatMul(·, V)`
+//! as PyTorch's and HuggingFace's exporters write them (the scale as a Div or Mul by a scalar
+//! after the first MatMul, or folded into Q and/or K before it; the head split/merge
+//! Reshape/Transpose stay outside the core).
+//!
+//! [`find`] recognises each core as a typed [`Attention`] (or says why a Softmax is not one),
+//! and [`Attention::eval`] states its meaning on host tensors: what a fused attention kernel
+//! must compute, checked against the reference executor running the original ops
+//! (tests/attention.rs). The partitioner does not claim the cores yet: until a fused attention
+//! kernel exists their two MatMuls stay batched-GEMM partitions, and the report lists the cores.
+
+use crate::ir::{Binary, DType, Dim, Graph, Node, Op, Tensor, TensorData};
+use serde::Serialize;
+use std::collections::HashMap;
+
+/// How the additive mask broadcasts over the scores [B, H, S_q, S_k].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum MaskKind {
+    /// One row per batch item: [B, 1, 1, S_k] (padding masks, HuggingFace encoders).
+    PerKey,
+    /// A full [S_q, S_k] pattern, shared ([S_q, S_k], [1, 1, S_q, S_k]) or per batch item
+    /// ([B, 1, S_q, S_k]): causal and block masks.
+    PerQueryKey,
+}
+
+/// One recognised attention core. Q is [.., S_q, D], `k_t` is Kᵀ as the first MatMul reads it
+/// ([.., D, S_k]), V is [.., S_k, D_v]; the output is [.., S_q, D_v].
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Attention {
+    /// The core's nodes in model order: first MatMul .. second MatMul (scale ops on Q/K too).
+    pub nodes: Vec<String>,
+    pub q: String,
+    pub k_t: String,
+    pub v: String,
+    /// Multiplies Q·Kᵀ (every scalar Mul/Div on the way, Q's and K's included).
+    pub scale: f64,
+    pub mask: Option<(String, MaskKind)>,
+    pub output: String,
+    /// [batch..., S_q, D] as shape inference knows them (symbolic dims stay symbolic).
+    pub q_shape: Vec<Dim>,
+    pub k_t_shape: Vec<Dim>,
+}
+
+/// A Softmax that is not the centre of an attention core, and why.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct NotAttention {
+    pub softmax: String,
+    pub reason: String,
+}
+
+struct Ctx<'g> {
+    g: &'g Graph,
+    producer: HashMap<&'g str, usize>,
+    consumers: HashMap<&'g str, Vec<usize>>,
+}
+
+impl<'g> Ctx<'g> {
+    fn producer(&self, t: &str) -> Option<&'g Node> {
+        self.producer.get(t).map(|&i| &self.g.nodes[i])
+    }
+
+    /// The single reader of `t` (and `t` is no graph output): an intermediate of the core.
+    fn only_reader(&self, t: &str) -> Result<&'g Node, String> {
+        if self.g.outputs.iter().any(|o| o == t) {
+            return Err(format!("'{t}' is a graph output"));
+        }
+        match self.consumers.get(t).map(Vec::as_slice) {
+            Some([i]) => Ok(&self.g.nodes[*i]),
+            Some(r) => Err(format!("'{t}' has {} readers", r.len())),
+            None => Err(format!("'{t}' is not read")),
+        }
+    }
+
+    fn scalar(&self, t: &str) -> Option<f64> {
+        let c = self.g.initializers.get(t).cloned().or_else(|| match &self.producer(t)?.op {
+            Op::Constant { value } => Some(value.clone()),
+            _ => None,
+        })?;
+        (c.len() == 1 && c.dtype().is_float()).then(|| c.to_f64_vec()[0])
+    }
+
+    fn shape(&self, t: &str) -> Option<Vec<Dim>> {
+        self.g.types.get(t)?.shape.as_ref().map(|s| s.0.clone())
+    }
+
+    /// `n` is `x * c` or `x / c` (either operand order for Mul) with scalar constant `c`:
+    /// (x, the factor it applies).
+    fn scaling(&self, n: &Node) -> Option<(String, f64)> {
+        let (a, b) = (n.input(0)?, n.input(1)?);
+        match n.op {
+            Op::Binary(Binary::Mul) => match (self.scalar(a), self.scalar(b)) {
+                (None, Some(c)) => Some((a.to_string(), c)),
+                (Some(c), None) => Some((b.to_string(), c)),
+                _ => None,
+            },
+            Op::Binary(Binary::Div) => self.scalar(b).filter(|c| *c != 0.0).map(|c| (a.to_string(), 1.0 / c)),
+            _ => None,
+        }
+    }
+}
+
+/// Every Softmax of `g`: the attention cores it centres, or why not.
+pub fn find(g: &Graph) -> (Vec<Attention>, Vec<NotAttention>) {
+    let mut cx = Ctx { g, producer: HashMap::new(), consumers: HashMap::new() };
+    for (i, n) in g.nodes.iter().enumerate() {
+        for o in &n.outputs {
+            cx.producer.insert(o.as_str(), i);
+        }
+        for x in n.inputs.iter().flatten() {
+            cx.consumers.entry(x.as_str()).or_default().push(i);
+        }
+    }
+    let (mut found, mut not) = (Vec::new(), Vec::new());
+    for n in &g.nodes {
+        if let Op::Softmax { .. } = n.op {
+            match core(&cx, n) {
+                Ok(a) => found.push(a),
+                Err(reason) => not.push(NotAttention { softmax: n.name.clone(), reason }),
+            }
+        }
+    }
+    (found, not)
+}
+
+fn core(cx: &Ctx, softmax: &Node) -> Result<Attention, String> {
+    let Op::Softmax { axis } = softmax.op else { unreachable!("called on Softmax nodes") };
+    let x = softmax.input(0).ok_or("no input")?;
+    let rank = cx.shape(x).ok_or_else(|| format!("rank of '{x}' unknown"))?.len();
+    if !(axis == -1 || axis == rank as i64 - 1) {
+        return Err(format!("softmax over axis {axis} of a rank-{rank} tensor, not the last (keys) axis"));
+    }
+    // Forwards: the probabilities are the first operand of the only MatMul reading them.
+    let p = &softmax.outputs[0];
+    let pv = cx.only_reader(p).map_err(|e| format!("probabilities: {e}"))?;
+    if !matches!(pv.op, Op::MatMul) || pv.input(0) != Some(p.as_str()) {
+        return Err(format!("probabilities feed {} '{}', not the first operand of a MatMul", pv.op.op_type(), pv.name));
+    }
+    let v = pv.input(1).ok_or("second MatMul without V")?.to_string();
+    // Backwards from the softmax: [+ mask] [scale]* MatMul(Q, Kᵀ).
+    let mut nodes = vec![softmax.name.clone(), pv.name.clone()];
+    let (mut scale, mut mask) = (1.0f64, None);
+    let mut t = x.to_string();
+    let qk = loop {
+        // Every intermediate is read by the next op of the core only.
+        cx.only_reader(&t).map_err(|e| format!("scores: {e}"))?;
+        let n = cx.producer(&t).ok_or_else(|| format!("'{t}' has no producer (a graph input)"))?;
+        match &n.op {
+            Op::MatMul => break n,
+            // Walking backwards, the mask Add comes first (nearest the Softmax).
+            Op::Binary(Binary::Add) if mask.is_none() && scale == 1.0 => {
+                // The mask is the operand not on the chain (the chain side comes from the
+                // MatMul or a scale).
+                let (a, b) = (n.input(0).ok_or("Add input")?, n.input(1).ok_or("Add input")?);
+                let on_chain =
+                    |s: &str| cx.producer(s).is_some_and(|p| matches!(p.op, Op::MatMul) || cx.scaling(p).is_some());
+                let (chain, m) = if on_chain(a) { (a, b) } else { (b, a) };
+                mask = Some(m.to_string());
+                nodes.insert(0, n.name.clone());
+                t = chain.to_string();
+            }
+            Op::Binary(Binary::Add) => {
+                return Err(format!("'{}': a second Add, or the mask added before the scale", n.name))
+            }
+            _ => match cx.scaling(n) {
+                Some((from, c)) => {
+                    scale *= c;
+                    nodes.insert(0, n.name.clone());
+                    t = from;
+                }
+                None => {
+                    return Err(format!(
+                        "scores come from {} '{}', not MatMul -> scale -> mask",
+                        n.op.op_type(),
+                        n.name
+                    ))
+                }
+            },
+        }
+    };
+    nodes.insert(0, qk.name.clone());
+    // Scales folded into Q or K before the first MatMul (e.g. both by D^-1/4).
+    let mut operand = |i: usize| -> Result<String, String> {
+        let mut s = qk.input(i).ok_or("first MatMul operand")?.to_string();
+        while let Some(n) = cx.producer(&s) {
+            let Some((from, c)) = cx.scaling(n) else { break };
+            if cx.only_reader(&s).is_err() {
+                break;
+            }
+            scale *= c;
+            nodes.insert(0, n.name.clone());
+            s = from;
+        }
+        Ok(s)
+    };
+    let (q, k_t) = (operand(0)?, operand(1)?);
+    let q_shape = cx.shape(&q).ok_or_else(|| format!("shape of Q '{q}' unknown"))?;
+    let k_t_shape = cx.shape(&k_t).ok_or_else(|| format!("shape of Kᵀ '{k_t}' unknown"))?;
+    if q_shape.len() < 3 || q_shape.len() != k_t_shape.len() {
+        return Err(format!("Q rank {} and Kᵀ rank {}: not batched heads", q_shape.len(), k_t_shape.len()));
+    }
+    let mask = match mask {
+        None => None,
+        Some(m) => {
+            let ms = cx.shape(&m).ok_or_else(|| format!("shape of mask '{m}' unknown"))?;
+            Some((
+                m.clone(),
+                mask_kind(&ms, &q_shape, &k_t_shape).ok_or_else(|| {
+                    format!("mask '{m}' of shape {ms:?} is neither [B,1,1,S_k] nor an [S_q,S_k] pattern")
+                })?,
+            ))
+        }
+    };
+    Ok(Attention { nodes, q, k_t, v, scale, mask, output: pv.outputs[0].clone(), q_shape, k_t_shape })
+}
+
+/// The mask's broadcast kind for scores [batch..., S_q, S_k], if it is a common one.
+fn mask_kind(m: &[Dim], q: &[Dim], k_t: &[Dim]) -> Option<MaskKind> {
+    let one = |d: &Dim| matches!(d, Dim::Known(1));
+    let (sq, sk) = (&q[q.len() - 2], &k_t[k_t.len() - 1]);
+    let (last2, lead) = match m.len() {
+        0 | 1 => return None,
+        n => ((&m[n - 2], &m[n - 1]), &m[..n - 2]),
+    };
+    if last2.1 != sk {
+        return None;
+    }
+    // Every leading dim of the mask past the batch dim broadcasts (one mask per batch item at most).
+    let heads_shared = lead.iter().skip(1).all(one) && (lead.is_empty() || lead.len() == q.len() - 2);
+    if !heads_shared {
+        return None;
+    }
+    if one(last2.0) && !lead.is_empty() {
+        Some(MaskKind::PerKey)
+    } else if last2.0 == sq {
+        Some(MaskKind::PerQueryKey)
+    } else {
+        None
+    }
+}
+
+impl Attention {
+    /// softmax(scale · Q·Kᵀ + mask) · V on host tensors, in f32 with the result rounded once
+    /// to Q's type (as a fused kernel that keeps scores on chip would). Batch dims broadcast
+    /// as in MatMul; the mask as in Add.
+    pub fn eval(&self, q: &Tensor, k_t: &Tensor, v: &Tensor, mask: Option<&Tensor>) -> Result<Tensor, String> {
+        let (r, rk, rv) = (q.shape.len(), k_t.shape.len(), v.shape.len());
+        if r < 2 || rk != r || rv != r {
+            return Err(format!("ranks {r}, {rk}, {rv}: Q, Kᵀ and V must share one rank >= 2"));
+        }
+        let (sq, d) = (q.shape[r - 2], q.shape[r - 1]);
+        let (d2, sk) = (k_t.shape[r - 2], k_t.shape[r - 1]);
+        let (sk2, dv) = (v.shape[r - 2], v.shape[r - 1]);
+        if d != d2 || sk != sk2 {
+            return Err(format!("Q {:?}, Kᵀ {:?}, V {:?} do not chain", q.shape, k_t.shape, v.shape));
+        }
+        let batch: Vec<usize> = (0..r - 2)
+            .map(|i| {
+                let ds = [q.shape[i], k_t.shape[i], v.shape[i]];
+                let m = *ds.iter().max().expect("three dims");
+                if ds.iter().all(|&x| x == m || x == 1) {
+                    Ok(m)
+                } else {
+                    Err(format!("batch dim {i}: {ds:?} do not broadcast"))
+                }
+            })
+            .collect::<Result<_, _>>()?;
+        let scores_shape: Vec<usize> = batch.iter().copied().chain([sq, sk]).collect();
+        let mvals = match mask {
+            Some(m) => Some(broadcast(m, &scores_shape)?),
+            None => None,
+        };
+        let (qf, kf, vf) = (q.to_f32_vec(), k_t.to_f32_vec(), v.to_f32_vec());
+        let nb: usize = batch.iter().product();
+        let mut out = vec![0f32; nb * sq * dv];
+        let mut row = vec![0f32; sk];
+        for b in 0..nb {
+            let (qo, ko, vo) = (
+                offset(b, &batch, &q.shape) * sq * d,
+                offset(b, &batch, &k_t.shape) * d * sk,
+                offset(b, &batch, &v.shape) * sk * dv,
+            );
+            for i in 0..sq {
+                for (j, s) in row.iter_mut().enumerate() {
+                    let dot: f32 = (0..d).map(|e| qf[qo + i * d + e] * kf[ko + e * sk + j]).sum();
+                    *s = (self.scale as f32) * dot + mvals.as_ref().map_or(0.0, |m| m[(b * sq + i) * sk + j]);
+                }
+                let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                let mut sum = 0f32;
+                for s in row.iter_mut() {
+                    *s = (*s - max).exp();
+                    sum += *s;
+                }
+                for c in 0..dv {
+                    let acc: f32 = (0..sk).map(|j| row[j] * vf[vo + j * dv + c]).sum();
+                    out[(b * sq + i) * dv + c] = acc / sum;
+                }
+            }
+        }
+        let shape: Vec<usize> = batch.into_iter().chain([sq, dv]).collect();
+        let data = match q.dtype() {
+            DType::F16 => TensorData::F16(out.iter().map(|&x| half::f16::from_f32(x)).collect()),
+            DType::BF16 => TensorData::BF16(out.iter().map(|&x| half::bf16::from_f32(x)).collect()),
+            _ => TensorData::F32(out),
+        };
+        Tensor::new(shape, data)
+    }
+}
+
+/// Flat batch index `b` (over `batch`) as an index into a tensor whose leading dims
+/// (`shape[..batch.len()]`) may be 1 (broadcast).
+fn offset(b: usize, batch: &[usize], shape: &[usize]) -> usize {
+    let (mut rem, mut off, mut stride) = (b, 0, 1);
+    for i in (0..batch.len()).rev() {
+        let idx = rem % batch[i];
+        rem /= batch[i];
+        if shape[i] != 1 {
+            off += idx * stride;
+        }
+        stride *= shape[i];
+    }
+    off
+}
+
+/// `t`'s values broadcast (numpy rules) to `shape`, as f32.
+fn broadcast(t: &Tensor, shape: &[usize]) -> Result<Vec<f32>, String> {
+    let (r, rt) = (shape.len(), t.shape.len());
+    if rt > r {
+        return Err(format!("mask {:?} has more dims than the scores {shape:?}", t.shape));
+    }
+    let dims: Vec<usize> = std::iter::repeat(1).take(r - rt).chain(t.shape.iter().copied()).collect();
+    if dims.iter().zip(shape).any(|(&a, &b)| a != b && a != 1) {
+        return Err(format!("mask {:?} does not broadcast to the scores {shape:?}", t.shape));
+    }
+    let src = t.to_f32_vec();
+    let total: usize = shape.iter().product();
+    let mut out = Vec::with_capacity(total);
+    for flat in 0..total {
+        let (mut rem, mut off, mut stride) = (flat, 0, 1);
+        for i in (0..r).rev() {
+            let idx = rem % shape[i];
+            rem /= shape[i];
+            if dims[i] != 1 {
+                off += idx * stride;
+            }
+            stride *= dims[i];
+        }
+        out.push(src[off]);
+    }
+    Ok(out)
+}
