@@ -10,6 +10,7 @@
 pub mod activation;
 pub mod attention;
 pub mod epilogue;
+pub mod stitch;
 
 pub use crate::ir::ResidualAt;
 use crate::ir::{Binary, DType, Graph, Op, Tensor, TensorType, Window};

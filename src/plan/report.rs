@@ -31,6 +31,9 @@ pub struct Report {
     /// Softmax on the host), and Softmaxes that are not cores, with why.
     pub attention: Vec<crate::partition::attention::Attention>,
     pub not_attention: Vec<crate::partition::attention::NotAttention>,
+    /// Memory-intensive regions outside the partitions that stitched kernels would run
+    /// (AStitch); their ops run on the host until that code generation exists.
+    pub stitchable: Vec<crate::partition::stitch::Region>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -114,6 +117,9 @@ pub fn report(model: &str, original: &Graph, plan: &Plan, opts: &PlanOptions) ->
         }
     }
     let (attention, not_attention) = crate::partition::attention::find(original);
+    let taken: std::collections::HashSet<String> =
+        plan.partitioning.partitions.iter().flat_map(|p| p.nodes.iter().cloned()).collect();
+    let stitchable = crate::partition::stitch::find(original, &taken).0;
     Report {
         model: model.to_string(),
         device: opts.device.name.clone(),
@@ -128,6 +134,7 @@ pub fn report(model: &str, original: &Graph, plan: &Plan, opts: &PlanOptions) ->
         hints: hints(original, plan),
         attention,
         not_attention,
+        stitchable,
     }
 }
 
@@ -320,6 +327,23 @@ impl Report {
             }
             for n in &self.not_attention {
                 let _ = writeln!(s, "- {} is not an attention core: {}", n.softmax, n.reason);
+            }
+        }
+        if !self.stitchable.is_empty() {
+            let ops: usize = self.stitchable.iter().map(|r| r.nodes.len()).sum();
+            let rows = self.stitchable.iter().filter(|r| r.reduces()).count();
+            let _ = writeln!(
+                s,
+                "\n## Stitchable regions\n\n{} regions ({ops} ops; {rows} with row reductions) of element-wise ops and \
+                 last-axis reductions outside the partitions; no stitched kernels are generated yet, so they run on \
+                 the host.\n",
+                self.stitchable.len()
+            );
+            for r in self.stitchable.iter().take(8) {
+                let _ = writeln!(s, "- {}", r.nodes.join(", "));
+            }
+            if self.stitchable.len() > 8 {
+                let _ = writeln!(s, "- ... {} more", self.stitchable.len() - 8);
             }
         }
         let _ = writeln!(s, "\n## Left to the host\n\n| reason | ops | e.g. |\n|---|---|---|");

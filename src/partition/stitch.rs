@@ -1,0 +1,362 @@
+//! Memory-intensive regions for stitching (AStitch): maximal connected groups of element-wise
+//! ops, last-axis reductions and the composites built from them (Softmax, LayerNormalization,
+//! PyTorch's decomposed LayerNorm, erf GELU) that no GEMM/Conv epilogue absorbed, each as a
+//! small typed DAG of [`Step`]s over row-major tensors whose reductions all run along the last
+//! axis (one row length per region: AStitch's row-reduction schemes).
+//!
+//! [`find`] groups them and says why other ops are not stitchable; [`Region::eval`] states a
+//! region's meaning on host tensors (f64, rounded once to each output's type, as a stitched
+//! kernel keeping intermediates on chip would), checked against the reference executor
+//! running the original ops (tests/stitch.rs). Regions are reported, not yet claimed: the CUDA
+//! code generation for them does not exist yet, so their ops still run on the host.
+
+use super::attention;
+use crate::ir::{Binary, DType, Graph, Op, Tensor, Unary};
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+/// A reduction along the last axis, kept as a length-1 axis (it broadcasts back).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Reduce {
+    Sum,
+    Mean,
+    Max,
+}
+
+/// One value of a region, computed from earlier steps (by index).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub enum Step {
+    /// Region input `i` (a tensor from outside: activation or non-scalar constant).
+    Input(usize),
+    Const(f64),
+    Unary(Unary, usize),
+    Exp(usize),
+    Binary(Binary, usize, usize),
+    Reduce(Reduce, usize),
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Region {
+    /// The ONNX nodes it stands for, in model order.
+    pub nodes: Vec<String>,
+    pub inputs: Vec<String>,
+    pub steps: Vec<Step>,
+    /// Tensors read outside the region (or graph outputs), with the step computing each.
+    pub outputs: Vec<(String, usize)>,
+}
+
+impl Region {
+    /// The AStitch scheme a kernel would use: independent (element-wise only) or row
+    /// reduction.
+    pub fn reduces(&self) -> bool {
+        self.steps.iter().any(|s| matches!(s, Step::Reduce(..)))
+    }
+}
+
+/// Why a memory-intensive node is not in a region.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct NotStitched {
+    pub node: String,
+    pub reason: String,
+}
+
+/// The node's steps given its inputs' step indices, or why it cannot be stitched.
+fn lower(op: &Op, args: &[usize], steps: &mut Vec<Step>, rank: usize) -> Result<usize, String> {
+    let last = |axis: i64| axis == -1 || axis == rank as i64 - 1;
+    let push = |s: Step, steps: &mut Vec<Step>| {
+        steps.push(s);
+        steps.len() - 1
+    };
+    Ok(match op {
+        Op::Unary(u) => push(Step::Unary(*u, args[0]), steps),
+        Op::Binary(b) => push(Step::Binary(*b, args[0], args[1]), steps),
+        Op::Softmax { axis } if last(*axis) => {
+            let m = push(Step::Reduce(Reduce::Max, args[0]), steps);
+            let d = push(Step::Binary(Binary::Sub, args[0], m), steps);
+            let e = push(Step::Exp(d), steps);
+            let s = push(Step::Reduce(Reduce::Sum, e), steps);
+            push(Step::Binary(Binary::Div, e, s), steps)
+        }
+        Op::LayerNormalization { axis, epsilon, .. } if last(*axis) && args.len() >= 2 => {
+            let mean = push(Step::Reduce(Reduce::Mean, args[0]), steps);
+            let d = push(Step::Binary(Binary::Sub, args[0], mean), steps);
+            let sq = push(Step::Binary(Binary::Mul, d, d), steps);
+            let var = push(Step::Reduce(Reduce::Mean, sq), steps);
+            let eps = push(Step::Const(*epsilon as f64), steps);
+            let ve = push(Step::Binary(Binary::Add, var, eps), steps);
+            let sd = push(Step::Unary(Unary::Sqrt, ve), steps);
+            let n = push(Step::Binary(Binary::Div, d, sd), steps);
+            let y = push(Step::Binary(Binary::Mul, n, args[1]), steps);
+            match args.get(2) {
+                Some(&b) => push(Step::Binary(Binary::Add, y, b), steps),
+                None => y,
+            }
+        }
+        Op::ReduceMean { axes: Some(axes), keepdims: true, .. } if axes.len() == 1 && last(axes[0]) => {
+            push(Step::Reduce(Reduce::Mean, args[0]), steps)
+        }
+        Op::Softmax { .. } | Op::LayerNormalization { .. } => return Err("not over the last axis".into()),
+        Op::ReduceMean { .. } => return Err("not a keepdims reduction over the last axis alone".into()),
+        _ => return Err("not a stitchable op".into()),
+    })
+}
+
+fn stitchable(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Unary(_) | Op::Binary(_) | Op::Softmax { .. } | Op::LayerNormalization { .. } | Op::ReduceMean { .. }
+    )
+}
+
+/// Regions of `g` outside the nodes in `taken` (the GEMM/Conv partitions), and the
+/// memory-intensive nodes left out with why. Attention cores (their Softmax, mask Add and
+/// scales) are left to attention fusion.
+pub fn find(g: &Graph, taken: &HashSet<String>) -> (Vec<Region>, Vec<NotStitched>) {
+    let mut not = Vec::new();
+    let attention_nodes: HashSet<String> = attention::find(g).0.into_iter().flat_map(|a| a.nodes).collect();
+    let float = |t: &str| g.types.get(t).is_some_and(|ty| ty.dtype.is_float() && ty.shape.is_some());
+    let mut cand: Vec<bool> = g
+        .nodes
+        .iter()
+        .map(|n| {
+            if !stitchable(&n.op) || taken.contains(&n.name) {
+                return false;
+            }
+            if attention_nodes.contains(&n.name) {
+                not.push(NotStitched {
+                    node: n.name.clone(),
+                    reason: "attention core: left for attention fusion".into(),
+                });
+                return false;
+            }
+            n.outputs.len() == 1 && float(&n.outputs[0]) && n.inputs.iter().flatten().all(|x| float(x))
+        })
+        .collect();
+    let producer: HashMap<&str, usize> =
+        g.nodes.iter().enumerate().flat_map(|(i, n)| n.outputs.iter().map(move |o| (o.as_str(), i))).collect();
+    let mut consumers: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (i, n) in g.nodes.iter().enumerate() {
+        for x in n.inputs.iter().flatten() {
+            consumers.entry(x.as_str()).or_default().push(i);
+        }
+    }
+    let scalar = |t: &str| -> Option<f64> {
+        let c = g.initializers.get(t).cloned().or_else(|| match &g.nodes[*producer.get(t)?].op {
+            Op::Constant { value } => Some(value.clone()),
+            _ => None,
+        })?;
+        (c.len() == 1 && c.dtype().is_float()).then(|| c.to_f64_vec()[0])
+    };
+    // Union regions through tensors every reader of which is a candidate.
+    let mut parent: Vec<usize> = (0..g.nodes.len()).collect();
+    fn root(p: &mut [usize], mut i: usize) -> usize {
+        while p[i] != i {
+            p[i] = p[p[i]];
+            i = p[i];
+        }
+        i
+    }
+    for (i, n) in g.nodes.iter().enumerate() {
+        if !cand[i] {
+            continue;
+        }
+        for x in n.inputs.iter().flatten() {
+            let Some(&p) = producer.get(x.as_str()) else { continue };
+            let inner = consumers.get(x.as_str()).is_some_and(|c| c.iter().all(|&c| cand[c]));
+            if cand[p] && inner && !g.outputs.contains(x) {
+                let (a, b) = (root(&mut parent, i), root(&mut parent, p));
+                parent[a] = b;
+            }
+        }
+    }
+    let mut groups: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for i in 0..g.nodes.len() {
+        if cand[i] {
+            let r = root(&mut parent, i);
+            groups.entry(r).or_default().push(i);
+        }
+    }
+    let mut regions = Vec::new();
+    for members in groups.into_values() {
+        match region(g, &members, &producer, &consumers, &scalar) {
+            Ok(r) => regions.push(r),
+            Err(reason) => {
+                for &i in &members {
+                    cand[i] = false;
+                    not.push(NotStitched { node: g.nodes[i].name.clone(), reason: reason.clone() });
+                }
+            }
+        }
+    }
+    (regions, not)
+}
+
+fn region(
+    g: &Graph,
+    members: &[usize],
+    producer: &HashMap<&str, usize>,
+    consumers: &HashMap<&str, Vec<usize>>,
+    scalar: &dyn Fn(&str) -> Option<f64>,
+) -> Result<Region, String> {
+    let set: HashSet<usize> = members.iter().copied().collect();
+    let mut r = Region { nodes: Vec::new(), inputs: Vec::new(), steps: Vec::new(), outputs: Vec::new() };
+    let mut value: HashMap<String, usize> = HashMap::new();
+    let mut row: Option<usize> = None;
+    for &i in members {
+        let n = &g.nodes[i];
+        let rank = g.types[&n.outputs[0]].shape.as_ref().map_or(0, |s| s.0.len());
+        let mut args = Vec::new();
+        for x in n.inputs.iter().flatten() {
+            if let Some(&s) = value.get(x) {
+                args.push(s);
+                continue;
+            }
+            let inside = producer.get(x.as_str()).is_some_and(|p| set.contains(p));
+            debug_assert!(!inside, "model order is topological");
+            let s = match scalar(x) {
+                Some(c) => Step::Const(c),
+                None => {
+                    r.inputs.push(x.clone());
+                    Step::Input(r.inputs.len() - 1)
+                }
+            };
+            r.steps.push(s);
+            value.insert(x.clone(), r.steps.len() - 1);
+            args.push(r.steps.len() - 1);
+        }
+        let out =
+            lower(&n.op, &args, &mut r.steps, rank).map_err(|e| format!("{} '{}': {e}", n.op.op_type(), n.name))?;
+        if matches!(n.op, Op::Softmax { .. } | Op::LayerNormalization { .. } | Op::ReduceMean { .. }) {
+            // One row length per region: every reduction runs along the same last axis.
+            let x = n.input(0).expect("reductions have an input");
+            let len = g.types.get(x).and_then(|t| t.shape.as_ref()?.0.last()?.known());
+            match (row, len) {
+                (_, None) => return Err(format!("'{}': its row length is not known", n.name)),
+                (Some(a), Some(b)) if a != b => {
+                    return Err(format!("reductions over rows of {a} and {b} elements in one region"))
+                }
+                (_, Some(b)) => row = Some(b),
+            }
+        }
+        value.insert(n.outputs[0].clone(), out);
+        r.nodes.push(n.name.clone());
+        let read_outside = consumers.get(n.outputs[0].as_str()).is_some_and(|c| c.iter().any(|c| !set.contains(c)));
+        if read_outside || g.outputs.contains(&n.outputs[0]) {
+            r.outputs.push((n.outputs[0].clone(), out));
+        }
+    }
+    Ok(r)
+}
+
+/// A value during evaluation: row-major f64 with its shape.
+#[derive(Clone)]
+struct Value {
+    shape: Vec<usize>,
+    v: Vec<f64>,
+}
+
+fn broadcast_shape(a: &[usize], b: &[usize]) -> Result<Vec<usize>, String> {
+    let r = a.len().max(b.len());
+    let pad = |s: &[usize]| std::iter::repeat(1).take(r - s.len()).chain(s.iter().copied()).collect::<Vec<_>>();
+    let (a, b) = (pad(a), pad(b));
+    a.iter()
+        .zip(&b)
+        .map(|(&x, &y)| {
+            if x == y || y == 1 {
+                Ok(x)
+            } else if x == 1 {
+                Ok(y)
+            } else {
+                Err(format!("{a:?} vs {b:?}"))
+            }
+        })
+        .collect()
+}
+
+/// `x`'s values at every index of `shape` (which `x` broadcasts to).
+fn expand(x: &Value, shape: &[usize]) -> Vec<f64> {
+    if x.shape == shape {
+        return x.v.clone();
+    }
+    let r = shape.len();
+    let dims: Vec<usize> = std::iter::repeat(1).take(r - x.shape.len()).chain(x.shape.iter().copied()).collect();
+    let total: usize = shape.iter().product();
+    (0..total)
+        .map(|flat| {
+            let (mut rem, mut off, mut stride) = (flat, 0, 1);
+            for i in (0..r).rev() {
+                let idx = rem % shape[i];
+                rem /= shape[i];
+                if dims[i] != 1 {
+                    off += idx * stride;
+                }
+                stride *= dims[i];
+            }
+            x.v[off]
+        })
+        .collect()
+}
+
+impl Region {
+    /// Every output of the region on `inputs` (by the region's input order), each rounded once
+    /// to its type in `types` (f32 when unknown).
+    pub fn eval(&self, inputs: &[&Tensor], types: &HashMap<String, DType>) -> Result<Vec<Tensor>, String> {
+        if inputs.len() != self.inputs.len() {
+            return Err(format!("{} inputs for {} region inputs", inputs.len(), self.inputs.len()));
+        }
+        let mut vals: Vec<Value> = Vec::with_capacity(self.steps.len());
+        for s in &self.steps {
+            let v = match *s {
+                Step::Input(i) => Value { shape: inputs[i].shape.clone(), v: inputs[i].to_f64_vec() },
+                Step::Const(c) => Value { shape: vec![], v: vec![c] },
+                Step::Unary(u, a) => {
+                    let f = crate::reference::unary_fn(u);
+                    Value { shape: vals[a].shape.clone(), v: vals[a].v.iter().map(|&x| f(x)).collect() }
+                }
+                Step::Exp(a) => Value { shape: vals[a].shape.clone(), v: vals[a].v.iter().map(|x| x.exp()).collect() },
+                Step::Binary(b, x, y) => {
+                    let shape = broadcast_shape(&vals[x].shape, &vals[y].shape)?;
+                    let (p, q) = (expand(&vals[x], &shape), expand(&vals[y], &shape));
+                    let v = p
+                        .iter()
+                        .zip(&q)
+                        .map(|(&p, &q)| match b {
+                            Binary::Add => p + q,
+                            Binary::Sub => p - q,
+                            Binary::Mul => p * q,
+                            Binary::Div => p / q,
+                            Binary::Pow => p.powf(q),
+                        })
+                        .collect();
+                    Value { shape, v }
+                }
+                Step::Reduce(kind, a) => {
+                    let x = &vals[a];
+                    let len = x.shape.last().copied().unwrap_or(1).max(1);
+                    let v =
+                        x.v.chunks(len)
+                            .map(|row| match kind {
+                                Reduce::Sum => row.iter().sum(),
+                                Reduce::Mean => row.iter().sum::<f64>() / len as f64,
+                                Reduce::Max => row.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+                            })
+                            .collect();
+                    let mut shape = x.shape.clone();
+                    if let Some(l) = shape.last_mut() {
+                        *l = 1;
+                    }
+                    Value { shape, v }
+                }
+            };
+            vals.push(v);
+        }
+        self.outputs
+            .iter()
+            .map(|(name, s)| {
+                let dt = types.get(name).copied().unwrap_or(DType::F32);
+                Tensor::from_f64_as(dt, vals[*s].shape.clone(), &vals[*s].v)
+                    .ok_or_else(|| format!("output '{name}': cannot hold {dt}"))
+            })
+            .collect()
+    }
+}

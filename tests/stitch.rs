@@ -1,0 +1,188 @@
+//! Stitched memory-intensive regions (src/partition/stitch.rs): how ops group into regions,
+//! and what a region means: `Region::eval` of the typed steps against the reference executor
+//! running the original ops (whose kernels are checked against onnxruntime in
+//! tests/conformance.rs and tests/models.rs), on odd row widths, f32 and f16.
+
+mod common;
+
+use bolt::ir::builder::GraphBuilder;
+use bolt::ir::precision::convert_floats;
+use bolt::ir::{Binary, DType, Graph, Op, Shape, Tensor, Unary};
+use bolt::partition::stitch::{find, Region};
+use std::collections::{HashMap, HashSet};
+
+fn random(shape: &[usize], seed: u64) -> Tensor {
+    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let n = shape.iter().product();
+    let v = (0..n)
+        .map(|_| {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((x >> 33) as f32 / (1u64 << 31) as f32) * 4.0 - 2.0
+        })
+        .collect();
+    Tensor::from_f32(shape.to_vec(), v)
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Pattern {
+    LayerNormOp,
+    /// PyTorch's export of LayerNorm before opset 17.
+    LayerNormDecomposed,
+    GeluErf,
+    Softmax,
+    ReduceMean,
+}
+
+fn graph(p: Pattern, rows: usize, width: usize) -> Graph {
+    let mut g = GraphBuilder::new("region");
+    let x = g.input("x", DType::F32, Shape::from_static(&[rows, width]));
+    let gamma = g.initializer("gamma", random(&[width], 5));
+    let beta = g.initializer("beta", random(&[width], 6));
+    let scalar = |g: &mut GraphBuilder, name: &str, v: f32| g.initializer(name, Tensor::scalar_f32(v));
+    let y = match p {
+        Pattern::LayerNormOp => g.node(
+            "ln",
+            Op::LayerNormalization { axis: -1, epsilon: 1e-5, stash_type: DType::F32 },
+            &[&x, &gamma, &beta],
+        ),
+        Pattern::LayerNormDecomposed => {
+            let mean_op = || Op::ReduceMean { axes: Some(vec![-1]), keepdims: true, noop_with_empty_axes: false };
+            let m = g.node("mean", mean_op(), &[&x]);
+            let d = g.node("sub", Op::Binary(Binary::Sub), &[&x, &m]);
+            let two = scalar(&mut g, "two", 2.0);
+            let sq = g.node("pow", Op::Binary(Binary::Pow), &[&d, &two]);
+            let var = g.node("var", mean_op(), &[&sq]);
+            let eps = scalar(&mut g, "eps", 1e-5);
+            let ve = g.node("add_eps", Op::Binary(Binary::Add), &[&var, &eps]);
+            let sd = g.node("sqrt", Op::Unary(Unary::Sqrt), &[&ve]);
+            let n = g.node("div", Op::Binary(Binary::Div), &[&d, &sd]);
+            let s = g.node("mul_gamma", Op::Binary(Binary::Mul), &[&n, &gamma]);
+            g.node("add_beta", Op::Binary(Binary::Add), &[&s, &beta])
+        }
+        Pattern::GeluErf => {
+            let r2 = scalar(&mut g, "sqrt2", std::f32::consts::SQRT_2);
+            let one = scalar(&mut g, "one", 1.0);
+            let half = scalar(&mut g, "half", 0.5);
+            let a = g.node("div", Op::Binary(Binary::Div), &[&x, &r2]);
+            let e = g.node("erf", Op::Unary(Unary::Erf), &[&a]);
+            let b = g.node("add1", Op::Binary(Binary::Add), &[&e, &one]);
+            let c = g.node("mul_x", Op::Binary(Binary::Mul), &[&x, &b]);
+            g.node("mul_half", Op::Binary(Binary::Mul), &[&c, &half])
+        }
+        Pattern::Softmax => g.node("softmax", Op::Softmax { axis: 1 }, &[&x]),
+        Pattern::ReduceMean => {
+            let m = g.node(
+                "mean",
+                Op::ReduceMean { axes: Some(vec![1]), keepdims: true, noop_with_empty_axes: false },
+                &[&x],
+            );
+            g.node("center", Op::Binary(Binary::Sub), &[&x, &m])
+        }
+    };
+    g.output(&y);
+    g.finish().unwrap()
+}
+
+fn one_region(g: &Graph) -> Region {
+    let (regions, not) = find(g, &HashSet::new());
+    assert!(not.is_empty(), "{not:?}");
+    assert_eq!(regions.len(), 1, "{regions:?}");
+    regions.into_iter().next().unwrap()
+}
+
+#[test]
+fn each_pattern_is_one_region_equal_to_its_ops_on_odd_widths_f32_and_f16() {
+    use Pattern::*;
+    for p in [LayerNormOp, LayerNormDecomposed, GeluErf, Softmax, ReduceMean] {
+        for width in [1usize, 3, 17, 1000, 4099] {
+            for dtype in [DType::F32, DType::F16] {
+                let g32 = graph(p, 3, width);
+                let g = if dtype == DType::F16 { convert_floats(&g32, DType::F16).unwrap() } else { g32 };
+                let r = one_region(&g);
+                assert_eq!(r.nodes.len(), g.nodes.len(), "{p:?}: every op in the region");
+                assert_eq!(r.reduces(), !matches!(p, GeluErf), "{p:?}");
+                let x = random(&[3, width], 1);
+                let x = Tensor::from_f64_as(dtype, x.shape.clone(), &x.to_f64_vec()).unwrap();
+                let want = bolt::reference::run(&g, &HashMap::from([("x".to_string(), x.clone())])).unwrap();
+                let inputs: Vec<Tensor> =
+                    r.inputs.iter().map(|n| if n == "x" { x.clone() } else { (*g.initializers[n]).clone() }).collect();
+                let types = g.types.iter().map(|(k, t)| (k.clone(), t.dtype)).collect();
+                let got = r.eval(&inputs.iter().collect::<Vec<_>>(), &types).unwrap();
+                assert_eq!(r.outputs.len(), 1);
+                let w = &want[&r.outputs[0].0];
+                assert_eq!((got[0].dtype(), &got[0].shape), (w.dtype(), &w.shape), "{p:?}");
+                // f16: the reference rounds after every op, the region once.
+                let tol = if dtype == DType::F16 { 2e-2 } else { 1e-5 };
+                let worst = got[0]
+                    .to_f32_vec()
+                    .iter()
+                    .zip(w.to_f32_vec())
+                    .map(|(a, b)| (a - b).abs() / (1.0 + b.abs()))
+                    .fold(0f32, f32::max);
+                assert!(worst <= tol, "{p:?} width {width} {dtype}: {worst}");
+            }
+        }
+    }
+}
+
+#[test]
+fn regions_stop_at_other_ops_and_rows_of_another_length() {
+    // LayerNorm over [rows, 8], then a MatMul (not stitchable), then GELU: two regions.
+    let mut g = GraphBuilder::new("two");
+    let x = g.input("x", DType::F32, Shape::from_static(&[4, 8]));
+    let gamma = g.initializer("gamma", random(&[8], 5));
+    let w = g.initializer("w", random(&[8, 16], 7));
+    let ln = g.node("ln", Op::LayerNormalization { axis: -1, epsilon: 1e-5, stash_type: DType::F32 }, &[&x, &gamma]);
+    let mm = g.node("mm", Op::MatMul, &[&ln, &w]);
+    let a = g.node("tanh", Op::Unary(Unary::Tanh), &[&mm]);
+    let s = g.node("sm", Op::Softmax { axis: -1 }, &[&a]);
+    g.output(&s);
+    let g = g.finish().unwrap();
+    let (regions, not) = find(&g, &HashSet::new());
+    assert!(not.is_empty(), "{not:?}");
+    let names: Vec<Vec<String>> = regions.iter().map(|r| r.nodes.clone()).collect();
+    assert_eq!(names, [vec!["ln".to_string()], vec!["tanh".into(), "sm".into()]]);
+
+    // Nodes a GEMM partition took are not stitched again.
+    let taken: HashSet<String> = ["tanh".to_string()].into();
+    let (regions, _) = find(&g, &taken);
+    assert_eq!(regions.iter().map(|r| r.nodes.len()).sum::<usize>(), 2);
+
+    // Softmaxes over rows of 8 and of 1 joined by one Add: no single row length, so the
+    // region is refused with the reason.
+    let mut g = GraphBuilder::new("rows");
+    let x = g.input("x", DType::F32, Shape::from_static(&[4, 1, 8]));
+    let y = g.input("y", DType::F32, Shape::from_static(&[4, 8, 1]));
+    let a = g.node("sx", Op::Softmax { axis: -1 }, &[&x]);
+    let b = g.node("sy", Op::Softmax { axis: -1 }, &[&y]);
+    let s = g.node("add", Op::Binary(Binary::Add), &[&a, &b]);
+    g.output(&s);
+    let (regions, not) = find(&g.finish().unwrap(), &HashSet::new());
+    assert!(regions.is_empty(), "{regions:?}");
+    assert_eq!(not.len(), 3);
+    assert!(not[0].reason.contains("rows of 8 and 1"), "{}", not[0].reason);
+}
+
+/// BERT-base (tests/python/make_models.py, HuggingFace's export form), after the partitioner
+/// took its GEMMs with their epilogues (the erf GELU among them): each layer leaves two
+/// LayerNorm regions; the attention cores' Softmax and mask Add are left to attention fusion.
+#[test]
+fn bert_base_regions() {
+    let Some(dir) = common::testdata("models/bert_base") else { return };
+    let g = bolt::import::load(&dir.join("model.onnx")).unwrap().graph;
+    let parts = bolt::partition::partition(&g);
+    let taken: HashSet<String> = parts.partitions.iter().flat_map(|p| p.nodes.iter().cloned()).collect();
+    let (regions, not) = find(&g, &taken);
+    let attention: Vec<&str> =
+        not.iter().filter(|n| n.reason.starts_with("attention core")).map(|n| n.node.as_str()).collect();
+    assert_eq!(attention.iter().filter(|n| n.starts_with("softmax")).count(), 12, "{attention:?}");
+    assert_eq!(attention.len(), 24, "softmax and mask Add of 12 cores: {attention:?}");
+    let layernorms = regions.iter().filter(|r| r.reduces()).count();
+    assert_eq!(layernorms, 24, "{:?}", regions.iter().map(|r| &r.nodes).collect::<Vec<_>>());
+    assert_eq!(regions.len(), 24, "{:?}", regions.iter().map(|r| &r.nodes).collect::<Vec<_>>());
+    // The erf GELU after each intermediate dense layer is that GEMM's epilogue, not a region.
+    let erf: Vec<&str> =
+        g.nodes.iter().filter(|n| matches!(n.op, Op::Unary(Unary::Erf))).map(|n| n.name.as_str()).collect();
+    assert_eq!(erf.len(), 12);
+    assert!(erf.iter().all(|n| taken.contains(*n)), "{erf:?}");
+}
