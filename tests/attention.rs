@@ -62,18 +62,7 @@ fn graph(form: Form, s: usize) -> Graph {
     g.finish().unwrap()
 }
 
-fn random(shape: &[usize], seed: u64) -> Tensor {
-    // A small LCG: deterministic inputs in [-2, 2).
-    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-    let n = shape.iter().product();
-    let v = (0..n)
-        .map(|_| {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            ((x >> 33) as f32 / (1u64 << 31) as f32) * 4.0 - 2.0
-        })
-        .collect();
-    Tensor::from_f32(shape.to_vec(), v)
-}
+use common::random_tensor as random;
 
 fn only_core(g: &Graph) -> Attention {
     let (found, not) = find(g);

@@ -11,17 +11,7 @@ use bolt::ir::{Binary, DType, Graph, Op, Shape, Tensor, Unary};
 use bolt::partition::stitch::{find, Region};
 use std::collections::{HashMap, HashSet};
 
-fn random(shape: &[usize], seed: u64) -> Tensor {
-    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-    let n = shape.iter().product();
-    let v = (0..n)
-        .map(|_| {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            ((x >> 33) as f32 / (1u64 << 31) as f32) * 4.0 - 2.0
-        })
-        .collect();
-    Tensor::from_f32(shape.to_vec(), v)
-}
+use common::random_tensor as random;
 
 #[derive(Clone, Copy, Debug)]
 enum Pattern {

@@ -14,5 +14,5 @@ mod tensor;
 pub use dtype::DType;
 pub use graph::{Graph, Node};
 pub use op::*;
-pub use shape::{broadcast_shapes, broadcast_static, Dim, Shape, TensorType};
+pub use shape::{broadcast_index, broadcast_shapes, broadcast_static, Dim, Shape, TensorType};
 pub use tensor::{strides, Element, Tensor, TensorData};

@@ -149,6 +149,33 @@ pub fn broadcast_static(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
         .collect()
 }
 
+/// For each output element of a broadcast, the flat index into an input of shape `shape`.
+pub fn broadcast_index(shape: &[usize], out: &[usize]) -> Vec<usize> {
+    let rank = out.len();
+    let off = rank - shape.len();
+    let in_strides = super::tensor::strides(shape);
+    // Stride 0 on broadcast dims.
+    let bstr: Vec<usize> =
+        (0..rank).map(|i| if i < off || shape[i - off] == 1 { 0 } else { in_strides[i - off] }).collect();
+    let n: usize = out.iter().product();
+    let mut idx = Vec::with_capacity(n);
+    let mut counter = vec![0usize; rank];
+    let mut flat = 0usize;
+    for _ in 0..n {
+        idx.push(flat);
+        for d in (0..rank).rev() {
+            counter[d] += 1;
+            flat += bstr[d];
+            if counter[d] < out[d] {
+                break;
+            }
+            flat -= bstr[d] * counter[d];
+            counter[d] = 0;
+        }
+    }
+    idx
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -323,28 +323,9 @@ fn offset(b: usize, batch: &[usize], shape: &[usize]) -> usize {
 
 /// `t`'s values broadcast (numpy rules) to `shape`, as f32.
 fn broadcast(t: &Tensor, shape: &[usize]) -> Result<Vec<f32>, String> {
-    let (r, rt) = (shape.len(), t.shape.len());
-    if rt > r {
-        return Err(format!("mask {:?} has more dims than the scores {shape:?}", t.shape));
-    }
-    let dims: Vec<usize> = std::iter::repeat(1).take(r - rt).chain(t.shape.iter().copied()).collect();
-    if dims.iter().zip(shape).any(|(&a, &b)| a != b && a != 1) {
+    if crate::ir::broadcast_static(&t.shape, shape).as_deref() != Some(shape) {
         return Err(format!("mask {:?} does not broadcast to the scores {shape:?}", t.shape));
     }
     let src = t.to_f32_vec();
-    let total: usize = shape.iter().product();
-    let mut out = Vec::with_capacity(total);
-    for flat in 0..total {
-        let (mut rem, mut off, mut stride) = (flat, 0, 1);
-        for i in (0..r).rev() {
-            let idx = rem % shape[i];
-            rem /= shape[i];
-            if dims[i] != 1 {
-                off += idx * stride;
-            }
-            stride *= dims[i];
-        }
-        out.push(src[off]);
-    }
-    Ok(out)
+    Ok(crate::ir::broadcast_index(&t.shape, shape).into_iter().map(|i| src[i]).collect())
 }

@@ -255,46 +255,9 @@ struct Value {
     v: Vec<f64>,
 }
 
-fn broadcast_shape(a: &[usize], b: &[usize]) -> Result<Vec<usize>, String> {
-    let r = a.len().max(b.len());
-    let pad = |s: &[usize]| std::iter::repeat(1).take(r - s.len()).chain(s.iter().copied()).collect::<Vec<_>>();
-    let (a, b) = (pad(a), pad(b));
-    a.iter()
-        .zip(&b)
-        .map(|(&x, &y)| {
-            if x == y || y == 1 {
-                Ok(x)
-            } else if x == 1 {
-                Ok(y)
-            } else {
-                Err(format!("{a:?} vs {b:?}"))
-            }
-        })
-        .collect()
-}
-
 /// `x`'s values at every index of `shape` (which `x` broadcasts to).
 fn expand(x: &Value, shape: &[usize]) -> Vec<f64> {
-    if x.shape == shape {
-        return x.v.clone();
-    }
-    let r = shape.len();
-    let dims: Vec<usize> = std::iter::repeat(1).take(r - x.shape.len()).chain(x.shape.iter().copied()).collect();
-    let total: usize = shape.iter().product();
-    (0..total)
-        .map(|flat| {
-            let (mut rem, mut off, mut stride) = (flat, 0, 1);
-            for i in (0..r).rev() {
-                let idx = rem % shape[i];
-                rem /= shape[i];
-                if dims[i] != 1 {
-                    off += idx * stride;
-                }
-                stride *= dims[i];
-            }
-            x.v[off]
-        })
-        .collect()
+    crate::ir::broadcast_index(&x.shape, shape).into_iter().map(|i| x.v[i]).collect()
 }
 
 impl Region {
@@ -315,7 +278,8 @@ impl Region {
                 }
                 Step::Exp(a) => Value { shape: vals[a].shape.clone(), v: vals[a].v.iter().map(|x| x.exp()).collect() },
                 Step::Binary(b, x, y) => {
-                    let shape = broadcast_shape(&vals[x].shape, &vals[y].shape)?;
+                    let shape = crate::ir::broadcast_static(&vals[x].shape, &vals[y].shape)
+                        .ok_or_else(|| format!("{:?} and {:?} do not broadcast", vals[x].shape, vals[y].shape))?;
                     let (p, q) = (expand(&vals[x], &shape), expand(&vals[y], &shape));
                     let v = p
                         .iter()

@@ -37,3 +37,16 @@ pub fn workload(file: &str) -> Option<serde_json::Value> {
         }
     }
 }
+
+/// Deterministic values in [-2, 2) (a small LCG), f32.
+pub fn random_tensor(shape: &[usize], seed: u64) -> bolt::ir::Tensor {
+    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let n = shape.iter().product();
+    let v = (0..n)
+        .map(|_| {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((x >> 33) as f32 / (1u64 << 31) as f32) * 4.0 - 2.0
+        })
+        .collect();
+    bolt::ir::Tensor::from_f32(shape.to_vec(), v)
+}

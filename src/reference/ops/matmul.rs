@@ -1,8 +1,8 @@
 //! MatMul and Gemm on `matrixmultiply`. f32, f16 and bf16 compute in f32 (`sgemm`) and round
 //! once to the input type; f64 computes in f64 (`dgemm`). Conv reuses [`gemm_into`].
 
-use super::elementwise::broadcast_index;
 use super::{float_out, OpResult};
+use crate::ir::broadcast_index;
 use crate::ir::{broadcast_static, DType, Tensor, TensorData};
 use rayon::prelude::*;
 

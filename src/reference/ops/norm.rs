@@ -1,8 +1,8 @@
 //! Normalisations and reductions: BatchNormalization, Softmax, LayerNormalization,
 //! ReduceMean. All compute in f64 (sums included) and round once to the output type.
 
-use super::elementwise::broadcast_index;
 use super::{req, OpResult};
+use crate::ir::broadcast_index;
 use crate::ir::infer::norm_axis;
 use crate::ir::{broadcast_static, DType, Tensor};
 use rayon::prelude::*;
