@@ -54,6 +54,12 @@ fn build_and_check(
     for g in &art.plan.glue {
         assert!(lib.glue(&g.spec).is_some(), "glue {} missing from the library", g.symbol);
     }
+    // Stitched regions likewise.
+    for s in &art.plan.stitch {
+        let k =
+            lib.stitch(&s.symbol).unwrap_or_else(|| panic!("stitched kernel {} missing from the library", s.symbol));
+        assert_eq!(k.spec(), &s.spec);
+    }
     let graph = art.graph();
     for h in &art.plan.host_ops {
         let n = graph.nodes.iter().find(|n| n.name == h.node).unwrap();
@@ -352,7 +358,11 @@ fn host_glue_equals_the_reference_ops() {
 #[test]
 fn bert_layer_sm80() {
     let dir = tempfile::tempdir().unwrap();
-    build_and_check(&bert_layer(), dir.path(), &[Arch::Sm80], None, vec![]);
+    let art = build_and_check(&bert_layer(), dir.path(), &[Arch::Sm80], None, vec![]);
+    // Softmax, both LayerNorms and the K transpose (a strided copy) are stitched kernels:
+    // nothing runs on the host.
+    assert_eq!(art.plan.stitch.len(), 4, "{:?}", art.plan.stitch);
+    assert!(art.plan.host_ops.is_empty(), "{:?}", art.plan.host_ops);
 }
 
 /// The memory plan of real plans: no two tensors that are live at once share a byte, and the

@@ -155,7 +155,8 @@ fn regions_stop_at_other_ops_and_rows_of_another_length() {
 
 /// BERT-base (tests/python/make_models.py, HuggingFace's export form), after the partitioner
 /// took its GEMMs with their epilogues (the erf GELU among them): each layer leaves two
-/// LayerNorm regions; the attention cores' Softmax and mask Add are left to attention fusion.
+/// LayerNorm regions and three head transposes ([0,2,1,3], read in place as views); the
+/// attention cores' Softmax and mask Add are left to attention fusion.
 #[test]
 fn bert_base_regions() {
     let Some(dir) = common::testdata("models/bert_base") else { return };
@@ -169,10 +170,150 @@ fn bert_base_regions() {
     assert_eq!(attention.len(), 24, "softmax and mask Add of 12 cores: {attention:?}");
     let layernorms = regions.iter().filter(|r| r.reduces()).count();
     assert_eq!(layernorms, 24, "{:?}", regions.iter().map(|r| &r.nodes).collect::<Vec<_>>());
-    assert_eq!(regions.len(), 24, "{:?}", regions.iter().map(|r| &r.nodes).collect::<Vec<_>>());
+    let views = regions.iter().filter(|r| r.views.iter().any(|v| v.as_deref() == Some(&[0, 2, 1, 3][..]))).count();
+    assert_eq!(views, 36);
+    assert_eq!(regions.len(), 60, "{:?}", regions.iter().map(|r| &r.nodes).collect::<Vec<_>>());
     // The erf GELU after each intermediate dense layer is that GEMM's epilogue, not a region.
     let erf: Vec<&str> =
         g.nodes.iter().filter(|n| matches!(n.op, Op::Unary(Unary::Erf))).map(|n| n.name.as_str()).collect();
     assert_eq!(erf.len(), 12);
     assert!(erf.iter().all(|n| taken.contains(*n)), "{erf:?}");
+}
+
+/// The planner replaces each region with one stitched node, and the kernel spec it lowers to
+/// (`plan::lower::stitch_spec`: element types, dense or broadcast reads, per-row outputs) means
+/// the original ops: the spec's meaning on the run-time problem (`runtime::stitch`, what the
+/// reference device runs for it) against the reference executor running the model's ops.
+/// The generated code is checked against that same meaning in codegen/tests/stitch.rs.
+#[test]
+fn planned_regions_become_stitched_nodes_whose_kernel_specs_mean_the_original_ops() {
+    use Pattern::*;
+    for p in [LayerNormOp, LayerNormDecomposed, GeluErf, Softmax, ReduceMean] {
+        for width in [1usize, 3, 17, 1000, 4099] {
+            for dtype in [DType::F32, DType::F16] {
+                let g32 = graph(p, 3, width);
+                let g = if dtype == DType::F16 { convert_floats(&g32, DType::F16).unwrap() } else { g32 };
+                let plan = bolt::plan::plan(&g).unwrap();
+                let stitched: Vec<&bolt::ir::Node> =
+                    plan.graph.nodes.iter().filter(|n| matches!(n.op, Op::Stitched(_))).collect();
+                assert_eq!(stitched.len(), 1, "{p:?}: {:?}", plan.stitched);
+                assert_eq!(plan.graph.nodes.len(), 1, "{p:?}: nothing else is left");
+                let n = stitched[0];
+                let spec = bolt::plan::lower::stitch_spec(&plan.graph, n).unwrap();
+                let x = random(&[3, width], 1);
+                let x = Tensor::from_f64_as(dtype, x.shape.clone(), &x.to_f64_vec()).unwrap();
+                let want = bolt::reference::run(&g, &HashMap::from([("x".to_string(), x.clone())])).unwrap();
+                let inputs: Vec<Tensor> = n
+                    .inputs
+                    .iter()
+                    .flatten()
+                    .map(|t| if t == "x" { x.clone() } else { (*plan.graph.initializers[t]).clone() })
+                    .collect();
+                let out_types: Vec<DType> = n.outputs.iter().map(|o| plan.graph.types[o].dtype).collect();
+                let Op::Stitched(region) = &n.op else { unreachable!() };
+                let got =
+                    bolt::runtime::stitch::run(&spec, region, &inputs.iter().collect::<Vec<_>>(), &out_types).unwrap();
+                let w = &want[&g.outputs[0]];
+                assert_eq!((got[0].dtype(), &got[0].shape), (w.dtype(), &w.shape), "{p:?}");
+                let tol = if dtype == DType::F16 { 2e-2 } else { 1e-5 };
+                let worst = got[0]
+                    .to_f32_vec()
+                    .iter()
+                    .zip(w.to_f32_vec())
+                    .map(|(a, b)| (a - b).abs() / (1.0 + b.abs()))
+                    .fold(0f32, f32::max);
+                assert!(worst <= tol, "{p:?} width {width} {dtype}: {worst}");
+            }
+        }
+    }
+}
+
+/// A region no stitched kernel takes stays on the host with the reason: here a row reduction
+/// over a broadcast input whose rows are narrower than the region's iteration space.
+#[test]
+fn regions_a_kernel_cannot_take_stay_on_the_host_with_why() {
+    let mut g = GraphBuilder::new("narrow");
+    let x = g.input("x", DType::F32, Shape::from_static(&[4, 1]));
+    let y = g.input("y", DType::F32, Shape::from_static(&[4, 8]));
+    let m = g.node("mean", Op::ReduceMean { axes: Some(vec![-1]), keepdims: true, noop_with_empty_axes: false }, &[&x]);
+    let s = g.node("add", Op::Binary(Binary::Add), &[&m, &y]);
+    g.output(&s);
+    let g = g.finish().unwrap();
+    let plan = bolt::plan::plan(&g).unwrap();
+    assert_eq!(plan.stitched.len(), 1);
+    let d = &plan.stitched[0];
+    assert!(d.stitched.is_none());
+    assert!(d.reason.as_deref().unwrap().contains("reduces rows of 1"), "{d:?}");
+    assert!(plan.graph.nodes.iter().all(|n| !matches!(n.op, Op::Stitched(_))));
+    // The plan still equals the model (its ops run on the host).
+    let inputs = HashMap::from([("x".to_string(), random(&[4, 1], 1)), ("y".to_string(), random(&[4, 8], 2))]);
+    let a = bolt::reference::run(&g, &inputs).unwrap();
+    let b = bolt::reference::run(&plan.graph, &inputs).unwrap();
+    assert_eq!(a[&g.outputs[0]].to_f32_vec(), b[&g.outputs[0]].to_f32_vec());
+}
+
+/// BERT-base planned: every LayerNorm and every attention core's mask Add + Softmax is a
+/// stitched node, so only Reshape/Transpose (shape and data movement) are left to the host.
+#[test]
+fn bert_base_plan_leaves_only_data_movement_to_the_host() {
+    let Some(dir) = common::testdata("models/bert_base") else { return };
+    let g = bolt::import::load(&dir.join("model.onnx")).unwrap().graph;
+    let plan = bolt::plan::plan(&g).unwrap();
+    let stitched: Vec<&bolt::ir::Node> = plan.graph.nodes.iter().filter(|n| matches!(n.op, Op::Stitched(_))).collect();
+    // 24 LayerNorms, 12 mask + softmax, and the 36 [0,2,1,3] head transposes read in place;
+    // the 12 [0,2,3,1] key transposes are NCHW -> NHWC glue kernels.
+    assert_eq!(stitched.len(), 72, "{:?}", plan.stitched);
+    let softmax = stitched
+        .iter()
+        .filter(|n| match &n.op {
+            Op::Stitched(r) => r.nodes.iter().any(|x| x.starts_with("softmax")),
+            _ => false,
+        })
+        .count();
+    assert_eq!(softmax, 12);
+    for n in &stitched {
+        bolt::plan::lower::stitch_spec(&plan.graph, n).unwrap_or_else(|e| panic!("{}: {e}", n.name));
+    }
+    let mut left: Vec<&str> = plan
+        .graph
+        .nodes
+        .iter()
+        .filter(|n| !matches!(n.op, Op::Stitched(_) | Op::Fused(_) | Op::FusedChain(_)))
+        .map(|n| n.op.op_type())
+        .collect();
+    left.sort();
+    left.dedup();
+    assert_eq!(left, ["Reshape", "Transpose"]);
+}
+
+/// A transpose of a region input is read in place through permuted strides: Transpose ->
+/// Add (a broadcast bias) -> Softmax is one stitched node whose kernel spec, on the problem the
+/// devices derive from the *stored* input, equals the original ops.
+#[test]
+fn transposed_inputs_are_strided_views() {
+    let mut g = GraphBuilder::new("view");
+    let x = g.input("x", DType::F32, Shape::from_static(&[2, 7, 5]));
+    let b = g.initializer("b", random(&[7], 3));
+    let t = g.node("t", Op::Transpose { perm: Some(vec![0, 2, 1]) }, &[&x]);
+    let a = g.node("add", Op::Binary(Binary::Add), &[&t, &b]);
+    let s = g.node("sm", Op::Softmax { axis: -1 }, &[&a]);
+    g.output(&s);
+    let g = g.finish().unwrap();
+    let plan = bolt::plan::plan(&g).unwrap();
+    assert_eq!(plan.graph.nodes.len(), 1, "{:?}", plan.stitched);
+    let n = &plan.graph.nodes[0];
+    let Op::Stitched(region) = &n.op else { panic!("{:?}", n.op) };
+    assert_eq!(region.nodes, ["t", "add", "sm"]);
+    assert_eq!(region.views[0].as_deref(), Some(&[0, 2, 1][..]));
+    let spec = bolt::plan::lower::stitch_spec(&plan.graph, n).unwrap();
+    assert_eq!(spec.inputs[0].access, bolt_codegen::stitch::Access::Strided);
+    let xv = random(&[2, 7, 5], 1);
+    let want = bolt::reference::run(&g, &HashMap::from([("x".to_string(), xv.clone())])).unwrap();
+    let bias = (*plan.graph.initializers["b"]).clone();
+    let got = bolt::runtime::stitch::run(&spec, region, &[&xv, &bias], &[DType::F32]).unwrap();
+    let w = &want[&g.outputs[0]];
+    assert_eq!(got[0].shape, w.shape);
+    for (a, b) in got[0].to_f32_vec().iter().zip(w.to_f32_vec()) {
+        assert!((a - b).abs() <= 1e-6, "{a} vs {b}");
+    }
 }

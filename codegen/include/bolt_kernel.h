@@ -1,7 +1,8 @@
 // Bolt's C ABI for generated kernels, modelled on CUTLASS's library Operation interface
 // (can_implement, get_host_workspace_size / get_device_workspace_size, initialize, run). Every
 // generated kernel exports six functions named after its symbol (ARGS is BoltArgs for GEMM and
-// conv kernels, BoltB2bArgs for back-to-back chain kernels, BoltGlueArgs for glue kernels):
+// conv kernels, BoltB2bArgs for back-to-back chain kernels, BoltGlueArgs for glue kernels,
+// BoltStitchArgs for stitched kernels):
 //
 //   BoltStatus <symbol>_can_implement(const void* problem);
 //   size_t     <symbol>_workspace_size(const void* problem);   // device workspace bytes
@@ -154,6 +155,28 @@ typedef struct BoltGlueArgs {
   const void* x;  // input
   void* y;        // output
 } BoltGlueArgs;
+
+// ---- Stitched kernels (memory-intensive regions: element-wise ops and row reductions) ------
+// A region's ops run over an iteration space of `rank` dims (at most BOLT_STITCH_MAX_RANK),
+// seen as `rows` rows of `width` elements (the last dim; every reduction runs along it).
+// Input i is read at sum(coord[d] * strides[i][d]) (stride 0: broadcast along d); outputs are
+// dense, of the iteration space or (a reduction's result) of one value per row. No workspace.
+#define BOLT_STITCH_MAX_RANK 6
+#define BOLT_STITCH_MAX_INPUTS 8
+#define BOLT_STITCH_MAX_OUTPUTS 4
+
+typedef struct BoltStitchProblem {
+  int64_t rows;
+  int64_t width;
+  int64_t rank;
+  int64_t shape[BOLT_STITCH_MAX_RANK];
+  int64_t strides[BOLT_STITCH_MAX_INPUTS][BOLT_STITCH_MAX_RANK];
+} BoltStitchProblem;
+
+typedef struct BoltStitchArgs {
+  const void* inputs[BOLT_STITCH_MAX_INPUTS];
+  void* outputs[BOLT_STITCH_MAX_OUTPUTS];
+} BoltStitchArgs;
 
 #ifdef __cplusplus
 }

@@ -245,6 +245,92 @@ impl Default for BoltGlueArgs {
     }
 }
 
+/// `BOLT_STITCH_MAX_RANK`, `BOLT_STITCH_MAX_INPUTS`, `BOLT_STITCH_MAX_OUTPUTS`.
+pub const STITCH_MAX_RANK: usize = 6;
+pub const STITCH_MAX_INPUTS: usize = 8;
+pub const STITCH_MAX_OUTPUTS: usize = 4;
+
+/// `BoltStitchProblem`: a stitched region's iteration space (`rank` dims, `rows` rows of
+/// `width` elements) and each input's element strides over it (0: broadcast).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct BoltStitchProblem {
+    pub rows: i64,
+    pub width: i64,
+    pub rank: i64,
+    pub shape: [i64; STITCH_MAX_RANK],
+    pub strides: [[i64; STITCH_MAX_RANK]; STITCH_MAX_INPUTS],
+}
+
+impl BoltStitchProblem {
+    /// The problem of an iteration space `shape` (rank 1..=6) whose inputs have the shapes
+    /// `inputs` (each broadcasting to `shape`, numpy rules); `None` otherwise.
+    pub fn new(shape: &[usize], inputs: &[&[usize]]) -> Option<BoltStitchProblem> {
+        let strides: Vec<Vec<i64>> = inputs.iter().map(|s| contiguous_strides(s)).collect();
+        let pairs: Vec<(&[usize], &[i64])> = inputs.iter().zip(&strides).map(|(s, t)| (*s, t.as_slice())).collect();
+        Self::with_strides(shape, &pairs)
+    }
+
+    /// [`BoltStitchProblem::new`] for inputs given as (shape, element strides) views, e.g. a
+    /// transpose read in place (its strides permuted).
+    pub fn with_strides(shape: &[usize], inputs: &[(&[usize], &[i64])]) -> Option<BoltStitchProblem> {
+        if shape.is_empty() || shape.len() > STITCH_MAX_RANK || inputs.len() > STITCH_MAX_INPUTS {
+            return None;
+        }
+        let rank = shape.len();
+        let mut p = BoltStitchProblem {
+            width: *shape.last()? as i64,
+            rows: shape[..rank - 1].iter().product::<usize>() as i64,
+            rank: rank as i64,
+            ..Default::default()
+        };
+        for (d, &n) in shape.iter().enumerate() {
+            p.shape[d] = n as i64;
+        }
+        for (i, (s, st)) in inputs.iter().enumerate() {
+            if s.len() > rank || st.len() != s.len() {
+                return None;
+            }
+            // Right-aligned dims; a dim of 1 (or a missing leading one) broadcasts.
+            for k in 0..s.len() {
+                let (dim, d) = (s[s.len() - 1 - k], rank - 1 - k);
+                if dim == shape[d] && dim != 1 {
+                    p.strides[i][d] = st[s.len() - 1 - k];
+                } else if dim != 1 {
+                    return None;
+                }
+            }
+        }
+        Some(p)
+    }
+}
+
+/// Row-major element strides of `shape`.
+pub fn contiguous_strides(shape: &[usize]) -> Vec<i64> {
+    let mut s = vec![1i64; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * shape[i + 1] as i64;
+    }
+    s
+}
+
+/// `BoltStitchArgs`: a stitched kernel's inputs and outputs, in its spec's order.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BoltStitchArgs {
+    pub inputs: [*const c_void; STITCH_MAX_INPUTS],
+    pub outputs: [*mut c_void; STITCH_MAX_OUTPUTS],
+}
+
+impl Default for BoltStitchArgs {
+    fn default() -> Self {
+        BoltStitchArgs {
+            inputs: [std::ptr::null(); STITCH_MAX_INPUTS],
+            outputs: [std::ptr::null_mut(); STITCH_MAX_OUTPUTS],
+        }
+    }
+}
+
 /// `BoltStatus` exactly as the C functions return it (a C enum is an `int`). Kept as a raw
 /// integer: a value outside the enum must not be undefined behaviour on the Rust side.
 /// [`BoltStatus::status`] turns it into a [`Status`].
@@ -357,6 +443,7 @@ pub trait KernelArgs: sealed::SealedArgs + Copy {}
 impl KernelArgs for BoltArgs {}
 impl KernelArgs for BoltB2bArgs {}
 impl KernelArgs for BoltGlueArgs {}
+impl KernelArgs for BoltStitchArgs {}
 
 /// Which problem struct a kernel's functions take.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -408,6 +495,7 @@ mod sealed {
     impl SealedArgs for super::BoltArgs {}
     impl SealedArgs for super::BoltB2bArgs {}
     impl SealedArgs for super::BoltGlueArgs {}
+    impl SealedArgs for super::BoltStitchArgs {}
     pub trait Sealed {}
     impl Sealed for super::BoltGemmProblem {}
     impl Sealed for super::BoltConv2dProblem {}
@@ -439,6 +527,11 @@ mod tests {
         layout!(BoltB2bArgs: a, c, d, layer);
         layout!(BoltGlueProblem: n, c, h, w, c_padded);
         layout!(BoltGlueArgs: x, y);
+        layout!(BoltStitchProblem: rows, width, rank, shape, strides);
+        layout!(BoltStitchArgs: inputs, outputs);
+        v.push(("BOLT_STITCH_MAX_RANK".into(), STITCH_MAX_RANK));
+        v.push(("BOLT_STITCH_MAX_INPUTS".into(), STITCH_MAX_INPUTS));
+        v.push(("BOLT_STITCH_MAX_OUTPUTS".into(), STITCH_MAX_OUTPUTS));
         v.push(("BOLT_B2B_MAX_LAYERS".into(), B2B_MAX_LAYERS));
         v.push(("sizeof(BoltStatus)".into(), size_of::<BoltStatus>()));
         v.push(("BOLT_ABI_VERSION".into(), ABI_VERSION as usize));

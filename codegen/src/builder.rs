@@ -39,7 +39,9 @@ use rayon::prelude::*;
 
 use crate::abi::{self, ProblemKind};
 use crate::cache::{self, Cache, CacheError, CacheKey, EntryKind, KeyHasher, Outcome};
-use crate::manifest::{family_name, B2bEntry, GlueEntry, KernelEntry, Manifest, UnitEntry, MANIFEST_FORMAT};
+use crate::manifest::{
+    family_name, B2bEntry, GlueEntry, KernelEntry, Manifest, StitchEntry, UnitEntry, MANIFEST_FORMAT,
+};
 use crate::spec::{Arch, KernelSpec};
 
 /// Turns specs into C++: names kernels, rejects invalid ones, renders translation units.
@@ -268,6 +270,8 @@ pub enum BuildError {
     NoKernels { given: usize, rejected: Vec<Rejected>, skipped: usize },
     #[error("glue kernel {symbol}: {reason}")]
     Glue { symbol: String, reason: String },
+    #[error("stitched kernel {symbol}: {reason}")]
+    Stitch { symbol: String, reason: String },
     #[error("b2b kernel {symbol}: {reason}")]
     B2b { symbol: String, reason: String },
     #[error("two different specs render to symbol `{symbol}`:\n  {first}\n  {second}")]
@@ -341,6 +345,7 @@ enum UnitKernels {
     Cutlass(Vec<(String, KernelSpec)>),
     B2b(Vec<(String, crate::b2b::B2bSpec)>),
     Glue(Vec<(String, crate::glue::GlueSpec)>),
+    Stitch(Vec<(String, crate::stitch::StitchSpec)>),
 }
 
 impl UnitKernels {
@@ -349,6 +354,7 @@ impl UnitKernels {
             UnitKernels::Cutlass(k) => k.len(),
             UnitKernels::B2b(k) => k.len(),
             UnitKernels::Glue(k) => k.len(),
+            UnitKernels::Stitch(k) => k.len(),
         }
     }
 
@@ -357,6 +363,7 @@ impl UnitKernels {
             UnitKernels::Cutlass(k) => k.iter().map(|(s, _)| s.clone()).collect(),
             UnitKernels::B2b(k) => k.iter().map(|(s, _)| s.clone()).collect(),
             UnitKernels::Glue(k) => k.iter().map(|(s, _)| s.clone()).collect(),
+            UnitKernels::Stitch(k) => k.iter().map(|(s, _)| s.clone()).collect(),
         }
     }
 
@@ -369,9 +376,16 @@ impl UnitKernels {
             UnitKernels::Glue(k) => {
                 k.iter().map(|(_, spec)| serde_json::to_string(spec).expect("glue spec serialises")).collect()
             }
+            UnitKernels::Stitch(k) => {
+                k.iter().map(|(_, spec)| serde_json::to_string(spec).expect("stitch spec serialises")).collect()
+            }
         }
     }
 }
+
+/// Stitched kernels per translation unit: each is small, so a unit is mostly CUTLASS's
+/// headers; a few dozen share that cost while units still compile in parallel.
+pub const STITCH_KERNELS_PER_UNIT: usize = 24;
 
 /// Placeholders standing for per-build paths in cache keys and manifests.
 const SOURCE_PLACEHOLDER: &str = "<source.cu>";
@@ -447,7 +461,7 @@ impl Builder {
 
     /// Builds `specs` with `source` into `<out>/lib<name>.so` + manifest.
     pub fn build(&self, source: &dyn KernelSource, specs: &[KernelSpec]) -> Result<BuildReport, BuildError> {
-        self.build_all(source, specs, &[], &[])
+        self.build_all(source, specs, &[], &[], &[])
     }
 
     /// [`Builder::build`] plus back-to-back chain kernels ([`crate::b2b`]) and glue kernels
@@ -455,13 +469,16 @@ impl Builder {
     /// [`crate::b2b::KERNELS_PER_UNIT`] with the fused-kernel example headers on the include
     /// path; glue kernels in one unit. Both compile like the sm80 kernels (sm_80 SASS +
     /// compute_80 PTX: they load on any GPU Bolt targets) and are listed in the manifest's
-    /// `b2b` and `glue`. An invalid b2b or glue spec fails the build (callers validate first).
+    /// `b2b` and `glue`. Stitched kernels ([`crate::stitch`]) likewise, in units of up to
+    /// [`STITCH_KERNELS_PER_UNIT`], listed in `stitch`. An invalid b2b, glue or stitch spec
+    /// fails the build (callers validate first).
     pub fn build_all(
         &self,
         source: &dyn KernelSource,
         specs: &[KernelSpec],
         b2b: &[crate::b2b::B2bSpec],
         glue: &[crate::glue::GlueSpec],
+        stitch: &[crate::stitch::StitchSpec],
     ) -> Result<BuildReport, BuildError> {
         let start = Instant::now();
         let opts = &self.options;
@@ -516,7 +533,14 @@ impl Builder {
                 .map_err(|r| BuildError::B2b { symbol: symbol.clone(), reason: r.to_string() })?;
             b2b_selected.insert(symbol, spec.clone());
         }
-        if selected.is_empty() && glue_selected.is_empty() && b2b_selected.is_empty() {
+        let mut stitch_selected: BTreeMap<String, crate::stitch::StitchSpec> = BTreeMap::new();
+        for spec in stitch {
+            let symbol = crate::stitch::symbol_for(spec);
+            crate::stitch::validate(spec)
+                .map_err(|r| BuildError::Stitch { symbol: symbol.clone(), reason: r.to_string() })?;
+            stitch_selected.insert(symbol, spec.clone());
+        }
+        if selected.is_empty() && glue_selected.is_empty() && b2b_selected.is_empty() && stitch_selected.is_empty() {
             return Err(BuildError::NoKernels { given: specs.len(), rejected, skipped });
         }
 
@@ -580,6 +604,10 @@ impl Builder {
                 UnitKernels::Glue(glue_selected.into_iter().collect()),
             ));
         }
+        let stitch_units = group_units(stitch_selected.into_iter().collect(), STITCH_KERNELS_PER_UNIT);
+        for (i, kernels) in stitch_units.into_iter().enumerate() {
+            groups.push((Arch::Sm80, format!("{}_stitch_{i:03}", opts.name), UnitKernels::Stitch(kernels)));
+        }
 
         let jobs = opts.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);
         let budget = opts.memory_budget.unwrap_or_else(default_memory_budget);
@@ -617,6 +645,11 @@ impl Builder {
                             let pairs: Vec<(&crate::glue::GlueSpec, &str)> =
                                 kernels.iter().map(|(s, k)| (k, s.as_str())).collect();
                             crate::glue::render_unit(&pairs).map_err(|e| e.to_string())
+                        }
+                        UnitKernels::Stitch(kernels) => {
+                            let pairs: Vec<(&crate::stitch::StitchSpec, &str)> =
+                                kernels.iter().map(|(s, k)| (k, s.as_str())).collect();
+                            crate::stitch::render_unit(&pairs).map_err(|e| e.to_string())
                         }
                     }
                     .map_err(|message| BuildError::Render {
@@ -737,6 +770,7 @@ impl Builder {
         let mut kernels = Vec::new();
         let mut glue_entries = Vec::new();
         let mut b2b_entries = Vec::new();
+        let mut stitch_entries = Vec::new();
         for (i, unit) in units.iter().enumerate() {
             let cutlass = match &unit.kernels {
                 UnitKernels::Cutlass(k) => k,
@@ -756,6 +790,14 @@ impl Builder {
                     }));
                     continue;
                 }
+                UnitKernels::Stitch(k) => {
+                    stitch_entries.extend(k.iter().map(|(symbol, spec)| StitchEntry {
+                        symbol: symbol.clone(),
+                        unit: i,
+                        spec: spec.clone(),
+                    }));
+                    continue;
+                }
             };
             for (symbol, spec) in cutlass {
                 kernels.push(KernelEntry {
@@ -772,6 +814,7 @@ impl Builder {
         }
         kernels.sort_by(|a, b| a.symbol.cmp(&b.symbol));
         b2b_entries.sort_by(|a, b| a.symbol.cmp(&b.symbol));
+        stitch_entries.sort_by(|a, b| a.symbol.cmp(&b.symbol));
         let manifest = Manifest {
             format: MANIFEST_FORMAT,
             abi_version: abi::ABI_VERSION,
@@ -795,6 +838,7 @@ impl Builder {
             kernels,
             b2b: b2b_entries,
             glue: glue_entries,
+            stitch: stitch_entries,
         };
         let manifest_path = Manifest::path_for(&library);
         manifest.write(&manifest_path).map_err(io(&manifest_path))?;
@@ -810,6 +854,7 @@ impl Builder {
                 .map(|k| k.symbol.clone())
                 .chain(manifest.b2b.iter().map(|g| g.symbol.clone()))
                 .chain(manifest.glue.iter().map(|g| g.symbol.clone()))
+                .chain(manifest.stitch.iter().map(|g| g.symbol.clone()))
                 .collect(),
             compile_seconds: reports.iter().filter_map(|u| u.nvcc_seconds).sum(),
             units: reports,

@@ -14,4 +14,5 @@ pub mod render;
 pub mod sm80;
 pub mod sm90;
 pub mod spec;
+pub mod stitch;
 pub mod validate;

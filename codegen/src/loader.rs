@@ -29,11 +29,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::abi::{
-    BoltArgs, BoltGlueArgs, BoltGlueProblem, CanImplementFn, InitializeFn, KernelArgs, LaunchFn, ParamsSizeFn, Problem,
-    ProblemKind, Status, UpdateFn, WorkspaceSizeFn, ABI_VERSION, PARAMS_ALIGNMENT,
+    BoltArgs, BoltGlueArgs, BoltGlueProblem, BoltStitchArgs, BoltStitchProblem, CanImplementFn, InitializeFn,
+    KernelArgs, LaunchFn, ParamsSizeFn, Problem, ProblemKind, Status, UpdateFn, WorkspaceSizeFn, ABI_VERSION,
+    PARAMS_ALIGNMENT,
 };
 use crate::glue::GlueSpec;
-use crate::manifest::{GlueEntry, KernelEntry, Manifest, ManifestError};
+use crate::manifest::{GlueEntry, KernelEntry, Manifest, ManifestError, StitchEntry};
 use crate::spec::KernelSpec;
 
 /// A loaded library: every kernel of its manifest, resolved.
@@ -44,6 +45,14 @@ pub struct KernelLibrary {
     by_symbol: HashMap<String, usize>,
     b2b: Vec<crate::b2b::B2bKernel>,
     glue: Vec<GlueKernel>,
+    stitch: Vec<StitchKernel>,
+}
+
+/// One stitched kernel of a loaded library; holds the library open.
+#[derive(Clone)]
+pub struct StitchKernel {
+    entry: Arc<StitchEntry>,
+    functions: Functions<BoltStitchArgs>,
 }
 
 /// One glue kernel of a loaded library (transpose, padding, cast); holds the library open.
@@ -174,6 +183,13 @@ impl KernelLibrary {
                 .map_err(|(symbol, source)| LoadError::MissingSymbol { library: library.into(), symbol, source })?;
             glue.push(GlueKernel { entry: Arc::new(entry.clone()), functions });
         }
+        let mut stitch = Vec::with_capacity(manifest.stitch.len());
+        for entry in &manifest.stitch {
+            // SAFETY: as above, with the stitched kernels' BoltStitchArgs.
+            let functions = unsafe { Functions::resolve(&lib, &entry.symbol) }
+                .map_err(|(symbol, source)| LoadError::MissingSymbol { library: library.into(), symbol, source })?;
+            stitch.push(StitchKernel { entry: Arc::new(entry.clone()), functions });
+        }
         let mut b2b = Vec::with_capacity(manifest.b2b.len());
         for entry in &manifest.b2b {
             // SAFETY: as above, with the chain kernels' BoltB2bArgs.
@@ -183,7 +199,7 @@ impl KernelLibrary {
         }
         let by_symbol = kernels.iter().enumerate().map(|(i, k)| (k.symbol().to_string(), i)).collect();
         tracing::debug!("loaded {} kernels from {}", kernels.len(), library.display());
-        Ok(KernelLibrary { path: library.into(), manifest, kernels, by_symbol, b2b, glue })
+        Ok(KernelLibrary { path: library.into(), manifest, kernels, by_symbol, b2b, glue, stitch })
     }
 
     pub fn path(&self) -> &Path {
@@ -218,6 +234,15 @@ impl KernelLibrary {
     /// The glue kernel built for `spec`, if the library has it.
     pub fn glue(&self, spec: &GlueSpec) -> Option<&GlueKernel> {
         self.glue.iter().find(|g| g.entry.spec == *spec)
+    }
+
+    pub fn stitch_kernels(&self) -> &[StitchKernel] {
+        &self.stitch
+    }
+
+    /// The stitched kernel `symbol`, if the library has it.
+    pub fn stitch(&self, symbol: &str) -> Option<&StitchKernel> {
+        self.stitch.iter().find(|k| k.entry.symbol == symbol)
     }
 }
 
@@ -479,6 +504,46 @@ impl GlueKernel {
     ) -> Result<Params<BoltGlueArgs>, CallError> {
         self.functions.initialize(
             problem as *const BoltGlueProblem as *const c_void,
+            args,
+            std::ptr::null_mut(),
+            0,
+            stream,
+        )
+    }
+}
+
+impl StitchKernel {
+    pub fn symbol(&self) -> &str {
+        &self.entry.symbol
+    }
+
+    pub fn spec(&self) -> &crate::stitch::StitchSpec {
+        &self.entry.spec
+    }
+
+    /// Whether the kernel takes `problem` (a consistent iteration space, strides >= 0).
+    pub fn can_implement(&self, problem: &BoltStitchProblem) -> Status {
+        // SAFETY: a valid pointer to the problem struct stitched kernels take.
+        unsafe { self.functions.can_implement(problem as *const BoltStitchProblem as *const c_void) }
+    }
+
+    pub fn params_size(&self) -> usize {
+        self.functions.params_size()
+    }
+
+    /// Checks and records `problem` and `args` (stitched kernels need no workspace).
+    ///
+    /// # Safety
+    /// `args` holds device pointers to the inputs and outputs of the sizes `problem` implies
+    /// (or pointers the kernel refuses: null, misaligned).
+    pub unsafe fn initialize(
+        &self,
+        problem: &BoltStitchProblem,
+        args: &BoltStitchArgs,
+        stream: *mut c_void,
+    ) -> Result<Params<BoltStitchArgs>, CallError> {
+        self.functions.initialize(
+            problem as *const BoltStitchProblem as *const c_void,
             args,
             std::ptr::null_mut(),
             0,

@@ -47,6 +47,10 @@ pub struct Manifest {
     /// `BoltGlueProblem` and `BoltGlueArgs`.
     #[serde(default)]
     pub glue: Vec<GlueEntry>,
+    /// Stitched kernels (memory-intensive regions), sorted by symbol; their functions take a
+    /// `BoltStitchProblem` and `BoltStitchArgs`.
+    #[serde(default)]
+    pub stitch: Vec<StitchEntry>,
 }
 
 /// One back-to-back chain kernel.
@@ -65,6 +69,15 @@ pub struct GlueEntry {
     /// Index into [`Manifest::units`].
     pub unit: usize,
     pub spec: crate::glue::GlueSpec,
+}
+
+/// One stitched kernel.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StitchEntry {
+    pub symbol: String,
+    /// Index into [`Manifest::units`].
+    pub unit: usize,
+    pub spec: crate::stitch::StitchSpec,
 }
 
 /// One translation unit.

@@ -52,6 +52,7 @@ const TEMPLATES: &[(&str, &str)] = &[
     (sm90::GEMM_TEMPLATE, include_str!("../../templates/sm90_gemm.cu.tera")),
     (sm90::CONV2D_FPROP_TEMPLATE, include_str!("../../templates/sm90_conv2d_fprop.cu.tera")),
     (crate::glue::TEMPLATE, include_str!("../../templates/glue.cu.tera")),
+    (crate::stitch::TEMPLATE, include_str!("../../templates/stitch.cu.tera")),
 ];
 
 fn tera() -> &'static Tera {

@@ -6,13 +6,14 @@ use crate::ir::{DType, Node, Tensor, TensorData, TensorType};
 use bolt_codegen::b2b::B2bSpec;
 use bolt_codegen::glue::GlueSpec;
 use bolt_codegen::spec::{Arch, KernelSpec};
+use bolt_codegen::stitch::StitchSpec;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 
 /// `manifest.json`'s `format` field: what kind of directory this is.
 pub const FORMAT_NAME: &str = "bolt-artifact";
 /// Version of the artifact format (manifest, plan, weights layout). Readers refuse others.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 /// Byte alignment of every tensor in `weights.bin` and in the activation arena: the widest
 /// vector access of a kernel (16 B) and a GPU's allocation granularity for coalescing (256 B).
 pub const TENSOR_ALIGN: usize = 256;
@@ -222,6 +223,17 @@ pub struct NodeGlue {
     pub spec: GlueSpec,
 }
 
+/// A planned stitched node (`Op::Stitched`: a region of element-wise ops and row reductions)
+/// that a stitched kernel of the library runs. One kernel serves every shape bucket and arch
+/// (its problem comes from the input shapes at run time; sm_80 SASS and compute_80 PTX).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NodeStitch {
+    pub node: String,
+    /// Prefix of the library's `<symbol>_run` etc.
+    pub symbol: String,
+    pub spec: StitchSpec,
+}
+
 /// A planned node the host runs (the runtime's CPU reference), and why.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct HostOp {
@@ -267,6 +279,7 @@ pub struct PlanFile {
     pub kernels: Vec<NodeKernels>,
     pub chains: Vec<NodeChain>,
     pub glue: Vec<NodeGlue>,
+    pub stitch: Vec<NodeStitch>,
     pub host_ops: Vec<HostOp>,
     pub arena: ArenaPlan,
 }

@@ -162,7 +162,19 @@ impl Artifact {
                 ));
             }
         }
-        if !(plan.kernels.is_empty() && plan.chains.is_empty() && plan.glue.is_empty()) && library.is_none() {
+        for (i, s) in plan.stitch.iter().enumerate() {
+            let want = bolt_codegen::stitch::symbol_for(&s.spec);
+            if s.symbol != want {
+                return Err(err(
+                    &ppath,
+                    format!("stitch[{i}].symbol"),
+                    format!("is '{}', its spec's kernel is '{want}'", s.symbol),
+                ));
+            }
+        }
+        let any_kernel =
+            !(plan.kernels.is_empty() && plan.chains.is_empty() && plan.glue.is_empty() && plan.stitch.is_empty());
+        if any_kernel && library.is_none() {
             return Err(err(&mpath, "files", "the plan has kernels but the manifest lists no kernel library"));
         }
         Ok(Artifact { dir: dir.to_path_buf(), manifest, plan, weights_blob: Arc::new(blob), weights, library })

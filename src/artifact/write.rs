@@ -11,6 +11,7 @@ use crate::ir::{DType, Graph, Op};
 use bolt_codegen::builder::{BuildOptions, Builder, KernelSource, Templates};
 use bolt_codegen::glue::GlueSpec;
 use bolt_codegen::spec::{Arch, KernelSpec};
+use bolt_codegen::stitch::StitchSpec;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -66,6 +67,8 @@ pub struct CompileReport {
     pub chains_unfused: Option<String>,
     /// Layout transposes, channel padding and casts run by glue kernels.
     pub glue_nodes: usize,
+    /// Regions of element-wise ops and row reductions run by stitched kernels.
+    pub stitch_nodes: usize,
     /// Distinct kernels in the library (all archs).
     pub kernels: usize,
     pub host_ops: usize,
@@ -94,10 +97,11 @@ impl std::fmt::Display for CompileReport {
         }
         writeln!(
             f,
-            "  {} kernel nodes, {} chain nodes, {} glue nodes, {} kernels in the library, {} host ops; {} nvcc runs, build {:.1} s, total {:.1} s",
+            "  {} kernel nodes, {} chain nodes, {} glue nodes, {} stitched nodes, {} kernels in the library, {} host ops; {} nvcc runs, build {:.1} s, total {:.1} s",
             self.kernel_nodes,
             self.chain_nodes,
             self.glue_nodes,
+            self.stitch_nodes,
             self.kernels,
             self.host_ops,
             self.nvcc_invocations,
@@ -310,6 +314,25 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
     // A node some bucket cannot take stays on the host in all.
     glue.retain(|n, _| !no_glue.contains_key(n));
     host_reason.extend(no_glue);
+    // Stitched kernels for the regions the planner stitched: one kernel per spec likewise.
+    let mut stitch: BTreeMap<String, NodeStitch> = BTreeMap::new();
+    for n in graph.nodes.iter().filter(|n| matches!(n.op, Op::Stitched(_))) {
+        match crate::plan::lower::stitch_spec(&graph, n) {
+            Ok(spec) => {
+                let symbol = bolt_codegen::stitch::symbol_for(&spec);
+                stitch.insert(n.name.clone(), NodeStitch { node: n.name.clone(), symbol, spec });
+            }
+            Err(why) => {
+                host_reason.insert(n.name.clone(), format!("no stitched kernel: {why}"));
+            }
+        }
+    }
+    let mut stitch_specs: Vec<StitchSpec> = Vec::new();
+    for s in stitch.values() {
+        if !stitch_specs.contains(&s.spec) {
+            stitch_specs.push(s.spec.clone());
+        }
+    }
     let mut glue_specs: Vec<GlueSpec> = glue.values().map(|g| g.spec).collect();
     glue_specs.sort_by_key(bolt_codegen::glue::symbol_for);
     glue_specs.dedup();
@@ -328,7 +351,7 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
     let (mut cuda_version, mut cutlass_version) = ("none".to_string(), "none".to_string());
     let (mut nvcc_invocations, mut build_seconds, mut library) = (0, 0.0, None);
     let mut built_symbols = 0;
-    if !specs.is_empty() || !b2b_specs.is_empty() || !glue_specs.is_empty() {
+    if !specs.is_empty() || !b2b_specs.is_empty() || !glue_specs.is_empty() || !stitch_specs.is_empty() {
         // Build files (sources, logs) stay out of the artifact, next to it.
         let mut bo = BuildOptions::new(opts.out_dir.join(".build"));
         bo.name = "bolt_model".into();
@@ -337,7 +360,7 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
         bo.jobs = opts.jobs;
         let builder = Builder::discover(bo).map_err(|e| Error::Model(format!("kernel build: {e}")))?;
         let report = builder
-            .build_all(&Templates, &specs, &b2b_specs, &glue_specs)
+            .build_all(&Templates, &specs, &b2b_specs, &glue_specs, &stitch_specs)
             .map_err(|e| Error::Model(format!("kernel build: {e}")))?;
         for r in &report.rejected {
             for k in choices.values() {
@@ -388,12 +411,21 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
     let host_ops = graph
         .nodes
         .iter()
-        .filter(|n| !choices.contains_key(&n.name) && !chains.contains_key(&n.name) && !glue.contains_key(&n.name))
+        .filter(|n| {
+            !choices.contains_key(&n.name)
+                && !chains.contains_key(&n.name)
+                && !glue.contains_key(&n.name)
+                && !stitch.contains_key(&n.name)
+        })
         .map(|n| HostOp {
             node: n.name.clone(),
             op_type: n.op.op_type().to_string(),
             reason: host_reason.get(&n.name).cloned().unwrap_or_else(|| match &n.op {
                 Op::Fused(_) | Op::FusedChain(_) => "no kernel for this node".to_string(),
+                Op::Reshape { .. } | Op::Flatten { .. } | Op::Squeeze | Op::Unsqueeze | Op::Identity => {
+                    "a view (same bytes, another shape): the cuda device copies it on the stream, no host round trip"
+                        .to_string()
+                }
                 _ => "no kernel family for this op: runs on the host (CPU reference)".to_string(),
             }),
         })
@@ -410,6 +442,7 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
         kernels: choices.into_values().collect(),
         chains: chains.into_values().collect(),
         glue: glue.into_values().collect(),
+        stitch: stitch.into_values().collect(),
         host_ops,
         arena,
     };
@@ -463,6 +496,7 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
         chains_unfused,
         chain_nodes: plan.chains.len(),
         glue_nodes: plan.glue.len(),
+        stitch_nodes: plan.stitch.len(),
         kernels: built_symbols,
         host_ops: plan.host_ops.len(),
         nvcc_invocations,

@@ -95,6 +95,9 @@ enum Command {
         /// No back-to-back fusion.
         #[arg(long)]
         no_b2b: bool,
+        /// Leave element-wise ops and row reductions between kernels on the host (no stitching).
+        #[arg(long)]
+        no_stitch: bool,
     },
     /// Run ONNX test cases (model.onnx + test_data_set_*/) through the reference executor and
     /// compare with their expected outputs.
@@ -222,7 +225,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Run { artifact, device, inputs, dims, check, bench, graph } => {
             run_artifact(&artifact, &device, inputs.as_deref(), dims, check, bench, graph)
         }
-        Command::Report { model, dims, device, json, no_nhwc, no_pad, no_b2b } => {
+        Command::Report { model, dims, device, json, no_nhwc, no_pad, no_b2b, no_stitch } => {
             let (graph, name) = match &model {
                 Some(p) => (bolt::import::load(p)?.graph, p.display().to_string()),
                 None => (bolt::models::default_model()?, "built-in default model".to_string()),
@@ -235,6 +238,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 nhwc: !no_nhwc,
                 pad: !no_pad,
                 b2b: !no_b2b,
+                stitch: !no_stitch,
             };
             let plan = bolt::plan::plan_with(&graph, &opts).with_context(|| format!("planning {name}"))?;
             let report = bolt::plan::report::report(&name, &graph, &plan, &opts);
@@ -323,7 +327,7 @@ fn run_artifact(
     let art = Artifact::open(dir)?;
     let m = &art.manifest;
     println!(
-        "artifact {} ({}, precision {}, archs {:?}): {} kernel nodes, {} chain nodes, {} glue nodes, {} host ops",
+        "artifact {} ({}, precision {}, archs {:?}): {} kernel nodes, {} chain nodes, {} glue nodes, {} stitched nodes, {} host ops",
         dir.display(),
         m.model,
         m.precision.name(),
@@ -331,6 +335,7 @@ fn run_artifact(
         art.plan.kernels.len(),
         art.plan.chains.len(),
         art.plan.glue.len(),
+        art.plan.stitch.len(),
         art.plan.host_ops.len()
     );
     let plan_graph = art.graph();

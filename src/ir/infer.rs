@@ -675,6 +675,10 @@ pub fn infer_node(op: &Op, infos: &[Option<InputInfo>]) -> Result<Vec<TensorType
             }
             vec![cur]
         }
+        Op::Stitched(r) => {
+            let tys: Option<Vec<&TensorType>> = (0..r.inputs.len()).map(|i| ty(infos, i).ok()).collect();
+            r.output_types(&tys.ok_or("an input has no type")?)?
+        }
         Op::FitLastAxis { to } => {
             let t = x?;
             let shape = t.shape.as_ref().map(|s| {

@@ -477,6 +477,9 @@ pub enum Op {
     /// operand and never leaves the threadblock. Inputs: A, then per layer its weight and
     /// optional bias, then the last layer's optional source.
     FusedChain(Arc<Vec<FusedKernel>>),
+    /// A planned stitched kernel: a region of element-wise ops and row reductions run as one
+    /// (inputs and outputs: the region's, in its order).
+    Stitched(Arc<crate::partition::stitch::Region>),
     /// Zero-pads or truncates the last axis to `to` elements (the planner's alignment padding
     /// of NHWC channels / GEMM K and N, and its removal).
     FitLastAxis {
@@ -541,6 +544,7 @@ impl Op {
             Op::Resize(_) => "Resize",
             Op::Fused(_) => "BoltKernel",
             Op::FusedChain(_) => "BoltKernelChain",
+            Op::Stitched(_) => "BoltStitched",
             Op::FitLastAxis { .. } => "BoltFitLastAxis",
             Op::Opaque { op_type, .. } => op_type,
         }

@@ -12,11 +12,12 @@
 
 use super::attention;
 use crate::ir::{Binary, DType, Graph, Op, Tensor, Unary};
-use serde::Serialize;
+use crate::ir::{Shape, TensorType};
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// A reduction along the last axis, kept as a length-1 axis (it broadcasts back).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Reduce {
     Sum,
     Mean,
@@ -24,7 +25,7 @@ pub enum Reduce {
 }
 
 /// One value of a region, computed from earlier steps (by index).
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Step {
     /// Region input `i` (a tensor from outside: activation or non-scalar constant).
     Input(usize),
@@ -35,11 +36,15 @@ pub enum Step {
     Reduce(Reduce, usize),
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Region {
     /// The ONNX nodes it stands for, in model order.
     pub nodes: Vec<String>,
     pub inputs: Vec<String>,
+    /// Per input: the permutation a Transpose of the region applies to it (read as a strided
+    /// view, never copied), or `None`.
+    #[serde(default)]
+    pub views: Vec<Option<Vec<usize>>>,
     pub steps: Vec<Step>,
     /// Tensors read outside the region (or graph outputs), with the step computing each.
     pub outputs: Vec<(String, usize)>,
@@ -50,6 +55,58 @@ impl Region {
     /// reduction.
     pub fn reduces(&self) -> bool {
         self.steps.iter().any(|s| matches!(s, Step::Reduce(..)))
+    }
+
+    /// Every step's shape given the inputs' (numpy broadcasting; a reduction keeps its last
+    /// axis as 1), or why they do not fit.
+    pub fn shapes(&self, inputs: &[&Shape]) -> Result<Vec<Shape>, String> {
+        let mut out: Vec<Shape> = Vec::with_capacity(self.steps.len());
+        for (j, s) in self.steps.iter().enumerate() {
+            let shape = match *s {
+                Step::Input(i) => {
+                    let s = inputs.get(i).ok_or_else(|| format!("step {j} reads a missing input {i}"))?;
+                    match self.view(i) {
+                        Some(p) if p.len() == s.rank() => Shape(p.iter().map(|&d| s.0[d].clone()).collect()),
+                        Some(p) => return Err(format!("input {i} of rank {} viewed through {p:?}", s.rank())),
+                        None => (*s).clone(),
+                    }
+                }
+                Step::Const(_) => Shape(vec![]),
+                Step::Unary(_, a) | Step::Exp(a) => out[a].clone(),
+                Step::Binary(_, a, b) => crate::ir::broadcast_shapes(&out[a], &out[b])
+                    .ok_or_else(|| format!("step {j}: {} and {} do not broadcast", out[a], out[b]))?,
+                Step::Reduce(_, a) => {
+                    let mut d = out[a].0.clone();
+                    match d.last_mut() {
+                        Some(l) => *l = crate::ir::Dim::Known(1),
+                        None => return Err(format!("step {j} reduces a scalar")),
+                    }
+                    Shape(d)
+                }
+            };
+            out.push(shape);
+        }
+        Ok(out)
+    }
+
+    /// Input `i`'s view (the permutation of a Transpose read through strides), if any.
+    pub fn view(&self, i: usize) -> Option<&[usize]> {
+        self.views.get(i).and_then(|v| v.as_deref())
+    }
+
+    /// The outputs' types given the inputs' (a region computes in its inputs' float type).
+    pub fn output_types(&self, inputs: &[&TensorType]) -> Result<Vec<TensorType>, String> {
+        let dtype = inputs.first().ok_or("a region without inputs")?.dtype;
+        let shapes: Option<Vec<&Shape>> = inputs.iter().map(|t| t.shape.as_ref()).collect();
+        let steps = match shapes {
+            Some(s) => Some(self.shapes(&s)?),
+            None => None,
+        };
+        Ok(self
+            .outputs
+            .iter()
+            .map(|(_, j)| TensorType { dtype, shape: steps.as_ref().map(|s| s[*j].clone()) })
+            .collect())
     }
 }
 
@@ -102,18 +159,32 @@ fn lower(op: &Op, args: &[usize], steps: &mut Vec<Step>, rank: usize) -> Result<
 }
 
 fn stitchable(op: &Op) -> bool {
-    matches!(
-        op,
-        Op::Unary(_) | Op::Binary(_) | Op::Softmax { .. } | Op::LayerNormalization { .. } | Op::ReduceMean { .. }
-    )
+    use crate::plan::layout::{TO_NCHW, TO_NHWC};
+    match op {
+        Op::Unary(_) | Op::Binary(_) | Op::Softmax { .. } | Op::LayerNormalization { .. } | Op::ReduceMean { .. } => {
+            true
+        }
+        // A transpose of a region input is a strided read. The planner's own NCHW <-> NHWC
+        // transforms are glue kernels' (tiled for coalescing).
+        Op::Transpose { perm: Some(p) } => p[..] != TO_NHWC && p[..] != TO_NCHW,
+        _ => false,
+    }
 }
 
 /// Regions of `g` outside the nodes in `taken` (the GEMM/Conv partitions), and the
 /// memory-intensive nodes left out with why. Attention cores (their Softmax, mask Add and
 /// scales) are left to attention fusion.
 pub fn find(g: &Graph, taken: &HashSet<String>) -> (Vec<Region>, Vec<NotStitched>) {
+    find_with(g, taken, true)
+}
+
+/// [`find`], with attention cores' memory-intensive ops stitched too unless
+/// `leave_attention` (the fallback when no fused attention kernel takes them: a stitched
+/// softmax between the two batched GEMMs).
+pub fn find_with(g: &Graph, taken: &HashSet<String>, leave_attention: bool) -> (Vec<Region>, Vec<NotStitched>) {
     let mut not = Vec::new();
-    let attention_nodes: HashSet<String> = attention::find(g).0.into_iter().flat_map(|a| a.nodes).collect();
+    let attention_nodes: HashSet<String> =
+        if leave_attention { attention::find(g).0.into_iter().flat_map(|a| a.nodes).collect() } else { HashSet::new() };
     let float = |t: &str| g.types.get(t).is_some_and(|ty| ty.dtype.is_float() && ty.shape.is_some());
     let mut cand: Vec<bool> = g
         .nodes
@@ -134,6 +205,15 @@ pub fn find(g: &Graph, taken: &HashSet<String>) -> (Vec<Region>, Vec<NotStitched
         .collect();
     let producer: HashMap<&str, usize> =
         g.nodes.iter().enumerate().flat_map(|(i, n)| n.outputs.iter().map(move |o| (o.as_str(), i))).collect();
+    // A transpose is a view of a region *input*: never of a value the region computes.
+    for (i, n) in g.nodes.iter().enumerate() {
+        if cand[i] && matches!(n.op, Op::Transpose { .. }) {
+            let x = n.input(0).and_then(|x| producer.get(x));
+            if x.is_some_and(|&p| cand[p]) {
+                cand[i] = false;
+            }
+        }
+    }
     let mut consumers: HashMap<&str, Vec<usize>> = HashMap::new();
     for (i, n) in g.nodes.iter().enumerate() {
         for x in n.inputs.iter().flatten() {
@@ -199,12 +279,27 @@ fn region(
     scalar: &dyn Fn(&str) -> Option<f64>,
 ) -> Result<Region, String> {
     let set: HashSet<usize> = members.iter().copied().collect();
-    let mut r = Region { nodes: Vec::new(), inputs: Vec::new(), steps: Vec::new(), outputs: Vec::new() };
+    let mut r =
+        Region { nodes: Vec::new(), inputs: Vec::new(), views: Vec::new(), steps: Vec::new(), outputs: Vec::new() };
     let mut value: HashMap<String, usize> = HashMap::new();
-    let mut row: Option<usize> = None;
+    let mut row: Option<crate::ir::Dim> = None;
     for &i in members {
         let n = &g.nodes[i];
         let rank = g.types[&n.outputs[0]].shape.as_ref().map_or(0, |s| s.0.len());
+        if let Op::Transpose { perm: Some(perm) } = &n.op {
+            // Its input comes from outside (see `find_with`): a viewed region input.
+            let x = n.input(0).ok_or_else(|| format!("Transpose '{}' has no input", n.name))?;
+            r.inputs.push(x.to_string());
+            r.views.push(Some(perm.clone()));
+            r.steps.push(Step::Input(r.inputs.len() - 1));
+            value.insert(n.outputs[0].clone(), r.steps.len() - 1);
+            r.nodes.push(n.name.clone());
+            let read_outside = consumers.get(n.outputs[0].as_str()).is_some_and(|c| c.iter().any(|c| !set.contains(c)));
+            if read_outside || g.outputs.contains(&n.outputs[0]) {
+                r.outputs.push((n.outputs[0].clone(), r.steps.len() - 1));
+            }
+            continue;
+        }
         let mut args = Vec::new();
         for x in n.inputs.iter().flatten() {
             if let Some(&s) = value.get(x) {
@@ -217,6 +312,7 @@ fn region(
                 Some(c) => Step::Const(c),
                 None => {
                     r.inputs.push(x.clone());
+                    r.views.push(None);
                     Step::Input(r.inputs.len() - 1)
                 }
             };
@@ -229,10 +325,15 @@ fn region(
         if matches!(n.op, Op::Softmax { .. } | Op::LayerNormalization { .. } | Op::ReduceMean { .. }) {
             // One row length per region: every reduction runs along the same last axis.
             let x = n.input(0).expect("reductions have an input");
-            let len = g.types.get(x).and_then(|t| t.shape.as_ref()?.0.last()?.known());
-            match (row, len) {
+            // Known or symbolic (the same name is the same size); not unknown.
+            let len = g
+                .types
+                .get(x)
+                .and_then(|t| t.shape.as_ref()?.0.last().cloned())
+                .filter(|d| !matches!(d, crate::ir::Dim::Unknown));
+            match (&row, len) {
                 (_, None) => return Err(format!("'{}': its row length is not known", n.name)),
-                (Some(a), Some(b)) if a != b => {
+                (Some(a), Some(b)) if *a != b => {
                     return Err(format!("reductions over rows of {a} and {b} elements in one region"))
                 }
                 (_, Some(b)) => row = Some(b),
@@ -270,7 +371,15 @@ impl Region {
         let mut vals: Vec<Value> = Vec::with_capacity(self.steps.len());
         for s in &self.steps {
             let v = match *s {
-                Step::Input(i) => Value { shape: inputs[i].shape.clone(), v: inputs[i].to_f64_vec() },
+                Step::Input(i) => match self.view(i) {
+                    None => Value { shape: inputs[i].shape.clone(), v: inputs[i].to_f64_vec() },
+                    Some(perm) => {
+                        let t = crate::reference::ops::layout::transpose(inputs[i], Some(perm))
+                            .map_err(|e| format!("input {i}: {e}"))?
+                            .remove(0);
+                        Value { shape: t.shape.clone(), v: t.to_f64_vec() }
+                    }
+                },
                 Step::Const(c) => Value { shape: vec![], v: vec![c] },
                 Step::Unary(u, a) => {
                     let f = crate::reference::unary_fn(u);

@@ -390,3 +390,172 @@ pub fn chains(g: &Graph, uses: &[KernelUse], skipped: &[Unlowered]) -> (Vec<Chai
     }
     (out, failed)
 }
+
+/// A stitched node's kernel ([`bolt_codegen::stitch`]): the region's steps with the kernel's
+/// element types, how each input is read (densely when its shape is the iteration space,
+/// else through broadcast strides) and whether each output has one value per row. Symbolic
+/// dims count as equal when they have the same name. `Err`: why no stitched kernel takes it.
+pub fn stitch_spec(g: &Graph, n: &Node) -> Result<bolt_codegen::stitch::StitchSpec, String> {
+    use crate::ir::{Binary, Dim, Shape, Unary};
+    use crate::partition::stitch::{Reduce, Step};
+    use bolt_codegen::stitch::{self as st, Access, BinaryFn, Reduction, StitchSpec, UnaryFn};
+    let Op::Stitched(r) = &n.op else { return Err("not a stitched node".into()) };
+    let ty = |t: &str| g.types.get(t).ok_or_else(|| format!("tensor '{t}' has no type"));
+    let mut shapes = Vec::new();
+    let mut inputs = Vec::new();
+    for x in n.inputs.iter().flatten() {
+        let t = ty(x)?;
+        let e = element(t.dtype).ok_or_else(|| format!("input '{x}' is {}: stitched kernels read floats", t.dtype))?;
+        shapes.push(t.shape.clone().ok_or_else(|| format!("input '{x}' has no known rank"))?);
+        inputs.push(e);
+    }
+    // Each input as the region reads it (a transposed input through its permutation).
+    let viewed: Vec<Shape> = shapes
+        .iter()
+        .enumerate()
+        .map(|(i, s)| match r.view(i) {
+            Some(p) if p.len() == s.rank() => Ok(Shape(p.iter().map(|&d| s.0[d].clone()).collect())),
+            Some(p) => Err(format!("input {i} of rank {} viewed through {p:?}", s.rank())),
+            None => Ok(s.clone()),
+        })
+        .collect::<Result<_, _>>()?;
+    let space = viewed
+        .iter()
+        .try_fold(Shape(vec![]), |acc, s| crate::ir::broadcast_shapes(&acc, s))
+        .ok_or("the inputs do not broadcast together")?;
+    if space.rank() == 0 || space.rank() > bolt_codegen::abi::STITCH_MAX_RANK {
+        return Err(format!("an iteration space of rank {} (stitched kernels take 1..=6)", space.rank()));
+    }
+    if space.0.iter().any(|d| matches!(d, Dim::Unknown)) {
+        return Err(format!("the iteration space {space} has a dim of unknown size"));
+    }
+    let refs: Vec<&Shape> = shapes.iter().collect();
+    let step_shapes = r.shapes(&refs)?;
+    let width = space.0.last().expect("rank >= 1");
+    let mut steps = Vec::with_capacity(r.steps.len());
+    for (j, s) in r.steps.iter().enumerate() {
+        steps.push(match *s {
+            Step::Input(i) => st::Step::Input(i),
+            Step::Const(c) => {
+                let c = c as f32;
+                if !c.is_finite() {
+                    return Err(format!("constant {c} is not finite in f32"));
+                }
+                st::Step::Const(OrderedFloat(c))
+            }
+            Step::Exp(a) => st::Step::Unary(UnaryFn::Exp, a),
+            Step::Unary(u, a) => st::Step::Unary(
+                match u {
+                    Unary::Sqrt => UnaryFn::Sqrt,
+                    Unary::Erf => UnaryFn::Erf,
+                    Unary::Tanh => UnaryFn::Activation(ep::Activation::Tanh),
+                    Unary::Relu => UnaryFn::Activation(ep::Activation::Relu),
+                    Unary::Sigmoid => UnaryFn::Activation(ep::Activation::Sigmoid),
+                    Unary::Softplus => UnaryFn::Activation(ep::Activation::Softplus),
+                    Unary::HardSwish => UnaryFn::Activation(ep::Activation::HardSwish),
+                    Unary::LeakyRelu { alpha } => {
+                        UnaryFn::Activation(ep::Activation::LeakyRelu { alpha: alpha.into() })
+                    }
+                    Unary::HardSigmoid { alpha, beta } => {
+                        UnaryFn::Activation(ep::Activation::HardSigmoid { alpha: alpha.into(), beta: beta.into() })
+                    }
+                    Unary::Gelu { approximate: crate::ir::GeluApprox::None } => {
+                        UnaryFn::Activation(ep::Activation::GeluErf)
+                    }
+                    Unary::Gelu { approximate: crate::ir::GeluApprox::Tanh } => {
+                        UnaryFn::Activation(ep::Activation::GeluTanh)
+                    }
+                },
+                a,
+            ),
+            Step::Binary(b, x, y) => st::Step::Binary(
+                match b {
+                    Binary::Add => BinaryFn::Add,
+                    Binary::Sub => BinaryFn::Sub,
+                    Binary::Mul => BinaryFn::Mul,
+                    Binary::Div => BinaryFn::Div,
+                    Binary::Pow => BinaryFn::Pow,
+                },
+                x,
+                y,
+            ),
+            Step::Reduce(kind, a) => {
+                // The kernel reduces along the space's rows: the reduced value must span them.
+                if step_shapes[a].0.last() != Some(width) {
+                    return Err(format!(
+                        "step {j} reduces rows of {} over an iteration space {space}",
+                        step_shapes[a].0.last().map_or("?".into(), |d| d.to_string())
+                    ));
+                }
+                st::Step::Reduce(
+                    match kind {
+                        Reduce::Sum => Reduction::Sum,
+                        Reduce::Mean => Reduction::Mean,
+                        Reduce::Max => Reduction::Max,
+                    },
+                    a,
+                )
+            }
+        });
+    }
+    let mut per_row_space = space.0.clone();
+    *per_row_space.last_mut().expect("rank >= 1") = Dim::Known(1);
+    let mut outputs = Vec::new();
+    for ((name, j), out) in r.outputs.iter().zip(&n.outputs) {
+        debug_assert_eq!(name, out);
+        let t = ty(out)?;
+        let element = element(t.dtype).ok_or_else(|| format!("output '{out}' is {}", t.dtype))?;
+        let shape = &step_shapes[*j];
+        let per_row = if *shape == space {
+            false
+        } else if shape.0 == per_row_space {
+            true
+        } else {
+            return Err(format!(
+                "output '{out}' of shape {shape} is neither the iteration space {space} nor one value per row"
+            ));
+        };
+        outputs.push(st::Output { step: *j, element, per_row });
+    }
+    let spec = StitchSpec {
+        inputs: inputs
+            .into_iter()
+            .enumerate()
+            .map(|(i, element)| {
+                let dense = r.view(i).is_none() && viewed[i] == space;
+                st::Input { element, access: if dense { Access::Dense } else { Access::Strided } }
+            })
+            .collect(),
+        steps,
+        outputs,
+    };
+    st::validate(&spec).map_err(|e| e.to_string())?;
+    Ok(spec)
+}
+
+/// A stitched node's run-time problem from its inputs' actual shapes: each input as the
+/// region reads it (a transposed input as a strided view of the stored tensor), the iteration
+/// space their broadcast.
+pub fn stitch_problem(
+    spec: &bolt_codegen::stitch::StitchSpec,
+    region: &crate::partition::stitch::Region,
+    inputs: &[&[usize]],
+) -> Result<bolt_codegen::abi::BoltStitchProblem, String> {
+    let mut views: Vec<(Vec<usize>, Vec<i64>)> = Vec::with_capacity(inputs.len());
+    for (i, s) in inputs.iter().enumerate() {
+        let strides = bolt_codegen::abi::contiguous_strides(s);
+        views.push(match region.view(i) {
+            None => (s.to_vec(), strides),
+            Some(p) if p.len() == s.len() && p.iter().all(|&d| d < s.len()) => {
+                (p.iter().map(|&d| s[d]).collect(), p.iter().map(|&d| strides[d]).collect())
+            }
+            Some(p) => return Err(format!("input {i} of shape {s:?} viewed through {p:?}")),
+        });
+    }
+    let space = views
+        .iter()
+        .try_fold(Vec::new(), |acc, (s, _)| crate::ir::broadcast_static(&acc, s))
+        .ok_or_else(|| format!("inputs {inputs:?} do not broadcast together"))?;
+    let refs: Vec<(&[usize], &[i64])> = views.iter().map(|(s, t)| (s.as_slice(), t.as_slice())).collect();
+    spec.problem_of_views(&space, &refs)
+}

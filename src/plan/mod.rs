@@ -13,6 +13,8 @@
 //!    is one of ours.
 //! 4. [`b2b`]: back-to-back GEMM / conv->1x1 conv chains fused into one kernel when the
 //!    threadblock-residence rules hold and the traffic model says it pays.
+//! 5. [`stitch`]: regions of element-wise ops and row reductions left between the kernels
+//!    become stitched kernels (AStitch), so they run on the device too.
 
 pub mod b2b;
 pub mod cost;
@@ -22,6 +24,7 @@ pub mod layout;
 pub mod lower;
 pub mod padding;
 pub mod report;
+pub mod stitch;
 
 use crate::compile::DimBindings;
 use crate::error::Result;
@@ -38,6 +41,8 @@ pub struct PlanOptions {
     pub nhwc: bool,
     pub pad: bool,
     pub b2b: bool,
+    /// Stitch memory-intensive regions into kernels.
+    pub stitch: bool,
 }
 
 impl Default for PlanOptions {
@@ -48,6 +53,7 @@ impl Default for PlanOptions {
             nhwc: true,
             pad: true,
             b2b: true,
+            stitch: true,
         }
     }
 }
@@ -61,6 +67,7 @@ pub struct Plan {
     pub k_major_weights: Vec<String>,
     pub padding: Vec<padding::Padding>,
     pub chains: Vec<b2b::ChainDecision>,
+    pub stitched: Vec<stitch::StitchDecision>,
 }
 
 /// Plans `g` with the default options (H100 costs, every pass on).
@@ -75,5 +82,6 @@ pub fn plan_with(g: &Graph, opts: &PlanOptions) -> Result<Plan> {
     let k_major_weights = if opts.nhwc { layout::weights_k_major(&mut graph)? } else { Vec::new() };
     let padding = if opts.pad { padding::pad(&mut graph, opts)? } else { Vec::new() };
     let chains = if opts.b2b { b2b::fuse_chains(&mut graph, opts)? } else { Vec::new() };
-    Ok(Plan { graph, partitioning, layout, k_major_weights, padding, chains })
+    let stitched = if opts.stitch { stitch::stitch(&mut graph)? } else { Vec::new() };
+    Ok(Plan { graph, partitioning, layout, k_major_weights, padding, chains, stitched })
 }

@@ -31,9 +31,9 @@ pub struct Report {
     /// Softmax on the host), and Softmaxes that are not cores, with why.
     pub attention: Vec<crate::partition::attention::Attention>,
     pub not_attention: Vec<crate::partition::attention::NotAttention>,
-    /// Memory-intensive regions outside the partitions that stitched kernels would run
-    /// (AStitch); their ops run on the host until that code generation exists.
-    pub stitchable: Vec<crate::partition::stitch::Region>,
+    /// Memory-intensive regions between the kernels (AStitch): each a stitched kernel, or left
+    /// on the host with why.
+    pub stitched: Vec<super::stitch::StitchDecision>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -105,7 +105,9 @@ pub fn report(model: &str, original: &Graph, plan: &Plan, opts: &PlanOptions) ->
         })
         .collect();
     let mut groups: BTreeMap<String, HostGroup> = BTreeMap::new();
-    for h in &plan.partitioning.host {
+    let stitched: std::collections::HashSet<&String> =
+        plan.stitched.iter().filter(|d| d.stitched.is_some()).flat_map(|d| &d.nodes).collect();
+    for h in plan.partitioning.host.iter().filter(|h| !stitched.contains(&h.node)) {
         let g = groups.entry(h.reason.clone()).or_insert_with(|| HostGroup {
             reason: h.reason.clone(),
             ops: BTreeMap::new(),
@@ -117,9 +119,6 @@ pub fn report(model: &str, original: &Graph, plan: &Plan, opts: &PlanOptions) ->
         }
     }
     let (attention, not_attention) = crate::partition::attention::find(original);
-    let taken: std::collections::HashSet<String> =
-        plan.partitioning.partitions.iter().flat_map(|p| p.nodes.iter().cloned()).collect();
-    let stitchable = crate::partition::stitch::find(original, &taken).0;
     Report {
         model: model.to_string(),
         device: opts.device.name.clone(),
@@ -134,7 +133,7 @@ pub fn report(model: &str, original: &Graph, plan: &Plan, opts: &PlanOptions) ->
         hints: hints(original, plan),
         attention,
         not_attention,
-        stitchable,
+        stitched: plan.stitched.clone(),
     }
 }
 
@@ -318,7 +317,7 @@ impl Report {
             let _ = writeln!(
                 s,
                 "\n## Attention cores\n\n{} recognised (MatMul -> scale -> mask -> Softmax -> MatMul); no fused attention \
-                 kernel yet: their MatMuls run as batched GEMMs, the Softmax on the host.\n",
+                 kernel yet: their MatMuls run as batched GEMMs, the mask and Softmax as a stitched kernel (below).\n",
                 self.attention.len()
             );
             for a in &self.attention {
@@ -329,21 +328,26 @@ impl Report {
                 let _ = writeln!(s, "- {} is not an attention core: {}", n.softmax, n.reason);
             }
         }
-        if !self.stitchable.is_empty() {
-            let ops: usize = self.stitchable.iter().map(|r| r.nodes.len()).sum();
-            let rows = self.stitchable.iter().filter(|r| r.reduces()).count();
+        if !self.stitched.is_empty() {
+            let done: Vec<_> = self.stitched.iter().filter(|d| d.stitched.is_some()).collect();
+            let ops: usize = done.iter().map(|d| d.nodes.len()).sum();
+            let rows = done.iter().filter(|d| d.reduces).count();
             let _ = writeln!(
                 s,
-                "\n## Stitchable regions\n\n{} regions ({ops} ops; {rows} with row reductions) of element-wise ops and \
-                 last-axis reductions outside the partitions; no stitched kernels are generated yet, so they run on \
-                 the host.\n",
-                self.stitchable.len()
+                "\n## Stitched regions\n\n{} of {} regions of element-wise ops and last-axis reductions between the \
+                 kernels run as stitched kernels ({ops} ops; {rows} with row reductions).\n",
+                done.len(),
+                self.stitched.len()
             );
-            for r in self.stitchable.iter().take(8) {
-                let _ = writeln!(s, "- {}", r.nodes.join(", "));
+            for d in self.stitched.iter().filter(|d| d.stitched.is_none()) {
+                let why = d.reason.as_deref().unwrap_or("-");
+                let _ = writeln!(s, "- host: {}: {why}", d.nodes.join(", "));
             }
-            if self.stitchable.len() > 8 {
-                let _ = writeln!(s, "- ... {} more", self.stitchable.len() - 8);
+            for d in done.iter().take(8) {
+                let _ = writeln!(s, "- {}", d.nodes.join(", "));
+            }
+            if done.len() > 8 {
+                let _ = writeln!(s, "- ... {} more", done.len() - 8);
             }
         }
         let _ = writeln!(s, "\n## Left to the host\n\n| reason | ops | e.g. |\n|---|---|---|");

@@ -5,7 +5,7 @@
 //! tensors that shape computations use. GEMM-like ops go through `matrixmultiply`; large
 //! loops use rayon.
 
-mod ops;
+pub(crate) mod ops;
 
 use crate::error::{Error, Result};
 use crate::ir::{Graph, Node, Op, Tensor};

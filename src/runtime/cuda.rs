@@ -20,9 +20,11 @@ use super::{bindings_of, prepare_inputs, Executor, RunOptions, RuntimeError, Tim
 use crate::artifact::format::{KernelChoice, PlanFile};
 use crate::artifact::Artifact;
 use crate::ir::{Graph, Tensor};
-use bolt_codegen::abi::{BoltArgs, BoltB2bArgs, BoltGlueArgs, BoltGlueProblem, KernelArgs, Status};
+use bolt_codegen::abi::{
+    BoltArgs, BoltB2bArgs, BoltGlueArgs, BoltGlueProblem, BoltStitchArgs, BoltStitchProblem, KernelArgs, Status,
+};
 use bolt_codegen::b2b::{B2bKernel, B2bProblem};
-use bolt_codegen::loader::{GlueKernel, Kernel, KernelLibrary, Params};
+use bolt_codegen::loader::{GlueKernel, Kernel, KernelLibrary, Params, StitchKernel};
 use bolt_codegen::spec::Arch;
 use bolt_profiler::workload::Problem;
 use cudarc::driver::{result, sys, CudaContext, CudaSlice, CudaStream, DevicePtr};
@@ -49,11 +51,25 @@ enum Step {
         problem: BoltGlueProblem,
         params: Params<BoltGlueArgs>,
     },
+    /// A stitched kernel (a region of element-wise ops and row reductions); Params likewise.
+    Stitch {
+        node: String,
+        problem: BoltStitchProblem,
+        params: Params<BoltStitchArgs>,
+    },
     /// A back-to-back chain kernel; its Params built once likewise.
     Chain {
         node: String,
         problem: B2bProblem,
         params: Params<BoltB2bArgs>,
+    },
+    /// A view op (Reshape, Flatten, Squeeze, Unsqueeze, Identity): the same bytes under
+    /// another shape, copied device to device on the stream (no host round trip).
+    Copy {
+        node: String,
+        src: u64,
+        dst: u64,
+        bytes: usize,
     },
     Host {
         node: usize,
@@ -63,9 +79,11 @@ enum Step {
 /// What one node of the plan becomes before the workspaces are laid out.
 enum Planned {
     Host,
+    Copy(String, u64, u64, usize),
     Kernel(String, Kernel, Problem, BoltArgs, usize),
     Chain(String, B2bKernel, B2bProblem, BoltB2bArgs, usize),
     Glue(String, GlueKernel, BoltGlueProblem, BoltGlueArgs),
+    Stitch(String, StitchKernel, Box<BoltStitchProblem>, BoltStitchArgs),
 }
 
 /// An instantiated CUDA graph of one run's launches (raw handles: it may live on a stream the
@@ -220,6 +238,10 @@ impl CudaExecutor {
                 planned.push(self.plan_glue(&graph, n, g, &bindings, &input_addr)?);
                 continue;
             }
+            if let Some(st) = self.plan.stitch.iter().find(|s| s.node == n.name) {
+                planned.push(self.plan_stitch(&graph, n, st, &input_addr)?);
+                continue;
+            }
             if let Some(c) = self.plan.chains.iter().find(|c| c.node == n.name) {
                 let problem = chain_problems.get(n.name.as_str()).copied();
                 let (kernel, problem, args, ws) = self.plan_chain(n, c, bucket, problem, &input_addr)?;
@@ -229,7 +251,7 @@ impl CudaExecutor {
                 continue;
             }
             let Some(nk) = self.plan.kernels.iter().find(|k| k.node == n.name) else {
-                planned.push(Planned::Host);
+                planned.push(self.plan_view(&graph, n, &input_addr).unwrap_or(Planned::Host));
                 continue;
             };
             let choice: &KernelChoice =
@@ -311,10 +333,16 @@ impl CudaExecutor {
         for (i, p) in planned.into_iter().enumerate() {
             let step = match p {
                 Planned::Host => Step::Host { node: i },
+                Planned::Copy(node, src, dst, bytes) => Step::Copy { node, src, dst, bytes },
                 Planned::Glue(node, kernel, problem, args) => {
                     let params = unsafe { kernel.initialize(&problem, &args, s) }
                         .map_err(|e| self.call_error(kernel.symbol(), &node, &problem, e))?;
                     Step::Glue { node, problem, params }
+                }
+                Planned::Stitch(node, kernel, problem, args) => {
+                    let params = unsafe { kernel.initialize(&problem, &args, s) }
+                        .map_err(|e| self.call_error(kernel.symbol(), &node, &problem, e))?;
+                    Step::Stitch { node, problem: *problem, params }
                 }
                 Planned::Chain(node, kernel, problem, args, ws) => {
                     let w = ws_ptr(ws);
@@ -440,6 +468,81 @@ impl CudaExecutor {
         Ok(Planned::Glue(n.name.clone(), kernel, u.problem, args))
     }
 
+    /// A view op as a device-to-device copy, when both tensors live on the device and the
+    /// output's size is known at these shapes; `None`: a host step.
+    fn plan_view(
+        &self,
+        graph: &Graph,
+        n: &crate::ir::Node,
+        input_addr: &HashMap<String, (u64, usize)>,
+    ) -> Option<Planned> {
+        use crate::ir::Op;
+        if !matches!(n.op, Op::Reshape { .. } | Op::Flatten { .. } | Op::Squeeze | Op::Unsqueeze | Op::Identity) {
+            return None;
+        }
+        let (x, y) = (n.input(0)?, n.outputs.first()?);
+        let ty = graph.types.get(y)?;
+        let bytes = ty.shape.as_ref()?.as_static()?.iter().product::<usize>() * ty.dtype.size_bytes()?;
+        let (src, dst) = (self.address(x, input_addr)?, self.address(y, input_addr)?);
+        Some(Planned::Copy(n.name.clone(), src, dst, bytes))
+    }
+
+    /// A stitched node's kernel, problem (from its inputs' bound shapes) and arguments.
+    fn plan_stitch(
+        &self,
+        graph: &Graph,
+        n: &crate::ir::Node,
+        st: &crate::artifact::format::NodeStitch,
+        input_addr: &HashMap<String, (u64, usize)>,
+    ) -> Result<Planned, RuntimeError> {
+        let fail = |problem: String, reason: String| RuntimeError::Kernel {
+            kernel: format!("{} (node {})", st.symbol, n.name),
+            problem,
+            arch: self.name.clone(),
+            reason,
+        };
+        let kernel = self
+            .library
+            .stitch(&st.symbol)
+            .cloned()
+            .ok_or_else(|| fail("-".into(), "not in the kernel library".into()))?;
+        let shapes: Vec<Vec<usize>> = n
+            .inputs
+            .iter()
+            .map(|x| {
+                x.as_deref()
+                    .and_then(|x| graph.types.get(x)?.shape.as_ref()?.as_static())
+                    .ok_or_else(|| fail("-".into(), format!("input {x:?} has no static shape at these input shapes")))
+            })
+            .collect::<Result<_, _>>()?;
+        let refs: Vec<&[usize]> = shapes.iter().map(|s| s.as_slice()).collect();
+        let crate::ir::Op::Stitched(region) = &n.op else {
+            return Err(fail("-".into(), "the plan records a stitched kernel for a node that is not one".into()));
+        };
+        let problem =
+            crate::plan::lower::stitch_problem(&st.spec, region, &refs).map_err(|why| fail("-".into(), why))?;
+        let status = kernel.can_implement(&problem);
+        if status != Status::Ok {
+            return Err(fail(format!("{problem:?}"), format!("can_implement: {status}")));
+        }
+        let at = |t: &str| {
+            self.address(t, input_addr).ok_or_else(|| {
+                RuntimeError::Unsupported(format!("node '{}': tensor '{t}' has no device address", n.name))
+            })
+        };
+        let mut args = BoltStitchArgs::default();
+        if n.inputs.len() > args.inputs.len() || n.outputs.len() > args.outputs.len() {
+            return Err(fail(format!("{problem:?}"), "more tensors than the ABI carries".into()));
+        }
+        for (i, x) in n.inputs.iter().enumerate() {
+            args.inputs[i] = at(x.as_deref().unwrap_or_default())? as *const c_void;
+        }
+        for (o, y) in n.outputs.iter().enumerate() {
+            args.outputs[o] = at(y)? as *mut c_void;
+        }
+        Ok(Planned::Stitch(n.name.clone(), kernel, Box::new(problem), args))
+    }
+
     /// A kernel call's error, naming the kernel, its node, the problem and the GPU.
     fn call_error(
         &self,
@@ -471,6 +574,19 @@ impl CudaExecutor {
             Step::Glue { node, problem, params } => {
                 self.launch(node, problem, params)?;
                 Some((&**node, params.symbol()))
+            }
+            Step::Stitch { node, problem, params } => {
+                self.launch(node, problem, params)?;
+                Some((&**node, params.symbol()))
+            }
+            Step::Copy { node, src, dst, bytes } => {
+                if *bytes > 0 {
+                    // SAFETY: both ranges hold `bytes` (the arena / weights / input buffers
+                    // planned for these shapes) and live as long as the steps.
+                    drv("copy (view op)", unsafe { result::memcpy_dtod_async(*dst, *src, *bytes, self.stream) })
+                        .map_err(|e| RuntimeError::Cuda(format!("node '{node}': {e}")))?;
+                }
+                Some((&**node, "memcpy"))
             }
             Step::Host { .. } => None,
         })

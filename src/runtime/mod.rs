@@ -8,6 +8,7 @@
 pub mod glue;
 pub mod memory;
 pub mod npz;
+pub mod stitch;
 
 #[cfg(feature = "cuda")]
 pub mod cuda;
@@ -174,16 +175,19 @@ pub fn outputs_as_f32(outs: HashMap<String, Tensor>) -> HashMap<String, Tensor> 
 }
 
 /// The reference device: the CPU reference executor on the artifact's planned graph, with the
-/// plan's glue nodes run by the host implementation of their glue kernels ([`glue`]).
+/// plan's glue nodes run by the host implementation of their glue kernels ([`glue`]) and its
+/// stitched nodes by their kernel specs' meaning ([`stitch`]).
 pub struct Reference {
     graph: Graph,
     glue: HashMap<String, bolt_codegen::glue::GlueSpec>,
+    stitch: HashMap<String, bolt_codegen::stitch::StitchSpec>,
 }
 
 impl Reference {
     pub fn new(artifact: &Artifact) -> Reference {
         let glue = artifact.plan.glue.iter().map(|g| (g.node.clone(), g.spec)).collect();
-        Reference { graph: artifact.graph(), glue }
+        let stitch = artifact.plan.stitch.iter().map(|s| (s.node.clone(), s.spec.clone())).collect();
+        Reference { graph: artifact.graph(), glue, stitch }
     }
 }
 
@@ -196,6 +200,20 @@ impl Executor for Reference {
         let inputs = prepare_inputs(&self.graph, inputs)?;
         let types = &self.graph.types;
         let outs = crate::reference::run_with(&self.graph, &inputs, |node, args| {
+            if let Some(spec) = self.stitch.get(&node.name) {
+                let xs: Option<Vec<&Tensor>> = args.iter().copied().collect();
+                let xs = xs.ok_or_else(|| crate::Error::node(node, "a stitched node's input is missing"))?;
+                let out_types: Vec<DType> =
+                    node.outputs.iter().map(|o| types.get(o).map_or(DType::F32, |t| t.dtype)).collect();
+                let crate::ir::Op::Stitched(region) = &node.op else {
+                    return Err(crate::Error::node(
+                        node,
+                        "the plan records a stitched kernel for a node that is not one",
+                    ));
+                };
+                return stitch::run(spec, region, &xs, &out_types)
+                    .map_err(|why| crate::Error::node(node, format!("stitched kernel: {why}")));
+            }
             let Some(spec) = self.glue.get(&node.name) else {
                 return crate::reference::eval_node(node, args);
             };

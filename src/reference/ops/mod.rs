@@ -5,7 +5,7 @@ mod conv;
 mod conv_transpose;
 mod elementwise;
 mod fused;
-mod layout;
+pub(crate) mod layout;
 mod matmul;
 mod norm;
 mod pool;
@@ -79,6 +79,13 @@ pub fn eval_op(op: &Op, inputs: &[Option<&Tensor>]) -> OpResult {
         Op::Resize(attrs) => resize::resize(req(inputs, 0)?, opt(inputs, 1), opt(inputs, 2), opt(inputs, 3), attrs),
         Op::Fused(k) => fused::fused(k, inputs),
         Op::FusedChain(layers) => fused::fused_chain(layers, inputs),
+        Op::Stitched(r) => {
+            let args: Vec<&Tensor> = (0..r.inputs.len()).map(|i| req(inputs, i)).collect::<Result<_, _>>()?;
+            // A region computes in its inputs' float type.
+            let dtype = args.first().map_or(crate::ir::DType::F32, |t| t.dtype());
+            let types = r.outputs.iter().map(|(name, _)| (name.clone(), dtype)).collect();
+            r.eval(&args, &types)
+        }
         Op::FitLastAxis { to } => fused::fit_last_axis(req(inputs, 0)?, *to),
         Op::Opaque { why, .. } => Err(format!("not computed by the reference executor: {why}")),
     }

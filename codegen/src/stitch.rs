@@ -1,0 +1,577 @@
+//! Stitched kernels (AStitch): one kernel for a region of memory-intensive ops (element-wise
+//! ops, broadcasts, and reductions along the last axis such as Softmax and LayerNorm), every
+//! intermediate kept in registers. The region is a small typed DAG of [`Step`]s over an
+//! iteration space of `rows` x `width`; one template (`templates/stitch.cu.tera`) lowers it.
+//!
+//! Schemes: a region without reductions is AStitch's *independent* scheme (each element on its
+//! own); with reductions it is the *regional* scheme: a group of threads owns a row, each
+//! reduction is a group-wide reduction (warp shuffles, then shared memory across warps), and
+//! the element-wise values a later phase needs are recomputed from the (cache-resident) row
+//! rather than stored. The thread mapping adapts to the width at initialise time: a group is
+//! the smallest power of two >= width / 4 threads (1..=1024), and a block of at least 128
+//! threads holds several narrow rows.
+//!
+//! The element code is `__host__ __device__`: `host_run` executes the same phase functions on
+//! the host, one row at a time, which is how tests check the generated code without a GPU.
+
+use ordered_float::OrderedFloat;
+use serde::{Deserialize, Serialize};
+
+use crate::abi::{BoltStitchProblem, STITCH_MAX_INPUTS, STITCH_MAX_OUTPUTS, STITCH_MAX_RANK};
+use crate::epilogue::Activation;
+use crate::render::RenderError;
+use crate::spec::Element;
+
+/// Element-wise functions of one argument.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnaryFn {
+    Exp,
+    Sqrt,
+    Erf,
+    Activation(Activation),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BinaryFn {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Pow,
+}
+
+/// A reduction along the row (the last axis of the iteration space), in f32.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reduction {
+    Sum,
+    Mean,
+    Max,
+}
+
+/// One value of the region, from earlier steps (by index).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Step {
+    /// The spec's input `i`.
+    Input(usize),
+    Const(OrderedFloat<f32>),
+    Unary(UnaryFn, usize),
+    Binary(BinaryFn, usize, usize),
+    /// One value per row (broadcast back along the row).
+    Reduce(Reduction, usize),
+}
+
+/// How an input is addressed: `Dense` when its shape is the iteration space (index =
+/// row * width + col), else through the problem's strides (broadcasts).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Access {
+    Dense,
+    Strided,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Input {
+    pub element: Element,
+    pub access: Access,
+}
+
+/// An output: the step it holds, its element type, and whether it has one value per row (a
+/// reduction's result kept as a length-1 last axis) or one per element.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Output {
+    pub step: usize,
+    pub element: Element,
+    pub per_row: bool,
+}
+
+/// One stitched kernel. Computes in f32 whatever its inputs' and outputs' types.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct StitchSpec {
+    pub inputs: Vec<Input>,
+    pub steps: Vec<Step>,
+    pub outputs: Vec<Output>,
+}
+
+/// Why a stitch spec is refused.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum StitchRejection {
+    #[error("{0} inputs: stitched kernels take 1..={STITCH_MAX_INPUTS}")]
+    Inputs(usize),
+    #[error("{0} outputs: stitched kernels write 1..={STITCH_MAX_OUTPUTS}")]
+    Outputs(usize),
+    #[error("step {0} reads step {1}, which is not before it")]
+    Order(usize, usize),
+    #[error("step {0} reads input {1}, which the spec does not have")]
+    NoInput(usize, usize),
+    #[error("step {0}: constant {1} is not finite")]
+    NotFinite(usize, f32),
+    #[error("output {0} holds step {1}, which does not exist")]
+    NoStep(usize, usize),
+    #[error("output {0} is per row but step {1} varies along the row")]
+    NotPerRow(usize, usize),
+}
+
+impl StitchSpec {
+    /// Steps each step reads.
+    fn args(s: &Step) -> Vec<usize> {
+        match *s {
+            Step::Input(_) | Step::Const(_) => vec![],
+            Step::Unary(_, a) | Step::Reduce(_, a) => vec![a],
+            Step::Binary(_, a, b) => vec![a, b],
+        }
+    }
+
+    /// Phase of each step: how many reductions lie on its longest path (a reduction is
+    /// available from the phase after its argument's). Phase k's loop accumulates the
+    /// reductions of phase k + 1.
+    pub fn phases(&self) -> Vec<usize> {
+        let mut p = Vec::with_capacity(self.steps.len());
+        for s in &self.steps {
+            let base = Self::args(s).iter().map(|&a| p[a]).max().unwrap_or(0);
+            p.push(if matches!(s, Step::Reduce(..)) { base + 1 } else { base });
+        }
+        p
+    }
+
+    /// Whether each step varies along the row (reads an input and no reduction cuts it off).
+    fn varies(&self) -> Vec<bool> {
+        let mut v = Vec::with_capacity(self.steps.len());
+        for s in &self.steps {
+            v.push(match *s {
+                Step::Input(_) => true,
+                Step::Const(_) | Step::Reduce(..) => false,
+                Step::Unary(_, a) => v[a],
+                Step::Binary(_, a, b) => v[a] || v[b],
+            });
+        }
+        v
+    }
+
+    pub fn reduces(&self) -> bool {
+        self.steps.iter().any(|s| matches!(s, Step::Reduce(..)))
+    }
+
+    /// The run-time problem for an iteration space `shape` whose inputs have the shapes
+    /// `inputs`, checked against the spec (dense inputs must have the space's shape).
+    pub fn problem(&self, shape: &[usize], inputs: &[&[usize]]) -> Result<BoltStitchProblem, String> {
+        let strides: Vec<Vec<i64>> = inputs.iter().map(|s| crate::abi::contiguous_strides(s)).collect();
+        let views: Vec<(&[usize], &[i64])> = inputs.iter().zip(&strides).map(|(s, t)| (*s, t.as_slice())).collect();
+        self.problem_of_views(shape, &views)
+    }
+
+    /// [`StitchSpec::problem`] for inputs read as (shape, element strides) views (a transpose
+    /// read in place); dense inputs must be contiguous views of the space's shape.
+    pub fn problem_of_views(
+        &self,
+        shape: &[usize],
+        inputs: &[(&[usize], &[i64])],
+    ) -> Result<BoltStitchProblem, String> {
+        if inputs.len() != self.inputs.len() {
+            return Err(format!("{} inputs for a kernel of {}", inputs.len(), self.inputs.len()));
+        }
+        if shape.is_empty() || shape.len() > STITCH_MAX_RANK {
+            return Err(format!(
+                "an iteration space of rank {} (stitched kernels take 1..={STITCH_MAX_RANK})",
+                shape.len()
+            ));
+        }
+        for (i, (x, (s, st))) in self.inputs.iter().zip(inputs).enumerate() {
+            if x.access == Access::Dense && (*s != shape || *st != crate::abi::contiguous_strides(s)) {
+                return Err(format!("input {i} of shape {s:?} (strides {st:?}) is read densely over {shape:?}"));
+            }
+        }
+        BoltStitchProblem::with_strides(shape, inputs)
+            .ok_or_else(|| format!("inputs {inputs:?} do not broadcast to {shape:?}"))
+    }
+
+    /// The spec's meaning on host data (f64, per row), for tests of the rendered code and of
+    /// callers' lowerings: `inputs[i]` holds input i's elements in its own shape, addressed
+    /// through `problem`'s strides. Returns each output's values (rows x width, or rows).
+    pub fn eval(&self, p: &BoltStitchProblem, inputs: &[&[f64]]) -> Vec<Vec<f64>> {
+        let (rows, width, rank) = (p.rows as usize, p.width as usize, p.rank as usize);
+        let mut outs: Vec<Vec<f64>> =
+            self.outputs.iter().map(|o| Vec::with_capacity(if o.per_row { rows } else { rows * width })).collect();
+        let phases = self.phases();
+        for row in 0..rows {
+            // Coordinates of the row's first element.
+            let mut coord = vec![0usize; rank];
+            let mut r = row;
+            for d in (0..rank.saturating_sub(1)).rev() {
+                coord[d] = r % p.shape[d] as usize;
+                r /= p.shape[d] as usize;
+            }
+            let index = |i: usize, col: usize| -> usize {
+                let mut at = col as i64 * p.strides[i][rank - 1];
+                for d in 0..rank - 1 {
+                    at += coord[d] as i64 * p.strides[i][d];
+                }
+                at as usize
+            };
+            let mut reduced = vec![0.0f64; self.steps.len()];
+            let max_phase = phases.iter().copied().max().unwrap_or(0);
+            let value = |col: usize, reduced: &[f64]| -> Vec<f64> {
+                let mut v = vec![0.0f64; self.steps.len()];
+                for (j, s) in self.steps.iter().enumerate() {
+                    v[j] = match *s {
+                        Step::Input(i) => inputs[i][index(i, col)],
+                        Step::Const(c) => c.0 as f64,
+                        Step::Unary(f, a) => f.apply(v[a]),
+                        Step::Binary(f, a, b) => f.apply(v[a], v[b]),
+                        Step::Reduce(..) => reduced[j],
+                    };
+                }
+                v
+            };
+            for phase in 1..=max_phase {
+                let cols: Vec<Vec<f64>> = (0..width).map(|c| value(c, &reduced)).collect();
+                for (j, s) in self.steps.iter().enumerate() {
+                    if let (Step::Reduce(kind, a), true) = (s, phases[j] == phase) {
+                        let it = cols.iter().map(|v| v[*a]);
+                        reduced[j] = match kind {
+                            Reduction::Sum => it.sum(),
+                            Reduction::Mean => it.sum::<f64>() / width as f64,
+                            Reduction::Max => it.fold(f64::NEG_INFINITY, f64::max),
+                        };
+                    }
+                }
+            }
+            for col in 0..width {
+                let v = value(col, &reduced);
+                for (o, out) in self.outputs.iter().zip(outs.iter_mut()) {
+                    if !o.per_row || col == 0 {
+                        out.push(v[o.step]);
+                    }
+                }
+            }
+        }
+        outs
+    }
+}
+
+impl UnaryFn {
+    pub fn apply(&self, x: f64) -> f64 {
+        match self {
+            UnaryFn::Exp => x.exp(),
+            UnaryFn::Sqrt => x.sqrt(),
+            UnaryFn::Erf => libm::erf(x),
+            UnaryFn::Activation(a) => a.apply(x),
+        }
+    }
+
+    /// The function in f32 C++ on the value `x` (a variable name).
+    fn cpp(&self, x: &str) -> String {
+        let f = |v: f32| format!("{v:e}f");
+        match *self {
+            UnaryFn::Exp => format!("expf({x})"),
+            UnaryFn::Sqrt => format!("sqrtf({x})"),
+            UnaryFn::Erf => format!("erff({x})"),
+            UnaryFn::Activation(a) => match a {
+                Activation::Identity => x.to_string(),
+                Activation::Relu => format!("fmaxf({x}, 0.f)"),
+                Activation::GeluErf => format!("0.5f * {x} * (1.f + erff({x} * 0.70710678118654752f))"),
+                Activation::GeluTanh => {
+                    format!("0.5f * {x} * (1.f + tanhf(0.79788456080286536f * ({x} + 0.044715f * {x} * {x} * {x})))")
+                }
+                Activation::HardSwish => format!("{x} * fminf(fmaxf({x} / 6.f + 0.5f, 0.f), 1.f)"),
+                Activation::HardSigmoid { alpha, beta } => {
+                    format!("fminf(fmaxf({} * {x} + {}, 0.f), 1.f)", f(alpha.0), f(beta.0))
+                }
+                // max(x, 0) + log1p(exp(-|x|)): no overflow for large |x|.
+                Activation::Softplus => format!("fmaxf({x}, 0.f) + log1pf(expf(-fabsf({x})))"),
+                Activation::Sigmoid => format!("1.f / (1.f + expf(-{x}))"),
+                Activation::Silu => format!("{x} / (1.f + expf(-{x}))"),
+                Activation::Tanh => format!("tanhf({x})"),
+                Activation::LeakyRelu { alpha } => format!("({x} >= 0.f ? {x} : {} * {x})", f(alpha.0)),
+                Activation::Clip { min, max } => format!("fminf(fmaxf({x}, {}), {})", f(min.0), f(max.0)),
+            },
+        }
+    }
+}
+
+impl BinaryFn {
+    pub fn apply(&self, a: f64, b: f64) -> f64 {
+        match self {
+            BinaryFn::Add => a + b,
+            BinaryFn::Sub => a - b,
+            BinaryFn::Mul => a * b,
+            BinaryFn::Div => a / b,
+            BinaryFn::Pow => a.powf(b),
+        }
+    }
+
+    fn cpp(&self, a: &str, b: &str) -> String {
+        match self {
+            BinaryFn::Add => format!("{a} + {b}"),
+            BinaryFn::Sub => format!("{a} - {b}"),
+            BinaryFn::Mul => format!("{a} * {b}"),
+            BinaryFn::Div => format!("{a} / {b}"),
+            BinaryFn::Pow => format!("powf({a}, {b})"),
+        }
+    }
+}
+
+pub fn validate(spec: &StitchSpec) -> Result<(), StitchRejection> {
+    if spec.inputs.is_empty() || spec.inputs.len() > STITCH_MAX_INPUTS {
+        return Err(StitchRejection::Inputs(spec.inputs.len()));
+    }
+    if spec.outputs.is_empty() || spec.outputs.len() > STITCH_MAX_OUTPUTS {
+        return Err(StitchRejection::Outputs(spec.outputs.len()));
+    }
+    for (j, s) in spec.steps.iter().enumerate() {
+        if let Some(&a) = StitchSpec::args(s).iter().find(|&&a| a >= j) {
+            return Err(StitchRejection::Order(j, a));
+        }
+        match *s {
+            Step::Input(i) if i >= spec.inputs.len() => return Err(StitchRejection::NoInput(j, i)),
+            Step::Const(c) if !c.0.is_finite() => return Err(StitchRejection::NotFinite(j, c.0)),
+            _ => {}
+        }
+    }
+    let varies = spec.varies();
+    for (i, o) in spec.outputs.iter().enumerate() {
+        if o.step >= spec.steps.len() {
+            return Err(StitchRejection::NoStep(i, o.step));
+        }
+        if o.per_row && varies[o.step] {
+            return Err(StitchRejection::NotPerRow(i, o.step));
+        }
+    }
+    Ok(())
+}
+
+/// A unique readable symbol: `bolt_stitch_<r|e><inputs>x<outputs>_<hash>` (r: with row
+/// reductions, e: element-wise only), the hash over the whole spec.
+pub fn symbol_for(spec: &StitchSpec) -> String {
+    let json = serde_json::to_string(spec).expect("stitch spec serialises");
+    let hash = blake3::hash(json.as_bytes()).to_hex();
+    let kind = if spec.reduces() { "r" } else { "e" };
+    format!("bolt_stitch_{kind}{}x{}_{}", spec.inputs.len(), spec.outputs.len(), &hash[..16])
+}
+
+pub const TEMPLATE: &str = "stitch.cu.tera";
+
+#[derive(Serialize)]
+struct InputContext {
+    element: &'static str,
+    dense: bool,
+}
+
+#[derive(Serialize)]
+struct OutputContext {
+    element: &'static str,
+    step: usize,
+    per_row: bool,
+}
+
+/// A step as the template writes it: `float v<index> = <expr>;`.
+#[derive(Serialize)]
+struct StepContext {
+    index: usize,
+    phase: usize,
+    expr: String,
+}
+
+/// A reduction finished at the start of `phase`, of step `arg`'s values.
+#[derive(Serialize)]
+struct ReduceContext {
+    index: usize,
+    arg: usize,
+    /// Its slot in the row's `red` array.
+    slot: usize,
+    phase: usize,
+    op: &'static str,
+    identity: &'static str,
+    mean: bool,
+}
+
+#[derive(Serialize)]
+struct Context<'a> {
+    symbol: &'a str,
+    summary: String,
+    inputs: Vec<InputContext>,
+    outputs: Vec<OutputContext>,
+    /// `phase_steps[k]`: the steps `accumulate_k` computes (what phase k + 1's reductions read).
+    phase_steps: Vec<Vec<StepContext>>,
+    /// The steps `store` computes (what the outputs hold).
+    store_steps: Vec<StepContext>,
+    reductions: Vec<ReduceContext>,
+}
+
+/// One stitched kernel's block (relies on the unit prologue, like [`crate::render::render`]).
+pub fn render(spec: &StitchSpec, symbol: &str) -> Result<String, RenderError> {
+    crate::render::check_symbol(symbol)?;
+    validate(spec).map_err(|r| RenderError::Unsupported { field: "stitch", reason: r.to_string() })?;
+    let phases = spec.phases();
+    let v = |j: usize| format!("v{j}");
+    let mut exprs = Vec::new();
+    let mut reductions = Vec::new();
+    for (j, s) in spec.steps.iter().enumerate() {
+        exprs.push(match *s {
+            Step::Input(i) => format!("load_{i}(p, a, row, col)"),
+            Step::Const(c) => format!("{:e}f", c.0),
+            Step::Unary(f, x) => f.cpp(&v(x)),
+            Step::Binary(f, x, y) => f.cpp(&v(x), &v(y)),
+            Step::Reduce(kind, x) => {
+                let slot = reductions.len();
+                let (op, identity) = match kind {
+                    Reduction::Sum | Reduction::Mean => ("sum", "0.f"),
+                    Reduction::Max => ("max", "-INFINITY"),
+                };
+                reductions.push(ReduceContext {
+                    index: j,
+                    arg: x,
+                    slot,
+                    phase: phases[j],
+                    op,
+                    identity,
+                    mean: kind == Reduction::Mean,
+                });
+                format!("red[{slot}]")
+            }
+        });
+    }
+    // The steps a set of roots needs, in order (a finished reduction is a leaf).
+    let needed = |roots: &[usize]| -> Vec<StepContext> {
+        let mut live = vec![false; spec.steps.len()];
+        let mut stack = roots.to_vec();
+        while let Some(j) = stack.pop() {
+            if !std::mem::replace(&mut live[j], true) && !matches!(spec.steps[j], Step::Reduce(..)) {
+                stack.extend(StitchSpec::args(&spec.steps[j]));
+            }
+        }
+        (0..spec.steps.len())
+            .filter(|&j| live[j])
+            .map(|j| StepContext { index: j, phase: phases[j], expr: exprs[j].clone() })
+            .collect()
+    };
+    let max_phase = phases.iter().copied().max().unwrap_or(0);
+    let phase_steps = (0..max_phase)
+        .map(|k| needed(&reductions.iter().filter(|r| r.phase == k + 1).map(|r| r.arg).collect::<Vec<_>>()))
+        .collect();
+    let store_steps = needed(&spec.outputs.iter().map(|o| o.step).collect::<Vec<_>>());
+    let context = Context {
+        symbol,
+        summary: serde_json::to_string(spec).expect("stitch spec serialises"),
+        inputs: spec
+            .inputs
+            .iter()
+            .map(|i| InputContext { element: i.element.cpp(), dense: i.access == Access::Dense })
+            .collect(),
+        outputs: spec
+            .outputs
+            .iter()
+            .map(|o| OutputContext { element: o.element.cpp(), step: o.step, per_row: o.per_row })
+            .collect(),
+        phase_steps,
+        store_steps,
+        reductions,
+    };
+    crate::render::render_template(TEMPLATE, &crate::render::to_context(&context)?)
+}
+
+/// Headers a unit with stitched kernels needs.
+pub fn includes() -> [&'static str; 4] {
+    ["cmath", "cutlass/cutlass.h", "cutlass/half.h", "cutlass/bfloat16.h"]
+}
+
+/// Stitched kernels as one `.cu` unit: the shared prologue, then each block.
+pub fn render_unit(kernels: &[(&StitchSpec, &str)]) -> Result<String, RenderError> {
+    let mut context = tera::Context::new();
+    context.insert("symbols", &kernels.iter().map(|(_, s)| *s).collect::<Vec<_>>());
+    context.insert("includes", &includes());
+    let mut unit = crate::render::render_template(crate::render::PROLOGUE_TEMPLATE, &context)?;
+    for &(spec, symbol) in kernels {
+        unit.push('\n');
+        unit.push_str(&render(spec, symbol)?);
+    }
+    Ok(unit)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// softmax(x + mask) over rows, mask broadcast per row.
+    fn softmax() -> StitchSpec {
+        StitchSpec {
+            inputs: vec![
+                Input { element: Element::F16, access: Access::Dense },
+                Input { element: Element::F32, access: Access::Strided },
+            ],
+            steps: vec![
+                Step::Input(0),
+                Step::Input(1),
+                Step::Binary(BinaryFn::Add, 0, 1),
+                Step::Reduce(Reduction::Max, 2),
+                Step::Binary(BinaryFn::Sub, 2, 3),
+                Step::Unary(UnaryFn::Exp, 4),
+                Step::Reduce(Reduction::Sum, 5),
+                Step::Binary(BinaryFn::Div, 5, 6),
+            ],
+            outputs: vec![Output { step: 7, element: Element::F16, per_row: false }],
+        }
+    }
+
+    #[test]
+    fn phases_count_reductions_on_the_path() {
+        assert_eq!(softmax().phases(), vec![0, 0, 0, 1, 1, 1, 2, 2]);
+    }
+
+    #[test]
+    fn validation_names_the_broken_step_or_output() {
+        assert!(validate(&softmax()).is_ok());
+        let mut s = softmax();
+        s.steps[2] = Step::Binary(BinaryFn::Add, 0, 3);
+        assert_eq!(validate(&s), Err(StitchRejection::Order(2, 3)));
+        let mut s = softmax();
+        s.outputs[0].per_row = true;
+        assert_eq!(validate(&s), Err(StitchRejection::NotPerRow(0, 7)));
+        let mut s = softmax();
+        s.steps[1] = Step::Const(f32::INFINITY.into());
+        assert!(matches!(validate(&s), Err(StitchRejection::NotFinite(1, _))));
+        let mut s = softmax();
+        s.outputs.clear();
+        assert_eq!(validate(&s), Err(StitchRejection::Outputs(0)));
+    }
+
+    #[test]
+    fn problems_broadcast_inputs_through_zero_strides() {
+        let p = softmax().problem(&[2, 3, 5], &[&[2, 3, 5], &[2, 1, 5]]).unwrap();
+        assert_eq!((p.rows, p.width, p.rank), (6, 5, 3));
+        assert_eq!(p.strides[0][..3], [15, 5, 1]);
+        assert_eq!(p.strides[1][..3], [5, 0, 1]);
+        assert!(softmax().problem(&[2, 3, 5], &[&[2, 3, 1], &[5]]).unwrap_err().contains("densely"));
+        assert!(softmax().problem(&[2, 3, 5], &[&[2, 3, 5], &[3]]).is_err());
+    }
+
+    #[test]
+    fn eval_is_softmax_of_the_masked_row() {
+        let s = softmax();
+        let p = s.problem(&[2, 3], &[&[2, 3], &[3]]).unwrap();
+        let x = [1.0, 2.0, 3.0, 0.0, 0.0, 0.0];
+        let mask = [0.0, 0.0, -1e4];
+        let out = &s.eval(&p, &[&x, &mask])[0];
+        let e = [1f64.exp(), 2f64.exp()];
+        assert!((out[0] - e[0] / (e[0] + e[1])).abs() < 1e-12);
+        assert!(out[2].abs() < 1e-12);
+        assert!((out[3] - 0.5).abs() < 1e-12 && (out[4] - 0.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn symbols_and_rendering_follow_the_spec() {
+        let s = softmax();
+        let sym = symbol_for(&s);
+        assert!(sym.starts_with("bolt_stitch_r2x1_"), "{sym}");
+        let code = render(&s, &sym).unwrap();
+        assert!(code.contains("accumulate_0") && code.contains("accumulate_1"), "{code}");
+        assert!(code.contains("expf(v4)"));
+        let mut e = s.clone();
+        e.steps.truncate(3);
+        e.outputs[0].step = 2;
+        assert!(symbol_for(&e).starts_with("bolt_stitch_e2x1_"));
+    }
+}

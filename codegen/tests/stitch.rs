@@ -1,0 +1,327 @@
+//! Stitched kernels: a unit of several region shapes (softmax with a broadcast mask, LayerNorm,
+//! an element-wise GELU chain in f16, a per-row mean, a two-level reduction) is compiled for
+//! sm_80 and linked twice. An executable runs each kernel's phase functions on the host
+//! (`host_run`: the device's element code, one row at a time) on random data of odd widths,
+//! compared with the spec's meaning in f64 (`StitchSpec::eval`); a library answers the ABI's
+//! host-side calls. Needs the toolchain, no GPU; the device's group reductions stay unverified
+//! here.
+
+use std::ffi::c_void;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use bolt_codegen::abi::{BoltStitchArgs, BoltStitchProblem, CanImplementFn, InitializeFn, ParamsSizeFn, Status};
+use bolt_codegen::epilogue::Activation;
+use bolt_codegen::spec::Element;
+use bolt_codegen::stitch::{self, Access, BinaryFn, Input, Output, Reduction, Step, StitchSpec, UnaryFn};
+
+/// The case whose first input is a transposed view.
+const TRANSPOSED: usize = 5;
+
+fn gelu_strided() -> StitchSpec {
+    StitchSpec {
+        inputs: vec![input(Element::F32, Access::Strided), input(Element::F32, Access::Strided)],
+        steps: vec![
+            Step::Input(0),
+            Step::Input(1),
+            Step::Binary(BinaryFn::Sub, 0, 1),
+            Step::Unary(UnaryFn::Activation(Activation::GeluTanh), 2),
+        ],
+        outputs: vec![Output { step: 3, element: Element::F32, per_row: false }],
+    }
+}
+
+fn input(element: Element, access: Access) -> Input {
+    Input { element, access }
+}
+
+/// (spec, iteration space, input shapes) cases.
+fn cases() -> Vec<(StitchSpec, Vec<usize>, Vec<Vec<usize>>)> {
+    use Step::*;
+    let softmax = StitchSpec {
+        inputs: vec![input(Element::F32, Access::Dense), input(Element::F32, Access::Strided)],
+        steps: vec![
+            Input(0),
+            Const(0.125.into()),
+            Binary(BinaryFn::Mul, 0, 1),
+            Input(1),
+            Binary(BinaryFn::Add, 2, 3),
+            Reduce(Reduction::Max, 4),
+            Binary(BinaryFn::Sub, 4, 5),
+            Unary(UnaryFn::Exp, 6),
+            Reduce(Reduction::Sum, 7),
+            Binary(BinaryFn::Div, 7, 8),
+        ],
+        outputs: vec![Output { step: 9, element: Element::F32, per_row: false }],
+    };
+    let layer_norm = StitchSpec {
+        inputs: vec![
+            input(Element::F16, Access::Dense),
+            input(Element::F16, Access::Strided),
+            input(Element::F16, Access::Strided),
+        ],
+        steps: vec![
+            Input(0),
+            Reduce(Reduction::Mean, 0),
+            Binary(BinaryFn::Sub, 0, 1),
+            Binary(BinaryFn::Mul, 2, 2),
+            Reduce(Reduction::Mean, 3),
+            Const(1e-5.into()),
+            Binary(BinaryFn::Add, 4, 5),
+            Unary(UnaryFn::Sqrt, 6),
+            Binary(BinaryFn::Div, 2, 7),
+            Input(1),
+            Binary(BinaryFn::Mul, 8, 9),
+            Input(2),
+            Binary(BinaryFn::Add, 10, 11),
+        ],
+        outputs: vec![
+            Output { step: 12, element: Element::F16, per_row: false },
+            Output { step: 1, element: Element::F32, per_row: true },
+        ],
+    };
+    let gelu = StitchSpec {
+        inputs: vec![input(Element::F16, Access::Dense), input(Element::BF16, Access::Strided)],
+        steps: vec![
+            Input(0),
+            Input(1),
+            Binary(BinaryFn::Add, 0, 1),
+            Unary(UnaryFn::Activation(Activation::GeluErf), 2),
+            Unary(UnaryFn::Activation(Activation::HardSigmoid { alpha: 0.2.into(), beta: 0.5.into() }), 2),
+            Binary(BinaryFn::Pow, 4, 3),
+            Unary(UnaryFn::Erf, 2),
+        ],
+        outputs: vec![
+            Output { step: 3, element: Element::F16, per_row: false },
+            Output { step: 5, element: Element::F32, per_row: false },
+            Output { step: 6, element: Element::BF16, per_row: false },
+        ],
+    };
+    let mean = StitchSpec {
+        inputs: vec![input(Element::F32, Access::Strided)],
+        steps: vec![Input(0), Unary(UnaryFn::Activation(Activation::Tanh), 0), Reduce(Reduction::Mean, 1)],
+        outputs: vec![Output { step: 2, element: Element::F32, per_row: true }],
+    };
+    vec![
+        (softmax.clone(), vec![2, 3, 7, 33], vec![vec![2, 3, 7, 33], vec![2, 1, 1, 33]]),
+        (softmax, vec![5, 4099], vec![vec![5, 4099], vec![4099]]),
+        (layer_norm.clone(), vec![3, 17], vec![vec![3, 17], vec![17], vec![17]]),
+        (layer_norm, vec![2, 1000], vec![vec![2, 1000], vec![1000], vec![1000]]),
+        (gelu, vec![4, 5, 3], vec![vec![4, 5, 3], vec![5, 1]]),
+        // TRANSPOSED: input 0 read through permuted strides (see the test).
+        (gelu_strided(), vec![4, 5, 3], vec![vec![4, 5, 3], vec![5, 1]]),
+        // An input broadcast along the outer dim; rows of one element.
+        (mean.clone(), vec![3, 4, 5], vec![vec![4, 5]]),
+        (mean, vec![6, 1], vec![vec![6, 1]]),
+    ]
+}
+
+/// Deterministic values in [-2, 2).
+fn values(n: usize, seed: u64) -> Vec<f64> {
+    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((s >> 11) as f64 / (1u64 << 53) as f64) * 4.0 - 2.0
+        })
+        .collect()
+}
+
+/// Values rounded to `e` and their little-endian bytes.
+fn encode(e: Element, v: &[f64]) -> (Vec<f64>, Vec<u8>) {
+    match e {
+        Element::F32 => {
+            (v.iter().map(|&x| x as f32 as f64).collect(), v.iter().flat_map(|&x| (x as f32).to_le_bytes()).collect())
+        }
+        Element::F16 => {
+            let h: Vec<half::f16> = v.iter().map(|&x| half::f16::from_f64(x)).collect();
+            (h.iter().map(|x| x.to_f64()).collect(), h.iter().flat_map(|x| x.to_le_bytes()).collect())
+        }
+        Element::BF16 => {
+            let h: Vec<half::bf16> = v.iter().map(|&x| half::bf16::from_f64(x)).collect();
+            (h.iter().map(|x| x.to_f64()).collect(), h.iter().flat_map(|x| x.to_le_bytes()).collect())
+        }
+    }
+}
+
+fn decode(e: Element, b: &[u8]) -> Vec<f64> {
+    match e {
+        Element::F32 => b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap()) as f64).collect(),
+        Element::F16 => b.chunks_exact(2).map(|c| half::f16::from_le_bytes(c.try_into().unwrap()).to_f64()).collect(),
+        Element::BF16 => b.chunks_exact(2).map(|c| half::bf16::from_le_bytes(c.try_into().unwrap()).to_f64()).collect(),
+    }
+}
+
+fn size(e: Element) -> usize {
+    match e {
+        Element::F32 => 4,
+        _ => 2,
+    }
+}
+
+fn c_problem(p: &BoltStitchProblem) -> String {
+    let list = |v: &[i64]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ");
+    let strides: Vec<String> = p.strides.iter().map(|s| format!("{{{}}}", list(s))).collect();
+    format!("{{{}, {}, {}, {{{}}}, {{{}}}}}", p.rows, p.width, p.rank, list(&p.shape), strides.join(", "))
+}
+
+/// A host `main` running case `c` (read inputs `in_<c>_<i>.bin`, write `out_<c>_<o>.bin`).
+fn test_main(dir: &Path, cases: &[(String, StitchSpec, BoltStitchProblem, Vec<usize>)]) -> String {
+    let mut m = String::from(
+        "\n#include <cstdio>\n#include <vector>\nstatic std::vector<char> slurp(char const *path) {\n  std::vector<char> b;\n  FILE *f = std::fopen(path, \"rb\");\n  if (!f) return b;\n  int ch;\n  while ((ch = std::fgetc(f)) != EOF) b.push_back(char(ch));\n  std::fclose(f);\n  return b;\n}\nint main() {\n",
+    );
+    for (c, (symbol, spec, p, sizes)) in cases.iter().enumerate() {
+        m += &format!("  {{\n    BoltStitchProblem p = {};\n    BoltStitchArgs args = {{}};\n", c_problem(p));
+        for i in 0..spec.inputs.len() {
+            m += &format!(
+                "    std::vector<char> in{i} = slurp(\"{}\");\n    args.inputs[{i}] = in{i}.data();\n",
+                dir.join(format!("in_{c}_{i}.bin")).display()
+            );
+        }
+        for (o, out) in spec.outputs.iter().enumerate() {
+            let bytes = sizes[o] * size(out.element);
+            m += &format!("    std::vector<char> out{o}({bytes});\n    args.outputs[{o}] = out{o}.data();\n");
+        }
+        m += &format!("    {symbol}::host_run(p, args);\n");
+        for o in 0..spec.outputs.len() {
+            m += &format!(
+                "    FILE *f{o} = std::fopen(\"{}\", \"wb\");\n    std::fwrite(out{o}.data(), 1, out{o}.size(), f{o});\n    std::fclose(f{o});\n",
+                dir.join(format!("out_{c}_{o}.bin")).display()
+            );
+        }
+        m += "  }\n";
+    }
+    m + "  return 0;\n}\n"
+}
+
+#[test]
+fn stitched_kernels_compute_their_specs_and_answer_the_abi() {
+    let tc = bolt_cutlass::Toolchain::discover().unwrap_or_else(|e| panic!("{e}"));
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("stitch");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join(bolt_codegen::abi::HEADER_NAME), bolt_codegen::abi::HEADER).unwrap();
+
+    // Inputs on disk, expected outputs from the spec's meaning.
+    let mut runs = Vec::new();
+    let mut expected = Vec::new();
+    for (c, (spec, space, shapes)) in cases().into_iter().enumerate() {
+        let shape_refs: Vec<&[usize]> = shapes.iter().map(|s| s.as_slice()).collect();
+        let mut p = spec.problem(&space, &shape_refs).unwrap_or_else(|e| panic!("case {c}: {e}"));
+        if c == TRANSPOSED {
+            // Input 0 stored as [4, 3, 5] and read as its [0, 2, 1] transpose.
+            let stored = bolt_codegen::abi::contiguous_strides(&[space[0], space[2], space[1]]);
+            let view: Vec<i64> = [0, 2, 1].iter().map(|&d| stored[d]).collect();
+            p = spec
+                .problem_of_views(
+                    &space,
+                    &[(&shapes[0], &view), (&shapes[1], &bolt_codegen::abi::contiguous_strides(&shapes[1]))],
+                )
+                .unwrap();
+        }
+        let mut host_inputs = Vec::new();
+        for (i, (x, s)) in spec.inputs.iter().zip(&shapes).enumerate() {
+            let (rounded, bytes) = encode(x.element, &values(s.iter().product(), (c * 10 + i) as u64));
+            std::fs::write(dir.join(format!("in_{c}_{i}.bin")), bytes).unwrap();
+            host_inputs.push(rounded);
+        }
+        let refs: Vec<&[f64]> = host_inputs.iter().map(|v| v.as_slice()).collect();
+        let want = spec.eval(&p, &refs);
+        let sizes = want.iter().map(Vec::len).collect();
+        runs.push((stitch::symbol_for(&spec), spec.clone(), p, sizes));
+        expected.push(want);
+    }
+    let mut unique: Vec<(&StitchSpec, &str)> = Vec::new();
+    for (symbol, spec, ..) in &runs {
+        if !unique.iter().any(|(_, s)| *s == symbol) {
+            unique.push((spec, symbol));
+        }
+    }
+    let source = dir.join("stitch.cu");
+    std::fs::write(&source, stitch::render_unit(&unique).unwrap() + &test_main(&dir, &runs)).unwrap();
+    let object = dir.join("stitch.o");
+    let compiled = tc
+        .compile(&source, &object)
+        .arch(bolt_cutlass::Arch::Sm80)
+        .include(&dir)
+        .run()
+        .unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("{} stitched kernels compiled in {:.1}s", unique.len(), compiled.elapsed.as_secs_f64());
+    let link = |out: &PathBuf, shared: bool| {
+        let mut c = Command::new(tc.nvcc());
+        if shared {
+            c.arg("-shared");
+        }
+        let o = c.args(["-cudart", "static", "-o"]).arg(out).arg(&object).output().unwrap();
+        assert!(o.status.success(), "link: {}", String::from_utf8_lossy(&o.stderr));
+    };
+
+    // The generated element code, run on the host.
+    let exe = dir.join("stitch_host");
+    link(&exe, false);
+    let out = Command::new(&exe).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for (c, ((symbol, spec, ..), want)) in runs.iter().zip(&expected).enumerate() {
+        for (o, (output, want)) in spec.outputs.iter().zip(want).enumerate() {
+            let got = decode(output.element, &std::fs::read(dir.join(format!("out_{c}_{o}.bin"))).unwrap());
+            assert_eq!(got.len(), want.len(), "case {c} output {o}");
+            // f32 arithmetic, then one rounding to the output type.
+            let tol = match output.element {
+                Element::F32 => 2e-5,
+                Element::F16 => 2e-3,
+                Element::BF16 => 1e-2,
+            };
+            for (k, (g, w)) in got.iter().zip(want).enumerate() {
+                assert!(
+                    g == w || (g - w).abs() <= tol * (1.0 + w.abs()),
+                    "{symbol} case {c} output {o}[{k}]: {g} vs {w}"
+                );
+            }
+        }
+    }
+
+    // The ABI's host side.
+    let library = dir.join("libstitch.so");
+    link(&library, true);
+    let lib = unsafe { libloading::Library::new(&library) }.unwrap();
+    for (symbol, spec, p, _) in &runs {
+        let f = |suffix: &str| format!("{symbol}{suffix}");
+        let can_implement = *unsafe { lib.get::<CanImplementFn>(f("_can_implement").as_bytes()) }.unwrap();
+        let params_size = *unsafe { lib.get::<ParamsSizeFn>(f("_params_size").as_bytes()) }.unwrap();
+        let initialize = *unsafe { lib.get::<InitializeFn<BoltStitchArgs>>(f("_initialize").as_bytes()) }.unwrap();
+        let status = |p: &BoltStitchProblem| unsafe { can_implement(p as *const _ as *const c_void) }.status();
+        assert_eq!(status(p), Status::Ok, "{symbol}");
+        assert_eq!(status(&BoltStitchProblem { rows: p.rows + 1, ..*p }), Status::UnsupportedProblem, "{symbol}: rows");
+        assert_eq!(status(&BoltStitchProblem { rank: 7, ..*p }), Status::UnsupportedProblem, "{symbol}: rank");
+        #[repr(C, align(128))]
+        struct Params([u8; 4096]);
+        let size = unsafe { params_size() };
+        assert!(size <= 4096, "{symbol}: {size}");
+        let mut params = Box::new(Params([0; 4096]));
+        let mut init = |args: &BoltStitchArgs| {
+            unsafe {
+                initialize(
+                    p as *const _ as *const c_void,
+                    args,
+                    std::ptr::null_mut(),
+                    0,
+                    &mut *params as *mut _ as *mut c_void,
+                    size,
+                    std::ptr::null_mut(),
+                )
+            }
+            .status()
+        };
+        assert_eq!(init(&BoltStitchArgs::default()), Status::NullArgument, "{symbol}");
+        let mut fake = BoltStitchArgs::default();
+        for i in 0..spec.inputs.len() {
+            fake.inputs[i] = 0x1000 as *const c_void;
+        }
+        for o in 0..spec.outputs.len() {
+            fake.outputs[o] = 0x1000 as *mut c_void;
+        }
+        // Set-up needs no device (nothing is launched: the pointers are fake).
+        assert_eq!(init(&fake), Status::Ok, "{symbol}");
+        fake.inputs[0] = 0x1001 as *const c_void;
+        assert_eq!(init(&fake), Status::MisalignedOperand, "{symbol}");
+    }
+}
