@@ -251,6 +251,8 @@ pub struct Kernel {
     pub graph: Graph,
     /// Runs as work queued on ORT's compute stream (the test device), else at once.
     pub on_stream: bool,
+    /// The CUDA ordinal (cuda device).
+    pub device_id: usize,
     pub runner: Runner,
 }
 
@@ -261,6 +263,9 @@ pub enum Runner {
     /// A compiled Bolt artifact (compile once, EPContext): run as `bolt run` runs it, with its
     /// own plan, weights and precision; nothing is planned at session creation.
     Artifact(std::sync::Mutex<bolt::runtime::Reference>),
+    /// A Bolt artifact on a GPU (the cuda device): its kernels launched on ORT's compute
+    /// stream, on ORT's device buffers.
+    Cuda(std::sync::Mutex<bolt::runtime::cuda::CudaExecutor>),
 }
 
 impl Kernel {
@@ -269,6 +274,10 @@ impl Kernel {
         match &self.runner {
             Runner::Planned => bolt::reference::run(&self.graph, feeds).map_err(|e| e.to_string()),
             Runner::Artifact(x) => {
+                let mut x = x.lock().map_err(|_| "an earlier run of this node panicked".to_string())?;
+                x.run(feeds).map_err(|e| e.to_string())
+            }
+            Runner::Cuda(x) => {
                 let mut x = x.lock().map_err(|_| "an earlier run of this node panicked".to_string())?;
                 x.run(feeds).map_err(|e| e.to_string())
             }
@@ -332,9 +341,6 @@ unsafe extern "system" fn ep_compile(
                 // Everything is copied out of the OrtGraph here: it is gone after Compile.
                 let imported = graph::import(*graphs.add(i), Some(&outputs))
                     .map_err(|e| format!("fused node '{name}': cannot read its graph: {e}"))?;
-                if me.options.device == Device::Cuda {
-                    return Err("device=cuda: the CUDA device is not built into this library (no GPU kernels)".into());
-                }
                 let model_path = graph_model_path(*graphs.add(i))?;
                 let (graph, runner) = if let Some(rel) = epcontext_artifact(&imported.graph, &me.name_str()) {
                     // A compiled model: open the artifact its EPContext node names; plan nothing.
@@ -345,8 +351,8 @@ unsafe extern "system" fn ep_compile(
                             rel.display()
                         )
                     })?;
-                    let (graph, runner) =
-                        open_artifact(&dir.join(&rel)).map_err(|e| format!("EPContext node '{name}': {e}"))?;
+                    let (graph, runner) = open_artifact(&dir.join(&rel), &me.options)
+                        .map_err(|e| format!("EPContext node '{name}': {e}"))?;
                     me.log(|| format!("compile {name}: loaded {} (EPContext), nothing planned", rel.display()));
                     (graph, runner)
                 } else if let Some(c) = &me.options.context {
@@ -355,6 +361,9 @@ unsafe extern "system" fn ep_compile(
                     let out = dir.join(&rel);
                     let mut opts = bolt::artifact::CompileOptions::new(&out);
                     opts.dims = me.options.dims.clone();
+                    if me.options.device == Device::Cuda {
+                        opts.archs = vec![gpu_arch(me.options.device_id as usize)?];
+                    }
                     let report = bolt::artifact::compile(&imported.graph, &opts)
                         .map_err(|e| format!("fused node '{name}': building its artifact {}: {e}", out.display()))?;
                     me.log(|| {
@@ -365,12 +374,36 @@ unsafe extern "system" fn ep_compile(
                             report.kernels
                         )
                     });
-                    let (graph, runner) = open_artifact(&out).map_err(|e| format!("fused node '{name}': {e}"))?;
+                    let (graph, runner) =
+                        open_artifact(&out, &me.options).map_err(|e| format!("fused node '{name}': {e}"))?;
                     if ep_context_nodes.is_null() {
                         return Err("ep.context_enable=1 but ORT passed no EPContext node array".into());
                     }
                     *ep_context_nodes.add(i) = epcontext_node(&name, &inputs, &outputs, &rel, &me.name_str(), i == 0)?;
                     (graph, runner)
+                } else if me.options.device == Device::Cuda {
+                    // An artifact for this GPU, built through the kernel cache (a warm cache
+                    // runs no nvcc), opened, then its directory removed: the kernel library
+                    // stays mapped and the weights are on the GPU.
+                    let out = std::env::temp_dir().join(format!(
+                        "bolt-ort-{}-{}",
+                        std::process::id(),
+                        NEXT_BUILD.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                    ));
+                    let mut opts = bolt::artifact::CompileOptions::new(&out);
+                    opts.dims = me.options.dims.clone();
+                    opts.archs = vec![gpu_arch(me.options.device_id as usize)?];
+                    let built = bolt::artifact::compile(&imported.graph, &opts)
+                        .map_err(|e| format!("fused node '{name}': building its kernels: {e}"))
+                        .and_then(|report| {
+                            let r = open_artifact(&out, &me.options).map_err(|e| format!("fused node '{name}': {e}"));
+                            me.log(|| {
+                                format!("compile {name}: {} kernel(s) for GPU {}", report.kernels, me.options.device_id)
+                            });
+                            r
+                        });
+                    let _ = std::fs::remove_dir_all(&out);
+                    built?
                 } else {
                     let plan = bolt::plan::plan(&imported.graph)
                         .map_err(|e| format!("fused node '{name}': planning failed: {e}"))?;
@@ -390,6 +423,7 @@ unsafe extern "system" fn ep_compile(
                     outputs,
                     graph,
                     on_stream: me.options.device == Device::HostGpu,
+                    device_id: me.options.device_id as usize,
                     runner,
                 });
                 let info = Box::new(ComputeInfo {
@@ -478,11 +512,32 @@ pub fn context_location(
     Ok((dir, PathBuf::from(format!("{stem}.bolt")).join(safe)))
 }
 
-/// Opens an artifact for the reference device: its planned graph (what output shapes are
-/// inferred on) and its runner.
-fn open_artifact(dir: &std::path::Path) -> Res<(Graph, Runner)> {
+/// Numbers the cuda device's temporary artifact directories.
+static NEXT_BUILD: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The kernel architecture Bolt builds for GPU `ordinal` (sm80 for Ampere, sm90a for Hopper).
+fn gpu_arch(ordinal: usize) -> Res<bolt_codegen::spec::Arch> {
+    let ctx = crate::cuda::bind(ordinal)?;
+    let (major, minor) = ctx.compute_capability().map_err(|e| format!("GPU {ordinal}: compute capability: {e}"))?;
+    match major {
+        8 => Ok(bolt_codegen::spec::Arch::Sm80),
+        9 => Ok(bolt_codegen::spec::Arch::Sm90),
+        _ => Err(format!("GPU {ordinal} is sm{major}{minor}: Bolt builds kernels for sm80 and sm90 only")),
+    }
+}
+
+/// Opens an artifact for the EP's device: its planned graph (what output shapes are inferred
+/// on) and its runner (the reference executor, or the CUDA executor on GPU `device_id`).
+fn open_artifact(dir: &std::path::Path, options: &Options) -> Res<(Graph, Runner)> {
     let a = bolt::artifact::Artifact::open(dir).map_err(|e| e.to_string())?;
-    Ok((a.graph(), Runner::Artifact(std::sync::Mutex::new(bolt::runtime::Reference::new(&a)))))
+    let runner = if options.device == Device::Cuda {
+        let opts = bolt::runtime::RunOptions { device: options.device_id as usize, ..Default::default() };
+        let x = bolt::runtime::cuda::CudaExecutor::new(&a, &opts).map_err(|e| e.to_string())?;
+        Runner::Cuda(std::sync::Mutex::new(x))
+    } else {
+        Runner::Artifact(std::sync::Mutex::new(bolt::runtime::Reference::new(&a)))
+    };
+    Ok((a.graph(), runner))
 }
 
 /// The compiled model's path (the model ORT is loading), if it came from a file.
@@ -610,6 +665,9 @@ unsafe extern "system" fn ci_compute(
 /// the shapes this run produced (symbolic dims are resolved here, per call).
 unsafe fn compute(k: &Arc<Kernel>, ctx: *mut OrtKernelContext) -> Res<()> {
     let ort = api().ort;
+    if let Runner::Cuda(x) = &k.runner {
+        return compute_cuda(k, x, ctx);
+    }
     if k.on_stream {
         let mut handle: *mut c_void = std::ptr::null_mut();
         check((ort.KernelContext_GetGPUComputeStream)(ctx, &mut handle))?;
@@ -676,7 +734,11 @@ unsafe fn graph_inputs(k: &Kernel, ctx: *mut OrtKernelContext) -> Res<Vec<(Strin
 /// anything else would be read as the wrong kind of pointer).
 unsafe fn input_on_device(k: &Kernel, i: usize, name: &str, v: *const OrtValue) -> Res<()> {
     let d = (api().ep.Value_GetMemoryDevice)(v);
-    let (ok, device) = if k.on_stream {
+    let gpu = if let Runner::Cuda(_) = k.runner { Some(k.device_id) } else { None };
+    let (ok, device) = if let Some(ordinal) = gpu {
+        // CPU inputs (ORT does not always copy them: see below) are uploaded by the run.
+        (crate::cuda::ordinal_of_memory(d) == Some(ordinal) || crate::host_gpu::is_cpu(d), "GPU's or CPU")
+    } else if k.on_stream {
         // ORT 1.31 hands some inputs of a device's fused node in CPU memory without a copy
         // (seen: a CPU Flatten's output feeding a Gemm); the host-backed device reads them
         // as they are. A real GPU device must upload those.
@@ -701,37 +763,9 @@ unsafe fn input_on_device(k: &Kernel, i: usize, name: &str, v: *const OrtValue) 
 /// from shape inference on the input shapes (ORT allocates outputs before the work runs).
 unsafe fn compute_on_stream(k: &Arc<Kernel>, ctx: *mut OrtKernelContext, queue: &crate::host_gpu::Queue) -> Res<()> {
     use crate::host_gpu::SendPtr;
-    use bolt::ir::{Shape, TensorType};
-    let ort = api().ort;
-    let mut graph = k.graph.clone();
-    let mut inputs = Vec::new();
-    for (name, v) in graph_inputs(k, ctx)? {
-        let (dtype, dims) = graph::tensor_meta(v)?;
-        let mut data: *const c_void = std::ptr::null();
-        check((ort.GetTensorData)(v, &mut data))?;
-        graph.types.insert(name.clone(), TensorType { dtype, shape: Some(Shape::from_static(&dims)) });
-        inputs.push((name, dtype, dims, SendPtr(data as *mut c_void)));
-    }
-    let declared = graph.types.clone();
-    bolt::ir::infer::infer_graph(&mut graph, &declared).map_err(|e| format!("output shapes: {e}"))?;
-    let mut outputs = Vec::new();
-    for (i, name) in k.outputs.iter().enumerate() {
-        let ty = graph.types.get(name).ok_or_else(|| format!("output '{name}' has no inferred type"))?;
-        let dims: Vec<usize> = ty
-            .shape
-            .as_ref()
-            .and_then(|s| s.as_static())
-            .ok_or_else(|| format!("output '{name}': shape not known from the input shapes"))?;
-        let d64: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
-        let mut v: *mut OrtValue = std::ptr::null_mut();
-        check((ort.KernelContext_GetOutput)(ctx, i, d64.as_ptr(), d64.len(), &mut v))?;
-        if v.is_null() {
-            return Err(format!("ORT gave no buffer for output {i} ('{name}')"));
-        }
-        let mut data: *mut c_void = std::ptr::null_mut();
-        check((ort.GetTensorMutableData)(v, &mut data))?;
-        outputs.push((name.clone(), ty.dtype, dims, SendPtr(data)));
-    }
+    let (ins, outs) = buffers(k, ctx)?;
+    let inputs: Vec<_> = ins.into_iter().map(|(n, t, d, p)| (n, t, d, SendPtr(p))).collect();
+    let outputs: Vec<_> = outs.into_iter().map(|(n, t, d, p)| (n, t, d, SendPtr(p))).collect();
     let (kernel, node) = (k.clone(), k.name.clone());
     crate::host_gpu::count(crate::host_gpu::COMPUTES_QUEUED);
     queue.enqueue(move || {
@@ -757,6 +791,68 @@ unsafe fn compute_on_stream(k: &Arc<Kernel>, ctx: *mut OrtKernelContext, queue: 
         Ok(())
     });
     Ok(())
+}
+
+/// A tensor's name, type, dims and data pointer (in whatever memory ORT placed it).
+type Buffer = (String, bolt::ir::DType, Vec<usize>, *mut c_void);
+
+/// The fused node's input buffers, and its output buffers from ORT at the shapes inference
+/// gives for these input shapes (ORT allocates outputs before any work runs).
+unsafe fn buffers(k: &Kernel, ctx: *mut OrtKernelContext) -> Res<(Vec<Buffer>, Vec<Buffer>)> {
+    use bolt::ir::{Shape, TensorType};
+    let ort = api().ort;
+    let mut graph = k.graph.clone();
+    let mut inputs = Vec::new();
+    for (name, v) in graph_inputs(k, ctx)? {
+        let (dtype, dims) = graph::tensor_meta(v)?;
+        let mut data: *const c_void = std::ptr::null();
+        check((ort.GetTensorData)(v, &mut data))?;
+        graph.types.insert(name.clone(), TensorType { dtype, shape: Some(Shape::from_static(&dims)) });
+        inputs.push((name, dtype, dims, data as *mut c_void));
+    }
+    let declared = graph.types.clone();
+    bolt::ir::infer::infer_graph(&mut graph, &declared).map_err(|e| format!("output shapes: {e}"))?;
+    let mut outputs = Vec::new();
+    for (i, name) in k.outputs.iter().enumerate() {
+        let ty = graph.types.get(name).ok_or_else(|| format!("output '{name}' has no inferred type"))?;
+        let dims: Vec<usize> = ty
+            .shape
+            .as_ref()
+            .and_then(|s| s.as_static())
+            .ok_or_else(|| format!("output '{name}': shape not known from the input shapes"))?;
+        let d64: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
+        let mut v: *mut OrtValue = std::ptr::null_mut();
+        check((ort.KernelContext_GetOutput)(ctx, i, d64.as_ptr(), d64.len(), &mut v))?;
+        if v.is_null() {
+            return Err(format!("ORT gave no buffer for output {i} ('{name}')"));
+        }
+        let mut data: *mut c_void = std::ptr::null_mut();
+        check((ort.GetTensorMutableData)(v, &mut data))?;
+        outputs.push((name.clone(), ty.dtype, dims, data));
+    }
+    Ok((inputs, outputs))
+}
+
+/// Compute on the cuda device: the artifact's steps queued on ORT's compute stream, reading
+/// and writing ORT's buffers in place; no allocation and no host wait once this input shape
+/// has been set up.
+unsafe fn compute_cuda(
+    k: &Kernel,
+    x: &std::sync::Mutex<bolt::runtime::cuda::CudaExecutor>,
+    ctx: *mut OrtKernelContext,
+) -> Res<()> {
+    use bolt::runtime::cuda::DeviceTensor;
+    let mut stream: *mut c_void = std::ptr::null_mut();
+    check((api().ort.KernelContext_GetGPUComputeStream)(ctx, &mut stream))?;
+    let (ins, outs) = buffers(k, ctx)?;
+    let tensor = |(name, dtype, shape, p): Buffer| DeviceTensor { name, dtype, shape, ptr: p as u64 };
+    let ins: Vec<DeviceTensor> = ins.into_iter().map(tensor).collect();
+    let outs: Vec<DeviceTensor> = outs.into_iter().map(tensor).collect();
+    let mut x = x.lock().map_err(|_| "an earlier run of this node panicked".to_string())?;
+    // SAFETY: ORT's buffers stay valid until its stream is synchronised; `stream` is ORT's
+    // compute stream for this GPU (a Bolt stream of its primary context) or null (the
+    // default stream).
+    x.enqueue(&ins, &outs, stream as usize).map_err(|e| e.to_string())
 }
 
 unsafe extern "system" fn ep_get_compiled_model_compatibility_info(

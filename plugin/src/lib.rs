@@ -17,6 +17,7 @@
 pub mod abi;
 pub mod api;
 pub mod capi;
+pub mod cuda;
 pub mod ep;
 pub mod graph;
 pub mod host_gpu;
@@ -29,6 +30,7 @@ use ort_sys::{
     OrtKeyValuePairs, OrtLogger, OrtMemoryInfo, OrtSessionOptions,
 };
 use std::ffi::CString;
+use std::path::Path;
 
 /// The execution provider's name (what ORT reports for the nodes it runs).
 pub const EP_NAME: &str = "BoltExecutionProvider";
@@ -44,6 +46,9 @@ struct Factory {
     version: CString,
     /// The test device's memory info, when `BOLT_ORT_TEST_DEVICE=host_gpu` offers it.
     host_gpu: Option<host_gpu::MemInfo>,
+    /// The CUDA devices offered (ordinal and its memory), or why ORT's GPUs are not.
+    cuda: Vec<(usize, cuda::MemInfo)>,
+    no_cuda: Option<String>,
 }
 
 unsafe fn factory<'a>(f: *const OrtEpFactory) -> &'a Factory {
@@ -137,6 +142,8 @@ fn new_factory() -> Box<Factory> {
         vendor: CString::new(VENDOR).expect("no NUL"),
         version: CString::new(env!("CARGO_PKG_VERSION")).expect("no NUL"),
         host_gpu: None,
+        cuda: Vec::new(),
+        no_cuda: None,
     })
 }
 
@@ -192,8 +199,51 @@ unsafe extern "system" fn f_get_supported_devices(
     guard("GetSupportedDevices", || {
         *num_ep_devices = 0;
         let a = api::api();
-        // The reference device runs on the CPU with CPU memory. (A CUDA device would be
-        // offered for GPU hardware devices once the CUDA kernels are built in.)
+        let me = &mut *(f as *mut Factory);
+        // NVIDIA GPUs: the cuda device, one per GPU CUDA can open.
+        let mut cuda_pci: Option<Res<Vec<cuda::PciAddress>>> = None;
+        for i in 0..num_devices {
+            let dev = *devices.add(i);
+            if (a.ort.HardwareDevice_Type)(dev) != OrtHardwareDeviceType::OrtHardwareDeviceType_GPU
+                || (a.ort.HardwareDevice_VendorId)(dev) != cuda::NVIDIA
+                || *num_ep_devices >= max_ep_devices
+            {
+                continue;
+            }
+            let pcis = match cuda_pci.get_or_insert_with(cuda::cuda_pci_addresses) {
+                Ok(p) => p,
+                Err(e) => {
+                    me.no_cuda = Some(e.clone());
+                    api::verbose(|| format!("NVIDIA GPU not offered: {e}"));
+                    continue;
+                }
+            };
+            let meta = hardware_metadata(dev);
+            let ordinal = cuda::hardware_pci_address(&meta, Path::new("/sys")).and_then(|p| cuda::ordinal_of(p, pcis));
+            let Some(ordinal) = ordinal else {
+                let why = format!("an NVIDIA GPU (metadata {meta:?}) has no PCI address CUDA knows ({pcis:?})");
+                api::verbose(|| why.clone());
+                me.no_cuda = Some(why);
+                continue;
+            };
+            let id = ordinal.to_string();
+            let metadata = Kvp::new(&[("bolt.device", "cuda"), ("bolt.cuda_ordinal", &id)]);
+            let options = Kvp::new(&[("device", "cuda"), ("device_id", &id)]);
+            let mut out = std::ptr::null_mut();
+            check((a.ep.CreateEpDevice)(f, dev, metadata.0, options.0, &mut out))?;
+            if !me.cuda.iter().any(|(o, _)| *o == ordinal) {
+                me.cuda.push((ordinal, cuda::MemInfo::new(ordinal)?));
+            }
+            let info = me.cuda.iter().find(|(o, _)| *o == ordinal).map_or(std::ptr::null_mut(), |(_, m)| m.0);
+            check((a.ep.EpDevice_AddAllocatorInfo)(out, info))?;
+            *ep_devices.add(*num_ep_devices) = out;
+            *num_ep_devices += 1;
+        }
+        if me.cuda.is_empty() && me.no_cuda.is_none() {
+            me.no_cuda = Some("ONNX Runtime reports no NVIDIA GPU on this machine".into());
+        }
+        // The reference device runs on the CPU with CPU memory (CPU machines, CI, and next to
+        // the GPUs as the oracle).
         for i in 0..num_devices {
             let dev = *devices.add(i);
             if (a.ort.HardwareDevice_Type)(dev) != OrtHardwareDeviceType::OrtHardwareDeviceType_CPU {
@@ -208,7 +258,6 @@ unsafe extern "system" fn f_get_supported_devices(
             let mut out = std::ptr::null_mut();
             check((a.ep.CreateEpDevice)(f, dev, metadata.0, options.0, &mut out))?;
             if host_gpu::enabled() {
-                let me = &mut *(f as *mut Factory);
                 if me.host_gpu.is_none() {
                     me.host_gpu = Some(host_gpu::MemInfo::new()?);
                 }
@@ -221,6 +270,18 @@ unsafe extern "system" fn f_get_supported_devices(
         }
         Ok(())
     })
+}
+
+/// A hardware device's metadata (ORT's discovery: `card_idx`, maybe `pci_bus_id`).
+unsafe fn hardware_metadata(dev: *const OrtHardwareDevice) -> std::collections::HashMap<String, String> {
+    let ort = api::api().ort;
+    let kvp = (ort.HardwareDevice_Metadata)(dev);
+    if kvp.is_null() {
+        return Default::default();
+    }
+    let (mut keys, mut values, mut n) = (std::ptr::null(), std::ptr::null(), 0usize);
+    (ort.GetKeyValuePairs)(kvp, &mut keys, &mut values, &mut n);
+    (0..n).map(|i| (cstr(*keys.add(i)), cstr(*values.add(i)))).collect()
 }
 
 /// The session's config entries (`ep.<name>.<option>` among them).
@@ -259,12 +320,19 @@ unsafe extern "system" fn f_create_ep(
             ));
         }
         if opts.device == options::Device::Cuda {
-            return Err("EP option device=cuda: the CUDA device is not built into this library and no GPU kernels \
-                        are available; use device=reference (the CPU reference device)"
-                .into());
-        }
-        // Both devices Bolt offers today are the host: one device, ordinal 0.
-        if opts.device_id != 0 {
+            let me = factory(f);
+            if !me.cuda.iter().any(|(o, _)| *o == opts.device_id as usize) {
+                let offered: Vec<usize> = me.cuda.iter().map(|(o, _)| *o).collect();
+                return Err(match (&me.no_cuda, offered.is_empty()) {
+                    (Some(why), true) => format!("EP option device=cuda: no CUDA device: {why}"),
+                    _ => format!(
+                        "EP option device_id={}: no such CUDA device (Bolt offers ordinals {offered:?})",
+                        opts.device_id
+                    ),
+                });
+            }
+        } else if opts.device_id != 0 {
+            // The reference and test devices are the host: one device, ordinal 0.
             return Err(format!(
                 "EP option device_id={}: no such device (the {} device has only device 0)",
                 opts.device_id, opts.device
@@ -314,7 +382,18 @@ unsafe extern "system" fn f_create_allocator(
 ) -> Status {
     guard("CreateAllocator", || {
         *allocator = std::ptr::null_mut();
-        // Only the test device registers memory; the reference device uses ORT's CPU allocator.
+        // The reference device uses ORT's CPU allocator; the cuda and test devices their own.
+        if !memory_info.is_null() {
+            let asked = (api::api().ep.MemoryInfo_GetMemoryDevice)(memory_info);
+            if let Some(ordinal) = cuda::ordinal_of_memory(asked) {
+                let me = factory(f);
+                let info = me.cuda.iter().find(|(o, _)| *o == ordinal).map(|(_, m)| m.0 as *const OrtMemoryInfo);
+                let info =
+                    info.ok_or_else(|| format!("asked for memory of GPU {ordinal}, which Bolt did not offer"))?;
+                *allocator = cuda::Allocator::new(info, ordinal)?;
+                return Ok(());
+            }
+        }
         if let Some(mine) = &factory(f).host_gpu {
             if !memory_info.is_null() {
                 let ep = api::api().ep;
@@ -331,7 +410,10 @@ unsafe extern "system" fn f_create_allocator(
 
 unsafe extern "system" fn f_release_allocator(_f: *mut OrtEpFactory, allocator: *mut OrtAllocator) {
     guard_value((), || {
-        if !allocator.is_null() {
+        if allocator.is_null() {
+        } else if cuda::Allocator::is(allocator) {
+            cuda::Allocator::release(allocator)
+        } else {
             host_gpu::Allocator::release(allocator)
         }
     })
@@ -343,14 +425,20 @@ unsafe extern "system" fn f_create_data_transfer(
 ) -> Status {
     guard("CreateDataTransfer", || {
         // The reference device is CPU memory: nothing to copy between devices.
-        *data_transfer =
-            if factory(f).host_gpu.is_some() { host_gpu::DataTransfer::new() } else { std::ptr::null_mut() };
+        let me = factory(f);
+        *data_transfer = if me.host_gpu.is_some() {
+            host_gpu::DataTransfer::new()
+        } else if !me.cuda.is_empty() {
+            cuda::DataTransfer::new()
+        } else {
+            std::ptr::null_mut()
+        };
         Ok(())
     })
 }
 
 unsafe extern "system" fn f_is_stream_aware(f: *const OrtEpFactory) -> bool {
-    guard_value(false, || factory(f).host_gpu.is_some())
+    guard_value(false, || factory(f).host_gpu.is_some() || !factory(f).cuda.is_empty())
 }
 
 unsafe extern "system" fn f_create_sync_stream_for_device(
@@ -362,6 +450,8 @@ unsafe extern "system" fn f_create_sync_stream_for_device(
     guard("CreateSyncStreamForDevice", || {
         *stream = if factory(f).host_gpu.is_some() && host_gpu::is_mine(memory_device) {
             host_gpu::Stream::new()
+        } else if let Some(ordinal) = cuda::ordinal_of_memory(memory_device) {
+            cuda::Stream::new(ordinal)?
         } else {
             std::ptr::null_mut()
         };

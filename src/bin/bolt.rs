@@ -343,7 +343,7 @@ fn run_artifact(
         Some(p) => runtime::npz::read_npz(p).map_err(anyhow::Error::msg)?,
         None => compile::synthetic_inputs(&plan_graph, &dims.into_iter().collect(), 0)?,
     };
-    let mut exec = runtime::open(&art, kind, &RunOptions { graph, timing: bench, stream: None })?;
+    let mut exec = runtime::open(&art, kind, &RunOptions { graph, timing: bench, stream: None, device: 0 })?;
     println!("device {}", exec.describe());
     let t0 = std::time::Instant::now();
     let outs = runtime::outputs_as_f32(exec.run(&feed)?);

@@ -16,10 +16,10 @@
 //! A failed launch poisons the executor: CUDA errors are sticky in a context, so later runs
 //! refuse with the first error instead of computing garbage.
 
-use super::{bindings_of, prepare_inputs, Executor, RunOptions, RuntimeError, Timings};
+use super::{bindings_of_shapes, prepare_inputs, Executor, RunOptions, RuntimeError, Timings};
 use crate::artifact::format::{KernelChoice, PlanFile};
 use crate::artifact::Artifact;
-use crate::ir::{Graph, Tensor};
+use crate::ir::{DType, Graph, Tensor};
 use bolt_codegen::abi::{
     BoltArgs, BoltB2bArgs, BoltGlueArgs, BoltGlueProblem, BoltStitchArgs, BoltStitchProblem, KernelArgs, Status,
 };
@@ -129,7 +129,36 @@ pub struct CudaExecutor {
     prepared: Option<Prepared>,
     poisoned: Option<String>,
     timings: Option<Timings>,
+    /// Recorded after each [`CudaExecutor::enqueue`]: the next one, maybe on another stream,
+    /// waits for it (runs share the arena).
+    done: Option<Event>,
 }
+
+/// A CUDA event without timing, destroyed on drop.
+struct Event(sys::CUevent);
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        // SAFETY: created by event::create, destroyed once.
+        unsafe {
+            let _ = result::event::destroy(self.0);
+        }
+    }
+}
+
+/// A tensor in the executor GPU's memory (a host framework's buffer).
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeviceTensor {
+    pub name: String,
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    /// Its device address (`CUdeviceptr`).
+    pub ptr: u64,
+}
+
+// SAFETY: the raw handles (streams, events, graphs, Params) belong to one context, which every
+// entry point binds to the calling thread before using them; `&mut self` serialises their use.
+unsafe impl Send for CudaExecutor {}
 
 fn base(s: &CudaSlice<u8>, stream: &CudaStream) -> u64 {
     let (p, _sync) = s.device_ptr(stream);
@@ -137,8 +166,9 @@ fn base(s: &CudaSlice<u8>, stream: &CudaStream) -> u64 {
 }
 
 impl CudaExecutor {
-    /// Opens GPU 0's primary context. Runs go on `opts.stream` when given (a `CUstream` of
-    /// that context, e.g. the host framework's), else on a stream of the executor's own.
+    /// Opens the primary context of GPU `opts.device`. Runs go on `opts.stream` when given (a
+    /// `CUstream` of that context, e.g. the host framework's), else on a stream of the
+    /// executor's own.
     pub fn new(artifact: &Artifact, opts: &RunOptions) -> Result<CudaExecutor, RuntimeError> {
         // SAFETY: only tries to dlopen libcuda; cudarc's own loader panics when it is absent.
         if !unsafe { sys::is_culib_present() } {
@@ -147,7 +177,7 @@ impl CudaExecutor {
         if let bolt_profiler::device::Detection::NoGpu(why) = bolt_profiler::device::detect() {
             return Err(RuntimeError::NoGpu(why));
         }
-        let ctx = drv("cannot open GPU 0", CudaContext::new(0))?;
+        let ctx = drv(&format!("cannot open GPU {}", opts.device), CudaContext::new(opts.device))?;
         let stream = drv("new stream", ctx.new_stream())?;
         let (major, minor) = drv("compute capability", ctx.compute_capability())?;
         let arch = match major {
@@ -165,7 +195,7 @@ impl CudaExecutor {
             Some(p) => KernelLibrary::open(p).map_err(|e| RuntimeError::Cuda(format!("kernel library: {e}")))?,
             None => return Err(RuntimeError::Unsupported("the artifact has no kernel library".into())),
         };
-        let name = format!("{} (sm{major}{minor})", ctx.name().unwrap_or_else(|_| "GPU 0".into()));
+        let name = format!("{} (sm{major}{minor})", ctx.name().unwrap_or_else(|_| format!("GPU {}", opts.device)));
         let weights = drv("upload weights", stream.clone_htod(artifact.weights_blob.as_slice()))?;
         let arena = drv("alloc activation arena", stream.alloc_zeros::<u8>(artifact.plan.arena.bytes.max(1) as usize))?;
         Ok(CudaExecutor {
@@ -183,6 +213,7 @@ impl CudaExecutor {
             prepared: None,
             poisoned: None,
             timings: None,
+            done: None,
         })
     }
 
@@ -198,14 +229,15 @@ impl CudaExecutor {
         inputs.get(t).map(|(p, _)| *p)
     }
 
-    /// Sets up every launch for the shapes of `inputs`: allocations happen here, not in runs.
-    fn prepare(&mut self, inputs: &HashMap<String, Tensor>) -> Result<(), RuntimeError> {
-        let shapes: Vec<Vec<usize>> = self.graph.inputs.iter().map(|n| inputs[n].shape.clone()).collect();
+    /// Sets up every launch for the inputs' shapes and types (`inputs`: graph input name ->
+    /// (shape, dtype)): allocations happen here, not in runs.
+    fn prepare(&mut self, inputs: &HashMap<String, (Vec<usize>, DType)>) -> Result<(), RuntimeError> {
+        let shapes: Vec<Vec<usize>> = self.graph.inputs.iter().map(|n| inputs[n].0.clone()).collect();
         if self.prepared.as_ref().is_some_and(|p| p.shapes == shapes) {
             return Ok(());
         }
         self.prepared = None;
-        let bindings = bindings_of(&self.graph, inputs);
+        let bindings = bindings_of_shapes(&self.graph, |n| inputs.get(n).map(|(s, _)| s.as_slice()));
         let graph = crate::plan::edit::bind_inputs(&self.graph, &bindings)?;
         let bucket = self.plan.bucket_for(&bindings);
         let (uses, skipped) = crate::plan::lower::workloads(&graph, &bindings);
@@ -219,7 +251,7 @@ impl CudaExecutor {
         let mut offs = HashMap::new();
         let mut total = 0u64;
         for (n, s) in self.graph.inputs.iter().zip(&shapes) {
-            let bytes = s.iter().product::<usize>() * inputs[n].dtype().size_bytes().unwrap_or(1);
+            let bytes = s.iter().product::<usize>() * inputs[n].1.size_bytes().unwrap_or(1);
             offs.insert(n.clone(), (total, bytes));
             total = crate::artifact::format::align_up(total + bytes as u64, 256);
         }
@@ -374,6 +406,8 @@ impl CudaExecutor {
             _workspace: workspace,
             cuda_graph: None,
         });
+        // The allocations' zeroing ran on the executor's own stream; runs may use another.
+        drv("synchronize", stream.synchronize())?;
         Ok(())
     }
 
@@ -720,25 +754,7 @@ impl CudaExecutor {
         }
         // SAFETY: a live stream of this context.
         drv("synchronize", unsafe { result::stream::synchronize(self.stream) })?;
-        let all_kernels = p.steps.iter().all(|s| !matches!(s, Step::Host { .. }));
-        if self.opts.graph && !all_kernels {
-            return Err(RuntimeError::Unsupported(
-                "--graph: the plan has host ops, which synchronise; a CUDA graph needs every node on the device".into(),
-            ));
-        }
-        if self.opts.graph && p.cuda_graph.is_none() {
-            let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
-            // SAFETY: capture of this executor's launches on its stream; ended on every path.
-            drv("begin capture", unsafe { result::stream::begin_capture(self.stream, mode) })?;
-            let r = self.run_steps_of(p);
-            let graph = drv("end capture", unsafe { result::stream::end_capture(self.stream) })?;
-            r?;
-            let exec = drv("instantiate graph", unsafe {
-                result::graph::instantiate(graph, sys::CUgraphInstantiate_flags(0))
-            })?;
-            p.cuda_graph = Some(Graphed { graph, exec });
-        }
-        self.run_steps_of(p)?;
+        self.launch_all(p)?;
         let timings = if self.opts.timing { Some(self.time_kernels(p)?) } else { None };
         drv("synchronize", unsafe { result::stream::synchronize(self.stream) })?;
         let mut outs = HashMap::new();
@@ -761,6 +777,146 @@ impl CudaExecutor {
     }
 }
 
+impl CudaExecutor {
+    /// Every step, or with `RunOptions::graph` the CUDA graph of them (captured on first use).
+    fn launch_all(&self, p: &mut Prepared) -> Result<(), RuntimeError> {
+        let all_kernels = p.steps.iter().all(|s| !matches!(s, Step::Host { .. }));
+        if self.opts.graph && !all_kernels {
+            return Err(RuntimeError::Unsupported(
+                "--graph: the plan has host ops, which synchronise; a CUDA graph needs every node on the device".into(),
+            ));
+        }
+        if self.opts.graph && p.cuda_graph.is_none() {
+            let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+            // SAFETY: capture of this executor's launches on its stream; ended on every path.
+            drv("begin capture", unsafe { result::stream::begin_capture(self.stream, mode) })?;
+            let r = self.run_steps_of(p);
+            let graph = drv("end capture", unsafe { result::stream::end_capture(self.stream) })?;
+            r?;
+            let exec = drv("instantiate graph", unsafe {
+                result::graph::instantiate(graph, sys::CUgraphInstantiate_flags(0))
+            })?;
+            p.cuda_graph = Some(Graphed { graph, exec });
+        }
+        self.run_steps_of(p)
+    }
+
+    /// Runs on tensors already in this GPU's memory with every piece of work queued on
+    /// `stream` (a `CUstream` of this GPU's primary context, e.g. ONNX Runtime's compute
+    /// stream): inputs copied device to device into the input buffer, every step launched,
+    /// outputs copied into `outputs`. Nothing waits on the host, except the first run at new
+    /// input shapes (set-up allocates) and plans with host steps. Runs on different streams
+    /// are ordered by an event: they share the activation arena.
+    ///
+    /// # Safety
+    /// Every `ptr` addresses its tensor's bytes on this GPU and stays valid until the queued
+    /// work has run; `stream` is a live stream of this GPU's primary context.
+    pub unsafe fn enqueue(
+        &mut self,
+        inputs: &[DeviceTensor],
+        outputs: &[DeviceTensor],
+        stream: usize,
+    ) -> Result<(), RuntimeError> {
+        if let Some(e) = &self.poisoned {
+            return Err(RuntimeError::Poisoned(e.clone()));
+        }
+        // Host frameworks call from any thread.
+        drv("bind context", self.ctx.bind_to_thread())?;
+        let mut meta = HashMap::new();
+        for name in &self.graph.inputs {
+            let t = inputs
+                .iter()
+                .find(|t| &t.name == name)
+                .ok_or_else(|| RuntimeError::Input { name: name.clone(), reason: "missing".into() })?;
+            let want = &self.graph.types[name];
+            let rank_ok = want.shape.as_ref().is_none_or(|s| {
+                s.rank() == t.shape.len() && s.0.iter().zip(&t.shape).all(|(d, &n)| d.known().is_none_or(|k| k == n))
+            });
+            if t.dtype != want.dtype || !rank_ok {
+                return Err(RuntimeError::Input {
+                    name: name.clone(),
+                    reason: format!(
+                        "is {}{:?}, the model declares {}{}",
+                        t.dtype,
+                        t.shape,
+                        want.dtype,
+                        want.shape.as_ref().map_or("[?]".to_string(), |s| s.to_string())
+                    ),
+                });
+            }
+            meta.insert(name.clone(), (t.shape.clone(), t.dtype));
+        }
+        let own = self.stream;
+        self.stream = stream as sys::CUstream;
+        let r = self.prepare(&meta).and_then(|()| {
+            let mut p = self.prepared.take().expect("prepared");
+            let r = self.enqueue_prepared(&mut p, inputs, outputs);
+            self.prepared = Some(p);
+            r
+        });
+        self.stream = own;
+        if let Err(RuntimeError::Cuda(e)) = &r {
+            self.poisoned = Some(e.clone());
+        } else if r.is_err() && self.ctx.check_err().is_err() {
+            self.poisoned = r.as_ref().err().map(|e| e.to_string());
+        }
+        r
+    }
+
+    fn enqueue_prepared(
+        &mut self,
+        p: &mut Prepared,
+        inputs: &[DeviceTensor],
+        outputs: &[DeviceTensor],
+    ) -> Result<(), RuntimeError> {
+        if self.done.is_none() {
+            let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING;
+            self.done = Some(Event(drv("event", result::event::create(flags))?));
+        }
+        let done = self.done.as_ref().expect("created above").0;
+        // SAFETY: a live event and stream of this context (waiting on a never-recorded
+        // event is a no-op).
+        drv("wait for the previous run", unsafe {
+            result::stream::wait_event(self.stream, done, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)
+        })?;
+        for t in inputs {
+            let Some(&(addr, bytes)) = p.inputs.get(&t.name) else { continue };
+            // SAFETY: the caller's buffer and the input range both hold `bytes` (same shape
+            // and dtype, checked by `enqueue`). A generic copy: unified addressing also takes
+            // a host pointer (host frameworks leave some inputs in CPU memory).
+            drv("copy input", unsafe { sys::cuMemcpyAsync(addr, t.ptr, bytes, self.stream).result() })?;
+        }
+        self.launch_all(p)?;
+        for t in outputs {
+            let ty = p.graph.types.get(&t.name).ok_or_else(|| RuntimeError::Input {
+                name: t.name.clone(),
+                reason: "is not an output of this model".into(),
+            })?;
+            let shape = crate::plan::edit::bound_shape(&p.graph, &t.name, &HashMap::new())
+                .ok_or_else(|| RuntimeError::Unsupported(format!("output '{}' has no known shape", t.name)))?;
+            if shape != t.shape || ty.dtype != t.dtype {
+                return Err(RuntimeError::Input {
+                    name: t.name.clone(),
+                    reason: format!(
+                        "output buffer is {}{:?}, this run computes {}{shape:?}",
+                        t.dtype, t.shape, ty.dtype
+                    ),
+                });
+            }
+            let bytes = shape.iter().product::<usize>() * ty.dtype.size_bytes().unwrap_or(1);
+            let src = self
+                .address(&t.name, &p.inputs)
+                .ok_or_else(|| RuntimeError::Unsupported(format!("output '{}' has no device address", t.name)))?;
+            if bytes > 0 {
+                // SAFETY: both ranges hold `bytes` (shape and dtype checked above).
+                drv("copy output", unsafe { result::memcpy_dtod_async(t.ptr, src, bytes, self.stream) })?;
+            }
+        }
+        // SAFETY: a live event and stream of this context.
+        drv("record", unsafe { result::event::record(done, self.stream) })
+    }
+}
+
 impl Executor for CudaExecutor {
     fn describe(&self) -> String {
         self.name.clone()
@@ -770,8 +926,10 @@ impl Executor for CudaExecutor {
         if let Some(e) = &self.poisoned {
             return Err(RuntimeError::Poisoned(e.clone()));
         }
+        drv("bind context", self.ctx.bind_to_thread())?;
         let inputs = prepare_inputs(&self.graph, inputs)?;
-        let r = self.prepare(&inputs).and_then(|()| {
+        let meta = inputs.iter().map(|(n, t)| (n.clone(), (t.shape.clone(), t.dtype()))).collect();
+        let r = self.prepare(&meta).and_then(|()| {
             let mut p = self.prepared.take().expect("prepared");
             let r = self.run_prepared(&mut p, &inputs);
             self.prepared = Some(p);

@@ -86,9 +86,11 @@ pub struct RunOptions {
     pub graph: bool,
     /// Record per-kernel events (cuda only).
     pub timing: bool,
-    /// A `CUstream` (as an integer) of GPU 0's primary context to run on, e.g. the host
+    /// A `CUstream` (as an integer) of the device's primary context to run on, e.g. the host
     /// framework's; `None`: the executor owns one (cuda only).
     pub stream: Option<usize>,
+    /// The CUDA device ordinal (cuda only; 0 by default).
+    pub device: usize,
 }
 
 /// Opens `artifact` on `kind`.
@@ -147,10 +149,15 @@ pub fn prepare_inputs(g: &Graph, inputs: &HashMap<String, Tensor>) -> Result<Has
 
 /// Sizes of the symbolic dims as `inputs` bind them.
 pub fn bindings_of(g: &Graph, inputs: &HashMap<String, Tensor>) -> HashMap<String, usize> {
+    bindings_of_shapes(g, |name| inputs.get(name).map(|t| t.shape.as_slice()))
+}
+
+/// [`bindings_of`] from the inputs' shapes alone (tensors that live elsewhere, e.g. on a GPU).
+pub fn bindings_of_shapes<'a>(g: &Graph, shape: impl Fn(&str) -> Option<&'a [usize]>) -> HashMap<String, usize> {
     let mut b = HashMap::new();
     for name in &g.inputs {
-        if let (Some(Some(s)), Some(t)) = (g.types.get(name).map(|t| &t.shape), inputs.get(name)) {
-            for (d, &n) in s.0.iter().zip(&t.shape) {
+        if let (Some(Some(s)), Some(t)) = (g.types.get(name).map(|t| &t.shape), shape(name)) {
+            for (d, &n) in s.0.iter().zip(t) {
                 if let crate::ir::Dim::Sym(k) = d {
                     b.insert(k.clone(), n);
                 }

@@ -43,20 +43,33 @@ def unregister() -> None:
         _registered = None
 
 
-def devices() -> list:
-    """Bolt's OrtEpDevices (the CPU reference device; the host_gpu test device instead when
-    BOLT_ORT_TEST_DEVICE=host_gpu was set before registration)."""
+def devices(kind: str | None = None) -> list:
+    """Bolt's OrtEpDevices: one `cuda` device per NVIDIA GPU CUDA can open, and the CPU
+    `reference` device (the host_gpu test device instead when BOLT_ORT_TEST_DEVICE=host_gpu was
+    set before registration); with `kind`, only those whose EP option `device` is `kind`."""
     register()
-    return [d for d in ort.get_ep_devices() if d.ep_name == EP_NAME]
+    devs = [d for d in ort.get_ep_devices() if d.ep_name == EP_NAME]
+    return [d for d in devs if kind is None or d.ep_options.get("device") == kind]
 
 
 def session_options(options: dict[str, str] | None = None, so: ort.SessionOptions | None = None) -> ort.SessionOptions:
-    """SessionOptions with Bolt added for its devices (EP options, e.g. {"device": "reference"})."""
+    """SessionOptions with Bolt added for one of its devices: the one EP option `device` (and
+    `device_id`) names, else a GPU when there is one, else the CPU reference device."""
     so = so or ort.SessionOptions()
-    devs = devices()
+    options = {k: str(v) for k, v in (options or {}).items()}
+    kind = options.get("device")
+    if kind in ("cuda", "gpu") or (kind is None and devices("cuda")):
+        gpus = [d for d in devices("cuda") if d.ep_options.get("device_id") == options.get("device_id", d.ep_options.get("device_id"))]
+        # No such GPU: Bolt's CPU device with these options makes session creation fail
+        # with Bolt's reason (no driver, no NVIDIA GPU, no such ordinal).
+        devs = gpus[:1] or [d for d in devices() if d.ep_options.get("device") != "cuda"][:1]
+        if gpus and kind is None:
+            options["device"] = "cuda"
+    else:
+        devs = [d for d in devices() if d.ep_options.get("device") != "cuda"][:1]
     if not devs:
         raise RuntimeError(f"{EP_NAME} offers no device on this machine")
-    so.add_provider_for_devices(devs, {k: str(v) for k, v in (options or {}).items()})
+    so.add_provider_for_devices(devs, options)
     return so
 
 
