@@ -97,6 +97,9 @@ pub struct BoltModule {
     inputs: Vec<String>,
     outputs: Vec<String>,
     report: String,
+    /// device=cuda: the GPU's ordinal and the executor of the module's artifact on it; else
+    /// the reference executor runs `graph`.
+    cuda: Option<(usize, std::sync::Mutex<bolt::runtime::cuda::CudaExecutor>)>,
 }
 
 fn parse_options(json: *const c_char) -> Result<Options, String> {
@@ -136,13 +139,10 @@ pub unsafe extern "C" fn bolt_module_create(
         }
         let options = parse_options(options_json)?;
         match options.device {
-            Device::Reference => {}
-            Device::Cuda => {
-                return Err("device=cuda: the CUDA device is not built into this library (no GPU kernels)".into())
-            }
+            Device::Reference | Device::Cuda => {}
             Device::HostGpu => return Err("device=host_gpu is ONNX Runtime's test device, not a TVM target".into()),
         }
-        if options.device_id != 0 {
+        if options.device_id != 0 && options.device != Device::Cuda {
             return Err(format!(
                 "device_id={}: no such device (the reference device has only device 0)",
                 options.device_id
@@ -158,8 +158,19 @@ pub unsafe extern "C" fn bolt_module_create(
         if options.verbose {
             eprintln!("[bolt] planned '{}': {}", m.graph.name, report);
         }
-        let module =
-            BoltModule { inputs: m.graph.inputs.clone(), outputs: m.graph.outputs.clone(), graph: plan.graph, report };
+        let cuda = if options.device == Device::Cuda {
+            let (_, x) = crate::ep::build_for_gpu(&m.graph, &options, &m.graph.name)?;
+            Some((options.device_id as usize, std::sync::Mutex::new(x)))
+        } else {
+            None
+        };
+        let module = BoltModule {
+            inputs: m.graph.inputs.clone(),
+            outputs: m.graph.outputs.clone(),
+            graph: plan.graph,
+            report,
+            cuda,
+        };
         *out = Box::into_raw(Box::new(module));
         Ok(())
     })
@@ -224,10 +235,19 @@ fn dtype_of(t: &DLTensor, name: &str) -> Result<DType, String> {
 
 /// Shape of a DLTensor that Bolt can read as a dense row-major buffer in CPU memory.
 unsafe fn checked_shape(t: &DLTensor, name: &str) -> Result<Vec<usize>, String> {
-    if t.device.device_type != DLDeviceType::CPU {
+    checked_shape_on(t, name, None)
+}
+
+/// [`checked_shape`] in the memory of CUDA device `gpu` (`Some(ordinal)`) or the CPU (`None`).
+unsafe fn checked_shape_on(t: &DLTensor, name: &str, gpu: Option<usize>) -> Result<Vec<usize>, String> {
+    let (want, id, what) = match gpu {
+        None => (DLDeviceType::CPU, t.device.device_id, "the reference device reads CPU memory only".to_string()),
+        Some(o) => (DLDeviceType::CUDA, o as i32, format!("this module runs on CUDA device {o}")),
+    };
+    if t.device.device_type != want || t.device.device_id != id {
         return Err(format!(
-            "tensor '{name}' is on DLPack device type {}; the reference device reads CPU memory only",
-            t.device.device_type.0
+            "tensor '{name}' is on DLPack device type {} id {}; {what}",
+            t.device.device_type.0, t.device.device_id
         ));
     }
     let nd = usize::try_from(t.ndim).map_err(|_| format!("tensor '{name}': negative ndim"))?;
@@ -267,7 +287,7 @@ pub unsafe extern "C" fn bolt_module_run(
     n_inputs: usize,
     outputs: *const *mut DLTensor,
     n_outputs: usize,
-    _stream: *mut c_void,
+    stream: *mut c_void,
 ) -> i32 {
     entry("bolt_module_run", || {
         let m = m.as_ref().ok_or("null module")?;
@@ -278,6 +298,31 @@ pub unsafe extern "C" fn bolt_module_run(
                 m.inputs.len(),
                 m.outputs.len()
             ));
+        }
+        if let Some((ordinal, x)) = &m.cuda {
+            // The GPU: DLTensors in this GPU's memory, work queued on the host's stream.
+            use bolt::runtime::cuda::DeviceTensor;
+            let tensor = |t: *const DLTensor, name: &String, what: &str| -> Result<DeviceTensor, String> {
+                let t = t.as_ref().ok_or_else(|| format!("{what} '{name}' is null"))?;
+                let shape = checked_shape_on(t, name, Some(*ordinal))?;
+                Ok(DeviceTensor { name: name.clone(), dtype: dtype_of(t, name)?, shape, ptr: data_ptr(t) as u64 })
+            };
+            let ins: Vec<DeviceTensor> = m
+                .inputs
+                .iter()
+                .enumerate()
+                .map(|(i, n)| tensor(*inputs.add(i), n, "input"))
+                .collect::<Result<_, _>>()?;
+            let outs: Vec<DeviceTensor> = m
+                .outputs
+                .iter()
+                .enumerate()
+                .map(|(j, n)| tensor(*outputs.add(j), n, "output"))
+                .collect::<Result<_, _>>()?;
+            let mut x = x.lock().map_err(|_| "an earlier run of this module panicked".to_string())?;
+            // SAFETY: the host keeps its tensors alive until its stream has run the work;
+            // `stream` is its stream for this GPU (null: the default stream).
+            return x.enqueue(&ins, &outs, stream as usize).map_err(|e| e.to_string());
         }
         let mut feeds: HashMap<String, Tensor> = HashMap::new();
         for (i, name) in m.inputs.iter().enumerate() {

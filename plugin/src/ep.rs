@@ -382,28 +382,9 @@ unsafe extern "system" fn ep_compile(
                     *ep_context_nodes.add(i) = epcontext_node(&name, &inputs, &outputs, &rel, &me.name_str(), i == 0)?;
                     (graph, runner)
                 } else if me.options.device == Device::Cuda {
-                    // An artifact for this GPU, built through the kernel cache (a warm cache
-                    // runs no nvcc), opened, then its directory removed: the kernel library
-                    // stays mapped and the weights are on the GPU.
-                    let out = std::env::temp_dir().join(format!(
-                        "bolt-ort-{}-{}",
-                        std::process::id(),
-                        NEXT_BUILD.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-                    ));
-                    let mut opts = bolt::artifact::CompileOptions::new(&out);
-                    opts.dims = me.options.dims.clone();
-                    opts.archs = vec![gpu_arch(me.options.device_id as usize)?];
-                    let built = bolt::artifact::compile(&imported.graph, &opts)
-                        .map_err(|e| format!("fused node '{name}': building its kernels: {e}"))
-                        .and_then(|report| {
-                            let r = open_artifact(&out, &me.options).map_err(|e| format!("fused node '{name}': {e}"));
-                            me.log(|| {
-                                format!("compile {name}: {} kernel(s) for GPU {}", report.kernels, me.options.device_id)
-                            });
-                            r
-                        });
-                    let _ = std::fs::remove_dir_all(&out);
-                    built?
+                    let (graph, x) = build_for_gpu(&imported.graph, &me.options, &name)?;
+                    me.log(|| format!("compile {name}: kernels for GPU {} ready", me.options.device_id));
+                    (graph, Runner::Cuda(std::sync::Mutex::new(x)))
                 } else {
                     let plan = bolt::plan::plan(&imported.graph)
                         .map_err(|e| format!("fused node '{name}': planning failed: {e}"))?;
@@ -524,6 +505,30 @@ fn gpu_arch(ordinal: usize) -> Res<bolt_codegen::spec::Arch> {
         9 => Ok(bolt_codegen::spec::Arch::Sm90),
         _ => Err(format!("GPU {ordinal} is sm{major}{minor}: Bolt builds kernels for sm80 and sm90 only")),
     }
+}
+
+/// Builds `g` into an artifact for GPU `options.device_id` (through the kernel cache: a warm
+/// cache runs no nvcc) and opens it on that GPU; the artifact's directory is removed once
+/// open (the kernel library stays mapped, the weights are on the GPU). Both hosts use it.
+pub fn build_for_gpu(g: &Graph, options: &Options, label: &str) -> Res<(Graph, bolt::runtime::cuda::CudaExecutor)> {
+    let out = std::env::temp_dir().join(format!(
+        "bolt-gpu-{}-{}",
+        std::process::id(),
+        NEXT_BUILD.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    let built = (|| {
+        let arch = gpu_arch(options.device_id as usize)?;
+        let mut opts = bolt::artifact::CompileOptions::new(&out);
+        opts.dims = options.dims.clone();
+        opts.archs = vec![arch];
+        bolt::artifact::compile(g, &opts).map_err(|e| format!("'{label}': building its kernels: {e}"))?;
+        let a = bolt::artifact::Artifact::open(&out).map_err(|e| e.to_string())?;
+        let run = bolt::runtime::RunOptions { device: options.device_id as usize, ..Default::default() };
+        let x = bolt::runtime::cuda::CudaExecutor::new(&a, &run).map_err(|e| format!("'{label}': {e}"))?;
+        Ok((a.graph(), x))
+    })();
+    let _ = std::fs::remove_dir_all(&out);
+    built
 }
 
 /// Opens an artifact for the EP's device: its planned graph (what output shapes are inferred

@@ -232,6 +232,20 @@ def test_missing_library_at_run_time_is_a_clear_error(tmp_path):
     assert "cannot load the Bolt library" in r.stderr and "no-such-libbolt.so" in r.stderr, r.stderr[-2000:]
 
 
+def test_a_cuda_module_builds_anywhere_and_without_a_gpu_says_why_it_cannot_run(tmp_path):
+    """device=cuda is decided when the module runs (its kernels are built for the GPU it runs
+    on), so a machine without a GPU builds and exports it; running it there is a clear error."""
+    if os.path.exists("/dev/nvidia0"):
+        pytest.skip("this machine has a GPU: the cuda module is exercised by the GPU runs (bench/)")
+    x = randn(32, 64)
+    with pytest.raises(Exception) as e:
+        build_export_run(MatmulBiasGelu, [x], tmp_path, {"device": "cuda"})
+    msg = str(e.value)
+    assert "bolt_module_create" in msg and ("no CUDA driver" in msg or "cuInit" in msg), msg[-2000:]
+    # It got as far as running: the library was built and exported.
+    assert (tmp_path / "model.so").is_file()
+
+
 def test_relax_to_onnx_rejects_what_bolt_cannot_read():
     @tvm.script.ir_module
     class M:

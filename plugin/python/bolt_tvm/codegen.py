@@ -144,9 +144,12 @@ def compile_object(sym: str, model: bytes, n_inputs: int, n_outputs: int, option
 def compile_function(func, options: dict) -> tvm.runtime.Module:
     sym = str(func.attrs["global_symbol"])
     model = function_to_onnx(func, sym).SerializeToString()
-    # Plan now: a function Bolt cannot run fails the build here, naming the function.
+    # Plan now: a function Bolt cannot run fails the build here, naming the function. The
+    # device is the run's business (device=cuda builds its kernels for the GPU the module runs
+    # on, when it first runs), so a machine without a GPU can still build a cuda module.
+    plan_options = {k: v for k, v in options.items() if k not in ("device", "device_id")}
     try:
-        REPORTS[sym] = _lib.plan_report(model, options)
+        REPORTS[sym] = _lib.plan_report(model, plan_options)
     except _lib.BoltError as e:
         raise RuntimeError(f"bolt_tvm: function {sym}: {e}") from None
     obj = compile_object(sym, model, len(func.params), output_count(func), options)
