@@ -10,7 +10,7 @@ use super::edit;
 use crate::error::Result;
 use crate::ir::{Graph, Node, Op};
 use serde::Serialize;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 /// What happened to one region.
@@ -34,10 +34,17 @@ pub fn stitch(g: &mut Graph) -> Result<Vec<StitchDecision>> {
         .map(|n| StitchDecision { nodes: vec![n.node], stitched: None, reason: Some(n.reason), reduces: false })
         .collect();
     let mut names: HashSet<String> = g.nodes.iter().map(|n| n.name.clone()).collect();
-    let mut replaced: HashSet<String> = HashSet::new();
-    let mut added = Vec::new();
+    let mut changed = false;
     for r in regions {
         let reduces = r.reduces();
+        let members: HashSet<String> = r.nodes.iter().cloned().collect();
+        if !convex(g, &members) {
+            let reason = "a path leaves the region through another op and comes back: one kernel for it would feed \
+                          itself"
+                .to_string();
+            decisions.push(StitchDecision { nodes: r.nodes, stitched: None, reason: Some(reason), reduces });
+            continue;
+        }
         let name = edit::fresh_name(g, &mut names, &format!("{}.stitched", r.nodes[0]));
         let node = Node {
             name: name.clone(),
@@ -47,17 +54,47 @@ pub fn stitch(g: &mut Graph) -> Result<Vec<StitchDecision>> {
         };
         match super::lower::stitch_spec(g, &node) {
             Ok(_) => {
-                replaced.extend(r.nodes.iter().cloned());
+                // Replaced at once, so the next region's convexity sees this one as one node.
+                g.nodes.retain(|n| !members.contains(&n.name));
+                g.nodes.push(node);
+                changed = true;
                 decisions.push(StitchDecision { nodes: r.nodes, stitched: Some(name), reason: None, reduces });
-                added.push(node);
             }
             Err(why) => decisions.push(StitchDecision { nodes: r.nodes, stitched: None, reason: Some(why), reduces }),
         }
     }
-    if !added.is_empty() {
-        g.nodes.retain(|n| !replaced.contains(&n.name));
-        g.nodes.extend(added);
+    if changed {
         edit::finish(g)?;
     }
     Ok(decisions)
+}
+
+/// Whether `members` can become one node: no path leaves them through another node and
+/// comes back (e.g. a region op feeding a GEMM whose output another region op reads).
+fn convex(g: &Graph, members: &HashSet<String>) -> bool {
+    let mut consumers: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (i, n) in g.nodes.iter().enumerate() {
+        for x in n.inputs.iter().flatten() {
+            consumers.entry(x.as_str()).or_default().push(i);
+        }
+    }
+    let next = |i: usize| -> Vec<usize> {
+        g.nodes[i].outputs.iter().flat_map(|o| consumers.get(o.as_str()).into_iter().flatten().copied()).collect()
+    };
+    let inside = |i: usize| members.contains(&g.nodes[i].name);
+    let mut stack: Vec<usize> =
+        (0..g.nodes.len()).filter(|&i| inside(i)).flat_map(next).filter(|&i| !inside(i)).collect();
+    let mut seen = HashSet::new();
+    while let Some(i) = stack.pop() {
+        if !seen.insert(i) {
+            continue;
+        }
+        for c in next(i) {
+            if inside(c) {
+                return false;
+            }
+            stack.push(c);
+        }
+    }
+    true
 }
