@@ -1200,12 +1200,8 @@ pub fn render(spec: &B2bSpec, symbol: &str) -> Result<String, RenderError> {
 /// Several b2b kernels as one `.cu` unit: the shared prologue (with the b2b ABI helpers) and
 /// each kernel's block. Compile it with [`compile_command`] (the example's include path).
 pub fn render_unit(kernels: &[(&B2bSpec, &str)]) -> Result<String, RenderError> {
-    let mut seen = HashSet::new();
     let mut includes: Vec<&str> = INCLUDES.to_vec();
-    for &(spec, symbol) in kernels {
-        if !seen.insert(symbol) {
-            return Err(RenderError::InvalidSymbol { symbol: symbol.into(), reason: "appears twice in one unit" });
-        }
+    for &(spec, _) in kernels {
         let family = match spec.family {
             B2bFamily::Gemm => GEMM_INCLUDES,
             B2bFamily::Conv2dFprop => CONV_INCLUDES,
@@ -1216,15 +1212,7 @@ pub fn render_unit(kernels: &[(&B2bSpec, &str)]) -> Result<String, RenderError> 
             }
         }
     }
-    let mut context = tera::Context::new();
-    context.insert("symbols", &kernels.iter().map(|(_, s)| *s).collect::<Vec<_>>());
-    context.insert("includes", &includes);
-    let mut unit = crate::render::render_template(crate::render::PROLOGUE_TEMPLATE, &context)?;
-    for &(spec, symbol) in kernels {
-        unit.push('\n');
-        unit.push_str(&render(spec, symbol)?);
-    }
-    Ok(unit)
+    crate::render::assemble_unit(kernels, &includes, render)
 }
 
 /// A readable, stable, unique C identifier, e.g.

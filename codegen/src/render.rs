@@ -129,12 +129,8 @@ pub fn render(spec: &KernelSpec, symbol: &str) -> Result<String, RenderError> {
 /// Renders several kernels into one `.cu` translation unit: one prologue (bolt_kernel.h, the
 /// CUTLASS headers all of them need, the ABI helpers), then each kernel's block.
 pub fn render_unit(kernels: &[(&KernelSpec, &str)]) -> Result<String, RenderError> {
-    let mut seen = HashSet::new();
     let mut includes: Vec<&str> = Vec::new();
-    for &(spec, symbol) in kernels {
-        if !seen.insert(symbol) {
-            return Err(RenderError::InvalidSymbol { symbol: symbol.into(), reason: "appears twice in one unit" });
-        }
+    for &(spec, _) in kernels {
         let needed = match spec.arch {
             Arch::Sm80 => sm80::includes(spec),
             // The unit prologue's helpers need cutlass::Status before any block's prelude.
@@ -146,13 +142,30 @@ pub fn render_unit(kernels: &[(&KernelSpec, &str)]) -> Result<String, RenderErro
             }
         }
     }
+    assemble_unit(kernels, &includes, render)
+}
+
+/// One `.cu` translation unit of any kernel kind: the prologue (bolt_kernel.h, `includes`,
+/// the ABI helpers of every symbol), then each kernel's block as `block` renders it. A symbol
+/// may appear once.
+pub(crate) fn assemble_unit<S: ?Sized>(
+    kernels: &[(&S, &str)],
+    includes: &[&str],
+    block: impl Fn(&S, &str) -> Result<String, RenderError>,
+) -> Result<String, RenderError> {
+    let mut seen = HashSet::new();
+    for &(_, symbol) in kernels {
+        if !seen.insert(symbol) {
+            return Err(RenderError::InvalidSymbol { symbol: symbol.into(), reason: "appears twice in one unit" });
+        }
+    }
     let mut context = tera::Context::new();
     context.insert("symbols", &kernels.iter().map(|(_, s)| *s).collect::<Vec<_>>());
     context.insert("includes", &includes);
     let mut unit = render_template(PROLOGUE_TEMPLATE, &context)?;
     for &(spec, symbol) in kernels {
         unit.push('\n');
-        unit.push_str(&render(spec, symbol)?);
+        unit.push_str(&block(spec, symbol)?);
     }
     Ok(unit)
 }

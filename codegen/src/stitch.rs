@@ -480,15 +480,7 @@ pub fn includes() -> [&'static str; 4] {
 
 /// Stitched kernels as one `.cu` unit: the shared prologue, then each block.
 pub fn render_unit(kernels: &[(&StitchSpec, &str)]) -> Result<String, RenderError> {
-    let mut context = tera::Context::new();
-    context.insert("symbols", &kernels.iter().map(|(_, s)| *s).collect::<Vec<_>>());
-    context.insert("includes", &includes());
-    let mut unit = crate::render::render_template(crate::render::PROLOGUE_TEMPLATE, &context)?;
-    for &(spec, symbol) in kernels {
-        unit.push('\n');
-        unit.push_str(&render(spec, symbol)?);
-    }
-    Ok(unit)
+    crate::render::assemble_unit(kernels, &includes(), render)
 }
 
 #[cfg(test)]
