@@ -487,15 +487,6 @@ unsafe extern "system" fn dt_can_copy(
     })
 }
 
-unsafe fn data_and_size(v: *const OrtValue) -> Res<(u64, usize, Option<usize>)> {
-    let ort = api().ort;
-    let mut data: *const c_void = std::ptr::null();
-    check((ort.GetTensorData)(v, &mut data))?;
-    let mut n = 0usize;
-    check((ort.GetTensorSizeInBytes)(v, &mut n))?;
-    Ok((data as u64, n, ordinal_of_memory((api().ep.Value_GetMemoryDevice)(v))))
-}
-
 /// Copies each tensor (unified addressing tells host from device pointers): queued on its
 /// stream when ORT gives one, else completed before returning.
 unsafe extern "system" fn dt_copy_tensors(
@@ -507,8 +498,9 @@ unsafe extern "system" fn dt_copy_tensors(
 ) -> Status {
     guard("CopyTensors", || {
         for i in 0..num {
-            let (s, n, so) = data_and_size(*src.add(i))?;
-            let (d, m, dor) = data_and_size(*dst.add(i))?;
+            let ((s, n), (d, m)) = (crate::graph::tensor_bytes(*src.add(i))?, crate::graph::tensor_bytes(*dst.add(i))?);
+            let gpu = |v: *const OrtValue| ordinal_of_memory((api().ep.Value_GetMemoryDevice)(v));
+            let (so, dor) = (gpu(*src.add(i)), gpu(*dst.add(i)));
             if n != m {
                 return Err(format!("tensor {i}: source has {n} bytes, destination {m}"));
             }
@@ -519,8 +511,8 @@ unsafe extern "system" fn dt_copy_tensors(
             bind(ordinal)?;
             let stream = if streams.is_null() { None } else { stream_of(*streams.add(i)) };
             match stream {
-                Some((_, stream)) => drv("copy", sys::cuMemcpyAsync(d, s, n, stream).result())?,
-                None => drv("copy", sys::cuMemcpy(d, s, n).result())?,
+                Some((_, stream)) => drv("copy", sys::cuMemcpyAsync(d as u64, s as u64, n, stream).result())?,
+                None => drv("copy", sys::cuMemcpy(d as u64, s as u64, n).result())?,
             }
         }
         Ok(())

@@ -304,6 +304,19 @@ unsafe fn shape_info(info: *const OrtTensorTypeAndShapeInfo) -> Res<(i32, Vec<i6
     Ok((elem as i32, dims, syms.into_iter().map(|p| cstr(p)).collect()))
 }
 
+/// A tensor's data pointer and size in bytes (in whatever memory it lives).
+///
+/// # Safety
+/// `v` is a live tensor OrtValue.
+pub unsafe fn tensor_bytes(v: *const OrtValue) -> Res<(*mut c_void, usize)> {
+    let ort = api().ort;
+    let mut data: *const c_void = std::ptr::null();
+    check((ort.GetTensorData)(v, &mut data))?;
+    let mut n = 0usize;
+    check((ort.GetTensorSizeInBytes)(v, &mut n))?;
+    Ok((data as *mut c_void, n))
+}
+
 /// Element type and shape of a tensor value.
 ///
 /// # Safety

@@ -487,15 +487,6 @@ pub struct SendPtr(pub *mut c_void);
 // SAFETY: see above; the pointee is only touched by the one job that receives it.
 unsafe impl Send for SendPtr {}
 
-unsafe fn data_and_size(v: *const OrtValue) -> Res<(*mut c_void, usize)> {
-    let ort = api().ort;
-    let mut data: *const c_void = std::ptr::null();
-    crate::api::check((ort.GetTensorData)(v, &mut data))?;
-    let mut n = 0usize;
-    crate::api::check((ort.GetTensorSizeInBytes)(v, &mut n))?;
-    Ok((data as *mut c_void, n))
-}
-
 /// Copies each tensor: queued on its stream when ORT gives one, else at once.
 unsafe extern "system" fn dt_copy_tensors(
     _d: *mut OrtDataTransferImpl,
@@ -506,8 +497,8 @@ unsafe extern "system" fn dt_copy_tensors(
 ) -> Status {
     guard("CopyTensors", || {
         for i in 0..num {
-            let (s, n) = data_and_size(*src.add(i))?;
-            let (d, m) = data_and_size(*dst.add(i))?;
+            let (s, n) = crate::graph::tensor_bytes(*src.add(i))?;
+            let (d, m) = crate::graph::tensor_bytes(*dst.add(i))?;
             if n != m {
                 return Err(format!("tensor {i}: source has {n} bytes, destination {m}"));
             }
