@@ -317,3 +317,31 @@ fn transposed_inputs_are_strided_views() {
         assert!((a - b).abs() <= 1e-6, "{a} vs {b}");
     }
 }
+
+/// A region whose ops are joined through an op it cannot take (Softplus -> Add -> Clip ->
+/// Mul, the Mul also reading the Softplus; Clip with min/max inputs stays on the host) cannot
+/// be one stitched node: it would feed itself. It stays on the host with the reason and the
+/// plan still equals the model. (The shape of epilogue-fuzzer seed 147, which made a cycle.)
+#[test]
+fn a_region_joined_through_a_host_op_is_not_stitched_into_a_cycle() {
+    let mut g = GraphBuilder::new("cycle");
+    let x = g.input("x", DType::F32, Shape::from_static(&[4, 8]));
+    let one = g.initializer("one", Tensor::from_f64_as(DType::F32, vec![], &[1.0]).unwrap());
+    let lo = g.initializer("lo", Tensor::from_f64_as(DType::F32, vec![], &[0.5]).unwrap());
+    let hi = g.initializer("hi", Tensor::from_f64_as(DType::F32, vec![], &[2.0]).unwrap());
+    let sp = g.node("softplus", Op::Unary(Unary::Softplus), &[&x]);
+    let a = g.node("add", Op::Binary(Binary::Add), &[&sp, &one]);
+    let c = g.node("clip", Op::Clip, &[&a, &lo, &hi]);
+    let y = g.node("mul", Op::Binary(Binary::Mul), &[&sp, &c]);
+    g.output(&y);
+    let g = g.finish().unwrap();
+    let plan = bolt::plan::plan(&g).unwrap();
+    let d = plan.stitched.iter().find(|d| d.nodes.iter().any(|n| n == "mul")).expect("a region with the Mul");
+    assert_eq!(d.nodes, ["softplus", "add", "mul"], "{:?}", plan.stitched);
+    assert!(d.stitched.is_none(), "{d:?}");
+    assert!(d.reason.as_deref().unwrap().contains("comes back"), "{d:?}");
+    let inputs = HashMap::from([("x".to_string(), random(&[4, 8], 1))]);
+    let want = bolt::reference::run(&g, &inputs).unwrap();
+    let got = bolt::reference::run(&plan.graph, &inputs).unwrap();
+    assert_eq!(want[&g.outputs[0]].to_f32_vec(), got[&g.outputs[0]].to_f32_vec());
+}
