@@ -426,9 +426,9 @@ pub fn stitch_spec(g: &Graph, n: &Node) -> Result<bolt_codegen::stitch::StitchSp
     if space.rank() == 0 || space.rank() > bolt_codegen::abi::STITCH_MAX_RANK {
         return Err(format!("an iteration space of rank {} (stitched kernels take 1..=6)", space.rank()));
     }
-    if space.0.iter().any(|d| matches!(d, Dim::Unknown)) {
-        return Err(format!("the iteration space {space} has a dim of unknown size"));
-    }
+    // Dims of unknown size (exporters that drop spatial sizes) are resolved at run time from
+    // the actual shapes; the spec may then only rely on what holds for every size (below).
+    let unknown = viewed.iter().any(|s| s.0.iter().any(|d| matches!(d, Dim::Unknown)));
     let refs: Vec<&Shape> = shapes.iter().collect();
     let step_shapes = r.shapes(&refs)?;
     let width = space.0.last().expect("rank >= 1");
@@ -498,6 +498,21 @@ pub fn stitch_spec(g: &Graph, n: &Node) -> Result<bolt_codegen::stitch::StitchSp
             }
         });
     }
+    // Per step: the inputs it reads, and whether it varies along the row (no reduction cuts
+    // it off from every input).
+    let mut deps: Vec<std::collections::BTreeSet<usize>> = Vec::with_capacity(r.steps.len());
+    let mut varies: Vec<bool> = Vec::with_capacity(r.steps.len());
+    for s in &r.steps {
+        let (d, v) = match *s {
+            Step::Input(i) => ([i].into(), true),
+            Step::Const(_) => (Default::default(), false),
+            Step::Unary(_, a) | Step::Exp(a) => (deps[a].clone(), varies[a]),
+            Step::Reduce(_, a) => (deps[a].clone(), false),
+            Step::Binary(_, a, b) => (deps[a].union(&deps[b]).copied().collect(), varies[a] || varies[b]),
+        };
+        deps.push(d);
+        varies.push(v);
+    }
     let mut per_row_space = space.0.clone();
     *per_row_space.last_mut().expect("rank >= 1") = Dim::Known(1);
     let mut outputs = Vec::new();
@@ -506,7 +521,25 @@ pub fn stitch_spec(g: &Graph, n: &Node) -> Result<bolt_codegen::stitch::StitchSp
         let t = ty(out)?;
         let element = element(t.dtype).ok_or_else(|| format!("output '{out}' is {}", t.dtype))?;
         let shape = &step_shapes[*j];
-        let per_row = if *shape == space {
+        let per_row = if unknown {
+            // Unknown sizes compare equal without being equal: an output is the iteration
+            // space (or one value per row of it) only if it reads every input, so that its
+            // shape is their broadcast, and its row is the space's (or reduced to 1).
+            // Without reductions its shape is then the space; with them, its row must be.
+            let reads_all = deps[*j].len() == n.inputs.len();
+            let last = shape.0.last();
+            let full_row = !r.reduces() || (last == space.0.last() && !matches!(last, Some(Dim::Unknown)));
+            match (reads_all, varies[*j]) {
+                (true, true) if full_row => false,
+                (true, false) if last == Some(&Dim::Known(1)) => true,
+                _ => {
+                    return Err(format!(
+                        "output '{out}' of shape {shape}: over dims of unknown size it must read every input of \
+                         the region and span or reduce its rows"
+                    ))
+                }
+            }
+        } else if *shape == space {
             false
         } else if shape.0 == per_row_space {
             true
@@ -522,7 +555,8 @@ pub fn stitch_spec(g: &Graph, n: &Node) -> Result<bolt_codegen::stitch::StitchSp
             .into_iter()
             .enumerate()
             .map(|(i, element)| {
-                let dense = r.view(i).is_none() && viewed[i] == space;
+                let known = viewed[i].0.iter().all(|d| !matches!(d, Dim::Unknown));
+                let dense = r.view(i).is_none() && known && viewed[i] == space;
                 st::Input { element, access: if dense { Access::Dense } else { Access::Strided } }
             })
             .collect(),
