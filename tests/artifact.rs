@@ -355,6 +355,80 @@ fn host_glue_equals_the_reference_ops() {
         .is_none());
 }
 
+/// Pool kernels on the reference device (`runtime::glue`, from the spec's definition) equal the
+/// reference executor's pools (checked against the ONNX conformance cases) on random windows:
+/// kernel, stride, dilation, pads, ceil mode and the average's divisor, NCHW and (as the
+/// planner runs them inside conv regions) channels-last.
+#[test]
+fn host_pools_equal_the_reference_pools() {
+    use bolt::ir::{AutoPad, Window};
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(15);
+    for case in 0..120 {
+        let kernel: Vec<usize> = (0..2).map(|_| rng.gen_range(1..5)).collect();
+        let dilations: Vec<usize> = (0..2).map(|_| rng.gen_range(1..3)).collect();
+        let strides: Vec<usize> = (0..2).map(|_| rng.gen_range(1..4)).collect();
+        let pads: Vec<usize> = (0..4).map(|k| rng.gen_range(0..kernel[k % 2])).collect();
+        let window = Window {
+            kernel_shape: Some(kernel.clone()),
+            strides: Some(strides),
+            pads: Some(pads),
+            dilations: Some(dilations.clone()),
+            auto_pad: AutoPad::NotSet,
+        };
+        let ceil_mode = rng.gen_bool(0.5);
+        let pool = match case % 3 {
+            0 => Op::MaxPool { window, ceil_mode, storage_order: 0 },
+            1 => Op::AveragePool { window, ceil_mode, count_include_pad: rng.gen_bool(0.5) },
+            _ => Op::GlobalAveragePool,
+        };
+        let span = |d: usize| dilations[d] * (kernel[d] - 1) + 1;
+        let nchw = vec![rng.gen_range(1..3), rng.gen_range(1..6), span(0) + rng.gen_range(0..7), span(1) + rng.gen_range(0..7)];
+        let dtype = [DType::F32, DType::F16][case % 2];
+        let values: Vec<f64> = (0..nchw.iter().product::<usize>()).map(|_| rng.gen_range(-8.0..8.0)).collect();
+        let x = Tensor::from_f64_as(dtype, nchw.clone(), &values).unwrap();
+        let channels_last = case % 4 >= 2;
+        let (op, x) = if channels_last {
+            let nhwc = bolt::reference::eval_op(&Op::Transpose { perm: Some(vec![0, 2, 3, 1]) }, &[Some(&x)]).unwrap();
+            (Op::ChannelsLast(std::sync::Arc::new(pool)), nhwc.into_iter().next().unwrap())
+        } else {
+            (pool, x)
+        };
+        let (spec, problem) = bolt::plan::lower::glue_for(&op, &x.shape, dtype, dtype)
+            .expect("a pool is a glue op")
+            .unwrap_or_else(|e| panic!("{op:?} on {:?}: {e}", x.shape));
+        let got = bolt::runtime::glue::run(&spec, &problem, &x).unwrap();
+        let want = bolt::reference::eval_op(&op, &[Some(&x)]).unwrap().remove(0);
+        assert_eq!(got.shape, want.shape, "{op:?} on {:?}", x.shape);
+        let (g, w) = (got.to_f64_vec(), want.to_f64_vec());
+        for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+            // Both sum in f64 in the window's row-major order and round once.
+            assert!(a == b || (a - b).abs() <= 1e-6 * b.abs(), "{op:?} on {dtype} {:?}, output {i}: {a} vs {b}", x.shape);
+        }
+    }
+    // SAME padding follows the input size: no fixed-window kernel, a reason instead.
+    let same = Op::MaxPool {
+        window: Window {
+            kernel_shape: Some(vec![3, 3]),
+            strides: None,
+            pads: None,
+            dilations: None,
+            auto_pad: AutoPad::SameUpper,
+        },
+        ceil_mode: false,
+        storage_order: 0,
+    };
+    let why = bolt::plan::lower::glue_for(&same, &[1, 2, 5, 5], DType::F32, DType::F32).unwrap().unwrap_err();
+    assert!(why.contains("auto_pad"), "{why}");
+    // 1-D pools are not 2-D pool kernels.
+    let one_d = Op::AveragePool {
+        window: Window { kernel_shape: Some(vec![3]), strides: None, pads: None, dilations: None, auto_pad: AutoPad::NotSet },
+        ceil_mode: false,
+        count_include_pad: false,
+    };
+    assert!(bolt::plan::lower::glue_for(&one_d, &[1, 2, 5], DType::F32, DType::F32).unwrap().is_err());
+}
+
 #[test]
 fn bert_layer_sm80() {
     let dir = tempfile::tempdir().unwrap();

@@ -49,7 +49,7 @@
 extern "C" {
 #endif
 
-#define BOLT_ABI_VERSION 2
+#define BOLT_ABI_VERSION 3
 
 // Alignment (bytes) of the params buffer given to initialize, update and launch (CUTLASS 3
 // Params hold 128-byte-aligned members).
@@ -145,10 +145,13 @@ typedef struct BoltB2bArgs {
 // A 4-D activation of logical extents n, c, h, w (the layouts are the kernel's: a transpose
 // reads one and writes the other). `c_padded` is the output's channel count of a padding kernel
 // (>= c, a multiple of its alignment; the extra channels are written as zeros) and equals c for
-// the others. A cast reads and writes n * c * h * w elements in any layout.
+// the others. A cast reads and writes n * c * h * w elements in any layout. `p`, `q` are a
+// pooling kernel's output extents (its input is n, c, h, w in its layout) and equal h, w for
+// the others.
 typedef struct BoltGlueProblem {
   int64_t n, c, h, w;
   int64_t c_padded;
+  int64_t p, q;
 } BoltGlueProblem;
 
 typedef struct BoltGlueArgs {

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use crate::spec::{Family, Layout};
 
 /// `BOLT_ABI_VERSION` of the header; recorded in every manifest and checked on load.
-pub const ABI_VERSION: u32 = 2;
+pub const ABI_VERSION: u32 = 3;
 
 /// `BOLT_PARAMS_ALIGNMENT`: alignment in bytes of a kernel's params buffer.
 pub const PARAMS_ALIGNMENT: usize = 128;
@@ -213,7 +213,8 @@ impl Default for BoltB2bArgs {
 }
 
 /// `BoltGlueProblem`: a 4-D activation of logical extents n, c, h, w; `c_padded` is a padding
-/// kernel's output channel count (`c` for the other glue kernels).
+/// kernel's output channel count (`c` for the other glue kernels); `p`, `q` a pool's output
+/// extents (`h`, `w` for the others).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct BoltGlueProblem {
@@ -222,12 +223,14 @@ pub struct BoltGlueProblem {
     pub h: i64,
     pub w: i64,
     pub c_padded: i64,
+    pub p: i64,
+    pub q: i64,
 }
 
 impl BoltGlueProblem {
-    /// An unpadded problem.
+    /// An unpadded problem that keeps the spatial extents.
     pub fn new(n: i64, c: i64, h: i64, w: i64) -> BoltGlueProblem {
-        BoltGlueProblem { n, c, h, w, c_padded: c }
+        BoltGlueProblem { n, c, h, w, c_padded: c, p: h, q: w }
     }
 }
 
@@ -525,7 +528,7 @@ mod tests {
         layout!(BoltB2bConv2dProblem: layers, conv);
         layout!(BoltB2bLayerArgs: b, bias, alpha, beta);
         layout!(BoltB2bArgs: a, c, d, layer);
-        layout!(BoltGlueProblem: n, c, h, w, c_padded);
+        layout!(BoltGlueProblem: n, c, h, w, c_padded, p, q);
         layout!(BoltGlueArgs: x, y);
         layout!(BoltStitchProblem: rows, width, rank, shape, strides);
         layout!(BoltStitchArgs: inputs, outputs);

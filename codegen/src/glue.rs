@@ -1,6 +1,7 @@
 //! Glue kernels the plan needs around the CUTLASS kernels: layout transposes (NCHW <-> NHWC),
-//! channel padding of NHWC activations (to the kernels' alignment, 8 or 4), and casts between
-//! f32 and f16/bf16. One typed spec per family, one template (`templates/glue.cu.tera`), and
+//! channel padding of NHWC activations (to the kernels' alignment, 8 or 4), casts between
+//! f32 and f16/bf16, and 2-D pooling (max, average, global average) in either layout, so
+//! that a CNN's pools run on the GPU between its convs instead of on the host. One typed spec per family, one template (`templates/glue.cu.tera`), and
 //! the same C ABI as every kernel (`BoltGlueProblem`, `BoltGlueArgs`; no workspace).
 //!
 //! A glue spec says what a kernel converts; the shapes come at run time in the problem.
@@ -39,6 +40,55 @@ pub struct CastSpec {
     pub to: Element,
 }
 
+/// A 2-D pooling window with its padding resolved (`pads`: begin h, begin w, end h, end w).
+/// The output extents come in the problem (`p`, `q`): the model's ceil mode decides them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PoolWindow {
+    pub kernel: [u32; 2],
+    pub strides: [u32; 2],
+    pub dilations: [u32; 2],
+    pub pads: [u32; 4],
+}
+
+impl PoolWindow {
+    /// Output extents in floor mode (ONNX's default) for input extents `h`, `w`.
+    pub fn floor_output(&self, h: i64, w: i64) -> (i64, i64) {
+        let out = |x: i64, d: usize| {
+            let span = i64::from(self.dilations[d]) * (i64::from(self.kernel[d]) - 1) + 1;
+            (x + i64::from(self.pads[d]) + i64::from(self.pads[d + 2]) - span) / i64::from(self.strides[d].max(1)) + 1
+        };
+        (out(h, 0), out(w, 1))
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PoolKind {
+    /// Padding never wins; a window wholly in the padding gives -inf (as onnxruntime).
+    Max(PoolWindow),
+    /// With `count_include_pad`, the divisor counts window positions inside the padded input
+    /// (positions past the end padding, which ceil mode creates, never count).
+    Average { window: PoolWindow, count_include_pad: bool },
+    /// The mean over h x w (output 1 x 1).
+    GlobalAverage,
+}
+
+/// Whether an activation is NCHW (the model's) or NHWC (inside the planner's conv regions).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Layout {
+    Nchw,
+    Nhwc,
+}
+
+/// Pooling of a 4-D activation, accumulating in f32, keeping the layout and element type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PoolSpec {
+    pub kind: PoolKind,
+    pub layout: Layout,
+    pub element: Element,
+}
+
 /// One glue kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -46,6 +96,7 @@ pub enum GlueSpec {
     Transpose(TransposeSpec),
     PadChannels(PadSpec),
     Cast(CastSpec),
+    Pool(PoolSpec),
 }
 
 /// Why a glue spec is refused.
@@ -57,6 +108,8 @@ pub enum GlueRejection {
     SameType(Element),
     #[error("cast {from:?} -> {to:?}: casts go between f32 and f16/bf16")]
     NotViaF32 { from: Element, to: Element },
+    #[error("pool window {0:?}: kernel, strides and dilations must be positive, each pad smaller than the window's span")]
+    Window(PoolWindow),
 }
 
 pub fn validate(spec: &GlueSpec) -> Result<(), GlueRejection> {
@@ -69,6 +122,20 @@ pub fn validate(spec: &GlueSpec) -> Result<(), GlueRejection> {
             Err(GlueRejection::NotViaF32 { from: c.from, to: c.to })
         }
         GlueSpec::Cast(_) => Ok(()),
+        GlueSpec::Pool(p) => match p.kind {
+            PoolKind::Max(w) | PoolKind::Average { window: w, .. } => {
+                let positive = w.kernel.iter().chain(&w.strides).chain(&w.dilations).all(|&x| x > 0);
+                // A pad as wide as the window's span would make whole windows of padding.
+                let span = |d: usize| w.dilations[d].saturating_mul(w.kernel[d].saturating_sub(1)) + 1;
+                let pads_fit = (0..4).all(|k| w.pads[k] < span(k % 2));
+                if positive && pads_fit {
+                    Ok(())
+                } else {
+                    Err(GlueRejection::Window(w))
+                }
+            }
+            PoolKind::GlobalAverage => Ok(()),
+        },
     }
 }
 
@@ -82,28 +149,60 @@ impl GlueSpec {
             },
             GlueSpec::PadChannels(p) => ("pad_channels", p.element, p.element),
             GlueSpec::Cast(c) => ("cast", c.from, c.to),
+            GlueSpec::Pool(p) => match p.kind {
+                PoolKind::Max(_) => ("max_pool", p.element, p.element),
+                PoolKind::Average { .. } => ("average_pool", p.element, p.element),
+                PoolKind::GlobalAverage => ("global_average_pool", p.element, p.element),
+            },
         }
     }
 
     /// What a problem's output holds for this kernel: the problem with `c_padded` set to
-    /// `c` rounded up to the alignment (padding kernels) or to `c`.
+    /// `c` rounded up to the alignment (padding kernels) or to `c`, and the output extents
+    /// `p`, `q` of a pool (floor mode; ceil-mode callers set them) or `h`, `w`.
     pub fn problem(&self, n: i64, c: i64, h: i64, w: i64) -> crate::abi::BoltGlueProblem {
         let c_padded = match self {
             GlueSpec::PadChannels(p) => (c + p.alignment as i64 - 1) / p.alignment as i64 * p.alignment as i64,
             _ => c,
         };
-        crate::abi::BoltGlueProblem { n, c, h, w, c_padded }
+        let (p, q) = match self {
+            GlueSpec::Pool(s) => match s.kind {
+                PoolKind::Max(win) | PoolKind::Average { window: win, .. } => win.floor_output(h, w),
+                PoolKind::GlobalAverage => (1, 1),
+            },
+            _ => (h, w),
+        };
+        crate::abi::BoltGlueProblem { n, c, h, w, c_padded, p, q }
     }
 }
 
 /// A readable unique symbol, e.g. `bolt_glue_nchw_to_nhwc_f16`, `bolt_glue_pad_channels_f16_a8`,
-/// `bolt_glue_cast_f32_bf16`.
+/// `bolt_glue_cast_f32_bf16`, `bolt_glue_max_pool_nhwc_f32_k3x3_s2x2_d1x1_p1x1x1x1`,
+/// `bolt_glue_average_pool_nchw_f16_k2x2_s2x2_d1x1_p0x0x0x0_incl`.
 pub fn symbol_for(spec: &GlueSpec) -> String {
     let (op, x, y) = spec.parts();
     match spec {
         GlueSpec::PadChannels(p) => format!("bolt_glue_{op}_{}_a{}", x.name(), p.alignment),
         GlueSpec::Cast(_) => format!("bolt_glue_{op}_{}_{}", x.name(), y.name()),
         GlueSpec::Transpose(_) => format!("bolt_glue_{op}_{}", x.name()),
+        GlueSpec::Pool(p) => {
+            let layout = match p.layout {
+                Layout::Nchw => "nchw",
+                Layout::Nhwc => "nhwc",
+            };
+            let base = format!("bolt_glue_{op}_{layout}_{}", x.name());
+            let x2 = |v: &[u32]| v.iter().map(u32::to_string).collect::<Vec<_>>().join("x");
+            let window = |w: &PoolWindow| {
+                format!("_k{}_s{}_d{}_p{}", x2(&w.kernel), x2(&w.strides), x2(&w.dilations), x2(&w.pads))
+            };
+            match p.kind {
+                PoolKind::Max(w) => base + &window(&w),
+                PoolKind::Average { window: w, count_include_pad } => {
+                    base + &window(&w) + if count_include_pad { "_incl" } else { "_excl" }
+                }
+                PoolKind::GlobalAverage => base,
+            }
+        }
     }
 }
 
@@ -115,6 +214,13 @@ struct Context<'a> {
     element_x: &'static str,
     element_y: &'static str,
     alignment: u32,
+    /// Pools: layout, window and divisor (zeros / false for the other kernels).
+    nhwc: bool,
+    kernel: [u32; 2],
+    strides: [u32; 2],
+    dilations: [u32; 2],
+    pads: [u32; 4],
+    count_include_pad: bool,
 }
 
 pub const TEMPLATE: &str = "glue.cu.tera";
@@ -139,6 +245,23 @@ pub fn render(spec: &GlueSpec, symbol: &str) -> Result<String, RenderError> {
             GlueSpec::PadChannels(p) => p.alignment,
             _ => 1,
         },
+        nhwc: matches!(spec, GlueSpec::Pool(p) if p.layout == Layout::Nhwc),
+        kernel: [0; 2],
+        strides: [0; 2],
+        dilations: [0; 2],
+        pads: [0; 4],
+        count_include_pad: false,
+    };
+    let context = match spec {
+        GlueSpec::Pool(PoolSpec { kind: PoolKind::Max(w) | PoolKind::Average { window: w, .. }, .. }) => Context {
+            kernel: w.kernel,
+            strides: w.strides,
+            dilations: w.dilations,
+            pads: w.pads,
+            count_include_pad: matches!(spec, GlueSpec::Pool(PoolSpec { kind: PoolKind::Average { count_include_pad: true, .. }, .. })),
+            ..context
+        },
+        _ => context,
     };
     crate::render::render_template(TEMPLATE, &crate::render::to_context(&context)?)
 }

@@ -10,7 +10,9 @@ use std::process::Command;
 use bolt_codegen::abi::{
     BoltGlueArgs, BoltGlueProblem, CanImplementFn, InitializeFn, LaunchFn, ParamsSizeFn, Status, FUNCTION_SUFFIXES,
 };
-use bolt_codegen::glue::{self, CastSpec, Direction, GlueSpec, PadSpec, TransposeSpec};
+use bolt_codegen::glue::{
+    self, CastSpec, Direction, GlueSpec, Layout, PadSpec, PoolKind, PoolSpec, PoolWindow, TransposeSpec,
+};
 use bolt_codegen::spec::Element;
 
 fn specs() -> Vec<GlueSpec> {
@@ -20,7 +22,106 @@ fn specs() -> Vec<GlueSpec> {
         GlueSpec::PadChannels(PadSpec { element: Element::F16, alignment: 8 }),
         GlueSpec::Cast(CastSpec { from: Element::F32, to: Element::F16 }),
         GlueSpec::Cast(CastSpec { from: Element::F32, to: Element::BF16 }),
+        // ResNet's stem pool, channels-last.
+        GlueSpec::Pool(PoolSpec {
+            kind: PoolKind::Max(PoolWindow { kernel: [3, 3], strides: [2, 2], dilations: [1, 1], pads: [1, 1, 1, 1] }),
+            layout: Layout::Nhwc,
+            element: Element::F16,
+        }),
+        // Uneven window, dilation and pads; the divisor with and without the padding.
+        GlueSpec::Pool(PoolSpec {
+            kind: PoolKind::Average { window: UNEVEN, count_include_pad: true },
+            layout: Layout::Nchw,
+            element: Element::F32,
+        }),
+        GlueSpec::Pool(PoolSpec {
+            kind: PoolKind::Average { window: UNEVEN, count_include_pad: false },
+            layout: Layout::Nhwc,
+            element: Element::F32,
+        }),
+        GlueSpec::Pool(PoolSpec { kind: PoolKind::GlobalAverage, layout: Layout::Nhwc, element: Element::F32 }),
     ]
+}
+
+const UNEVEN: PoolWindow = PoolWindow { kernel: [3, 2], strides: [2, 1], dilations: [1, 2], pads: [1, 0, 1, 1] };
+
+/// Input element `i` of the pool tests (exact in f16).
+fn pool_input(i: i64) -> f64 {
+    ((i * 37) % 101 - 50) as f64 / 8.0
+}
+
+/// The problem a pool is tested on: 2 x 3 x 5 x 6 input, and per axis the extra output of ceil
+/// mode where its window still starts inside the input (its positions run into and past the
+/// end padding).
+fn pool_problem(spec: &GlueSpec) -> BoltGlueProblem {
+    let p = spec.problem(2, 3, 5, 6);
+    let GlueSpec::Pool(PoolSpec { kind: PoolKind::Max(win) | PoolKind::Average { window: win, .. }, .. }) = spec else {
+        return p;
+    };
+    let extra = |o: i64, d: usize, size: i64| o + i64::from(o * i64::from(win.strides[d]) - i64::from(win.pads[d]) < size);
+    BoltGlueProblem { p: extra(p.p, 0, p.h), q: extra(p.q, 1, p.w), ..p }
+}
+
+/// The pool's outputs by the ONNX definition: per output position the window's positions
+/// (start = o * stride - pad_begin, step = dilation) inside the input; an average divides by
+/// the positions inside the input, or (count_include_pad) by those before the end padding.
+fn expected_pool(spec: &PoolSpec, p: BoltGlueProblem) -> Vec<f64> {
+    let (n, c, h, w) = (p.n, p.c, p.h, p.w);
+    let at = |b: i64, ch: i64, y: i64, x: i64| match spec.layout {
+        Layout::Nchw => pool_input(((b * c + ch) * h + y) * w + x),
+        Layout::Nhwc => pool_input(((b * h + y) * w + x) * c + ch),
+    };
+    let value = |b: i64, ch: i64, oy: i64, ox: i64| -> f64 {
+        let win = match spec.kind {
+            PoolKind::Max(win) | PoolKind::Average { window: win, .. } => win,
+            PoolKind::GlobalAverage => {
+                let all: Vec<f64> = (0..h).flat_map(|y| (0..w).map(move |x| at(b, ch, y, x))).collect();
+                return all.iter().sum::<f64>() / all.len() as f64;
+            }
+        };
+        let (mut vals, mut padded) = (Vec::new(), 0);
+        for r in 0..win.kernel[0] as i64 {
+            for s in 0..win.kernel[1] as i64 {
+                let y = oy * win.strides[0] as i64 - win.pads[0] as i64 + r * win.dilations[0] as i64;
+                let x = ox * win.strides[1] as i64 - win.pads[1] as i64 + s * win.dilations[1] as i64;
+                if y < h + win.pads[2] as i64 && x < w + win.pads[3] as i64 {
+                    padded += 1;
+                }
+                if (0..h).contains(&y) && (0..w).contains(&x) {
+                    vals.push(at(b, ch, y, x));
+                }
+            }
+        }
+        match spec.kind {
+            PoolKind::Max(_) => vals.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            PoolKind::Average { count_include_pad: true, .. } => vals.iter().sum::<f64>() / padded as f64,
+            _ => vals.iter().sum::<f64>() / vals.len() as f64,
+        }
+    };
+    let mut out = Vec::new();
+    for b in 0..n {
+        match spec.layout {
+            Layout::Nchw => {
+                for ch in 0..c {
+                    for y in 0..p.p {
+                        for x in 0..p.q {
+                            out.push(value(b, ch, y, x));
+                        }
+                    }
+                }
+            }
+            Layout::Nhwc => {
+                for y in 0..p.p {
+                    for x in 0..p.q {
+                        for ch in 0..c {
+                            out.push(value(b, ch, y, x));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
 }
 
 const VALUES: [f32; 8] = [1.0, 0.1, -2.5, 65504.0, 70000.0, 1e-7, 3.14159265, -0.0];
@@ -32,6 +133,14 @@ fn test_main(symbols: &[String], problem: BoltGlueProblem) -> String {
     let mut m = String::from("\n#include <cstdio>\nint main() {\n");
     for (spec, s) in specs().iter().zip(symbols) {
         match spec {
+            GlueSpec::Pool(_) => {
+                let q = pool_problem(spec);
+                let len = q.n * q.c * q.h * q.w;
+                m += &format!(
+                    "  {{ BoltGlueProblem p{{{}, {}, {}, {}, {}, {}, {}}};\n    static {s}::ElementX x[{len}];\n    for (int64_t i = 0; i < {len}; ++i) x[i] = {s}::ElementX(float(((i * 37) % 101 - 50) / 8.0));\n    for (int64_t i = 0; i < {s}::output_elements(p); ++i) printf(\"{s} %.9g\\n\", double({s}::pool_value(p, x, i))); }}\n",
+                    q.n, q.c, q.h, q.w, q.c_padded, q.p, q.q
+                );
+            }
             GlueSpec::Cast(_) => {
                 for v in VALUES {
                     m += &format!("  printf(\"{s} %.9g\\n\", double(float({s}::convert({v:e}f))));\n");
@@ -40,8 +149,8 @@ fn test_main(symbols: &[String], problem: BoltGlueProblem) -> String {
             _ => {
                 let c_padded = spec.problem(p.n, p.c, p.h, p.w).c_padded;
                 m += &format!(
-                    "  {{ BoltGlueProblem p{{{}, {}, {}, {}, {c_padded}}};\n    for (int64_t i = 0; i < {s}::output_elements(p); ++i) printf(\"{s} %lld\\n\", (long long){s}::source_index(p, i)); }}\n",
-                    p.n, p.c, p.h, p.w
+                    "  {{ BoltGlueProblem p{{{}, {}, {}, {}, {c_padded}, {}, {}}};\n    for (int64_t i = 0; i < {s}::output_elements(p); ++i) printf(\"{s} %lld\\n\", (long long){s}::source_index(p, i)); }}\n",
+                    p.n, p.c, p.h, p.w, p.h, p.w
                 );
             }
         }
@@ -88,7 +197,7 @@ fn expected_sources(spec: &GlueSpec, p: BoltGlueProblem) -> Vec<i64> {
                 }
             }
         }
-        GlueSpec::Cast(_) => unreachable!(),
+        GlueSpec::Cast(_) | GlueSpec::Pool(_) => unreachable!(),
     }
     out
 }
@@ -146,6 +255,15 @@ fn glue_kernels_compute_the_documented_layouts_and_answer_the_abi() {
                     assert!(g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()), "{symbol}: {g} vs {w}");
                 }
             }
+            GlueSpec::Pool(pool) => {
+                let want = expected_pool(pool, pool_problem(spec));
+                let got: Vec<f64> = got.iter().map(|v| v.parse().unwrap()).collect();
+                assert_eq!(got.len(), want.len(), "{symbol}");
+                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                    // f32 accumulation of f16-exact values: a few ulps of f32.
+                    assert!((g - w).abs() <= 1e-5 * w.abs().max(1.0), "{symbol} output {i}: {g} vs {w}");
+                }
+            }
             _ => {
                 let got: Vec<i64> = got.iter().map(|v| v.parse().unwrap()).collect();
                 assert_eq!(got, expected_sources(spec, problem), "{symbol}");
@@ -168,6 +286,16 @@ fn glue_kernels_compute_the_documented_layouts_and_answer_the_abi() {
         let launch = *unsafe { lib.get::<LaunchFn>(f("_launch").as_bytes()) }.unwrap();
         let ok = spec.problem(2, 3, 4, 5);
         let status = |p: &BoltGlueProblem| unsafe { can_implement(p as *const _ as *const c_void) }.status();
+        if matches!(spec, GlueSpec::Pool(_)) {
+            // Ceil mode's extra outputs are fine; windows that start past the padded input are not.
+            let ceil = pool_problem(spec);
+            assert_eq!(status(&ceil), Status::Ok, "{symbol}");
+            let beyond = BoltGlueProblem { p: ceil.p + 3, ..ceil };
+            assert_eq!(status(&beyond), Status::UnsupportedProblem, "{symbol}: windows past the input");
+        } else {
+            let moved = BoltGlueProblem { p: ok.p + 1, ..ok };
+            assert_eq!(status(&moved), Status::UnsupportedProblem, "{symbol}: p != h");
+        }
         assert_eq!(status(&ok), Status::Ok, "{symbol}");
         assert_eq!(status(&BoltGlueProblem { n: 0, ..ok }), Status::UnsupportedProblem, "{symbol}");
         let odd_padding = BoltGlueProblem { c_padded: ok.c_padded + 1, ..ok };

@@ -679,6 +679,16 @@ pub fn infer_node(op: &Op, infos: &[Option<InputInfo>]) -> Result<Vec<TensorType
             let tys: Option<Vec<&TensorType>> = (0..r.inputs.len()).map(|i| ty(infos, i).ok()).collect();
             r.output_types(&tys.ok_or("an input has no type")?)?
         }
+        Op::ChannelsLast(inner) => {
+            let t = x?;
+            if t.shape.as_ref().is_some_and(|s| s.rank() != 4) {
+                return Err(format!("channels-last data must have rank 4, has shape {}", t.shape.as_ref().unwrap()));
+            }
+            let nchw = permute4(t, TO_NCHW);
+            let info = Some(InputInfo { ty: Some(&nchw), value: None, dims: None });
+            let mut v = infer_node(inner, &[info])?;
+            vec![permute4(&v.swap_remove(0), TO_NHWC)]
+        }
         Op::FitLastAxis { to } => {
             let t = x?;
             let shape = t.shape.as_ref().map(|s| {
@@ -698,18 +708,7 @@ pub fn infer_node(op: &Op, infos: &[Option<InputInfo>]) -> Result<Vec<TensorType
 /// the NCHW conv they equal, then permuted back).
 fn fused_type(k: &FusedKernel, a: &TensorType, w: &TensorType) -> Result<TensorType, String> {
     let nhwc = k.layout == ConvLayout::Nhwc && matches!(*k.anchor, Op::Conv { .. });
-    let permute = |t: &TensorType, p: [usize; 4]| TensorType {
-        dtype: t.dtype,
-        shape: t.shape.as_ref().map(|s| {
-            if s.rank() == 4 {
-                Shape(p.iter().map(|&i| s.0[i].clone()).collect())
-            } else {
-                s.clone()
-            }
-        }),
-    };
-    const TO_NCHW: [usize; 4] = [0, 3, 1, 2];
-    const TO_NHWC: [usize; 4] = [0, 2, 3, 1];
+    let permute = permute4;
     let (a, mut w) = if nhwc { (permute(a, TO_NCHW), permute(w, TO_NCHW)) } else { (a.clone(), w.clone()) };
     if k.weight_transposed {
         if let Some(s) = &mut w.shape {
@@ -721,6 +720,17 @@ fn fused_type(k: &FusedKernel, a: &TensorType, w: &TensorType) -> Result<TensorT
     let mut out = v.swap_remove(0);
     out.dtype = k.output_dtype;
     Ok(if nhwc { permute(&out, TO_NHWC) } else { out })
+}
+
+const TO_NCHW: [usize; 4] = [0, 3, 1, 2];
+const TO_NHWC: [usize; 4] = [0, 2, 3, 1];
+
+/// `t` with a rank-4 shape permuted by `p` (other ranks as they are).
+fn permute4(t: &TensorType, p: [usize; 4]) -> TensorType {
+    TensorType {
+        dtype: t.dtype,
+        shape: t.shape.as_ref().map(|s| if s.rank() == 4 { Shape(p.iter().map(|&i| s.0[i].clone()).collect()) } else { s.clone() }),
+    }
 }
 
 fn check_perm(p: &[usize], rank: usize) -> Result<(), String> {

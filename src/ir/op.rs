@@ -480,6 +480,10 @@ pub enum Op {
     /// A planned stitched kernel: a region of element-wise ops and row reductions run as one
     /// (inputs and outputs: the region's, in its order).
     Stitched(Arc<crate::partition::stitch::Region>),
+    /// A spatial op of the model (a pool) run on channels-last data: the planner keeps the
+    /// NHWC activations of a conv region through it instead of transposing around it. Its
+    /// meaning: the inner op on the NCHW tensor, its first output permuted back to NHWC.
+    ChannelsLast(Arc<Op>),
     /// Zero-pads or truncates the last axis to `to` elements (the planner's alignment padding
     /// of NHWC channels / GEMM K and N, and its removal).
     FitLastAxis {
@@ -545,9 +549,16 @@ impl Op {
             Op::Fused(_) => "BoltKernel",
             Op::FusedChain(_) => "BoltKernelChain",
             Op::Stitched(_) => "BoltStitched",
+            Op::ChannelsLast(_) => "BoltChannelsLast",
             Op::FitLastAxis { .. } => "BoltFitLastAxis",
             Op::Opaque { op_type, .. } => op_type,
         }
+    }
+
+    /// Whether the op only renames bytes under a new shape (Reshape, Flatten, Squeeze,
+    /// Unsqueeze, Identity): on a device it is a copy at most, never a kernel.
+    pub fn is_view(&self) -> bool {
+        matches!(self, Op::Reshape { .. } | Op::Flatten { .. } | Op::Squeeze | Op::Unsqueeze | Op::Identity)
     }
 
     pub fn is_opaque(&self) -> bool {

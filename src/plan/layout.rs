@@ -4,8 +4,8 @@
 //! residual) stays NHWC between them. Conv weights are converted to OHWI once, here.
 //!
 //! A region's exit transform is moved past the layout-agnostic ops that read it (element-wise
-//! ops, Concat and Slice on any axis, Resize), which then run on the NHWC tensor with their
-//! axis arguments permuted; where it meets the next region's entry transform both vanish, so a
+//! ops, Concat and Slice on any axis, Resize, and 2-D pools, which become channels-last pools),
+//! which then run on the NHWC tensor with their axis arguments permuted; where it meets the next region's entry transform both vanish, so a
 //! transform remains only where an op truly needs NCHW (or at a graph output).
 //!
 //! The transposes are standalone kernels for now; folding the entry one into the first
@@ -304,11 +304,21 @@ pub fn weights_k_major(g: &mut Graph) -> Result<Vec<String>> {
     Ok(changed)
 }
 
-/// Whether `op` computes the same on an NHWC tensor once its axis arguments are permuted.
+/// Whether `op` computes the same on an NHWC tensor once its axis arguments are permuted, or
+/// (pools) runs on it as [`Op::ChannelsLast`].
 fn layout_agnostic(op: &Op) -> bool {
     matches!(
         op,
-        Op::Unary(_) | Op::Binary(_) | Op::Clip | Op::Cast { .. } | Op::Concat { .. } | Op::Slice | Op::Resize(_)
+        Op::Unary(_)
+            | Op::Binary(_)
+            | Op::Clip
+            | Op::Cast { .. }
+            | Op::Concat { .. }
+            | Op::Slice
+            | Op::Resize(_)
+            | Op::MaxPool { .. }
+            | Op::AveragePool { .. }
+            | Op::GlobalAveragePool
     )
 }
 
@@ -410,6 +420,12 @@ fn nhwc_form(
             }
             n.op.clone()
         }
+        Op::MaxPool { window, .. } | Op::AveragePool { window, .. }
+            if window.kernel_shape.as_ref().is_none_or(|k| k.len() != 2) =>
+        {
+            return None
+        }
+        Op::MaxPool { .. } | Op::AveragePool { .. } | Op::GlobalAveragePool => Op::ChannelsLast(Arc::new(n.op.clone())),
         op => op.clone(),
     };
     Some((inputs, op, consts))

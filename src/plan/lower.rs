@@ -32,7 +32,7 @@ pub struct Unlowered {
     pub reason: String,
 }
 
-fn element(d: DType) -> Option<Element> {
+pub fn element(d: DType) -> Option<Element> {
     match d {
         DType::F16 => Some(Element::F16),
         DType::BF16 => Some(Element::BF16),
@@ -220,14 +220,19 @@ pub fn workloads(g: &Graph, bindings: &HashMap<String, usize>) -> (Vec<KernelUse
     (uses, skipped)
 }
 
-/// A planned data-movement node as a glue kernel ([`bolt_codegen::glue`]): the layout
-/// transposes the planner puts around NHWC conv regions, its channel padding (`FitLastAxis`
-/// growing the last axis) and float casts. `None`: not a glue op; `Some(Err)`: a glue op this
-/// instance of which no glue kernel takes (the reason), so it stays on the host. Shapes come
-/// from `g`'s types: bind its inputs first ([`super::edit::bind_inputs`]) when dims are symbolic.
+/// A planned data-movement node or a pool as a glue kernel ([`bolt_codegen::glue`]): the
+/// layout transposes the planner puts around NHWC conv regions, its channel padding
+/// (`FitLastAxis` growing the last axis), float casts, and 2-D MaxPool / AveragePool /
+/// GlobalAveragePool on NCHW data or, inside conv regions, NHWC data ([`Op::ChannelsLast`]).
+/// `None`: not a glue op; `Some(Err)`: a glue op this instance of which no glue kernel takes
+/// (the reason), so it stays on the host. Shapes come from `g`'s types: bind its inputs first
+/// ([`super::edit::bind_inputs`]) when dims are symbolic.
 pub fn glue(g: &Graph, n: &Node, bindings: &HashMap<String, usize>) -> Option<Result<GlueUse, String>> {
-    if !matches!(n.op, Op::Transpose { .. } | Op::FitLastAxis { .. } | Op::Cast { .. }) {
+    if !is_glue_op(&n.op) {
         return None;
+    }
+    if n.outputs.iter().skip(1).any(|o| !o.is_empty()) {
+        return Some(Err("its second output (MaxPool's Indices) is used: the glue kernel writes values only".into()));
     }
     let x = n.input(0)?;
     let y = n.outputs.first()?;
@@ -236,6 +241,95 @@ pub fn glue(g: &Graph, n: &Node, bindings: &HashMap<String, usize>) -> Option<Re
         return Some(Err(format!("'{x}' has an unknown shape")));
     };
     glue_for(&n.op, &shape, xt, yt).map(|r| r.map(|(spec, problem)| GlueUse { node: n.name.clone(), spec, problem }))
+}
+
+/// Whether `op` is a pool (of the model's, or run channels-last by the planner).
+pub fn is_pool(op: &Op) -> bool {
+    if let Op::ChannelsLast(inner) = op {
+        return is_pool(inner);
+    }
+    matches!(op, Op::MaxPool { .. } | Op::AveragePool { .. } | Op::GlobalAveragePool)
+}
+
+fn is_glue_op(op: &Op) -> bool {
+    match op {
+        Op::Transpose { .. } | Op::FitLastAxis { .. } | Op::Cast { .. } => true,
+        op => is_pool(op),
+    }
+}
+
+/// The pool kernel of a pool op (plain: NCHW; [`Op::ChannelsLast`]: NHWC) on `element` data,
+/// whatever the input's size, or why no pool kernel takes it.
+pub fn pool_spec(op: &Op, element: bolt_codegen::spec::Element) -> Result<bolt_codegen::glue::PoolSpec, String> {
+    use bolt_codegen::glue::{Layout, PoolKind, PoolSpec, PoolWindow};
+    let (op, layout) = match op {
+        Op::ChannelsLast(inner) => (&**inner, Layout::Nhwc),
+        op => (op, Layout::Nchw),
+    };
+    let window = |w: &crate::ir::Window| -> Result<PoolWindow, String> {
+        let pads = match w.auto_pad {
+            crate::ir::AutoPad::NotSet => w.pads.clone().unwrap_or_else(|| vec![0; 4]),
+            crate::ir::AutoPad::Valid => vec![0; 4],
+            other => {
+                return Err(format!("auto_pad {other:?}: its pads follow the input size, a pool kernel's window is fixed"))
+            }
+        };
+        let kernel = w.kernel_shape.as_ref().ok_or("no kernel_shape")?;
+        if kernel.len() != 2 || pads.len() != 4 {
+            return Err(format!("a {}-D window: pool kernels pool 2-D", kernel.len()));
+        }
+        let two = |v: Option<&Vec<usize>>| -> Result<[u32; 2], String> {
+            let v = v.map_or(vec![1, 1], Clone::clone);
+            match v[..] {
+                [a, b] => Ok([a, b].map(|x| u32::try_from(x).unwrap_or(u32::MAX))),
+                _ => Err(format!("{v:?} has {} entries for a 2-D window", v.len())),
+            }
+        };
+        let pads = [0, 1, 2, 3].map(|k| u32::try_from(pads[k]).unwrap_or(u32::MAX));
+        Ok(PoolWindow { kernel: two(Some(kernel))?, strides: two(w.strides.as_ref())?, dilations: two(w.dilations.as_ref())?, pads })
+    };
+    let kind = match op {
+        Op::MaxPool { window: w, .. } => PoolKind::Max(window(w)?),
+        Op::AveragePool { window: w, count_include_pad, .. } => {
+            PoolKind::Average { window: window(w)?, count_include_pad: *count_include_pad }
+        }
+        Op::GlobalAveragePool => PoolKind::GlobalAverage,
+        _ => return Err("not a pool".into()),
+    };
+    let spec = PoolSpec { kind, layout, element };
+    bolt_codegen::glue::validate(&bolt_codegen::glue::GlueSpec::Pool(spec)).map_err(|e| e.to_string())?;
+    Ok(spec)
+}
+
+/// A pool's spec and problem on an input of `shape` (the op's layout); the output extents
+/// come from the model's window rules (ceil mode included).
+fn pool_for(
+    op: &Op,
+    shape: &[i64],
+    element: bolt_codegen::spec::Element,
+) -> Result<(bolt_codegen::glue::PoolSpec, BoltGlueProblem), String> {
+    use bolt_codegen::glue::Layout;
+    let spec = pool_spec(op, element)?;
+    if shape.len() != 4 {
+        return Err(format!("the input has rank {}: pool kernels take rank-4 data", shape.len()));
+    }
+    let (n, c, h, w) = match spec.layout {
+        Layout::Nchw => (shape[0], shape[1], shape[2], shape[3]),
+        Layout::Nhwc => (shape[0], shape[3], shape[1], shape[2]),
+    };
+    let inner = match op {
+        Op::ChannelsLast(inner) => &**inner,
+        op => op,
+    };
+    let (p, q) = match inner {
+        Op::MaxPool { window, ceil_mode, .. } | Op::AveragePool { window, ceil_mode, .. } => {
+            let kernel = window.kernel_shape.as_ref().ok_or("no kernel_shape")?;
+            let r = window.resolve(&[h as usize, w as usize], kernel, *ceil_mode)?;
+            (r.output[0] as i64, r.output[1] as i64)
+        }
+        _ => (1, 1),
+    };
+    Ok((spec, BoltGlueProblem { n, c, h, w, c_padded: c, p, q }))
 }
 
 /// [`glue`] of one op on an input of `shape` and type `xt`, writing type `yt`: the spec and
@@ -247,11 +341,14 @@ pub fn glue_for(
     yt: DType,
 ) -> Option<Result<(bolt_codegen::glue::GlueSpec, BoltGlueProblem), String>> {
     use bolt_codegen::glue::{CastSpec, Direction, GlueSpec, PadSpec, TransposeSpec};
+    if !is_glue_op(op) {
+        return None;
+    }
     let direction = match op {
         Op::Transpose { perm: Some(p) } if p[..] == super::layout::TO_NHWC => Some(Direction::NchwToNhwc),
         Op::Transpose { perm: Some(p) } if p[..] == super::layout::TO_NCHW => Some(Direction::NhwcToNchw),
-        Op::FitLastAxis { .. } | Op::Cast { .. } => None,
-        _ => return None,
+        Op::Transpose { .. } => return None,
+        _ => None,
     };
     let lowered = (|| {
         let ex = element(xt).ok_or_else(|| format!("the input is {xt}: glue kernels move f32, f16 and bf16"))?;
@@ -268,7 +365,7 @@ pub fn glue_for(
                     Direction::NhwcToNchw => (s[0], s[3], s[1], s[2]),
                 };
                 let spec = GlueSpec::Transpose(TransposeSpec { direction, element: ex });
-                (spec, BoltGlueProblem { n, c, h, w, c_padded: c })
+                (spec, BoltGlueProblem::new(n, c, h, w))
             }
             (Op::FitLastAxis { to }, _) => {
                 let (from, to) = (*s.last().ok_or("the input is a scalar")?, *to as i64);
@@ -281,20 +378,20 @@ pub fn glue_for(
                 let alignment = alignment.ok_or_else(|| format!("pads to {to} elements, not a multiple of 2"))?;
                 let spec = GlueSpec::PadChannels(PadSpec { element: ex, alignment: alignment as u32 });
                 // Every axis but the last is one "pixel".
-                (spec, BoltGlueProblem { n: numel / from.max(1), c: from, h: 1, w: 1, c_padded: to })
+                (spec, BoltGlueProblem { c_padded: to, ..BoltGlueProblem::new(numel / from.max(1), from, 1, 1) })
             }
             (Op::Cast { .. }, _) => {
                 let ey = element(yt).ok_or_else(|| format!("casts to {yt}: glue kernels cast between floats"))?;
                 // Element-wise: the tensor as one row.
-                (
-                    GlueSpec::Cast(CastSpec { from: ex, to: ey }),
-                    BoltGlueProblem { n: numel, c: 1, h: 1, w: 1, c_padded: 1 },
-                )
+                (GlueSpec::Cast(CastSpec { from: ex, to: ey }), BoltGlueProblem::new(numel, 1, 1, 1))
             }
-            _ => unreachable!("matched above"),
+            (op, _) => {
+                let (spec, problem) = pool_for(op, &s, ex)?;
+                (GlueSpec::Pool(spec), problem)
+            }
         };
         bolt_codegen::glue::validate(&spec).map_err(|e| e.to_string())?;
-        if [problem.n, problem.c, problem.h, problem.w].iter().any(|&d| d <= 0) {
+        if [problem.n, problem.c, problem.h, problem.w, problem.p, problem.q].iter().any(|&d| d <= 0) {
             return Err(format!("the input of shape {shape:?} is empty"));
         }
         Ok((spec, problem))

@@ -15,6 +15,9 @@
 //!    threadblock-residence rules hold and the traffic model says it pays.
 //! 5. [`stitch`]: regions of element-wise ops and row reductions left between the kernels
 //!    become stitched kernels (AStitch), so they run on the device too.
+//!
+//! The model's own 2-D pools (inside conv regions channels-last) and NCHW <-> NHWC transposes
+//! run as glue kernels ([`lower::glue`]): the plan records which ([`GlueDecision`]).
 
 pub mod b2b;
 pub mod cost;
@@ -68,6 +71,67 @@ pub struct Plan {
     pub padding: Vec<padding::Padding>,
     pub chains: Vec<b2b::ChainDecision>,
     pub stitched: Vec<stitch::StitchDecision>,
+    pub glue: Vec<GlueDecision>,
+}
+
+/// A pool or transpose of the model: the glue kernel that runs it, or why it stays on the
+/// host.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct GlueDecision {
+    pub node: String,
+    pub op_type: String,
+    /// The glue kernel's symbol, when one takes it.
+    pub kernel: Option<String>,
+    pub reason: Option<String>,
+}
+
+/// Every pool and transpose of the model in `g` (the planner's own transforms are reported
+/// as layout transforms) and whether a glue kernel takes it, whatever its input size.
+fn glue_decisions(g: &Graph, model: &Graph) -> Vec<GlueDecision> {
+    let own: std::collections::HashSet<&str> = model.nodes.iter().map(|n| n.name.as_str()).collect();
+    let transposes = g.nodes.iter().filter(|n| own.contains(n.name.as_str()) && matches!(n.op, crate::ir::Op::Transpose { .. }));
+    let transposes = transposes.map(|n| {
+        let (x, y) = (n.input(0).and_then(|x| g.types.get(x)), n.outputs.first().and_then(|y| g.types.get(y)));
+        let rank = x.and_then(|t| t.shape.as_ref()).map(|s| s.rank());
+        // A transpose's kernel does not depend on the sizes, only on the rank.
+        let spec = match (x, y, rank) {
+            (Some(x), Some(y), Some(r)) => lower::glue_for(&n.op, &vec![1; r], x.dtype, y.dtype),
+            _ => Some(Err("its input has no known rank".into())),
+        };
+        let (kernel, reason) = match spec {
+            Some(Ok((s, _))) => (Some(bolt_codegen::glue::symbol_for(&s)), None),
+            Some(Err(why)) => (None, Some(why)),
+            None => (None, Some("only NCHW <-> NHWC permutations of rank-4 tensors have a transpose kernel".into())),
+        };
+        GlueDecision { node: n.name.clone(), op_type: "Transpose".into(), kernel, reason }
+    });
+    let pools = g.nodes
+        .iter()
+        .filter(|n| lower::is_pool(&n.op))
+        .map(|n| {
+            let op_type = match &n.op {
+                crate::ir::Op::ChannelsLast(inner) => format!("{} (NHWC)", inner.op_type()),
+                op => op.op_type().to_string(),
+            };
+            let element = n.input(0).and_then(|x| g.types.get(x)).map(|t| t.dtype);
+            let spec = match element.and_then(lower::element) {
+                None => Err(format!("the input is {element:?}: pool kernels take f32, f16 and bf16")),
+                Some(_) if n.outputs.iter().skip(1).any(|o| !o.is_empty()) => {
+                    Err("its second output (MaxPool's Indices) is used: the pool kernel writes values only".into())
+                }
+                Some(e) => lower::pool_spec(&n.op, e),
+            };
+            match spec {
+                Ok(s) => GlueDecision {
+                    node: n.name.clone(),
+                    op_type,
+                    kernel: Some(bolt_codegen::glue::symbol_for(&bolt_codegen::glue::GlueSpec::Pool(s))),
+                    reason: None,
+                },
+                Err(why) => GlueDecision { node: n.name.clone(), op_type, kernel: None, reason: Some(why) },
+            }
+        });
+    pools.chain(transposes).collect()
 }
 
 /// Plans `g` with the default options (H100 costs, every pass on).
@@ -83,5 +147,6 @@ pub fn plan_with(g: &Graph, opts: &PlanOptions) -> Result<Plan> {
     let padding = if opts.pad { padding::pad(&mut graph, opts)? } else { Vec::new() };
     let chains = if opts.b2b { b2b::fuse_chains(&mut graph, opts)? } else { Vec::new() };
     let stitched = if opts.stitch { stitch::stitch(&mut graph)? } else { Vec::new() };
-    Ok(Plan { graph, partitioning, layout, k_major_weights, padding, chains, stitched })
+    let glue = glue_decisions(&graph, g);
+    Ok(Plan { graph, partitioning, layout, k_major_weights, padding, chains, stitched, glue })
 }

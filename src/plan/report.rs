@@ -34,6 +34,8 @@ pub struct Report {
     /// Memory-intensive regions between the kernels (AStitch): each a stitched kernel, or left
     /// on the host with why.
     pub stitched: Vec<super::stitch::StitchDecision>,
+    /// The model's pools and transposes: each a glue kernel, or on the host with why.
+    pub glue: Vec<super::GlueDecision>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -105,9 +107,23 @@ pub fn report(model: &str, original: &Graph, plan: &Plan, opts: &PlanOptions) ->
         })
         .collect();
     let mut groups: BTreeMap<String, HostGroup> = BTreeMap::new();
-    let stitched: std::collections::HashSet<&String> =
-        plan.stitched.iter().filter(|d| d.stitched.is_some()).flat_map(|d| &d.nodes).collect();
-    for h in plan.partitioning.host.iter().filter(|h| !stitched.contains(&h.node)) {
+    let on_device: std::collections::HashSet<&String> = plan
+        .stitched
+        .iter()
+        .filter(|d| d.stitched.is_some())
+        .flat_map(|d| &d.nodes)
+        .chain(plan.glue.iter().filter(|p| p.kernel.is_some()).map(|p| &p.node))
+        .collect();
+    for h in plan.partitioning.host.iter().filter(|h| !on_device.contains(&h.node)) {
+        let glue_reason = plan.glue.iter().find(|p| p.node == h.node).and_then(|p| p.reason.as_ref());
+        let is_view = original.nodes.iter().any(|n| n.name == h.node && n.op.is_view());
+        let reason = match glue_reason {
+            Some(why) => format!("no glue kernel: {why}"),
+            None if is_view => "a view (the same bytes, a new shape): a device-to-device copy at most, no kernel".into(),
+            None => h.reason.clone(),
+        };
+        let h = crate::partition::HostNode { reason, ..h.clone() };
+        let h = &h;
         let g = groups.entry(h.reason.clone()).or_insert_with(|| HostGroup {
             reason: h.reason.clone(),
             ops: BTreeMap::new(),
@@ -134,6 +150,7 @@ pub fn report(model: &str, original: &Graph, plan: &Plan, opts: &PlanOptions) ->
         attention,
         not_attention,
         stitched: plan.stitched.clone(),
+        glue: plan.glue.clone(),
     }
 }
 
@@ -348,6 +365,18 @@ impl Report {
             }
             if done.len() > 8 {
                 let _ = writeln!(s, "- ... {} more", done.len() - 8);
+            }
+        }
+        let pooled: Vec<_> = self.glue.iter().filter(|p| p.kernel.is_some()).collect();
+        if !pooled.is_empty() {
+            let _ = writeln!(
+                s,
+                "\n## Pools and transposes of the model\n\n{} of {} run as glue kernels.\n",
+                pooled.len(),
+                self.glue.len()
+            );
+            for p in &pooled {
+                let _ = writeln!(s, "- {} ({}): `{}`", p.node, p.op_type, p.kernel.as_deref().unwrap_or("-"));
             }
         }
         let _ = writeln!(s, "\n## Left to the host\n\n| reason | ops | e.g. |\n|---|---|---|");

@@ -510,8 +510,7 @@ impl CudaExecutor {
         n: &crate::ir::Node,
         input_addr: &HashMap<String, (u64, usize)>,
     ) -> Option<Planned> {
-        use crate::ir::Op;
-        if !matches!(n.op, Op::Reshape { .. } | Op::Flatten { .. } | Op::Squeeze | Op::Unsqueeze | Op::Identity) {
+        if !n.op.is_view() {
             return None;
         }
         let (x, y) = (n.input(0)?, n.outputs.first()?);

@@ -8,7 +8,7 @@
 
 use crate::ir::{DType, Tensor, TensorData};
 use bolt_codegen::abi::BoltGlueProblem;
-use bolt_codegen::glue::{Direction, GlueSpec};
+use bolt_codegen::glue::{Direction, GlueSpec, Layout, PoolKind, PoolSpec, PoolWindow};
 use bolt_codegen::spec::Element;
 
 fn dtype(e: Element) -> DType {
@@ -29,6 +29,7 @@ pub fn run(spec: &GlueSpec, p: &BoltGlueProblem, x: &Tensor) -> Result<Tensor, S
         GlueSpec::Transpose(t) => t.element,
         GlueSpec::PadChannels(s) => s.element,
         GlueSpec::Cast(s) => s.from,
+        GlueSpec::Pool(s) => s.element,
     };
     if x.dtype() != dtype(input) {
         return Err(format!("input is {}, the kernel takes {}", x.dtype(), dtype(input)));
@@ -90,5 +91,75 @@ pub fn run(spec: &GlueSpec, p: &BoltGlueProblem, x: &Tensor) -> Result<Tensor, S
             };
             Tensor::new(x.shape.clone(), data)
         }
+        GlueSpec::Pool(s) => pool(s, p, x),
     }
+}
+
+/// A pool by its definition: for every output position, the window's positions (stride,
+/// dilation, begin padding) that fall inside the input; the divisor of an average counts the
+/// positions inside the padded input, or only the inside ones.
+fn pool(s: &PoolSpec, p: &BoltGlueProblem, x: &Tensor) -> Result<Tensor, String> {
+    let [n, c, h, w, op, oq] = [p.n, p.c, p.h, p.w, p.p, p.q].map(|d| d.max(0) as usize);
+    let v = x.to_f64_vec();
+    let at = |b: usize, ch: usize, y: usize, xx: usize| match s.layout {
+        Layout::Nchw => v[((b * c + ch) * h + y) * w + xx],
+        Layout::Nhwc => v[((b * h + y) * w + xx) * c + ch],
+    };
+    // Per axis: the input coordinates of output index o, and how many positions lie before the
+    // end of the padded input.
+    let positions = |win: &PoolWindow, d: usize, o: usize, size: usize| -> (Vec<usize>, usize) {
+        let start = (o * win.strides[d] as usize) as i64 - win.pads[d] as i64;
+        let all: Vec<i64> = (0..win.kernel[d] as i64).map(|k| start + k * win.dilations[d] as i64).collect();
+        let padded = all.iter().filter(|&&q| q < (size + win.pads[d + 2] as usize) as i64).count();
+        (all.into_iter().filter(|&q| q >= 0 && (q as usize) < size).map(|q| q as usize).collect(), padded)
+    };
+    let mut out = Vec::with_capacity(n * c * op * oq);
+    let value = |b: usize, ch: usize, y: usize, xx: usize| -> f64 {
+        let win = match s.kind {
+            PoolKind::GlobalAverage => {
+                let sum: f64 = (0..h).flat_map(|i| (0..w).map(move |j| (i, j))).map(|(i, j)| at(b, ch, i, j)).sum();
+                return sum / (h * w) as f64;
+            }
+            PoolKind::Max(win) | PoolKind::Average { window: win, .. } => win,
+        };
+        let ((ys, ph), (xs, pw)) = (positions(&win, 0, y, h), positions(&win, 1, xx, w));
+        let vals: Vec<f64> = ys.iter().flat_map(|&i| xs.iter().map(move |&j| (i, j))).map(|(i, j)| at(b, ch, i, j)).collect();
+        match s.kind {
+            PoolKind::Max(_) => {
+                vals.iter().copied().reduce(|best, v| if v > best { v } else { best }).unwrap_or(f64::NEG_INFINITY)
+            }
+            PoolKind::Average { count_include_pad, .. } => {
+                let divisor = if count_include_pad { ph * pw } else { vals.len() };
+                vals.iter().sum::<f64>() / divisor as f64
+            }
+            PoolKind::GlobalAverage => unreachable!("returned above"),
+        }
+    };
+    let shape = match s.layout {
+        Layout::Nchw => {
+            for b in 0..n {
+                for ch in 0..c {
+                    for y in 0..op {
+                        for xx in 0..oq {
+                            out.push(value(b, ch, y, xx));
+                        }
+                    }
+                }
+            }
+            vec![n, c, op, oq]
+        }
+        Layout::Nhwc => {
+            for b in 0..n {
+                for y in 0..op {
+                    for xx in 0..oq {
+                        for ch in 0..c {
+                            out.push(value(b, ch, y, xx));
+                        }
+                    }
+                }
+            }
+            vec![n, op, oq, c]
+        }
+    };
+    Tensor::from_f64_as(x.dtype(), shape, &out).ok_or_else(|| format!("cannot pool {}", x.dtype()))
 }

@@ -86,6 +86,15 @@ pub fn eval_op(op: &Op, inputs: &[Option<&Tensor>]) -> OpResult {
             let types = r.outputs.iter().map(|(name, _)| (name.clone(), dtype)).collect();
             r.eval(&args, &types)
         }
+        Op::ChannelsLast(inner) => {
+            let x = req(inputs, 0)?;
+            if x.rank() != 4 {
+                return Err(format!("channels-last data must have rank 4, has shape {:?}", x.shape));
+            }
+            let nchw = layout::transpose(x, Some(&[0, 3, 1, 2]))?.swap_remove(0);
+            let y = eval_op(inner, &[Some(&nchw)])?.swap_remove(0);
+            layout::transpose(&y, Some(&[0, 2, 3, 1]))
+        }
         Op::FitLastAxis { to } => fused::fit_last_axis(req(inputs, 0)?, *to),
         Op::Opaque { why, .. } => Err(format!("not computed by the reference executor: {why}")),
     }
