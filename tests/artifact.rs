@@ -740,6 +740,28 @@ fn ppocrv4_det_artifact_stitches_every_region_and_matches_onnxruntime() {
     assert!(left.is_empty(), "element-wise ops left on the host: {left:?}");
 }
 
+/// ResNet-50 (batch 1..2): its stem MaxPool and final GlobalAveragePool run as channels-last
+/// pool kernels inside the one NHWC region (one transform in, one out), nothing but the
+/// Flatten view is left to the host, and the artifact matches onnxruntime CPU at both batch
+/// sizes of its test data.
+#[test]
+fn resnet50_artifact_pools_on_the_device_and_matches_onnxruntime() {
+    let Some(art) = artifact_matches_onnxruntime("models/resnet50", |_| (1, 2)) else { return };
+    let pools: Vec<String> = art
+        .plan
+        .glue
+        .iter()
+        .filter_map(|g| match g.spec {
+            bolt_codegen::glue::GlueSpec::Pool(p) => Some(format!("{:?} {:?}", p.kind, p.layout)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(pools.len(), 2, "{pools:?}");
+    assert!(pools.iter().all(|p| p.ends_with("Nhwc")), "{pools:?}");
+    let host: Vec<&str> = art.plan.host_ops.iter().map(|h| h.op_type.as_str()).collect();
+    assert_eq!(host, ["Flatten"], "{:?}", art.plan.host_ops);
+}
+
 /// Compiles the model under `testdata/<case>` (symbolic input dim `d` in `range_of(d)`), runs it
 /// on the reference device with the case's test data sets and compares with onnxruntime CPU's
 /// outputs at the precision's tolerance. `None` without test data.

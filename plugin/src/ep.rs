@@ -112,60 +112,7 @@ unsafe extern "system" fn ep_get_name(ep: *const OrtEp) -> *const c_char {
 
 // ------------------------------------------------------------------------- GetCapability
 
-/// The nodes of `g` named in `names`, as a standalone graph: what the fused node will run.
-/// Values read from outside become inputs (constants stay constants), values used outside
-/// or graph outputs become outputs.
-pub fn subgraph(g: &Graph, names: &[String]) -> Graph {
-    let set: HashSet<&str> = names.iter().map(String::as_str).collect();
-    let nodes: Vec<_> = g.nodes.iter().filter(|n| set.contains(n.name.as_str())).cloned().collect();
-    let produced: HashSet<&str> = nodes.iter().flat_map(|n| n.outputs.iter().map(String::as_str)).collect();
-    let constants: HashMap<&str, &Arc<Tensor>> = g
-        .nodes
-        .iter()
-        .filter_map(|n| match &n.op {
-            Op::Constant { value } => Some((n.outputs[0].as_str(), value)),
-            _ => None,
-        })
-        .collect();
-    let mut sub = Graph { name: format!("{}.bolt", g.name), opset: g.opset, ..Default::default() };
-    for n in &nodes {
-        for x in n.inputs.iter().flatten() {
-            if produced.contains(x.as_str()) || sub.initializers.contains_key(x) || sub.inputs.contains(x) {
-                continue;
-            }
-            if let Some(t) = g.initializers.get(x) {
-                sub.initializers.insert(x.clone(), t.clone());
-            } else if let Some(t) = constants.get(x.as_str()) {
-                sub.initializers.insert(x.clone(), (*t).clone());
-            } else {
-                sub.inputs.push(x.clone());
-            }
-        }
-    }
-    let used_outside: HashSet<&str> = g
-        .nodes
-        .iter()
-        .filter(|n| !set.contains(n.name.as_str()))
-        .flat_map(|n| n.inputs.iter().flatten().map(String::as_str))
-        .chain(g.outputs.iter().map(String::as_str))
-        .collect();
-    for n in &nodes {
-        for o in &n.outputs {
-            if !o.is_empty() && used_outside.contains(o.as_str()) {
-                sub.outputs.push(o.clone());
-            }
-        }
-    }
-    let names: HashSet<&String> =
-        sub.inputs.iter().chain(sub.initializers.keys()).chain(nodes.iter().flat_map(|n| n.outputs.iter())).collect();
-    for n in names {
-        if let Some(t) = g.types.get(n) {
-            sub.types.insert(n.clone(), t.clone());
-        }
-    }
-    sub.nodes = nodes;
-    sub
-}
+pub use bolt::plan::offload::subgraph;
 
 /// The fused kernel adds its source operand (Gemm's C, a residual) element-wise at the
 /// output's shape: a C that broadcasts (e.g. [1, N] read at runtime) cannot be fused, so the
@@ -223,17 +170,26 @@ unsafe extern "system" fn ep_get_capability(
         for h in &parts.host {
             me.log(|| format!("host: {} ({}): {}", h.node, h.op_type, h.reason));
         }
-        for p in &parts.partitions {
-            if let Err(why) = claimable(&imported.graph, p) {
-                me.log(|| format!("partition {} not claimed: {why}", p.anchor));
-                continue;
-            }
-            let nodes: Vec<*const OrtNode> = p
+        // Connected device work (partitions, stitched regions, pools, views) as one fused node
+        // each, so activations stay on the device between Bolt's kernels.
+        let offload = bolt::plan::offload::offload(&imported.graph, &|p| claimable(&imported.graph, p));
+        for note in &offload.notes {
+            me.log(|| note.clone());
+        }
+        for group in &offload.groups {
+            let nodes: Vec<*const OrtNode> = group
                 .nodes
                 .iter()
                 .map(|n| imported.nodes.get(n).copied().ok_or_else(|| format!("node '{n}' is not in the ORT graph")))
                 .collect::<Res<_>>()?;
-            me.log(|| format!("claim partition {} ({:?}): {}", p.anchor, p.kind, p.nodes.join(", ")));
+            me.log(|| {
+                format!(
+                    "claim partition {} ({} nodes: {})",
+                    group.anchors.join(", "),
+                    group.nodes.len(),
+                    group.nodes.join(", ")
+                )
+            });
             check((api().ep.EpGraphSupportInfo_AddNodesToFuse)(info, nodes.as_ptr(), nodes.len(), &options))?;
         }
         Ok(())

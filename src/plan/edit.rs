@@ -182,3 +182,33 @@ pub fn transpose_2d(t: &Tensor) -> Option<Tensor> {
     let data = crate::map_data!(&t.data, v => tr(v, rows, cols));
     Tensor::new(vec![cols, rows], data).ok()
 }
+
+/// Whether `members` can become one node: no path leaves them through another node and
+/// comes back (e.g. a region op feeding a GEMM whose output another region op reads).
+pub fn convex(g: &Graph, members: &HashSet<String>) -> bool {
+    let mut consumers: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (i, n) in g.nodes.iter().enumerate() {
+        for x in n.inputs.iter().flatten() {
+            consumers.entry(x.as_str()).or_default().push(i);
+        }
+    }
+    let next = |i: usize| -> Vec<usize> {
+        g.nodes[i].outputs.iter().flat_map(|o| consumers.get(o.as_str()).into_iter().flatten().copied()).collect()
+    };
+    let inside = |i: usize| members.contains(&g.nodes[i].name);
+    let mut stack: Vec<usize> =
+        (0..g.nodes.len()).filter(|&i| inside(i)).flat_map(next).filter(|&i| !inside(i)).collect();
+    let mut seen = HashSet::new();
+    while let Some(i) = stack.pop() {
+        if !seen.insert(i) {
+            continue;
+        }
+        for c in next(i) {
+            if inside(c) {
+                return false;
+            }
+            stack.push(c);
+        }
+    }
+    true
+}

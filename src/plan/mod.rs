@@ -25,6 +25,7 @@ pub mod edit;
 mod fuse;
 pub mod layout;
 pub mod lower;
+pub mod offload;
 pub mod padding;
 pub mod report;
 pub mod stitch;

@@ -10,7 +10,7 @@ use super::edit;
 use crate::error::Result;
 use crate::ir::{Graph, Node, Op};
 use serde::Serialize;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 
 /// What happened to one region.
@@ -38,7 +38,7 @@ pub fn stitch(g: &mut Graph) -> Result<Vec<StitchDecision>> {
     for r in regions {
         let reduces = r.reduces();
         let members: HashSet<String> = r.nodes.iter().cloned().collect();
-        if !convex(g, &members) {
+        if !edit::convex(g, &members) {
             let reason = "a path leaves the region through another op and comes back: one kernel for it would feed \
                           itself"
                 .to_string();
@@ -67,34 +67,4 @@ pub fn stitch(g: &mut Graph) -> Result<Vec<StitchDecision>> {
         edit::finish(g)?;
     }
     Ok(decisions)
-}
-
-/// Whether `members` can become one node: no path leaves them through another node and
-/// comes back (e.g. a region op feeding a GEMM whose output another region op reads).
-fn convex(g: &Graph, members: &HashSet<String>) -> bool {
-    let mut consumers: HashMap<&str, Vec<usize>> = HashMap::new();
-    for (i, n) in g.nodes.iter().enumerate() {
-        for x in n.inputs.iter().flatten() {
-            consumers.entry(x.as_str()).or_default().push(i);
-        }
-    }
-    let next = |i: usize| -> Vec<usize> {
-        g.nodes[i].outputs.iter().flat_map(|o| consumers.get(o.as_str()).into_iter().flatten().copied()).collect()
-    };
-    let inside = |i: usize| members.contains(&g.nodes[i].name);
-    let mut stack: Vec<usize> =
-        (0..g.nodes.len()).filter(|&i| inside(i)).flat_map(next).filter(|&i| !inside(i)).collect();
-    let mut seen = HashSet::new();
-    while let Some(i) = stack.pop() {
-        if !seen.insert(i) {
-            continue;
-        }
-        for c in next(i) {
-            if inside(c) {
-                return false;
-            }
-            stack.push(c);
-        }
-    }
-    true
 }

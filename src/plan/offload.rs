@@ -1,0 +1,190 @@
+//! What a host framework hands to Bolt: groups of the model's nodes, each run as one fused
+//! node. A group is a connected set of nodes that Bolt's plan runs on the device (GEMM/conv
+//! partitions, stitched regions, pools and transposes with glue kernels, and the views
+//! between them), so that data stays on the GPU from one Bolt kernel to the next instead of
+//! crossing to the host framework at every partition boundary.
+//!
+//! A group must be convex (no path leaves it through a host node and comes back: one fused
+//! node would feed itself) and must plan on its own; a group that is not falls back to its
+//! partitions, one fused node each, and the reason is kept.
+
+use super::edit;
+use crate::ir::{Graph, Op, Tensor};
+use crate::partition::Partition;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+/// One fused node for the host: the model's nodes it takes, in model order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Group {
+    pub nodes: Vec<String>,
+    /// The GEMM/conv partitions inside (their anchors), for logs.
+    pub anchors: Vec<String>,
+}
+
+/// The groups, and why nodes Bolt could run were left to the host or split.
+#[derive(Clone, Debug, Default)]
+pub struct Offload {
+    pub groups: Vec<Group>,
+    pub notes: Vec<String>,
+}
+
+/// Groups `g`'s device nodes. `claimable` says whether the host may take a partition at all
+/// (e.g. its residual must have the output's shape); a partition that is not claimable stays
+/// with the host and splits groups.
+pub fn offload(g: &Graph, claimable: &dyn Fn(&Partition) -> Result<(), String>) -> Offload {
+    let mut out = Offload::default();
+    let plan = match super::plan(g) {
+        Ok(p) => p,
+        Err(e) => {
+            out.notes.push(format!("the whole model does not plan ({e}): partitions are offloaded one by one"));
+            per_partition(g, &crate::partition::partition(g).partitions, claimable, &mut out);
+            return out;
+        }
+    };
+    let mut partitions = Vec::new();
+    for p in &plan.partitioning.partitions {
+        match claimable(p) {
+            Ok(()) => partitions.push(p.clone()),
+            Err(why) => out.notes.push(format!("partition {} stays with the host: {why}", p.anchor)),
+        }
+    }
+    // Nodes on the device, by the plan's decisions on the whole model.
+    let mut device: HashSet<String> = partitions.iter().flat_map(|p| p.nodes.iter().cloned()).collect();
+    device.extend(plan.stitched.iter().filter(|d| d.stitched.is_some()).flat_map(|d| d.nodes.iter().cloned()));
+    device.extend(plan.glue.iter().filter(|d| d.kernel.is_some()).map(|d| d.node.clone()));
+    // Views of device tensors stay with them (model order: chains of views follow).
+    let producer: HashMap<&str, &str> =
+        g.nodes.iter().flat_map(|n| n.outputs.iter().map(move |o| (o.as_str(), n.name.as_str()))).collect();
+    for n in &g.nodes {
+        if n.op.is_view() && n.input(0).and_then(|x| producer.get(x)).is_some_and(|p| device.contains(*p)) {
+            device.insert(n.name.clone());
+        }
+    }
+    // Connected components through tensors both ends of which are on the device.
+    let index: HashMap<&str, usize> = g.nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect();
+    let mut parent: Vec<usize> = (0..g.nodes.len()).collect();
+    fn root(p: &mut [usize], mut i: usize) -> usize {
+        while p[i] != i {
+            p[i] = p[p[i]];
+            i = p[i];
+        }
+        i
+    }
+    for n in g.nodes.iter().filter(|n| device.contains(&n.name)) {
+        for x in n.inputs.iter().flatten() {
+            if let Some(&p) = producer.get(x.as_str()) {
+                if device.contains(p) {
+                    let (a, b) = (root(&mut parent, index[p]), root(&mut parent, index[n.name.as_str()]));
+                    parent[a] = b;
+                }
+            }
+        }
+    }
+    let mut components: Vec<(usize, Vec<String>)> = Vec::new();
+    let mut of_root: HashMap<usize, usize> = HashMap::new();
+    for (i, n) in g.nodes.iter().enumerate() {
+        if device.contains(&n.name) {
+            let r = root(&mut parent, i);
+            let k = *of_root.entry(r).or_insert_with(|| {
+                components.push((i, Vec::new()));
+                components.len() - 1
+            });
+            components[k].1.push(n.name.clone());
+        }
+    }
+    for (_, nodes) in components {
+        let members: HashSet<String> = nodes.iter().cloned().collect();
+        let inside: Vec<Partition> =
+            partitions.iter().filter(|p| p.nodes.iter().all(|n| members.contains(n))).cloned().collect();
+        if inside.is_empty() {
+            // Stitched or glue work alone between host ops: not worth a fused node of its own.
+            continue;
+        }
+        let anchors = inside.iter().map(|p| p.anchor.clone()).collect::<Vec<_>>();
+        let why = if !edit::convex(g, &members) {
+            Some("a path leaves it through a host op and comes back".to_string())
+        } else {
+            super::plan(&subgraph(g, &nodes)).err().map(|e| format!("it does not plan on its own: {e}"))
+        };
+        match why {
+            None => out.groups.push(Group { nodes, anchors }),
+            Some(why) => {
+                out.notes.push(format!("group of {} is split into its partitions: {why}", anchors.join(", ")));
+                per_partition(g, &inside, &|_| Ok(()), &mut out);
+            }
+        }
+    }
+    out
+}
+
+/// Each claimable partition that plans on its own as a group of its own.
+fn per_partition(
+    g: &Graph,
+    partitions: &[Partition],
+    claimable: &dyn Fn(&Partition) -> Result<(), String>,
+    out: &mut Offload,
+) {
+    for p in partitions {
+        let ok = claimable(p).and_then(|()| super::plan(&subgraph(g, &p.nodes)).map(|_| ()).map_err(|e| e.to_string()));
+        match ok {
+            Ok(()) => out.groups.push(Group { nodes: p.nodes.clone(), anchors: vec![p.anchor.clone()] }),
+            Err(why) => out.notes.push(format!("partition {} stays with the host: {why}", p.anchor)),
+        }
+    }
+}
+
+/// The nodes of `g` named in `names`, as a standalone graph: what the fused node will run.
+/// Values read from outside become inputs (constants stay constants), values used outside
+/// or graph outputs become outputs.
+pub fn subgraph(g: &Graph, names: &[String]) -> Graph {
+    let set: HashSet<&str> = names.iter().map(String::as_str).collect();
+    let nodes: Vec<_> = g.nodes.iter().filter(|n| set.contains(n.name.as_str())).cloned().collect();
+    let produced: HashSet<&str> = nodes.iter().flat_map(|n| n.outputs.iter().map(String::as_str)).collect();
+    let constants: HashMap<&str, &Arc<Tensor>> = g
+        .nodes
+        .iter()
+        .filter_map(|n| match &n.op {
+            Op::Constant { value } => Some((n.outputs[0].as_str(), value)),
+            _ => None,
+        })
+        .collect();
+    let mut sub = Graph { name: format!("{}.bolt", g.name), opset: g.opset, ..Default::default() };
+    for n in &nodes {
+        for x in n.inputs.iter().flatten() {
+            if produced.contains(x.as_str()) || sub.initializers.contains_key(x) || sub.inputs.contains(x) {
+                continue;
+            }
+            if let Some(t) = g.initializers.get(x) {
+                sub.initializers.insert(x.clone(), t.clone());
+            } else if let Some(t) = constants.get(x.as_str()) {
+                sub.initializers.insert(x.clone(), (*t).clone());
+            } else {
+                sub.inputs.push(x.clone());
+            }
+        }
+    }
+    let used_outside: HashSet<&str> = g
+        .nodes
+        .iter()
+        .filter(|n| !set.contains(n.name.as_str()))
+        .flat_map(|n| n.inputs.iter().flatten().map(String::as_str))
+        .chain(g.outputs.iter().map(String::as_str))
+        .collect();
+    for n in &nodes {
+        for o in &n.outputs {
+            if !o.is_empty() && used_outside.contains(o.as_str()) {
+                sub.outputs.push(o.clone());
+            }
+        }
+    }
+    let names: HashSet<&String> =
+        sub.inputs.iter().chain(sub.initializers.keys()).chain(nodes.iter().flat_map(|n| n.outputs.iter())).collect();
+    for n in names {
+        if let Some(t) = g.types.get(n) {
+            sub.types.insert(n.clone(), t.clone());
+        }
+    }
+    sub.nodes = nodes;
+    sub
+}

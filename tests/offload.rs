@@ -1,0 +1,96 @@
+//! What a host hands to Bolt (`plan::offload`): connected device work as one fused node each,
+//! host ops splitting groups, and groups that would feed themselves split into partitions.
+
+mod common;
+
+use bolt::ir::{Binary, DType, Graph, Op};
+use bolt::plan::offload::{offload, subgraph, Group};
+use common::nets::{inputs, Net};
+
+fn any_partition(_: &bolt::partition::Partition) -> Result<(), String> {
+    Ok(())
+}
+
+/// Every group's subgraph, planned on its own as the host's fused node will be and run on the
+/// reference executor, gives the model's values at its outputs (inputs and constants carried
+/// over; a check of the grouping and the rewriting, not of any kernel).
+fn groups_compute_the_model(g: &Graph, groups: &[Group]) {
+    let x = inputs(g);
+    // Every value of the model, not just its outputs.
+    let mut all = g.clone();
+    all.outputs = g.nodes.iter().flat_map(|n| n.outputs.iter().filter(|o| !o.is_empty()).cloned()).collect();
+    let mut want = bolt::reference::run(&all, &x).unwrap();
+    want.extend(x);
+    for group in groups {
+        let sub = subgraph(g, &group.nodes);
+        let planned = bolt::plan::plan(&sub).unwrap().graph;
+        let feeds = sub.inputs.iter().map(|i| (i.clone(), want[i].clone())).collect();
+        let got = bolt::reference::run(&planned, &feeds).unwrap();
+        assert!(!sub.outputs.is_empty());
+        for o in &sub.outputs {
+            let c = bolt::cases::compare(o, &got[o], &want[o], bolt::cases::Tolerance { rtol: 1e-4, atol: 1e-5 });
+            assert!(c.failure.is_none(), "{}", c.failure.unwrap());
+        }
+    }
+}
+
+#[test]
+fn a_cnn_with_pools_and_a_flatten_is_one_group() {
+    let mut n = Net::new(DType::F32);
+    let x = n.input("x", &[2, 3, 16, 16]);
+    let y = n.conv(&x, 3, 8, 3, 1, 1);
+    let y = n.relu(&y);
+    let y = n.conv(&y, 8, 16, 3, 2, 1);
+    let y = n.relu(&y);
+    let y = n.op("gap", Op::GlobalAveragePool, &[&y]);
+    let y = n.op("flatten", Op::Flatten { axis: 1 }, &[&y]);
+    let y = n.linear(&y, 16, 10);
+    let g = n.finish(&[&y]);
+    let o = offload(&g, &any_partition);
+    assert_eq!(o.groups.len(), 1, "{:?}", o.notes);
+    assert_eq!(o.groups[0].nodes.len(), g.nodes.len(), "every node: {:?}", o.groups[0].nodes);
+    assert_eq!(o.groups[0].anchors.len(), 3);
+    groups_compute_the_model(&g, &o.groups);
+}
+
+#[test]
+fn a_host_op_splits_the_groups_and_an_unclaimable_partition_stays_with_the_host() {
+    let mut n = Net::new(DType::F32);
+    let x = n.input("x", &[2, 8, 8, 8]);
+    let y = n.conv(&x, 8, 8, 3, 1, 1);
+    let y = n.relu(&y);
+    // A softmax over the channels: no Bolt kernel (not a last-axis reduction).
+    let y = n.op("softmax", Op::Softmax { axis: 1 }, &[&y]);
+    let y = n.conv(&y, 8, 8, 1, 1, 0);
+    let y = n.relu(&y);
+    let g = n.finish(&[&y]);
+    let o = offload(&g, &any_partition);
+    assert_eq!(o.groups.len(), 2, "{:?}", o.groups);
+    assert!(o.groups.iter().all(|gr| !gr.nodes.iter().any(|n| n.starts_with("softmax"))));
+    groups_compute_the_model(&g, &o.groups);
+    // The host refuses the second partition: one group left, and why.
+    let second = o.groups[1].anchors[0].clone();
+    let refuse = |p: &bolt::partition::Partition| if p.anchor == second { Err("refused".into()) } else { Ok(()) };
+    let o = offload(&g, &refuse);
+    assert_eq!(o.groups.len(), 1);
+    assert!(o.notes.iter().any(|n| n.contains(&second) && n.contains("refused")), "{:?}", o.notes);
+}
+
+#[test]
+fn a_group_that_would_feed_itself_is_split_into_its_partitions() {
+    // a = relu(conv(x)); b = conv(softmax(a)) + a: the second conv reads `a` directly (its
+    // residual) and through the host's softmax, so {conv1, conv2} as one fused node would wait
+    // on the softmax, which waits on it.
+    let mut n = Net::new(DType::F32);
+    let x = n.input("x", &[1, 8, 8, 8]);
+    let a = n.conv(&x, 8, 8, 3, 1, 1);
+    let a = n.relu(&a);
+    let s = n.op("softmax", Op::Softmax { axis: 1 }, &[&a]);
+    let b = n.conv(&s, 8, 8, 1, 1, 0);
+    let y = n.op("add", Op::Binary(Binary::Add), &[&b, &a]);
+    let g = n.finish(&[&y]);
+    let o = offload(&g, &any_partition);
+    assert_eq!(o.groups.len(), 2, "{:?} {:?}", o.groups, o.notes);
+    assert!(o.notes.iter().any(|n| n.contains("comes back")), "{:?}", o.notes);
+    groups_compute_the_model(&g, &o.groups);
+}
