@@ -5,8 +5,9 @@
 //! crossing to the host framework at every partition boundary.
 //!
 //! A group must be convex (no path leaves it through a host node and comes back: one fused
-//! node would feed itself) and must plan on its own; a group that is not falls back to its
-//! partitions, one fused node each, and the reason is kept.
+//! node would feed itself): connected device work is cut where host nodes lie between its
+//! parts (by host depth, below). A group must also plan on its own; one that does not falls
+//! back to its partitions, one fused node each, and the reason is kept.
 
 use super::edit;
 use crate::ir::{Graph, Op, Tensor};
@@ -61,8 +62,51 @@ pub fn offload(g: &Graph, claimable: &dyn Fn(&Partition) -> Result<(), String>) 
             device.insert(n.name.clone());
         }
     }
-    // Connected components through tensors both ends of which are on the device.
+    // Units that must stay whole: each partition, each stitched region; other nodes alone.
     let index: HashMap<&str, usize> = g.nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect();
+    let mut unit: Vec<usize> = (0..g.nodes.len()).collect();
+    let whole = partitions.iter().map(|p| &p.nodes).chain(plan.stitched.iter().filter(|d| d.stitched.is_some()).map(|d| &d.nodes));
+    for names in whole {
+        let ids: Vec<usize> = names.iter().filter_map(|n| index.get(n.as_str()).copied()).collect();
+        if let Some(&first) = ids.first() {
+            for i in ids {
+                unit[i] = first;
+            }
+        }
+    }
+    // Host depth of each unit: the most host nodes on a path from the graph's inputs into it.
+    // A group takes device units of one depth only, so no path between two of its members
+    // passes a host node (it would raise the depth): every group is convex.
+    let is_device = |i: usize| device.contains(&g.nodes[i].name);
+    let mut depth = vec![0usize; g.nodes.len()];
+    let mut settled = false;
+    for _ in 0..=g.nodes.len() {
+        let mut changed = false;
+        for (i, n) in g.nodes.iter().enumerate() {
+            for x in n.inputs.iter().flatten() {
+                let Some(&p) = producer.get(x.as_str()) else { continue };
+                let p = index[p];
+                if unit[p] == unit[i] {
+                    continue;
+                }
+                let d = depth[unit[p]] + usize::from(!is_device(p));
+                if d > depth[unit[i]] {
+                    depth[unit[i]] = d;
+                    changed = true;
+                }
+            }
+        }
+        if !changed {
+            settled = true;
+            break;
+        }
+    }
+    if !settled {
+        out.notes.push("its partitions and regions depend on each other in a cycle: offloaded one by one".into());
+        per_partition(g, &partitions, &|_| Ok(()), &mut out);
+        return out;
+    }
+    // Groups: device units of one depth joined through tensors.
     let mut parent: Vec<usize> = (0..g.nodes.len()).collect();
     fn root(p: &mut [usize], mut i: usize) -> usize {
         while p[i] != i {
@@ -71,13 +115,15 @@ pub fn offload(g: &Graph, claimable: &dyn Fn(&Partition) -> Result<(), String>) 
         }
         i
     }
-    for n in g.nodes.iter().filter(|n| device.contains(&n.name)) {
+    for (i, n) in g.nodes.iter().enumerate().filter(|&(i, _)| is_device(i)) {
+        let (a, b) = (root(&mut parent, unit[i]), root(&mut parent, i));
+        parent[a] = b;
         for x in n.inputs.iter().flatten() {
-            if let Some(&p) = producer.get(x.as_str()) {
-                if device.contains(p) {
-                    let (a, b) = (root(&mut parent, index[p]), root(&mut parent, index[n.name.as_str()]));
-                    parent[a] = b;
-                }
+            let Some(&p) = producer.get(x.as_str()) else { continue };
+            let p = index[p];
+            if is_device(p) && depth[unit[p]] == depth[unit[i]] {
+                let (a, b) = (root(&mut parent, p), root(&mut parent, i));
+                parent[a] = b;
             }
         }
     }
