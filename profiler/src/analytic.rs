@@ -19,6 +19,7 @@
 //! (Roller: the top 10 of such a model recall the best config for most operators); absolute
 //! times are rough.
 
+use bolt_codegen::b2b::{B2bCost, B2bSpec};
 use bolt_codegen::candidates::{candidates, with_split_k, Candidate};
 use bolt_codegen::spec::{Arch, Family, GroupMode, KernelSchedule, KernelSpec, Swizzle, TileConfig};
 use bolt_codegen::validate::validate;
@@ -497,7 +498,10 @@ pub fn estimate(spec: &KernelSpec, workload: &Workload, device: &DeviceSpec) -> 
     };
     l2_bytes += split_bytes + fixup_bytes + epilogue_bytes;
     let dram_bytes = dram_operands + epilogue_bytes;
-    let dram_s = dram_operands / device.dram_bandwidth;
+    // Output (and source) bytes count against DRAM bandwidth too: the epilogue term below is
+    // only the part no mainloop hides. (Equal across one workload's candidates, but not across
+    // kernels: a fusion decision compares an intermediate written and read back with none.)
+    let dram_s = dram_bytes / device.dram_bandwidth;
     let l2_s = l2_bytes / device.l2_bandwidth;
 
     // ---- epilogue ------------------------------------------------------------------------------
@@ -535,4 +539,56 @@ pub fn estimate(spec: &KernelSpec, workload: &Workload, device: &DeviceSpec) -> 
         dram_bytes,
         l2_bytes,
     }
+}
+
+/// `mma.sync` on an H100 reaches about 60% of the dense `wgmma` peak (it issues from one warp
+/// at a time and cannot use TMA or the larger wgmma tiles): the rate Bolt's back-to-back
+/// chains (CUTLASS 2.x mainloops on every arch) run at on Hopper.
+pub const MMA_SYNC_SHARE_ON_SM90: f64 = 0.6;
+
+/// Estimated time of a back-to-back chain kernel ([`bolt_codegen::b2b`]) from codegen's cost
+/// numbers for it ([`bolt_codegen::b2b::cost`]), with the terms of [`estimate`]: the busiest
+/// SM's threadblocks at the `mma.sync` rate (reduced on Hopper, [`MMA_SYNC_SHARE_ON_SM90`])
+/// and its latency hiding, the chain's DRAM traffic (input, weights, output: intermediates
+/// never leave the SM), the weights every threadblock re-reads through L2, a pipeline fill per
+/// wave and the launch.
+pub fn estimate_b2b(spec: &B2bSpec, cost: &B2bCost, device: &DeviceSpec) -> Estimate {
+    let sms = device.sm_count as f64;
+    let share = if device.arch == Arch::Sm90 { MMA_SYNC_SHARE_ON_SM90 } else { 1.0 };
+    let per_sm_rate = device.peak_flops(spec.types.input) * share * MMA_EFFICIENCY_SM80 / sms;
+    let tiles = cost.threadblocks.max(1);
+    let ctas_per_sm = cost.threadblocks_per_sm.clamp(1, u64::from(device.max_blocks_per_sm)) as u32;
+    let tiles_per_sm = (tiles as f64 / sms).ceil();
+    let slots = sms * ctas_per_sm as f64;
+    let waves = (tiles as f64 / slots).ceil().max(1.0) as u64;
+    let resident = (ctas_per_sm as f64).min(tiles_per_sm.max(1.0));
+    let warps = resident * (spec.threads() / 32) as f64;
+    let hiding = LATENCY_FLOOR + (1.0 - LATENCY_FLOOR) * (warps / WARPS_FOR_PEAK_SM80).min(1.0);
+    let mainloop_s = tiles_per_sm * (cost.flops / tiles as f64) / per_sm_rate / hiding;
+    let dram_s = cost.dram_bytes / device.dram_bandwidth;
+    let l2_bytes = cost.dram_bytes + cost.l2_weight_bytes;
+    let l2_s = l2_bytes / device.l2_bandwidth;
+    let time_s = smooth_max(&[mainloop_s, dram_s, l2_s]) + waves as f64 * PIPELINE_FILL_S + LAUNCH_OVERHEAD_S;
+    Estimate {
+        time_s,
+        tflops: cost.useful_flops / time_s / 1e12,
+        pct_peak: 100.0 * cost.useful_flops / time_s / device.peak_flops(spec.types.input),
+        tiles,
+        ctas_per_sm,
+        tiles_per_sm,
+        waves,
+        wave_efficiency: tiles as f64 / (waves as f64 * slots),
+        mainloop_s,
+        dram_s,
+        l2_s,
+        epilogue_s: 0.0,
+        dram_bytes: cost.dram_bytes,
+        l2_bytes,
+    }
+}
+
+/// Estimated time of a memory-bound copy kernel moving `bytes` through DRAM (reads and
+/// writes together) over the whole GPU: the planner's standalone padding and layout kernels.
+pub fn copy_seconds(bytes: f64, device: &DeviceSpec) -> f64 {
+    bytes / device.dram_bandwidth + LAUNCH_OVERHEAD_S
 }

@@ -5,12 +5,14 @@
 //! Threadblock residence: every layer has the same M (rows; N*P*Q for convs), so one
 //! threadblock can own a row block through the whole chain if it holds all N columns of every
 //! layer. Later convs must be 1x1, stride 1, no padding (so layer i+1's rows are layer i's
-//! rows). Only the last layer may read a residual tensor. The chain is kept only when the
-//! traffic model ([`super::cost`]) says it is faster than the layers run one by one. A fused
-//! kernel runs two layers ([`MAX_CHAIN_LAYERS`]): longer chains are split into pairs.
+//! rows). Only the last layer may read a residual tensor. The chain is kept only when the one
+//! cost model (the profiler's analytic model, [`bolt_profiler::analytic`]) says codegen's
+//! fused kernel for it is faster than each layer's best single kernel. A fused kernel runs two
+//! layers ([`MAX_CHAIN_LAYERS`]): longer chains are split into pairs.
 
-use super::cost::{ceil_div, DeviceSpec, KernelWork, Mma};
 use super::edit::{bound_shape, constant, finish};
+use super::DeviceSpec;
+use bolt_profiler::analytic::Estimate;
 use super::PlanOptions;
 use crate::error::Result;
 use crate::ir::{ConvLayout, DType, FusedKernel, Graph, Node, Op};
@@ -18,13 +20,9 @@ use serde::Serialize;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-/// The widest N a threadblock holds for every layer (CUTLASS's fused examples go to 256).
-pub const MAX_RESIDENT_N: usize = 256;
-/// Registers hold the whole warp tile row of each layer up to this N (warp N = threadblock N
-/// = layer N; 16-row warps keep N/2 f32 accumulators per thread, 64 registers at N = 128).
-pub const MAX_REGISTER_RESIDENT_N: usize = 128;
-/// Threadblock rows of a fused kernel (as in CUTLASS's examples/13_two_tensor_op_fusion).
-pub const FUSED_TB_M: usize = 64;
+/// The widest N a threadblock holds for every layer (codegen's rule: CUTLASS's fused examples
+/// go to 256).
+pub const MAX_RESIDENT_N: usize = bolt_codegen::b2b::MAX_RESIDENT_N as usize;
 /// Fusing must win by this margin: the model is coarse.
 pub const MIN_GAIN: f64 = 1.05;
 /// Layers one fused kernel runs: CUTLASS's back-to-back mainloops chain two GEMMs / convs; a
@@ -52,29 +50,9 @@ pub struct Layer {
 }
 
 impl Layer {
-    fn flops(&self) -> f64 {
-        2.0 * (self.m * self.n * self.k) as f64
+    fn unfused_bytes(&self) -> usize {
+        self.input_bytes + self.weight_bytes + self.output_bytes + self.source_bytes
     }
-
-    /// The layer as its own kernel: 128 x 128 tiles (two per SM) when they fill the GPU,
-    /// else 64 x 64 (four per SM), as a tuned library would pick, on the arch's native
-    /// tensor-core instructions (wgmma on Hopper).
-    fn alone(&self, dev: &DeviceSpec) -> KernelWork {
-        let large = ceil_div(self.m, 128) * ceil_div(self.n, 128);
-        let (threadblocks, threadblocks_per_sm) =
-            if large >= sms(dev) { (large, 2) } else { (ceil_div(self.m, 64) * ceil_div(self.n, 64), 4) };
-        KernelWork {
-            bytes: (self.input_bytes + self.weight_bytes + self.output_bytes + self.source_bytes) as f64,
-            flops: self.flops(),
-            threadblocks,
-            threadblocks_per_sm,
-            mma: Mma::native(dev),
-        }
-    }
-}
-
-fn sms(dev: &DeviceSpec) -> usize {
-    dev.sm_count as usize
 }
 
 /// A candidate chain and what the planner decided.
@@ -87,8 +65,10 @@ pub struct ChainDecision {
     pub kernel: Option<String>,
     pub residency: Option<Residency>,
     pub reason: String,
-    pub unfused: Option<KernelWork>,
-    pub fused_work: Option<KernelWork>,
+    /// Each layer's best single kernel by the analytic model (symbol) and its estimate.
+    pub unfused: Vec<(String, Estimate)>,
+    /// The analytic estimate of codegen's fused kernel.
+    pub fused_estimate: Option<Estimate>,
     pub unfused_seconds: f64,
     pub fused_seconds: f64,
 }
@@ -223,10 +203,12 @@ fn link(g: &Graph, x: &Node, y: &Node) -> Option<std::result::Result<(), String>
     }))
 }
 
-/// Decides one maximal chain.
-/// Unfused, each layer is its own kernel on the arch's native instructions; fused, the chain is
-/// one CUTLASS 2.x (`mma.sync`) kernel: on Hopper, fusion must win back the wgmma rate too.
-pub fn decide(layers: Vec<Layer>, dev: &DeviceSpec) -> ChainDecision {
+/// Decides one chain of kernel nodes of `g`. Unfused, each layer runs its best single kernel
+/// (wgmma on Hopper); fused, the chain is codegen's first candidate, a CUTLASS 2.x (`mma.sync`)
+/// kernel: on Hopper, fusion must win back the wgmma rate too. Both sides are costed by the
+/// profiler's analytic model on `dev`.
+fn decide(g: &Graph, chain: &[usize], layers: Vec<Layer>, opts: &PlanOptions) -> ChainDecision {
+    let dev = &opts.device;
     let names = layers.iter().map(|l| l.node.as_str()).collect::<Vec<_>>().join(" -> ");
     let mut d = ChainDecision {
         layers: layers.clone(),
@@ -234,69 +216,79 @@ pub fn decide(layers: Vec<Layer>, dev: &DeviceSpec) -> ChainDecision {
         kernel: None,
         residency: None,
         reason: String::new(),
-        unfused: None,
-        fused_work: None,
+        unfused: Vec::new(),
+        fused_estimate: None,
         unfused_seconds: 0.0,
         fused_seconds: 0.0,
     };
-    if let Some(wide) = layers.iter().find(|l| l.n > MAX_RESIDENT_N) {
-        d.reason = format!(
-            "{names}: {} has N = {}; one threadblock must hold all N columns of every layer (at most {MAX_RESIDENT_N})",
-            wide.node, wide.n
-        );
-        return d;
+    let fused = match fused_kernel(g, chain, &opts.bindings) {
+        Ok(f) => f,
+        Err(why) => {
+            d.reason = format!("{names}: no fused kernel: {why}");
+            return d;
+        }
+    };
+    for &i in chain {
+        match best_single_kernel(g, &g.nodes[i], &opts.bindings, dev) {
+            Ok(k) => d.unfused.push(k),
+            Err(why) => {
+                d.reason = format!("{names}: {} has no single kernel to compare with: {why}", g.nodes[i].name);
+                return d;
+            }
+        }
     }
-    let residency = if layers.iter().all(|l| l.n <= MAX_REGISTER_RESIDENT_N) {
-        Residency::Registers
-    } else {
-        Residency::SharedMemory
-    };
-    let first = &layers[0];
-    let last = layers.last().expect("a chain has layers");
-    let unfused = KernelWork {
-        bytes: layers.iter().map(|l| l.alone(dev).bytes).sum(),
-        flops: layers.iter().map(Layer::flops).sum(),
-        threadblocks: first.alone(dev).threadblocks,
-        threadblocks_per_sm: 2,
-        mma: Mma::native(dev),
-    };
-    let unfused_s: f64 = layers.iter().map(|l| l.alone(dev).seconds(dev)).sum();
-    let fused = KernelWork {
-        bytes: (first.input_bytes
-            + layers.iter().map(|l| l.weight_bytes).sum::<usize>()
-            + last.output_bytes
-            + last.source_bytes) as f64,
-        flops: unfused.flops,
-        threadblocks: ceil_div(first.m, FUSED_TB_M),
-        threadblocks_per_sm: 1,
-        mma: Mma::Sync,
-    };
-    let fused_s = fused.seconds(dev);
+    let estimate = bolt_profiler::analytic::estimate_b2b(&fused.0, &fused.1, dev);
+    let unfused_s: f64 = d.unfused.iter().map(|(_, e)| e.time_s).sum();
+    let fused_s = estimate.time_s;
     let mb = |b: f64| b / 1e6;
+    let unfused_mb = mb(layers.iter().map(Layer::unfused_bytes).sum::<usize>() as f64);
     let detail = format!(
-        "{:.1} MB -> {:.1} MB DRAM traffic, {} threadblocks on {} SMs, est {:.1} us unfused vs {:.1} us fused ({:.2}x)",
-        mb(unfused.bytes),
-        mb(fused.bytes),
-        fused.threadblocks,
+        "{unfused_mb:.1} MB -> {:.1} MB DRAM traffic, {} threadblocks on {} SMs, est {:.1} us unfused vs {:.1} us fused ({:.2}x)",
+        mb(estimate.dram_bytes),
+        estimate.tiles,
         dev.sm_count,
         unfused_s * 1e6,
         fused_s * 1e6,
         unfused_s / fused_s
     );
+    let residency = match fused.0.residency {
+        bolt_codegen::b2b::Residency::Registers => Residency::Registers,
+        bolt_codegen::b2b::Residency::SharedMemory => Residency::SharedMemory,
+    };
     d.fused = unfused_s > fused_s * MIN_GAIN;
     d.reason = if d.fused {
         format!("{names}: {residency:?}-resident: {detail}")
-    } else if fused.threadblocks < sms(dev) {
+    } else if (estimate.tiles as f64) < dev.sm_count as f64 {
         format!("{names}: too few row blocks to fill the GPU: {detail}")
     } else {
         format!("{names}: does not pay: {detail}")
     };
-    d.residency = d.fused.then_some(residency);
-    d.unfused = Some(unfused);
-    d.fused_work = Some(fused);
+    if d.fused {
+        d.kernel = Some(bolt_codegen::b2b::symbol_for(&fused.0));
+        d.residency = Some(residency);
+    }
+    d.fused_estimate = Some(estimate);
     d.unfused_seconds = unfused_s;
     d.fused_seconds = fused_s;
     d
+}
+
+/// The analytic model's best single kernel for kernel node `n` on `dev`'s arch: its symbol
+/// and estimate (what the profiler would pick without timing).
+fn best_single_kernel(
+    g: &Graph,
+    n: &Node,
+    bindings: &HashMap<String, usize>,
+    dev: &DeviceSpec,
+) -> std::result::Result<(String, Estimate), String> {
+    let k = kernel(n).ok_or("not a kernel node")?;
+    let a = n.input(0).ok_or("no input")?;
+    let a_shape = bound_shape(g, a, bindings).ok_or_else(|| format!("'{a}' has an unknown shape"))?;
+    let a_type = g.types.get(a).map(|t| t.dtype).ok_or("untyped input")?;
+    let (workload, ..) =
+        super::lower::lower_one(g, &n.name, k, (a_shape, a_type), (n.input(1), n.input(2)), bindings)?;
+    let best = bolt_profiler::analytic::rank(&workload, dev, dev.arch).into_iter().next().ok_or("no candidate")?;
+    Ok((bolt_codegen::render::symbol_for(&best.spec), best.estimate))
 }
 
 /// Finds chains among the kernel nodes of `g`, decides each, and rewrites the fused ones
@@ -343,8 +335,8 @@ pub fn fuse_chains(g: &mut Graph, opts: &PlanOptions) -> Result<Vec<ChainDecisio
                     kernel: None,
                     residency: None,
                     reason,
-                    unfused: None,
-                    fused_work: None,
+                    unfused: Vec::new(),
+                    fused_estimate: None,
                     unfused_seconds: 0.0,
                     fused_seconds: 0.0,
                 });
@@ -367,21 +359,7 @@ pub fn fuse_chains(g: &mut Graph, opts: &PlanOptions) -> Result<Vec<ChainDecisio
             else {
                 continue;
             };
-            let mut d = decide(layers, &opts.device);
-            if d.fused {
-                // The traffic model says fuse: codegen must have a kernel for it.
-                match fused_kernel(g, chain, &opts.bindings) {
-                    Ok((symbol, residency)) => {
-                        d.kernel = Some(symbol);
-                        d.residency = Some(residency);
-                    }
-                    Err(why) => {
-                        d.fused = false;
-                        d.residency = None;
-                        d.reason = format!("{}: no fused kernel: {why}", d.names().join(" -> "));
-                    }
-                }
-            }
+            let d = decide(g, chain, layers, opts);
             if d.fused {
                 let nodes: Vec<&Node> = chain.iter().map(|&i| &g.nodes[i]).collect();
                 let mut inputs = vec![nodes[0].inputs[0].clone()];
@@ -418,13 +396,13 @@ pub fn fuse_chains(g: &mut Graph, opts: &PlanOptions) -> Result<Vec<ChainDecisio
     Ok(decisions)
 }
 
-/// The fused kernel codegen offers for the chain of kernel nodes `chain`: its symbol and
-/// residency, or why there is none.
+/// The fused kernel codegen offers for the chain of kernel nodes `chain` (its first candidate)
+/// with codegen's cost numbers for it, or why there is none.
 fn fused_kernel(
     g: &Graph,
     chain: &[usize],
     bindings: &HashMap<String, usize>,
-) -> std::result::Result<(String, Residency), String> {
+) -> std::result::Result<(bolt_codegen::b2b::B2bSpec, bolt_codegen::b2b::B2bCost), String> {
     use bolt_codegen::b2b::{self as cg, B2bFamily, B2bProblem};
     use bolt_codegen::spec::{Element, Types};
     let nodes: Vec<&Node> = chain.iter().map(|&i| &g.nodes[i]).collect();
@@ -465,10 +443,5 @@ fn fused_kernel(
         }
     };
     let c = cg::candidates(family, types, &problem, &epilogues).map_err(|e| e.to_string())?;
-    let (spec, _) = c.specs.first().ok_or("no candidate")?;
-    let residency = match spec.residency {
-        cg::Residency::Registers => Residency::Registers,
-        cg::Residency::SharedMemory => Residency::SharedMemory,
-    };
-    Ok((cg::symbol_for(spec), residency))
+    c.specs.into_iter().next().ok_or_else(|| "no candidate".to_string())
 }

@@ -112,7 +112,7 @@ pub fn conv2d_problem(a: &[usize], w: &[usize], window: &Window, groups: usize) 
 
 /// Lowers one kernel whose A operand has shape `a` and type `a_type`; returns the workload,
 /// its (alpha, beta) and the output shape (the next chain layer's A).
-fn lower_one(
+pub(crate) fn lower_one(
     g: &Graph,
     name: &str,
     k: &FusedKernel,

@@ -12,7 +12,8 @@
 //!    apply; weights padded once, activation padding fused into the producing kernel when it
 //!    is one of ours.
 //! 4. [`b2b`]: back-to-back GEMM / conv->1x1 conv chains fused into one kernel when the
-//!    threadblock-residence rules hold and the traffic model says it pays.
+//!    threadblock-residence rules hold and the profiler's analytic model (the one cost model)
+//!    says codegen's fused kernel beats the layers' best single kernels.
 //! 5. [`stitch`]: regions of element-wise ops and row reductions left between the kernels
 //!    become stitched kernels (AStitch), so they run on the device too.
 //!
@@ -20,7 +21,6 @@
 //! run as glue kernels ([`lower::glue`]): the plan records which ([`GlueDecision`]).
 
 pub mod b2b;
-pub mod cost;
 pub mod edit;
 mod fuse;
 pub mod layout;
@@ -34,7 +34,8 @@ use crate::compile::DimBindings;
 use crate::error::Result;
 use crate::ir::Graph;
 use crate::partition::{partition, Partitioning};
-pub use cost::DeviceSpec;
+/// The one device description, shared with the profiler's cost model.
+pub use bolt_profiler::device::DeviceSpec;
 
 /// What the planner may do and for which device and shapes it estimates costs.
 #[derive(Clone, Debug)]

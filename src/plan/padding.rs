@@ -10,7 +10,7 @@
 //!
 //! Grouped and depthwise convs, batched GEMMs and transposed A operands are left as they are.
 
-use super::cost::{DeviceSpec, KernelWork, Mma};
+use super::DeviceSpec;
 use super::edit::{bound_shape, constant, consumers, finish, fresh_name, node};
 use super::PlanOptions;
 use crate::error::{Error, Result};
@@ -211,15 +211,9 @@ fn pad_inputs(
             let extra_bytes = elems / kw.max(1) * to * elem;
             // The pad kernel reads A and writes the padded copy; the consumer then reads
             // the padded copy instead of A.
-            let work = KernelWork {
-                bytes: (elems * elem + 2 * extra_bytes) as f64,
-                flops: 0.0,
-                threadblocks: usize::MAX / 4,
-                threadblocks_per_sm: 1,
-                mma: Mma::Sync,
-            };
+            let est_seconds = bolt_profiler::analytic::copy_seconds((elems * elem + 2 * extra_bytes) as f64, dev);
             g.nodes[i].inputs[0] = Some(padded.clone());
-            (to, ActivationPadding::Standalone { node: padded, extra_bytes, est_seconds: work.seconds(dev) })
+            (to, ActivationPadding::Standalone { node: padded, extra_bytes, est_seconds })
         } else {
             continue;
         };
