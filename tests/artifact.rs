@@ -429,6 +429,57 @@ fn host_pools_equal_the_reference_pools() {
     assert!(bolt::plan::lower::glue_for(&one_d, &[1, 2, 5], DType::F32, DType::F32).unwrap().is_err());
 }
 
+/// The cuda device runs Concat and views as rectangles of device-to-device copies
+/// (`plan::lower::copy_blocks`); applied to host bytes here, they give the reference
+/// executor's Concat on every axis (negative too) and a view's bytes, and refuse inputs that
+/// do not fit.
+#[test]
+fn copy_blocks_equal_the_reference_concat_and_views() {
+    use bolt::plan::lower::copy_blocks;
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(16);
+    let apply = |blocks: &[bolt::plan::lower::CopyBlock], inputs: &[Vec<u8>], out_len: usize| {
+        let mut out = vec![0xAAu8; out_len];
+        for b in blocks {
+            for r in 0..b.height {
+                let (s, d) = (b.src + r * b.src_pitch, b.dst + r * b.dst_pitch);
+                out[d..d + b.width].copy_from_slice(&inputs[b.input][s..s + b.width]);
+            }
+        }
+        out
+    };
+    let bytes = |t: &Tensor| t.to_f32_vec().iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>();
+    for _ in 0..100 {
+        let rank = rng.gen_range(1..5);
+        let base: Vec<usize> = (0..rank).map(|_| rng.gen_range(1..5)).collect();
+        let axis = rng.gen_range(0..rank) as i64 - if rng.gen_bool(0.5) { rank as i64 } else { 0 };
+        let a = axis.rem_euclid(rank as i64) as usize;
+        let xs: Vec<Tensor> = (0..rng.gen_range(1..5))
+            .map(|_| {
+                let mut s = base.clone();
+                s[a] = rng.gen_range(0..4);
+                let v: Vec<f32> = (0..s.iter().product::<usize>()).map(|_| rng.gen_range(-9.0..9.0)).collect();
+                Tensor::from_f32(s, v)
+            })
+            .collect();
+        let op = Op::Concat { axis };
+        let refs: Vec<Option<&Tensor>> = xs.iter().map(Some).collect();
+        let want = bolt::reference::eval_op(&op, &refs).unwrap().remove(0);
+        let shapes: Vec<&[usize]> = xs.iter().map(|x| x.shape.as_slice()).collect();
+        let blocks = copy_blocks(&op, &shapes, &want.shape, 4).unwrap();
+        let got = apply(&blocks, &xs.iter().map(bytes).collect::<Vec<_>>(), want.len() * 4);
+        assert_eq!(got, bytes(&want), "concat axis {axis} of {shapes:?}");
+        // A view copies the bytes as they are.
+        let flat = [want.len()];
+        let view = copy_blocks(&Op::Flatten { axis: 0 }, &[&want.shape], &flat, 4).unwrap();
+        assert_eq!(apply(&view, &[bytes(&want)], want.len() * 4), bytes(&want));
+    }
+    // Inputs that disagree off the axis, or do not add up to the output, have no copies.
+    assert!(copy_blocks(&Op::Concat { axis: 1 }, &[&[2, 3], &[3, 3]], &[2, 6], 4).is_none());
+    assert!(copy_blocks(&Op::Concat { axis: 1 }, &[&[2, 3], &[2, 2]], &[2, 6], 4).is_none());
+    assert!(copy_blocks(&Op::Softmax { axis: 1 }, &[&[2, 3]], &[2, 3], 4).is_none());
+}
+
 #[test]
 fn bert_layer_sm80() {
     let dir = tempfile::tempdir().unwrap();

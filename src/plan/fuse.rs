@@ -198,3 +198,49 @@ fn fuse(g: &Graph, p: &Partition, out: &mut Graph) -> Result<Node> {
     };
     Ok(Node { name: p.anchor.clone(), op: Op::Fused(Arc::new(kernel)), inputs, outputs: vec![p.output.clone()] })
 }
+
+/// Inference BatchNormalizations no conv absorbed become `x * a + b` with `a = scale /
+/// sqrt(var + eps)` and `b = bias - mean * a` as [C, 1, ..] constants: element-wise ops the
+/// layout pass moves NHWC and stitching runs on the device, instead of a host op.
+pub fn decompose_batch_norms(g: &mut Graph) -> Result<usize> {
+    use super::edit::{fresh_name, node};
+    use crate::ir::Binary;
+    let mut taken: HashSet<String> = g.nodes.iter().map(|n| n.name.clone()).collect();
+    let mut count = 0;
+    let mut i = 0;
+    while i < g.nodes.len() {
+        let n = g.nodes[i].clone();
+        i += 1;
+        let Op::BatchNormalization { epsilon, training_mode: false, .. } = n.op else { continue };
+        let rank = n.input(0).and_then(|x| g.types.get(x)).and_then(|t| t.shape.as_ref()).map(|s| s.rank());
+        let dtype = n.input(0).and_then(|x| g.types.get(x)).map(|t| t.dtype);
+        let params: Option<Vec<Vec<f64>>> = (1..5).map(|k| n.input(k).and_then(|p| constant(g, p)).map(|t| t.to_f64_vec())).collect();
+        let (Some(rank), Some(dtype), Some(p), 1) = (rank, dtype, params, n.outputs.len()) else { continue };
+        let c = p[0].len();
+        if rank < 2 || !dtype.is_float() || p.iter().any(|v| v.len() != c) {
+            continue;
+        }
+        let a: Vec<f64> = (0..c).map(|k| p[0][k] / (p[3][k] + f64::from(epsilon)).sqrt()).collect();
+        let b: Vec<f64> = (0..c).map(|k| p[1][k] - p[2][k] * a[k]).collect();
+        let mut shape = vec![c];
+        shape.resize(rank - 1, 1);
+        let (Some(ta), Some(tb)) = (Tensor::from_f64_as(dtype, shape.clone(), &a), Tensor::from_f64_as(dtype, shape, &b)) else {
+            continue;
+        };
+        let (an, bn) = (fresh_name(g, &mut taken, &format!("{}.a", n.name)), fresh_name(g, &mut taken, &format!("{}.b", n.name)));
+        let scaled = fresh_name(g, &mut taken, &format!("{}.scaled", n.name));
+        g.initializers.insert(an.clone(), Arc::new(ta));
+        g.initializers.insert(bn.clone(), Arc::new(tb));
+        let x = n.inputs[0].clone();
+        let mul_name = fresh_name(g, &mut taken, &format!("{}.scale", n.name));
+        let mul = node(mul_name, Op::Binary(Binary::Mul), vec![x, Some(an)], scaled.clone());
+        let add = node(n.name.clone(), Op::Binary(Binary::Add), vec![Some(scaled), Some(bn)], n.outputs[0].clone());
+        g.nodes.splice(i - 1..i, [mul, add]);
+        i += 1;
+        count += 1;
+    }
+    if count > 0 {
+        finish(g)?;
+    }
+    Ok(count)
+}

@@ -690,3 +690,66 @@ pub fn stitch_problem(
     let refs: Vec<(&[usize], &[i64])> = views.iter().map(|(s, t)| (s.as_slice(), t.as_slice())).collect();
     spec.problem_of_views(&space, &refs)
 }
+
+/// One rectangular device-to-device copy of a copy node ([`copy_blocks`]): `height` rows of
+/// `width` bytes from input `input` at `src` (+ `src_pitch` per row) to the output at `dst`
+/// (+ `dst_pitch` per row). Offsets are bytes from the tensors' starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CopyBlock {
+    pub input: usize,
+    pub src: usize,
+    pub dst: usize,
+    pub width: usize,
+    pub height: usize,
+    pub src_pitch: usize,
+    pub dst_pitch: usize,
+}
+
+/// Whether `op` only moves bytes in rectangles (views, Concat): run as device copies, never
+/// a kernel nor a host round trip.
+pub fn is_copy(op: &Op) -> bool {
+    op.is_view() || matches!(op, Op::Concat { .. })
+}
+
+/// The copies that run copy node `op` on inputs of shapes `inputs` (row-major, `elem` bytes
+/// per element) producing `output`; `None` when `op` is not a copy op or the shapes do not fit.
+pub fn copy_blocks(op: &Op, inputs: &[&[usize]], output: &[usize], elem: usize) -> Option<Vec<CopyBlock>> {
+    let count = |s: &[usize]| s.iter().product::<usize>();
+    match op {
+        op if op.is_view() => {
+            let bytes = count(output) * elem;
+            (count(inputs.first()?) * elem == bytes).then(|| {
+                vec![CopyBlock { input: 0, src: 0, dst: 0, width: bytes, height: 1, src_pitch: bytes, dst_pitch: bytes }]
+            })
+        }
+        Op::Concat { axis } => {
+            let rank = output.len();
+            let a = if *axis < 0 { *axis + rank as i64 } else { *axis };
+            let a = usize::try_from(a).ok().filter(|&a| a < rank)?;
+            let (outer, unit) = (count(&output[..a]), count(&output[a + 1..]) * elem);
+            let row = output[a] * unit;
+            let mut offset = 0;
+            let mut blocks = Vec::new();
+            for (i, s) in inputs.iter().enumerate() {
+                if s.len() != rank || (0..rank).any(|d| d != a && s[d] != output[d]) {
+                    return None;
+                }
+                let width = s[a] * unit;
+                if width > 0 && outer > 0 {
+                    blocks.push(CopyBlock {
+                        input: i,
+                        src: 0,
+                        dst: offset,
+                        width,
+                        height: outer,
+                        src_pitch: width,
+                        dst_pitch: row,
+                    });
+                }
+                offset += width;
+            }
+            (offset == row).then_some(blocks)
+        }
+        _ => None,
+    }
+}

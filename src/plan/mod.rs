@@ -4,7 +4,7 @@
 //!
 //! Passes, in order:
 //! 1. [`fuse`]: each partition becomes one kernel node (BN folded, biases summed, scalars in
-//!    alpha).
+//!    alpha); a BatchNormalization no kernel absorbed becomes a per-channel multiply-add.
 //! 2. [`layout`]: conv kernels run NHWC; transposes only where a region of consecutive conv
 //!    kernels meets the rest of the model; conv weights converted to OHWI and GEMM weights
 //!    to K-major once.
@@ -144,6 +144,7 @@ pub fn plan(g: &Graph) -> Result<Plan> {
 pub fn plan_with(g: &Graph, opts: &PlanOptions) -> Result<Plan> {
     let partitioning = partition(g);
     let mut graph = fuse::fuse_partitions(g, &partitioning)?;
+    fuse::decompose_batch_norms(&mut graph)?;
     let layout = if opts.nhwc { layout::to_nhwc(&mut graph)? } else { Vec::new() };
     let k_major_weights = if opts.nhwc { layout::weights_k_major(&mut graph)? } else { Vec::new() };
     let padding = if opts.pad { padding::pad(&mut graph, opts)? } else { Vec::new() };

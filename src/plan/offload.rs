@@ -1,7 +1,7 @@
 //! What a host framework hands to Bolt: groups of the model's nodes, each run as one fused
 //! node. A group is a connected set of nodes that Bolt's plan runs on the device (GEMM/conv
-//! partitions, stitched regions, pools and transposes with glue kernels, and the views
-//! between them), so that data stays on the GPU from one Bolt kernel to the next instead of
+//! partitions, stitched regions, pools and transposes with glue kernels, and the views and
+//! concatenations between them: device copies), so that data stays on the GPU from one Bolt kernel to the next instead of
 //! crossing to the host framework at every partition boundary.
 //!
 //! A group must be convex (no path leaves it through a host node and comes back: one fused
@@ -54,11 +54,13 @@ pub fn offload(g: &Graph, claimable: &dyn Fn(&Partition) -> Result<(), String>) 
     let mut device: HashSet<String> = partitions.iter().flat_map(|p| p.nodes.iter().cloned()).collect();
     device.extend(plan.stitched.iter().filter(|d| d.stitched.is_some()).flat_map(|d| d.nodes.iter().cloned()));
     device.extend(plan.glue.iter().filter(|d| d.kernel.is_some()).map(|d| d.node.clone()));
-    // Views of device tensors stay with them (model order: chains of views follow).
+    // Copy ops (views, Concat) reading a device tensor stay with it (model order: chains of
+    // them follow).
     let producer: HashMap<&str, &str> =
         g.nodes.iter().flat_map(|n| n.outputs.iter().map(move |o| (o.as_str(), n.name.as_str()))).collect();
     for n in &g.nodes {
-        if n.op.is_view() && n.input(0).and_then(|x| producer.get(x)).is_some_and(|p| device.contains(*p)) {
+        let reads_device = n.inputs.iter().flatten().any(|x| producer.get(x.as_str()).is_some_and(|p| device.contains(*p)));
+        if super::lower::is_copy(&n.op) && reads_device {
             device.insert(n.name.clone());
         }
     }

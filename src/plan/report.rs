@@ -116,10 +116,12 @@ pub fn report(model: &str, original: &Graph, plan: &Plan, opts: &PlanOptions) ->
         .collect();
     for h in plan.partitioning.host.iter().filter(|h| !on_device.contains(&h.node)) {
         let glue_reason = plan.glue.iter().find(|p| p.node == h.node).and_then(|p| p.reason.as_ref());
-        let is_view = original.nodes.iter().any(|n| n.name == h.node && n.op.is_view());
+        let is_copy = original.nodes.iter().any(|n| n.name == h.node && super::lower::is_copy(&n.op));
         let reason = match glue_reason {
             Some(why) => format!("no glue kernel: {why}"),
-            None if is_view => "a view (the same bytes, a new shape): a device-to-device copy at most, no kernel".into(),
+            None if is_copy => {
+                "a view or a concatenation: device-to-device copies on the GPU, no kernel".into()
+            }
             None => h.reason.clone(),
         };
         let h = crate::partition::HostNode { reason, ..h.clone() };

@@ -25,6 +25,7 @@ use bolt_codegen::abi::{
 };
 use bolt_codegen::b2b::{B2bKernel, B2bProblem};
 use bolt_codegen::loader::{GlueKernel, Kernel, KernelLibrary, Params, StitchKernel};
+use crate::plan::lower::CopyBlock;
 use bolt_codegen::spec::Arch;
 use bolt_profiler::workload::Problem;
 use cudarc::driver::{result, sys, CudaContext, CudaSlice, CudaStream, DevicePtr};
@@ -63,13 +64,11 @@ enum Step {
         problem: B2bProblem,
         params: Params<BoltB2bArgs>,
     },
-    /// A view op (Reshape, Flatten, Squeeze, Unsqueeze, Identity): the same bytes under
-    /// another shape, copied device to device on the stream (no host round trip).
+    /// A copy op (a view: Reshape, Flatten, Squeeze, Unsqueeze, Identity; or Concat): its
+    /// rectangles copied device to device on the stream (no host round trip).
     Copy {
         node: String,
-        src: u64,
-        dst: u64,
-        bytes: usize,
+        blocks: Vec<(u64, u64, CopyBlock)>,
     },
     Host {
         node: usize,
@@ -79,7 +78,7 @@ enum Step {
 /// What one node of the plan becomes before the workspaces are laid out.
 enum Planned {
     Host,
-    Copy(String, u64, u64, usize),
+    Copy(String, Vec<(u64, u64, CopyBlock)>),
     Kernel(String, Kernel, Problem, BoltArgs, usize),
     Chain(String, B2bKernel, B2bProblem, BoltB2bArgs, usize),
     Glue(String, GlueKernel, BoltGlueProblem, BoltGlueArgs),
@@ -283,7 +282,7 @@ impl CudaExecutor {
                 continue;
             }
             let Some(nk) = self.plan.kernels.iter().find(|k| k.node == n.name) else {
-                planned.push(self.plan_view(&graph, n, &input_addr).unwrap_or(Planned::Host));
+                planned.push(self.plan_copy(&graph, n, &input_addr).unwrap_or(Planned::Host));
                 continue;
             };
             let choice: &KernelChoice =
@@ -365,7 +364,7 @@ impl CudaExecutor {
         for (i, p) in planned.into_iter().enumerate() {
             let step = match p {
                 Planned::Host => Step::Host { node: i },
-                Planned::Copy(node, src, dst, bytes) => Step::Copy { node, src, dst, bytes },
+                Planned::Copy(node, blocks) => Step::Copy { node, blocks },
                 Planned::Glue(node, kernel, problem, args) => {
                     let params = unsafe { kernel.initialize(&problem, &args, s) }
                         .map_err(|e| self.call_error(kernel.symbol(), &node, &problem, e))?;
@@ -502,22 +501,31 @@ impl CudaExecutor {
         Ok(Planned::Glue(n.name.clone(), kernel, u.problem, args))
     }
 
-    /// A view op as a device-to-device copy, when both tensors live on the device and the
-    /// output's size is known at these shapes; `None`: a host step.
-    fn plan_view(
+    /// A copy op (view, Concat) as device-to-device copies, when every tensor lives on the
+    /// device and the shapes are known at these inputs; `None`: a host step.
+    fn plan_copy(
         &self,
         graph: &Graph,
         n: &crate::ir::Node,
         input_addr: &HashMap<String, (u64, usize)>,
     ) -> Option<Planned> {
-        if !n.op.is_view() {
+        if !crate::plan::lower::is_copy(&n.op) {
             return None;
         }
-        let (x, y) = (n.input(0)?, n.outputs.first()?);
+        let shape = |t: &str| graph.types.get(t)?.shape.as_ref()?.as_static();
+        let y = n.outputs.first()?;
         let ty = graph.types.get(y)?;
-        let bytes = ty.shape.as_ref()?.as_static()?.iter().product::<usize>() * ty.dtype.size_bytes()?;
-        let (src, dst) = (self.address(x, input_addr)?, self.address(y, input_addr)?);
-        Some(Planned::Copy(n.name.clone(), src, dst, bytes))
+        // A view reads only its data input (Reshape's shape input is a host value).
+        let data: Vec<&str> = if n.op.is_view() { vec![n.input(0)?] } else { n.inputs.iter().flatten().map(String::as_str).collect() };
+        let shapes: Vec<Vec<usize>> = data.iter().map(|x| shape(x)).collect::<Option<_>>()?;
+        let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
+        let blocks = crate::plan::lower::copy_blocks(&n.op, &refs, &shape(y)?, ty.dtype.size_bytes()?)?;
+        let dst = self.address(y, input_addr)?;
+        let blocks = blocks
+            .into_iter()
+            .map(|b| Some((self.address(data[b.input], input_addr)? + b.src as u64, dst + b.dst as u64, b)))
+            .collect::<Option<Vec<_>>>()?;
+        Some(Planned::Copy(n.name.clone(), blocks))
     }
 
     /// A stitched node's kernel, problem (from its inputs' bound shapes) and arguments.
@@ -612,12 +620,28 @@ impl CudaExecutor {
                 self.launch(node, problem, params)?;
                 Some((&**node, params.symbol()))
             }
-            Step::Copy { node, src, dst, bytes } => {
-                if *bytes > 0 {
-                    // SAFETY: both ranges hold `bytes` (the arena / weights / input buffers
-                    // planned for these shapes) and live as long as the steps.
-                    drv("copy (view op)", unsafe { result::memcpy_dtod_async(*dst, *src, *bytes, self.stream) })
-                        .map_err(|e| RuntimeError::Cuda(format!("node '{node}': {e}")))?;
+            Step::Copy { node, blocks } => {
+                for &(src, dst, b) in blocks.iter() {
+                    // SAFETY: every rectangle lies inside its tensors (the arena / weights /
+                    // input buffers planned for these shapes, `copy_blocks`), which live as
+                    // long as the steps.
+                    let r = if b.height == 1 {
+                        unsafe { result::memcpy_dtod_async(dst, src, b.width, self.stream) }
+                    } else {
+                        let copy = sys::CUDA_MEMCPY2D {
+                            srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+                            srcDevice: src,
+                            srcPitch: b.src_pitch,
+                            dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+                            dstDevice: dst,
+                            dstPitch: b.dst_pitch,
+                            WidthInBytes: b.width,
+                            Height: b.height,
+                            ..unsafe { std::mem::zeroed() }
+                        };
+                        unsafe { sys::cuMemcpy2DAsync_v2(&copy, self.stream) }.result()
+                    };
+                    drv("copy", r).map_err(|e| RuntimeError::Cuda(format!("node '{node}': {e}")))?;
                 }
                 Some((&**node, "memcpy"))
             }
