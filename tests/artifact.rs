@@ -336,7 +336,7 @@ fn host_glue_equals_the_reference_ops() {
                 (Op::Cast { to, saturate: true }, to)
             }
         };
-        let (spec, problem) = bolt::plan::lower::glue_for(&op, &x.shape, dtype, yt).unwrap().unwrap();
+        let (spec, problem) = bolt::plan::lower::glue_for(&op, &x.shape, dtype, yt, &[]).unwrap().unwrap();
         families.insert(std::mem::discriminant(&spec));
         let got = bolt::runtime::glue::run(&spec, &problem, &x).unwrap();
         let want = bolt::reference::eval_op(&op, &[Some(&x)]).unwrap().remove(0);
@@ -345,13 +345,13 @@ fn host_glue_equals_the_reference_ops() {
     assert_eq!(families.len(), 3);
     // What no glue kernel takes stays on the host, with a reason.
     let x = Tensor::from_f32(vec![2, 5], vec![0.0; 10]);
-    assert!(bolt::plan::lower::glue_for(&Op::FitLastAxis { to: 3 }, &x.shape, DType::F32, DType::F32)
+    assert!(bolt::plan::lower::glue_for(&Op::FitLastAxis { to: 3 }, &x.shape, DType::F32, DType::F32, &[])
         .unwrap()
         .is_err());
-    assert!(bolt::plan::lower::glue_for(&Op::FitLastAxis { to: 7 }, &x.shape, DType::F32, DType::F32)
+    assert!(bolt::plan::lower::glue_for(&Op::FitLastAxis { to: 7 }, &x.shape, DType::F32, DType::F32, &[])
         .unwrap()
         .is_err());
-    assert!(bolt::plan::lower::glue_for(&Op::Transpose { perm: Some(vec![1, 0]) }, &x.shape, DType::F32, DType::F32)
+    assert!(bolt::plan::lower::glue_for(&Op::Transpose { perm: Some(vec![1, 0]) }, &x.shape, DType::F32, DType::F32, &[])
         .is_none());
 }
 
@@ -394,7 +394,7 @@ fn host_pools_equal_the_reference_pools() {
         } else {
             (pool, x)
         };
-        let (spec, problem) = bolt::plan::lower::glue_for(&op, &x.shape, dtype, dtype)
+        let (spec, problem) = bolt::plan::lower::glue_for(&op, &x.shape, dtype, dtype, &[])
             .expect("a pool is a glue op")
             .unwrap_or_else(|e| panic!("{op:?} on {:?}: {e}", x.shape));
         let got = bolt::runtime::glue::run(&spec, &problem, &x).unwrap();
@@ -418,7 +418,7 @@ fn host_pools_equal_the_reference_pools() {
         ceil_mode: false,
         storage_order: 0,
     };
-    let why = bolt::plan::lower::glue_for(&same, &[1, 2, 5, 5], DType::F32, DType::F32).unwrap().unwrap_err();
+    let why = bolt::plan::lower::glue_for(&same, &[1, 2, 5, 5], DType::F32, DType::F32, &[]).unwrap().unwrap_err();
     assert!(why.contains("auto_pad"), "{why}");
     // 1-D pools are not 2-D pool kernels.
     let one_d = Op::AveragePool {
@@ -426,7 +426,84 @@ fn host_pools_equal_the_reference_pools() {
         ceil_mode: false,
         count_include_pad: false,
     };
-    assert!(bolt::plan::lower::glue_for(&one_d, &[1, 2, 5], DType::F32, DType::F32).unwrap().is_err());
+    assert!(bolt::plan::lower::glue_for(&one_d, &[1, 2, 5], DType::F32, DType::F32, &[]).unwrap().is_err());
+}
+
+/// Resize kernels on the reference device (`runtime::glue`, from the spec's definition) equal
+/// the reference executor's Resize (checked against the ONNX conformance cases) on random
+/// nearest resizes: scales up and down or sizes, every coordinate mode and rounding they take,
+/// on NCHW data and on NHWC data (the spatial axes 1 and 2, as inside conv regions).
+#[test]
+fn host_resizes_equal_the_reference_resize() {
+    use bolt::ir::{AspectPolicy, CoordTransform, NearestMode, ResizeAttrs, ResizeMode};
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(17);
+    let coords = [CoordTransform::Asymmetric, CoordTransform::HalfPixel, CoordTransform::PytorchHalfPixel, CoordTransform::AlignCorners];
+    let modes = [NearestMode::Floor, NearestMode::Ceil, NearestMode::RoundPreferFloor, NearestMode::RoundPreferCeil];
+    let mut kinds = std::collections::HashSet::new();
+    for case in 0..120 {
+        let attrs = ResizeAttrs {
+            mode: ResizeMode::Nearest,
+            coord: coords[case % 4],
+            nearest: modes[(case / 4) % 4],
+            cubic_coeff_a: -0.75,
+            exclude_outside: false,
+            extrapolation_value: 0.0,
+            antialias: false,
+            axes: None,
+            aspect: AspectPolicy::Stretch,
+        };
+        let nhwc = case % 2 == 1;
+        let spatial = if nhwc { [1, 2] } else { [2, 3] };
+        let shape: Vec<usize> = (0..4).map(|d| if spatial.contains(&d) { rng.gen_range(1..7) } else { rng.gen_range(1..4) }).collect();
+        let dtype = [DType::F32, DType::F16][case % 3 % 2];
+        let values: Vec<f64> = (0..shape.iter().product::<usize>()).map(|_| rng.gen_range(-8.0..8.0)).collect();
+        let x = Tensor::from_f64_as(dtype, shape.clone(), &values).unwrap();
+        let (scales, sizes) = if case % 3 == 2 {
+            let mut z: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
+            for d in spatial {
+                z[d] = rng.gen_range(1..10);
+            }
+            (None, Some(Tensor::from_i64(vec![4], z)))
+        } else {
+            let pick = [0.5f32, 0.75, 1.5, 2.0, 3.0];
+            let mut v = vec![1.0f32; 4];
+            for d in spatial {
+                v[d] = pick[rng.gen_range(0..pick.len())];
+            }
+            (Some(Tensor::from_f32(vec![4], v)), None)
+        };
+        let op = Op::Resize(attrs);
+        let constants = [None, None, scales.as_ref(), sizes.as_ref()];
+        let want = bolt::reference::eval_op(&op, &[Some(&x), None, scales.as_ref(), sizes.as_ref()]).unwrap().remove(0);
+        if want.is_empty() {
+            continue; // a scale that floors an axis to 0
+        }
+        let (spec, problem) = bolt::plan::lower::glue_for(&op, &x.shape, dtype, dtype, &constants)
+            .expect("a resize is a glue op")
+            .unwrap_or_else(|e| panic!("{op:?} on {shape:?}: {e}"));
+        kinds.insert(format!("{:?}", spec));
+        let got = bolt::runtime::glue::run(&spec, &problem, &x).unwrap();
+        assert_eq!(got, want, "{op:?} on {dtype} {shape:?}, scales {scales:?} sizes {sizes:?}");
+    }
+    assert!(kinds.len() > 20, "{} kinds of resize kernel", kinds.len());
+    // Linear resizes stay on the host, with the reason.
+    let linear = ResizeAttrs {
+        mode: ResizeMode::Linear,
+        coord: CoordTransform::HalfPixel,
+        nearest: NearestMode::Floor,
+        cubic_coeff_a: -0.75,
+        exclude_outside: false,
+        extrapolation_value: 0.0,
+        antialias: false,
+        axes: None,
+        aspect: AspectPolicy::Stretch,
+    };
+    let scales = Tensor::from_f32(vec![4], vec![1.0, 1.0, 2.0, 2.0]);
+    let why = bolt::plan::lower::glue_for(&Op::Resize(linear), &[1, 2, 3, 3], DType::F32, DType::F32, &[None, None, Some(&scales), None])
+        .unwrap()
+        .unwrap_err();
+    assert!(why.contains("nearest"), "{why}");
 }
 
 /// The cuda device runs Concat and views as rectangles of device-to-device copies

@@ -89,6 +89,44 @@ pub struct PoolSpec {
     pub element: Element,
 }
 
+/// Where output index `o` of an axis samples the input (ONNX Resize's
+/// coordinate_transformation_mode; `scale` = output / input extent, or the model's scale).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResizeCoord {
+    /// o / scale
+    Asymmetric,
+    /// (o + 0.5) / scale - 0.5
+    HalfPixel,
+    /// as HalfPixel, but -0.5 when the output extent (scale * input) is 1
+    PytorchHalfPixel,
+    /// o * (input - 1) / (scale * input - 1), 0 when that is 1
+    AlignCorners,
+}
+
+/// How a fractional source coordinate picks its neighbour (ONNX nearest_mode); an integer
+/// coordinate is itself; the index is clamped to the input.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NearestRounding {
+    Floor,
+    Ceil,
+    RoundPreferFloor,
+    RoundPreferCeil,
+}
+
+/// Nearest-neighbour Resize of the two spatial axes of a 4-D activation (h, w of NCHW or
+/// NHWC). `scales`: the model's constant scales along h and w; `None`: output / input extents
+/// (a model giving sizes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ResizeSpec {
+    pub coord: ResizeCoord,
+    pub rounding: NearestRounding,
+    pub scales: Option<[ordered_float::OrderedFloat<f32>; 2]>,
+    pub layout: Layout,
+    pub element: Element,
+}
+
 /// One glue kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -97,6 +135,7 @@ pub enum GlueSpec {
     PadChannels(PadSpec),
     Cast(CastSpec),
     Pool(PoolSpec),
+    ResizeNearest(ResizeSpec),
 }
 
 /// Why a glue spec is refused.
@@ -110,6 +149,8 @@ pub enum GlueRejection {
     NotViaF32 { from: Element, to: Element },
     #[error("pool window {0:?}: kernel, strides and dilations must be positive, each pad smaller than the window's span")]
     Window(PoolWindow),
+    #[error("resize scale {0}: must be positive and finite")]
+    Scale(ordered_float::OrderedFloat<f32>),
 }
 
 pub fn validate(spec: &GlueSpec) -> Result<(), GlueRejection> {
@@ -136,6 +177,10 @@ pub fn validate(spec: &GlueSpec) -> Result<(), GlueRejection> {
             }
             PoolKind::GlobalAverage => Ok(()),
         },
+        GlueSpec::ResizeNearest(r) => match r.scales.into_iter().flatten().find(|s| !(s.0 > 0.0 && s.0.is_finite())) {
+            Some(bad) => Err(GlueRejection::Scale(bad)),
+            None => Ok(()),
+        },
     }
 }
 
@@ -154,6 +199,7 @@ impl GlueSpec {
                 PoolKind::Average { .. } => ("average_pool", p.element, p.element),
                 PoolKind::GlobalAverage => ("global_average_pool", p.element, p.element),
             },
+            GlueSpec::ResizeNearest(r) => ("resize_nearest", r.element, r.element),
         }
     }
 
@@ -170,6 +216,11 @@ impl GlueSpec {
                 PoolKind::Max(win) | PoolKind::Average { window: win, .. } => win.floor_output(h, w),
                 PoolKind::GlobalAverage => (1, 1),
             },
+            // The output extents of constant scales (floor(input * scale)); sizes: the same.
+            GlueSpec::ResizeNearest(r) => match r.scales {
+                Some([sh, sw]) => ((h as f64 * f64::from(sh.0)) as i64, (w as f64 * f64::from(sw.0)) as i64),
+                None => (h, w),
+            },
             _ => (h, w),
         };
         crate::abi::BoltGlueProblem { n, c, h, w, c_padded, p, q }
@@ -185,12 +236,28 @@ pub fn symbol_for(spec: &GlueSpec) -> String {
         GlueSpec::PadChannels(p) => format!("bolt_glue_{op}_{}_a{}", x.name(), p.alignment),
         GlueSpec::Cast(_) => format!("bolt_glue_{op}_{}_{}", x.name(), y.name()),
         GlueSpec::Transpose(_) => format!("bolt_glue_{op}_{}", x.name()),
-        GlueSpec::Pool(p) => {
-            let layout = match p.layout {
-                Layout::Nchw => "nchw",
-                Layout::Nhwc => "nhwc",
+        GlueSpec::ResizeNearest(r) => {
+            let coord = match r.coord {
+                ResizeCoord::Asymmetric => "asym",
+                ResizeCoord::HalfPixel => "half",
+                ResizeCoord::PytorchHalfPixel => "pthalf",
+                ResizeCoord::AlignCorners => "corners",
             };
-            let base = format!("bolt_glue_{op}_{layout}_{}", x.name());
+            let rounding = match r.rounding {
+                NearestRounding::Floor => "floor",
+                NearestRounding::Ceil => "ceil",
+                NearestRounding::RoundPreferFloor => "rpf",
+                NearestRounding::RoundPreferCeil => "rpc",
+            };
+            // Scales as their bit patterns: exact and a valid identifier.
+            let scales = match r.scales {
+                Some([h, w]) => format!("s{:08x}x{:08x}", h.0.to_bits(), w.0.to_bits()),
+                None => "sizes".into(),
+            };
+            format!("bolt_glue_{op}_{}_{}_{coord}_{rounding}_{scales}", layout_name(r.layout), x.name())
+        }
+        GlueSpec::Pool(p) => {
+            let base = format!("bolt_glue_{op}_{}_{}", layout_name(p.layout), x.name());
             let x2 = |v: &[u32]| v.iter().map(u32::to_string).collect::<Vec<_>>().join("x");
             let window = |w: &PoolWindow| {
                 format!("_k{}_s{}_d{}_p{}", x2(&w.kernel), x2(&w.strides), x2(&w.dilations), x2(&w.pads))
@@ -203,6 +270,13 @@ pub fn symbol_for(spec: &GlueSpec) -> String {
                 PoolKind::GlobalAverage => base,
             }
         }
+    }
+}
+
+fn layout_name(l: Layout) -> &'static str {
+    match l {
+        Layout::Nchw => "nchw",
+        Layout::Nhwc => "nhwc",
     }
 }
 
@@ -221,6 +295,10 @@ struct Context<'a> {
     dilations: [u32; 2],
     pads: [u32; 4],
     count_include_pad: bool,
+    /// Resize: coordinate mode, rounding, and the scales as C++ literals ("" for sizes).
+    coord: &'static str,
+    rounding: &'static str,
+    scales: [String; 2],
 }
 
 pub const TEMPLATE: &str = "glue.cu.tera";
@@ -245,12 +323,16 @@ pub fn render(spec: &GlueSpec, symbol: &str) -> Result<String, RenderError> {
             GlueSpec::PadChannels(p) => p.alignment,
             _ => 1,
         },
-        nhwc: matches!(spec, GlueSpec::Pool(p) if p.layout == Layout::Nhwc),
+        nhwc: matches!(spec, GlueSpec::Pool(p) if p.layout == Layout::Nhwc)
+            || matches!(spec, GlueSpec::ResizeNearest(r) if r.layout == Layout::Nhwc),
         kernel: [0; 2],
         strides: [0; 2],
         dilations: [0; 2],
         pads: [0; 4],
         count_include_pad: false,
+        coord: "",
+        rounding: "",
+        scales: [String::new(), String::new()],
     };
     let context = match spec {
         GlueSpec::Pool(PoolSpec { kind: PoolKind::Max(w) | PoolKind::Average { window: w, .. }, .. }) => Context {
@@ -259,6 +341,23 @@ pub fn render(spec: &GlueSpec, symbol: &str) -> Result<String, RenderError> {
             dilations: w.dilations,
             pads: w.pads,
             count_include_pad: matches!(spec, GlueSpec::Pool(PoolSpec { kind: PoolKind::Average { count_include_pad: true, .. }, .. })),
+            ..context
+        },
+        GlueSpec::ResizeNearest(r) => Context {
+            coord: match r.coord {
+                ResizeCoord::Asymmetric => "asymmetric",
+                ResizeCoord::HalfPixel => "half_pixel",
+                ResizeCoord::PytorchHalfPixel => "pytorch_half_pixel",
+                ResizeCoord::AlignCorners => "align_corners",
+            },
+            rounding: match r.rounding {
+                NearestRounding::Floor => "floor",
+                NearestRounding::Ceil => "ceil",
+                NearestRounding::RoundPreferFloor => "round_prefer_floor",
+                NearestRounding::RoundPreferCeil => "round_prefer_ceil",
+            },
+            // f32 scales exactly, as doubles (the reference computes in f64 from the f32).
+            scales: r.scales.map_or([String::new(), String::new()], |s| s.map(|v| format!("{:?}", f64::from(v.0)))),
             ..context
         },
         _ => context,

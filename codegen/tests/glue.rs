@@ -11,8 +11,10 @@ use bolt_codegen::abi::{
     BoltGlueArgs, BoltGlueProblem, CanImplementFn, InitializeFn, LaunchFn, ParamsSizeFn, Status, FUNCTION_SUFFIXES,
 };
 use bolt_codegen::glue::{
-    self, CastSpec, Direction, GlueSpec, Layout, PadSpec, PoolKind, PoolSpec, PoolWindow, TransposeSpec,
+    self, CastSpec, Direction, GlueSpec, Layout, NearestRounding, PadSpec, PoolKind, PoolSpec, PoolWindow, ResizeCoord,
+    ResizeSpec, TransposeSpec,
 };
+use ordered_float::OrderedFloat;
 use bolt_codegen::spec::Element;
 
 fn specs() -> Vec<GlueSpec> {
@@ -40,7 +42,58 @@ fn specs() -> Vec<GlueSpec> {
             element: Element::F32,
         }),
         GlueSpec::Pool(PoolSpec { kind: PoolKind::GlobalAverage, layout: Layout::Nhwc, element: Element::F32 }),
+        // PP-OCR's FPN upsampling (x2, asymmetric, floor), channels-last.
+        resize(ResizeCoord::Asymmetric, NearestRounding::Floor, Some([2.0, 2.0]), Layout::Nhwc),
+        // Uneven scales, up and down, each coordinate mode and rounding.
+        resize(ResizeCoord::HalfPixel, NearestRounding::RoundPreferFloor, Some([1.5, 0.75]), Layout::Nchw),
+        resize(ResizeCoord::PytorchHalfPixel, NearestRounding::RoundPreferCeil, Some([0.5, 2.5]), Layout::Nhwc),
+        resize(ResizeCoord::AlignCorners, NearestRounding::Ceil, None, Layout::Nchw),
     ]
+}
+
+fn resize(coord: ResizeCoord, rounding: NearestRounding, scales: Option<[f32; 2]>, layout: Layout) -> GlueSpec {
+    let scales = scales.map(|s| s.map(OrderedFloat));
+    GlueSpec::ResizeNearest(ResizeSpec { coord, rounding, scales, layout, element: Element::F32 })
+}
+
+/// The problem a glue kernel is tested on: `problem`'s input, the spec's own output extents,
+/// and for a resize by sizes an output of 7 x 3.
+fn glue_problem(spec: &GlueSpec, problem: BoltGlueProblem) -> BoltGlueProblem {
+    let p = spec.problem(problem.n, problem.c, problem.h, problem.w);
+    match spec {
+        GlueSpec::ResizeNearest(ResizeSpec { scales: None, .. }) => BoltGlueProblem { p: 7, q: 3, ..p },
+        _ => p,
+    }
+}
+
+/// The input index ONNX Resize (nearest) reads for output index `o` of an axis, computed from
+/// the operator's definition in f64.
+fn nearest(spec: &ResizeSpec, o: i64, input: i64, output: i64, axis: usize) -> i64 {
+    let scale = match spec.scales {
+        Some(s) => f64::from(s[axis].0),
+        None => output as f64 / input as f64,
+    };
+    let (y, in_f, out_f) = (o as f64, input as f64, scale * input as f64);
+    let x = match spec.coord {
+        ResizeCoord::Asymmetric => y / scale,
+        ResizeCoord::HalfPixel => (y + 0.5) / scale - 0.5,
+        ResizeCoord::PytorchHalfPixel if out_f == 1.0 => -0.5,
+        ResizeCoord::PytorchHalfPixel => (y + 0.5) / scale - 0.5,
+        ResizeCoord::AlignCorners if out_f == 1.0 => 0.0,
+        ResizeCoord::AlignCorners => y * (in_f - 1.0) / (out_f - 1.0),
+    };
+    let i = if x.fract() == 0.0 {
+        x
+    } else {
+        match spec.rounding {
+            NearestRounding::Floor => x.floor(),
+            NearestRounding::Ceil => x.ceil(),
+            NearestRounding::RoundPreferFloor if x - x.floor() == 0.5 => x.floor(),
+            NearestRounding::RoundPreferCeil if x - x.floor() == 0.5 => x.ceil(),
+            _ => x.round(),
+        }
+    };
+    (i as i64).clamp(0, input - 1)
 }
 
 const UNEVEN: PoolWindow = PoolWindow { kernel: [3, 2], strides: [2, 1], dilations: [1, 2], pads: [1, 0, 1, 1] };
@@ -147,10 +200,10 @@ fn test_main(symbols: &[String], problem: BoltGlueProblem) -> String {
                 }
             }
             _ => {
-                let c_padded = spec.problem(p.n, p.c, p.h, p.w).c_padded;
+                let q = glue_problem(spec, p);
                 m += &format!(
-                    "  {{ BoltGlueProblem p{{{}, {}, {}, {}, {c_padded}, {}, {}}};\n    for (int64_t i = 0; i < {s}::output_elements(p); ++i) printf(\"{s} %lld\\n\", (long long){s}::source_index(p, i)); }}\n",
-                    p.n, p.c, p.h, p.w, p.h, p.w
+                    "  {{ BoltGlueProblem p{{{}, {}, {}, {}, {}, {}, {}}};\n    for (int64_t i = 0; i < {s}::output_elements(p); ++i) printf(\"{s} %lld\\n\", (long long){s}::source_index(p, i)); }}\n",
+                    q.n, q.c, q.h, q.w, q.c_padded, q.p, q.q
                 );
             }
         }
@@ -192,6 +245,38 @@ fn expected_sources(spec: &GlueSpec, p: BoltGlueProblem) -> Vec<i64> {
                     for x in 0..w {
                         for ch in 0..cp {
                             out.push(if ch < c { b * h * w * c + y * w * c + x * c + ch } else { -1 });
+                        }
+                    }
+                }
+            }
+        }
+        GlueSpec::ResizeNearest(r) => {
+            let q = glue_problem(spec, p);
+            let src = |b: i64, ch: i64, y: i64, x: i64| {
+                let (iy, ix) = (nearest(r, y, h, q.p, 0), nearest(r, x, w, q.q, 1));
+                match r.layout {
+                    Layout::Nchw => ((b * c + ch) * h + iy) * w + ix,
+                    Layout::Nhwc => ((b * h + iy) * w + ix) * c + ch,
+                }
+            };
+            for b in 0..n {
+                match r.layout {
+                    Layout::Nchw => {
+                        for ch in 0..c {
+                            for y in 0..q.p {
+                                for x in 0..q.q {
+                                    out.push(src(b, ch, y, x));
+                                }
+                            }
+                        }
+                    }
+                    Layout::Nhwc => {
+                        for y in 0..q.p {
+                            for x in 0..q.q {
+                                for ch in 0..c {
+                                    out.push(src(b, ch, y, x));
+                                }
+                            }
                         }
                     }
                 }
@@ -292,6 +377,11 @@ fn glue_kernels_compute_the_documented_layouts_and_answer_the_abi() {
             assert_eq!(status(&ceil), Status::Ok, "{symbol}");
             let beyond = BoltGlueProblem { p: ceil.p + 3, ..ceil };
             assert_eq!(status(&beyond), Status::UnsupportedProblem, "{symbol}: windows past the input");
+        } else if let GlueSpec::ResizeNearest(r) = spec {
+            // By sizes any output extent goes; constant scales fix them.
+            let other = BoltGlueProblem { p: ok.p + 1, ..ok };
+            let want = if r.scales.is_some() { Status::UnsupportedProblem } else { Status::Ok };
+            assert_eq!(status(&other), want, "{symbol}: p");
         } else {
             let moved = BoltGlueProblem { p: ok.p + 1, ..ok };
             assert_eq!(status(&moved), Status::UnsupportedProblem, "{symbol}: p != h");

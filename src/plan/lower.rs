@@ -240,7 +240,11 @@ pub fn glue(g: &Graph, n: &Node, bindings: &HashMap<String, usize>) -> Option<Re
     let Some(shape) = bound_shape(g, x, bindings) else {
         return Some(Err(format!("'{x}' has an unknown shape")));
     };
-    glue_for(&n.op, &shape, xt, yt).map(|r| r.map(|(spec, problem)| GlueUse { node: n.name.clone(), spec, problem }))
+    let constants: Vec<Option<std::sync::Arc<crate::ir::Tensor>>> =
+        n.inputs.iter().map(|i| i.as_deref().and_then(|t| super::edit::constant(g, t))).collect();
+    let constants: Vec<Option<&crate::ir::Tensor>> = constants.iter().map(|c| c.as_deref()).collect();
+    glue_for(&n.op, &shape, xt, yt, &constants)
+        .map(|r| r.map(|(spec, problem)| GlueUse { node: n.name.clone(), spec, problem }))
 }
 
 /// Whether `op` is a pool (of the model's, or run channels-last by the planner).
@@ -253,9 +257,75 @@ pub fn is_pool(op: &Op) -> bool {
 
 fn is_glue_op(op: &Op) -> bool {
     match op {
-        Op::Transpose { .. } | Op::FitLastAxis { .. } | Op::Cast { .. } => true,
+        Op::Transpose { .. } | Op::FitLastAxis { .. } | Op::Cast { .. } | Op::Resize(_) => true,
         op => is_pool(op),
     }
+}
+
+/// A nearest Resize of two spatial axes of a rank-4 tensor (NCHW's h, w or, as the layout
+/// pass leaves it inside conv regions, NHWC's) as a glue kernel: its spec and problem, from
+/// the constant scales or sizes (`constants`, by input position).
+fn resize_for(
+    a: &crate::ir::ResizeAttrs,
+    shape: &[usize],
+    element: bolt_codegen::spec::Element,
+    constants: &[Option<&crate::ir::Tensor>],
+) -> Result<(bolt_codegen::glue::ResizeSpec, BoltGlueProblem), String> {
+    use crate::ir::{AspectPolicy, CoordTransform, NearestMode, ResizeMode};
+    use bolt_codegen::glue::{Layout, NearestRounding, ResizeCoord, ResizeSpec};
+    if a.mode != ResizeMode::Nearest {
+        return Err(format!("mode {:?}: resize kernels are nearest-neighbour", a.mode));
+    }
+    if a.antialias || a.axes.is_some() || a.aspect != AspectPolicy::Stretch {
+        return Err("antialias, axes or keep_aspect_ratio_policy: resize kernels take plain ones".into());
+    }
+    let coord = match a.coord {
+        CoordTransform::Asymmetric => ResizeCoord::Asymmetric,
+        CoordTransform::HalfPixel => ResizeCoord::HalfPixel,
+        CoordTransform::PytorchHalfPixel => ResizeCoord::PytorchHalfPixel,
+        CoordTransform::AlignCorners => ResizeCoord::AlignCorners,
+        other => return Err(format!("coordinate_transformation_mode {other:?} has no resize kernel")),
+    };
+    let rounding = match a.nearest {
+        NearestMode::Floor => NearestRounding::Floor,
+        NearestMode::Ceil => NearestRounding::Ceil,
+        NearestMode::RoundPreferFloor => NearestRounding::RoundPreferFloor,
+        NearestMode::RoundPreferCeil => NearestRounding::RoundPreferCeil,
+    };
+    if shape.len() != 4 {
+        return Err(format!("the input has rank {}: resize kernels take rank-4 data", shape.len()));
+    }
+    let given = |k: usize| constants.get(k).copied().flatten().filter(|t| t.len() > 0);
+    let (scales, sizes) = match (given(2), given(3)) {
+        (Some(s), None) if s.dtype().is_float() => (Some(s.to_f32_vec()), None),
+        (None, Some(z)) => (None, Some(z.as_i64_vec().ok_or("sizes are not integers")?)),
+        _ => return Err("scales or sizes are not a constant".into()),
+    };
+    let (out, _) = crate::ir::infer::resize_output(shape, a, scales.as_deref(), sizes.as_deref())?;
+    // Which axes change: n and c keep their extent (and scale 1).
+    let kept = |d: usize| out[d] == shape[d] && scales.as_ref().is_none_or(|s| s[d] == 1.0);
+    let layout = if kept(0) && kept(1) {
+        Layout::Nchw
+    } else if kept(0) && kept(3) {
+        Layout::Nhwc
+    } else {
+        return Err(format!("resizes {shape:?} to {out:?}: resize kernels resize two spatial axes"));
+    };
+    let (hw, (n, c)) = match layout {
+        Layout::Nchw => ([2, 3], (shape[0], shape[1])),
+        Layout::Nhwc => ([1, 2], (shape[0], shape[3])),
+    };
+    let spec = ResizeSpec {
+        coord,
+        rounding,
+        scales: scales.map(|s| hw.map(|d| ordered_float::OrderedFloat(s[d]))),
+        layout,
+        element,
+    };
+    let i = |x: usize| x as i64;
+    let problem =
+        BoltGlueProblem { p: i(out[hw[0]]), q: i(out[hw[1]]), ..BoltGlueProblem::new(i(n), i(c), i(shape[hw[0]]), i(shape[hw[1]])) };
+    Ok((spec, problem))
 }
 
 /// The pool kernel of a pool op (plain: NCHW; [`Op::ChannelsLast`]: NHWC) on `element` data,
@@ -332,13 +402,15 @@ fn pool_for(
     Ok((spec, BoltGlueProblem { n, c, h, w, c_padded: c, p, q }))
 }
 
-/// [`glue`] of one op on an input of `shape` and type `xt`, writing type `yt`: the spec and
-/// the problem (what the runtime computes from the actual shapes).
+/// [`glue`] of one op on an input of `shape` and type `xt`, writing type `yt`, whose other
+/// inputs are `constants` where constant (by input position; a Resize's scales or sizes): the
+/// spec and the problem (what the runtime computes from the actual shapes).
 pub fn glue_for(
     op: &Op,
     shape: &[usize],
     xt: DType,
     yt: DType,
+    constants: &[Option<&crate::ir::Tensor>],
 ) -> Option<Result<(bolt_codegen::glue::GlueSpec, BoltGlueProblem), String>> {
     use bolt_codegen::glue::{CastSpec, Direction, GlueSpec, PadSpec, TransposeSpec};
     if !is_glue_op(op) {
@@ -384,6 +456,10 @@ pub fn glue_for(
                 let ey = element(yt).ok_or_else(|| format!("casts to {yt}: glue kernels cast between floats"))?;
                 // Element-wise: the tensor as one row.
                 (GlueSpec::Cast(CastSpec { from: ex, to: ey }), BoltGlueProblem::new(numel, 1, 1, 1))
+            }
+            (Op::Resize(a), _) => {
+                let (spec, problem) = resize_for(a, shape, ex, constants)?;
+                (GlueSpec::ResizeNearest(spec), problem)
             }
             (op, _) => {
                 let (spec, problem) = pool_for(op, &s, ex)?;

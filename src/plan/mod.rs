@@ -87,9 +87,10 @@ pub struct GlueDecision {
     pub reason: Option<String>,
 }
 
-/// Every pool and transpose of the model in `g` (the planner's own transforms are reported
-/// as layout transforms) and whether a glue kernel takes it, whatever its input size.
-fn glue_decisions(g: &Graph, model: &Graph) -> Vec<GlueDecision> {
+/// Every pool, transpose and resize of the model in `g` (the planner's own transforms are
+/// reported as layout transforms) and whether a glue kernel takes it: pools and transposes
+/// whatever their input size, resizes at `bindings` (their layout shows in the shapes).
+fn glue_decisions(g: &Graph, model: &Graph, bindings: &DimBindings) -> Vec<GlueDecision> {
     let own: std::collections::HashSet<&str> = model.nodes.iter().map(|n| n.name.as_str()).collect();
     let transposes = g.nodes.iter().filter(|n| own.contains(n.name.as_str()) && matches!(n.op, crate::ir::Op::Transpose { .. }));
     let transposes = transposes.map(|n| {
@@ -97,7 +98,7 @@ fn glue_decisions(g: &Graph, model: &Graph) -> Vec<GlueDecision> {
         let rank = x.and_then(|t| t.shape.as_ref()).map(|s| s.rank());
         // A transpose's kernel does not depend on the sizes, only on the rank.
         let spec = match (x, y, rank) {
-            (Some(x), Some(y), Some(r)) => lower::glue_for(&n.op, &vec![1; r], x.dtype, y.dtype),
+            (Some(x), Some(y), Some(r)) => lower::glue_for(&n.op, &vec![1; r], x.dtype, y.dtype, &[]),
             _ => Some(Err("its input has no known rank".into())),
         };
         let (kernel, reason) = match spec {
@@ -133,7 +134,21 @@ fn glue_decisions(g: &Graph, model: &Graph) -> Vec<GlueDecision> {
                 Err(why) => GlueDecision { node: n.name.clone(), op_type, kernel: None, reason: Some(why) },
             }
         });
-    pools.chain(transposes).collect()
+    let resizes: Vec<&crate::ir::Node> = g.nodes.iter().filter(|n| matches!(n.op, crate::ir::Op::Resize(_))).collect();
+    // Shapes of unknown size (some exporters drop them) become known once the inputs are bound.
+    let bound = if resizes.is_empty() { None } else { edit::bind_inputs(g, bindings).ok() };
+    let resizes = resizes.into_iter().map(|n| {
+        let lowered = match &bound {
+            Some(b) => lower::glue(b, n, bindings).unwrap_or_else(|| Err("not a glue op".into())),
+            None => Err("the model's shapes do not bind".into()),
+        };
+        let (kernel, reason) = match lowered {
+            Ok(u) => (Some(bolt_codegen::glue::symbol_for(&u.spec)), None),
+            Err(why) => (None, Some(why)),
+        };
+        GlueDecision { node: n.name.clone(), op_type: "Resize".into(), kernel, reason }
+    });
+    pools.chain(transposes).chain(resizes.collect::<Vec<_>>()).collect()
 }
 
 /// Plans `g` with the default options (H100 costs, every pass on).
@@ -150,6 +165,6 @@ pub fn plan_with(g: &Graph, opts: &PlanOptions) -> Result<Plan> {
     let padding = if opts.pad { padding::pad(&mut graph, opts)? } else { Vec::new() };
     let chains = if opts.b2b { b2b::fuse_chains(&mut graph, opts)? } else { Vec::new() };
     let stitched = if opts.stitch { stitch::stitch(&mut graph)? } else { Vec::new() };
-    let glue = glue_decisions(&graph, g);
+    let glue = glue_decisions(&graph, g, &opts.bindings);
     Ok(Plan { graph, partitioning, layout, k_major_weights, padding, chains, stitched, glue })
 }

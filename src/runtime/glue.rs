@@ -8,7 +8,9 @@
 
 use crate::ir::{DType, Tensor, TensorData};
 use bolt_codegen::abi::BoltGlueProblem;
-use bolt_codegen::glue::{Direction, GlueSpec, Layout, PoolKind, PoolSpec, PoolWindow};
+use bolt_codegen::glue::{
+    Direction, GlueSpec, Layout, NearestRounding, PoolKind, PoolSpec, PoolWindow, ResizeCoord, ResizeSpec,
+};
 use bolt_codegen::spec::Element;
 
 fn dtype(e: Element) -> DType {
@@ -30,6 +32,7 @@ pub fn run(spec: &GlueSpec, p: &BoltGlueProblem, x: &Tensor) -> Result<Tensor, S
         GlueSpec::PadChannels(s) => s.element,
         GlueSpec::Cast(s) => s.from,
         GlueSpec::Pool(s) => s.element,
+        GlueSpec::ResizeNearest(s) => s.element,
     };
     if x.dtype() != dtype(input) {
         return Err(format!("input is {}, the kernel takes {}", x.dtype(), dtype(input)));
@@ -92,7 +95,76 @@ pub fn run(spec: &GlueSpec, p: &BoltGlueProblem, x: &Tensor) -> Result<Tensor, S
             Tensor::new(x.shape.clone(), data)
         }
         GlueSpec::Pool(s) => pool(s, p, x),
+        GlueSpec::ResizeNearest(s) => resize_nearest(s, p, x),
     }
+}
+
+/// Nearest Resize by its definition: output index o of an axis samples x = transform(o) (the
+/// coordinate mode, with the model's scale or output / input extents); a fractional x rounds
+/// by the mode, the index is clamped to the input.
+fn resize_nearest(s: &ResizeSpec, p: &BoltGlueProblem, x: &Tensor) -> Result<Tensor, String> {
+    let [n, c, h, w, oh, ow] = [p.n, p.c, p.h, p.w, p.p, p.q].map(|d| d.max(0) as usize);
+    let source = |o: usize, input: usize, output: usize, axis: usize| -> usize {
+        let scale = s.scales.map_or(output as f64 / input as f64, |v| f64::from(v[axis].0));
+        let (y, out_f) = (o as f64, scale * input as f64);
+        let pos = match s.coord {
+            ResizeCoord::Asymmetric => y / scale,
+            ResizeCoord::HalfPixel => (y + 0.5) / scale - 0.5,
+            ResizeCoord::PytorchHalfPixel => {
+                if out_f == 1.0 {
+                    -0.5
+                } else {
+                    (y + 0.5) / scale - 0.5
+                }
+            }
+            ResizeCoord::AlignCorners => {
+                if out_f == 1.0 {
+                    0.0
+                } else {
+                    y * (input as f64 - 1.0) / (out_f - 1.0)
+                }
+            }
+        };
+        let (fl, frac) = (pos.floor(), pos - pos.floor());
+        let up = frac > 0.0
+            && match s.rounding {
+                NearestRounding::Floor => false,
+                NearestRounding::Ceil => true,
+                NearestRounding::RoundPreferFloor => frac > 0.5,
+                NearestRounding::RoundPreferCeil => frac >= 0.5,
+            };
+        (fl as i64 + i64::from(up)).clamp(0, input as i64 - 1) as usize
+    };
+    let ys: Vec<usize> = (0..oh).map(|o| source(o, h, oh, 0)).collect();
+    let xs: Vec<usize> = (0..ow).map(|o| source(o, w, ow, 1)).collect();
+    let mut idx = Vec::with_capacity(n * c * oh * ow);
+    let shape = match s.layout {
+        Layout::Nchw => {
+            for b in 0..n {
+                for ch in 0..c {
+                    for &y in &ys {
+                        for &xx in &xs {
+                            idx.push(((b * c + ch) * h + y) * w + xx);
+                        }
+                    }
+                }
+            }
+            vec![n, c, oh, ow]
+        }
+        Layout::Nhwc => {
+            for b in 0..n {
+                for &y in &ys {
+                    for &xx in &xs {
+                        for ch in 0..c {
+                            idx.push(((b * h + y) * w + xx) * c + ch);
+                        }
+                    }
+                }
+            }
+            vec![n, oh, ow, c]
+        }
+    };
+    Tensor::new(shape, x.data.gather(&idx))
 }
 
 /// A pool by its definition: for every output position, the window's positions (stride,

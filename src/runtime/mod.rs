@@ -228,7 +228,7 @@ impl Executor for Reference {
             let x =
                 args.first().copied().flatten().ok_or_else(|| crate::Error::node(node, "glue node without input"))?;
             let yt = types.get(&node.outputs[0]).map_or(x.dtype(), |t| t.dtype);
-            let (s, problem) = crate::plan::lower::glue_for(&node.op, &x.shape, x.dtype(), yt)
+            let (s, problem) = crate::plan::lower::glue_for(&node.op, &x.shape, x.dtype(), yt, args)
                 .unwrap_or_else(|| Err("not a glue op".into()))
                 .map_err(|why| crate::Error::node(node, format!("glue kernel {spec:?}: {why}")))?;
             if s != *spec {
