@@ -506,6 +506,31 @@ fn host_resizes_equal_the_reference_resize() {
     assert!(why.contains("nearest"), "{why}");
 }
 
+/// DepthToSpace kernels on the reference device equal the reference executor's DepthToSpace
+/// (both modes, several blocksizes), NCHW and channels-last.
+#[test]
+fn host_depth_to_space_equals_the_reference() {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(18);
+    for case in 0..40 {
+        let (b, crd) = (rng.gen_range(1..4), case % 2 == 0);
+        let nchw = vec![rng.gen_range(1..3), rng.gen_range(1..4) * b * b, rng.gen_range(1..5), rng.gen_range(1..5)];
+        let values: Vec<f32> = (0..nchw.iter().product::<usize>()).map(|_| rng.gen_range(-9.0..9.0)).collect();
+        let x = Tensor::from_f32(nchw, values);
+        let d2s = Op::DepthToSpace { blocksize: b, crd };
+        let (op, x) = if case % 4 >= 2 {
+            let t = bolt::reference::eval_op(&Op::Transpose { perm: Some(vec![0, 2, 3, 1]) }, &[Some(&x)]).unwrap();
+            (Op::ChannelsLast(std::sync::Arc::new(d2s)), t.into_iter().next().unwrap())
+        } else {
+            (d2s, x)
+        };
+        let (spec, problem) = bolt::plan::lower::glue_for(&op, &x.shape, DType::F32, DType::F32, &[]).unwrap().unwrap();
+        let got = bolt::runtime::glue::run(&spec, &problem, &x).unwrap();
+        let want = bolt::reference::eval_op(&op, &[Some(&x)]).unwrap().remove(0);
+        assert_eq!(got, want, "{op:?} on {:?}", x.shape);
+    }
+}
+
 /// The cuda device runs Concat and views as rectangles of device-to-device copies
 /// (`plan::lower::copy_blocks`); applied to host bytes here, they give the reference
 /// executor's Concat on every axis (negative too) and a view's bytes, and refuse inputs that

@@ -274,3 +274,50 @@ fn layout_regions_extend_through_concat_slice_resize_and_elementwise_ops() {
     assert_eq!(transposes(&p), 2);
     assert!(p.graph.nodes.iter().any(|n| matches!(&n.op, Op::ChannelsLast(op) if matches!(**op, Op::MaxPool { .. }))));
 }
+
+/// A ConvTranspose whose 2x2 windows tile its output (stride 2, no padding: a decoder's
+/// upsampling) runs as a 1x1 conv kernel and a channels-last DepthToSpace inside the NHWC
+/// region; with padding (its windows cropped at the border) it stays a ConvTranspose.
+#[test]
+fn a_tiling_conv_transpose_is_a_conv_and_a_depth_to_space_inside_the_region() {
+    use bolt::ir::{AutoPad, Window};
+    let transpose_conv = |n: &mut Net, x: &str, pads: usize, bias: bool| {
+        let w = n.random("wt", &[16, 8, 2, 2], 0.3);
+        let b = n.random("bt", &[8], 0.1);
+        let op = Op::ConvTranspose {
+            window: Window {
+                kernel_shape: Some(vec![2, 2]),
+                strides: Some(vec![2, 2]),
+                pads: Some(vec![pads; 4]),
+                dilations: None,
+                auto_pad: AutoPad::NotSet,
+            },
+            group: 1,
+            output_padding: None,
+            output_shape: None,
+        };
+        let inputs: Vec<&str> = if bias { vec![x, &w, &b] } else { vec![x, &w] };
+        n.op("deconv", op, &inputs)
+    };
+    for (pads, bias) in [(0, true), (0, false), (1, true)] {
+        let mut n = Net::new(DType::F32);
+        let x = n.input("x", &[2, 8, 5, 6]);
+        let y = n.conv(&x, 8, 16, 3, 1, 1);
+        let y = n.relu(&y);
+        let y = transpose_conv(&mut n, &y, pads, bias);
+        let y = n.relu(&y);
+        let y = n.conv(&y, 8, 4, 1, 1, 0);
+        let g = n.finish(&[&y]);
+        let p = planned(&g);
+        let has = |f: &dyn Fn(&Op) -> bool| p.graph.nodes.iter().any(|n| f(&n.op));
+        let d2s = has(&|op| matches!(op, Op::ChannelsLast(i) if matches!(**i, Op::DepthToSpace { crd: true, blocksize: 2 })));
+        let deconv = has(&|op| matches!(op, Op::ConvTranspose { .. }));
+        if pads == 0 {
+            assert!(d2s && !deconv, "bias {bias}: {:?}", p.graph.nodes.iter().map(|n| n.op.op_type()).collect::<Vec<_>>());
+            assert_eq!(p.partitioning.partitions.len(), 3);
+            assert_eq!(p.layout.len(), 2, "one NHWC region: {:?}", p.layout);
+        } else {
+            assert!(deconv && !d2s);
+        }
+    }
+}

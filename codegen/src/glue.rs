@@ -127,6 +127,17 @@ pub struct ResizeSpec {
     pub element: Element,
 }
 
+/// DepthToSpace of a 4-D activation: c * b * b channels of h x w pixels -> c channels of
+/// (h * b) x (w * b); output (y, x) of channel ch reads channel (ch * b + y % b) * b + x % b
+/// (CRD) or (y % b * b + x % b) * c + ch (DCR) at (y / b, x / b).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct DepthToSpaceSpec {
+    pub blocksize: u32,
+    pub crd: bool,
+    pub layout: Layout,
+    pub element: Element,
+}
+
 /// One glue kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -136,6 +147,7 @@ pub enum GlueSpec {
     Cast(CastSpec),
     Pool(PoolSpec),
     ResizeNearest(ResizeSpec),
+    DepthToSpace(DepthToSpaceSpec),
 }
 
 /// Why a glue spec is refused.
@@ -149,6 +161,8 @@ pub enum GlueRejection {
     NotViaF32 { from: Element, to: Element },
     #[error("pool window {0:?}: kernel, strides and dilations must be positive, each pad smaller than the window's span")]
     Window(PoolWindow),
+    #[error("depth_to_space blocksize 0")]
+    Blocksize,
     #[error("resize scale {0}: must be positive and finite")]
     Scale(ordered_float::OrderedFloat<f32>),
 }
@@ -177,6 +191,8 @@ pub fn validate(spec: &GlueSpec) -> Result<(), GlueRejection> {
             }
             PoolKind::GlobalAverage => Ok(()),
         },
+        GlueSpec::DepthToSpace(d) if d.blocksize == 0 => Err(GlueRejection::Blocksize),
+        GlueSpec::DepthToSpace(_) => Ok(()),
         GlueSpec::ResizeNearest(r) => match r.scales.into_iter().flatten().find(|s| !(s.0 > 0.0 && s.0.is_finite())) {
             Some(bad) => Err(GlueRejection::Scale(bad)),
             None => Ok(()),
@@ -200,6 +216,7 @@ impl GlueSpec {
                 PoolKind::GlobalAverage => ("global_average_pool", p.element, p.element),
             },
             GlueSpec::ResizeNearest(r) => ("resize_nearest", r.element, r.element),
+            GlueSpec::DepthToSpace(d) => ("depth_to_space", d.element, d.element),
         }
     }
 
@@ -221,6 +238,7 @@ impl GlueSpec {
                 Some([sh, sw]) => ((h as f64 * f64::from(sh.0)) as i64, (w as f64 * f64::from(sw.0)) as i64),
                 None => (h, w),
             },
+            GlueSpec::DepthToSpace(d) => (h * i64::from(d.blocksize), w * i64::from(d.blocksize)),
             _ => (h, w),
         };
         crate::abi::BoltGlueProblem { n, c, h, w, c_padded, p, q }
@@ -255,6 +273,10 @@ pub fn symbol_for(spec: &GlueSpec) -> String {
                 None => "sizes".into(),
             };
             format!("bolt_glue_{op}_{}_{}_{coord}_{rounding}_{scales}", layout_name(r.layout), x.name())
+        }
+        GlueSpec::DepthToSpace(d) => {
+            let mode = if d.crd { "crd" } else { "dcr" };
+            format!("bolt_glue_{op}_{}_{}_b{}_{mode}", layout_name(d.layout), x.name(), d.blocksize)
         }
         GlueSpec::Pool(p) => {
             let base = format!("bolt_glue_{op}_{}_{}", layout_name(p.layout), x.name());
@@ -297,6 +319,8 @@ struct Context<'a> {
     count_include_pad: bool,
     /// Resize: coordinate mode, rounding, and the scales as C++ literals ("" for sizes).
     coord: &'static str,
+    /// DepthToSpace: channel order CRD (else DCR).
+    crd: bool,
     rounding: &'static str,
     scales: [String; 2],
 }
@@ -319,18 +343,22 @@ pub fn render(spec: &GlueSpec, symbol: &str) -> Result<String, RenderError> {
         op,
         element_x: x.cpp(),
         element_y: y.cpp(),
+        // Pad kernels: the vector width; depth_to_space: the blocksize.
         alignment: match spec {
             GlueSpec::PadChannels(p) => p.alignment,
+            GlueSpec::DepthToSpace(d) => d.blocksize,
             _ => 1,
         },
         nhwc: matches!(spec, GlueSpec::Pool(p) if p.layout == Layout::Nhwc)
-            || matches!(spec, GlueSpec::ResizeNearest(r) if r.layout == Layout::Nhwc),
+            || matches!(spec, GlueSpec::ResizeNearest(r) if r.layout == Layout::Nhwc)
+            || matches!(spec, GlueSpec::DepthToSpace(d) if d.layout == Layout::Nhwc),
         kernel: [0; 2],
         strides: [0; 2],
         dilations: [0; 2],
         pads: [0; 4],
         count_include_pad: false,
         coord: "",
+        crd: matches!(spec, GlueSpec::DepthToSpace(d) if d.crd),
         rounding: "",
         scales: [String::new(), String::new()],
     };

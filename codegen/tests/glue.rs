@@ -11,7 +11,7 @@ use bolt_codegen::abi::{
     BoltGlueArgs, BoltGlueProblem, CanImplementFn, InitializeFn, LaunchFn, ParamsSizeFn, Status, FUNCTION_SUFFIXES,
 };
 use bolt_codegen::glue::{
-    self, CastSpec, Direction, GlueSpec, Layout, NearestRounding, PadSpec, PoolKind, PoolSpec, PoolWindow, ResizeCoord,
+    self, CastSpec, DepthToSpaceSpec, Direction, GlueSpec, Layout, NearestRounding, PadSpec, PoolKind, PoolSpec, PoolWindow, ResizeCoord,
     ResizeSpec, TransposeSpec,
 };
 use ordered_float::OrderedFloat;
@@ -48,6 +48,9 @@ fn specs() -> Vec<GlueSpec> {
         resize(ResizeCoord::HalfPixel, NearestRounding::RoundPreferFloor, Some([1.5, 0.75]), Layout::Nchw),
         resize(ResizeCoord::PytorchHalfPixel, NearestRounding::RoundPreferCeil, Some([0.5, 2.5]), Layout::Nhwc),
         resize(ResizeCoord::AlignCorners, NearestRounding::Ceil, None, Layout::Nchw),
+        // The test problem's 3 channels are the output's: the input has 3 * b * b.
+        GlueSpec::DepthToSpace(DepthToSpaceSpec { blocksize: 2, crd: true, layout: Layout::Nchw, element: Element::F16 }),
+        GlueSpec::DepthToSpace(DepthToSpaceSpec { blocksize: 3, crd: false, layout: Layout::Nhwc, element: Element::F32 }),
     ]
 }
 
@@ -282,6 +285,37 @@ fn expected_sources(spec: &GlueSpec, p: BoltGlueProblem) -> Vec<i64> {
                 }
             }
         }
+        GlueSpec::DepthToSpace(d) => {
+            // y[n, ch, y, x] = x[n, from(ch, y % b, x % b), y / b, x / b] (ONNX DepthToSpace).
+            let b = i64::from(d.blocksize);
+            let from = |ch: i64, r: i64, s: i64| if d.crd { (ch * b + r) * b + s } else { (r * b + s) * c + ch };
+            let src = |bn: i64, ch: i64, y: i64, x: i64| match d.layout {
+                Layout::Nchw => ((bn * c * b * b + from(ch, y % b, x % b)) * h + y / b) * w + x / b,
+                Layout::Nhwc => ((bn * h + y / b) * w + x / b) * c * b * b + from(ch, y % b, x % b),
+            };
+            for bn in 0..n {
+                match d.layout {
+                    Layout::Nchw => {
+                        for ch in 0..c {
+                            for y in 0..h * b {
+                                for x in 0..w * b {
+                                    out.push(src(bn, ch, y, x));
+                                }
+                            }
+                        }
+                    }
+                    Layout::Nhwc => {
+                        for y in 0..h * b {
+                            for x in 0..w * b {
+                                for ch in 0..c {
+                                    out.push(src(bn, ch, y, x));
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
         GlueSpec::Cast(_) | GlueSpec::Pool(_) => unreachable!(),
     }
     out
@@ -377,6 +411,9 @@ fn glue_kernels_compute_the_documented_layouts_and_answer_the_abi() {
             assert_eq!(status(&ceil), Status::Ok, "{symbol}");
             let beyond = BoltGlueProblem { p: ceil.p + 3, ..ceil };
             assert_eq!(status(&beyond), Status::UnsupportedProblem, "{symbol}: windows past the input");
+        } else if let GlueSpec::DepthToSpace(_) = spec {
+            let other = BoltGlueProblem { q: ok.q + 1, ..ok };
+            assert_eq!(status(&other), Status::UnsupportedProblem, "{symbol}: q != w * b");
         } else if let GlueSpec::ResizeNearest(r) = spec {
             // By sizes any output extent goes; constant scales fix them.
             let other = BoltGlueProblem { p: ok.p + 1, ..ok };

@@ -130,6 +130,18 @@ pub fn parse_op(node: &NodeProto, opset: i64) -> Result<Parsed, String> {
             None => return Ok(Parsed::Opaque("Constant holding strings or a sparse tensor")),
         },
         "Identity" => Op::Identity,
+        "DepthToSpace" => {
+            let blocksize = a.int("blocksize")?.ok_or("missing required attribute 'blocksize'")?;
+            if blocksize < 1 {
+                return Err(format!("blocksize must be >= 1, found {blocksize}"));
+            }
+            let crd = match a.string("mode")?.as_deref().unwrap_or("DCR") {
+                "DCR" => false,
+                "CRD" => true,
+                other => return Err(format!("mode must be DCR or CRD, found {other:?}")),
+            };
+            Op::DepthToSpace { blocksize: blocksize as usize, crd }
+        }
         "MaxPool" => {
             let storage_order = a.int_or("storage_order", 0)?;
             Op::MaxPool { window: window(&a)?, ceil_mode: a.bool_or("ceil_mode", false)?, storage_order }

@@ -588,6 +588,29 @@ pub fn infer_node(op: &Op, infos: &[Option<InputInfo>]) -> Result<Vec<TensorType
             }
             v
         }
+        Op::DepthToSpace { blocksize, .. } => {
+            let t = x?;
+            let b = *blocksize;
+            let shape = match &t.shape {
+                None => None,
+                Some(s) if s.rank() != 4 => return Err(format!("input must have rank 4, has shape {s}")),
+                Some(s) => {
+                    let c = match s.0[1] {
+                        Dim::Known(c) if c % (b * b) != 0 => {
+                            return Err(format!("{c} channels are not a multiple of blocksize^2 = {}", b * b))
+                        }
+                        Dim::Known(c) => Dim::Known(c / (b * b)),
+                        _ => Dim::Unknown,
+                    };
+                    let grow = |d: &Dim| match d {
+                        Dim::Known(n) => Dim::Known(n * b),
+                        _ => Dim::Unknown,
+                    };
+                    Some(Shape(vec![s.0[0].clone(), c, grow(&s.0[2]), grow(&s.0[3])]))
+                }
+            };
+            vec![TensorType { dtype: t.dtype, shape }]
+        }
         Op::GlobalAveragePool => {
             let t = x?;
             let shape = t.shape.as_ref().map(|s| {

@@ -455,6 +455,12 @@ pub enum Op {
         count_include_pad: bool,
     },
     GlobalAveragePool,
+    /// Moves blocks of `blocksize` x `blocksize` channels into space: [N, C*b*b, H, W] ->
+    /// [N, C, H*b, W*b]. DCR: the block index is the slowest part of the channel; CRD: fastest.
+    DepthToSpace {
+        blocksize: usize,
+        crd: bool,
+    },
     Softmax {
         axis: i64,
     },
@@ -542,6 +548,7 @@ impl Op {
             Op::MaxPool { .. } => "MaxPool",
             Op::AveragePool { .. } => "AveragePool",
             Op::GlobalAveragePool => "GlobalAveragePool",
+            Op::DepthToSpace { .. } => "DepthToSpace",
             Op::Softmax { .. } => "Softmax",
             Op::LayerNormalization { .. } => "LayerNormalization",
             Op::ReduceMean { .. } => "ReduceMean",

@@ -319,6 +319,7 @@ fn layout_agnostic(op: &Op) -> bool {
             | Op::MaxPool { .. }
             | Op::AveragePool { .. }
             | Op::GlobalAveragePool
+            | Op::DepthToSpace { .. }
     )
 }
 
@@ -425,7 +426,9 @@ fn nhwc_form(
         {
             return None
         }
-        Op::MaxPool { .. } | Op::AveragePool { .. } | Op::GlobalAveragePool => Op::ChannelsLast(Arc::new(n.op.clone())),
+        Op::MaxPool { .. } | Op::AveragePool { .. } | Op::GlobalAveragePool | Op::DepthToSpace { .. } => {
+            Op::ChannelsLast(Arc::new(n.op.clone()))
+        }
         op => op.clone(),
     };
     Some((inputs, op, consts))

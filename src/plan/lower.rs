@@ -258,6 +258,8 @@ pub fn is_pool(op: &Op) -> bool {
 fn is_glue_op(op: &Op) -> bool {
     match op {
         Op::Transpose { .. } | Op::FitLastAxis { .. } | Op::Cast { .. } | Op::Resize(_) => true,
+        Op::DepthToSpace { .. } => true,
+        Op::ChannelsLast(inner) if matches!(**inner, Op::DepthToSpace { .. }) => true,
         op => is_pool(op),
     }
 }
@@ -371,6 +373,31 @@ pub fn pool_spec(op: &Op, element: bolt_codegen::spec::Element) -> Result<bolt_c
     Ok(spec)
 }
 
+/// DepthToSpace of an input of `shape` (in `layout`) as a glue kernel.
+fn depth_to_space_for(
+    blocksize: usize,
+    crd: bool,
+    layout: bolt_codegen::glue::Layout,
+    shape: &[i64],
+    element: bolt_codegen::spec::Element,
+) -> Result<(bolt_codegen::glue::GlueSpec, BoltGlueProblem), String> {
+    use bolt_codegen::glue::{DepthToSpaceSpec, GlueSpec, Layout};
+    let b = i64::try_from(blocksize).map_err(|_| "blocksize too large")?;
+    if shape.len() != 4 || b == 0 {
+        return Err(format!("an input of rank {} (blocksize {b}): DepthToSpace kernels take rank 4", shape.len()));
+    }
+    let (n, cb, h, w) = match layout {
+        Layout::Nchw => (shape[0], shape[1], shape[2], shape[3]),
+        Layout::Nhwc => (shape[0], shape[3], shape[1], shape[2]),
+    };
+    if cb % (b * b) != 0 {
+        return Err(format!("{cb} channels are not a multiple of blocksize^2 = {}", b * b));
+    }
+    let spec = DepthToSpaceSpec { blocksize: blocksize as u32, crd, layout, element };
+    let c = cb / (b * b);
+    Ok((GlueSpec::DepthToSpace(spec), BoltGlueProblem { p: h * b, q: w * b, ..BoltGlueProblem::new(n, c, h, w) }))
+}
+
 /// A pool's spec and problem on an input of `shape` (the op's layout); the output extents
 /// come from the model's window rules (ceil mode included).
 fn pool_for(
@@ -412,7 +439,7 @@ pub fn glue_for(
     yt: DType,
     constants: &[Option<&crate::ir::Tensor>],
 ) -> Option<Result<(bolt_codegen::glue::GlueSpec, BoltGlueProblem), String>> {
-    use bolt_codegen::glue::{CastSpec, Direction, GlueSpec, PadSpec, TransposeSpec};
+    use bolt_codegen::glue::{CastSpec, Direction, GlueSpec, Layout, PadSpec, TransposeSpec};
     if !is_glue_op(op) {
         return None;
     }
@@ -456,6 +483,11 @@ pub fn glue_for(
                 let ey = element(yt).ok_or_else(|| format!("casts to {yt}: glue kernels cast between floats"))?;
                 // Element-wise: the tensor as one row.
                 (GlueSpec::Cast(CastSpec { from: ex, to: ey }), BoltGlueProblem::new(numel, 1, 1, 1))
+            }
+            (Op::DepthToSpace { blocksize, crd }, _) => depth_to_space_for(*blocksize, *crd, Layout::Nchw, &s, ex)?,
+            (Op::ChannelsLast(inner), _) if matches!(**inner, Op::DepthToSpace { .. }) => {
+                let Op::DepthToSpace { blocksize, crd } = **inner else { unreachable!("matched") };
+                depth_to_space_for(blocksize, crd, Layout::Nhwc, &s, ex)?
             }
             (Op::Resize(a), _) => {
                 let (spec, problem) = resize_for(a, shape, ex, constants)?;

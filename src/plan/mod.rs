@@ -3,6 +3,8 @@
 //! tests/plan.rs), plus the decisions taken and why ([`report`]).
 //!
 //! Passes, in order:
+//! 0. [`canonical`]: ops Bolt runs as other ops are rewritten first (a ConvTranspose whose
+//!    windows tile the output: a 1x1 conv and a DepthToSpace).
 //! 1. [`fuse`]: each partition becomes one kernel node (BN folded, biases summed, scalars in
 //!    alpha); a BatchNormalization no kernel absorbed becomes a per-channel multiply-add.
 //! 2. [`layout`]: conv kernels run NHWC; transposes only where a region of consecutive conv
@@ -21,6 +23,7 @@
 //! run as glue kernels ([`lower::glue`]): the plan records which ([`GlueDecision`]).
 
 pub mod b2b;
+pub mod canonical;
 pub mod edit;
 mod fuse;
 pub mod layout;
@@ -66,6 +69,9 @@ impl Default for PlanOptions {
 /// A planned model: the rewritten graph plus every decision that made it.
 pub struct Plan {
     pub graph: Graph,
+    /// The model as partitioned: after [`canonical`]'s rewrites (node names kept where a
+    /// model node became another op; new nodes derive theirs from it).
+    pub canonical: Graph,
     pub partitioning: Partitioning,
     pub layout: Vec<layout::Transform>,
     /// GEMM kernels whose constant weight the planner stored K-major.
@@ -134,7 +140,13 @@ fn glue_decisions(g: &Graph, model: &Graph, bindings: &DimBindings) -> Vec<GlueD
                 Err(why) => GlueDecision { node: n.name.clone(), op_type, kernel: None, reason: Some(why) },
             }
         });
-    let resizes: Vec<&crate::ir::Node> = g.nodes.iter().filter(|n| matches!(n.op, crate::ir::Op::Resize(_))).collect();
+    // Resizes and DepthToSpace: their lowering reads constants and shapes.
+    let is_shaped = |op: &crate::ir::Op| match op {
+        crate::ir::Op::Resize(_) | crate::ir::Op::DepthToSpace { .. } => true,
+        crate::ir::Op::ChannelsLast(inner) => matches!(**inner, crate::ir::Op::DepthToSpace { .. }),
+        _ => false,
+    };
+    let resizes: Vec<&crate::ir::Node> = g.nodes.iter().filter(|n| is_shaped(&n.op)).collect();
     // Shapes of unknown size (some exporters drop them) become known once the inputs are bound.
     let bound = if resizes.is_empty() { None } else { edit::bind_inputs(g, bindings).ok() };
     let resizes = resizes.into_iter().map(|n| {
@@ -146,7 +158,7 @@ fn glue_decisions(g: &Graph, model: &Graph, bindings: &DimBindings) -> Vec<GlueD
             Ok(u) => (Some(bolt_codegen::glue::symbol_for(&u.spec)), None),
             Err(why) => (None, Some(why)),
         };
-        GlueDecision { node: n.name.clone(), op_type: "Resize".into(), kernel, reason }
+        GlueDecision { node: n.name.clone(), op_type: n.op.op_type().into(), kernel, reason }
     });
     pools.chain(transposes).chain(resizes.collect::<Vec<_>>()).collect()
 }
@@ -156,7 +168,9 @@ pub fn plan(g: &Graph) -> Result<Plan> {
     plan_with(g, &PlanOptions::default())
 }
 
-pub fn plan_with(g: &Graph, opts: &PlanOptions) -> Result<Plan> {
+pub fn plan_with(model: &Graph, opts: &PlanOptions) -> Result<Plan> {
+    let (canonical, _) = canonical::canonical(model)?;
+    let g = &canonical;
     let partitioning = partition(g);
     let mut graph = fuse::fuse_partitions(g, &partitioning)?;
     fuse::decompose_batch_norms(&mut graph)?;
@@ -166,5 +180,5 @@ pub fn plan_with(g: &Graph, opts: &PlanOptions) -> Result<Plan> {
     let chains = if opts.b2b { b2b::fuse_chains(&mut graph, opts)? } else { Vec::new() };
     let stitched = if opts.stitch { stitch::stitch(&mut graph)? } else { Vec::new() };
     let glue = glue_decisions(&graph, g, &opts.bindings);
-    Ok(Plan { graph, partitioning, layout, k_major_weights, padding, chains, stitched, glue })
+    Ok(Plan { graph, canonical, partitioning, layout, k_major_weights, padding, chains, stitched, glue })
 }

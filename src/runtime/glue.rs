@@ -9,7 +9,7 @@
 use crate::ir::{DType, Tensor, TensorData};
 use bolt_codegen::abi::BoltGlueProblem;
 use bolt_codegen::glue::{
-    Direction, GlueSpec, Layout, NearestRounding, PoolKind, PoolSpec, PoolWindow, ResizeCoord, ResizeSpec,
+    DepthToSpaceSpec, Direction, GlueSpec, Layout, NearestRounding, PoolKind, PoolSpec, PoolWindow, ResizeCoord, ResizeSpec,
 };
 use bolt_codegen::spec::Element;
 
@@ -24,7 +24,12 @@ fn dtype(e: Element) -> DType {
 /// Runs the glue kernel `spec` on `x` for `p` (as `plan::lower::glue_for` derives it).
 pub fn run(spec: &GlueSpec, p: &BoltGlueProblem, x: &Tensor) -> Result<Tensor, String> {
     let [n, c, h, w, cp] = [p.n, p.c, p.h, p.w, p.c_padded].map(|d| d.max(0) as usize);
-    if x.len() != n * c * h * w {
+    // A DepthToSpace input holds blocksize^2 channels per output channel.
+    let per_channel = match spec {
+        GlueSpec::DepthToSpace(d) => (d.blocksize * d.blocksize) as usize,
+        _ => 1,
+    };
+    if x.len() != n * c * h * w * per_channel {
         return Err(format!("input of shape {:?} does not hold the problem {p:?}", x.shape));
     }
     let input = match spec {
@@ -33,6 +38,7 @@ pub fn run(spec: &GlueSpec, p: &BoltGlueProblem, x: &Tensor) -> Result<Tensor, S
         GlueSpec::Cast(s) => s.from,
         GlueSpec::Pool(s) => s.element,
         GlueSpec::ResizeNearest(s) => s.element,
+        GlueSpec::DepthToSpace(s) => s.element,
     };
     if x.dtype() != dtype(input) {
         return Err(format!("input is {}, the kernel takes {}", x.dtype(), dtype(input)));
@@ -96,7 +102,45 @@ pub fn run(spec: &GlueSpec, p: &BoltGlueProblem, x: &Tensor) -> Result<Tensor, S
         }
         GlueSpec::Pool(s) => pool(s, p, x),
         GlueSpec::ResizeNearest(s) => resize_nearest(s, p, x),
+        GlueSpec::DepthToSpace(s) => depth_to_space(s, p, x),
     }
+}
+
+/// DepthToSpace by its definition: output pixel (y, x) of channel ch is input pixel
+/// (y / b, x / b) of channel (ch * b + y % b) * b + x % b (CRD) or (y % b * b + x % b) * c + ch
+/// (DCR).
+fn depth_to_space(s: &DepthToSpaceSpec, p: &BoltGlueProblem, x: &Tensor) -> Result<Tensor, String> {
+    let [n, c, h, w] = [p.n, p.c, p.h, p.w].map(|d| d.max(0) as usize);
+    let b = s.blocksize as usize;
+    let from = |ch: usize, r: usize, q: usize| if s.crd { (ch * b + r) * b + q } else { (r * b + q) * c + ch };
+    let mut idx = Vec::with_capacity(x.len());
+    let shape = match s.layout {
+        Layout::Nchw => {
+            for bn in 0..n {
+                for ch in 0..c {
+                    for y in 0..h * b {
+                        for xx in 0..w * b {
+                            idx.push(((bn * c * b * b + from(ch, y % b, xx % b)) * h + y / b) * w + xx / b);
+                        }
+                    }
+                }
+            }
+            vec![n, c, h * b, w * b]
+        }
+        Layout::Nhwc => {
+            for bn in 0..n {
+                for y in 0..h * b {
+                    for xx in 0..w * b {
+                        for ch in 0..c {
+                            idx.push(((bn * h + y / b) * w + xx / b) * c * b * b + from(ch, y % b, xx % b));
+                        }
+                    }
+                }
+            }
+            vec![n, h * b, w * b, c]
+        }
+    };
+    Tensor::new(shape, x.data.gather(&idx))
 }
 
 /// Nearest Resize by its definition: output index o of an axis samples x = transform(o) (the

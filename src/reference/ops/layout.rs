@@ -227,3 +227,29 @@ pub fn shape(x: &Tensor, start: i64, end: Option<i64>) -> OpResult {
     let t = Tensor::from_i64_as(DType::I64, vec![dims.len()], &dims).expect("i64");
     Ok(vec![t])
 }
+
+/// DepthToSpace ([N, C*b*b, H, W] -> [N, C, H*b, W*b]) as the ONNX definition's reshape,
+/// transpose, reshape: DCR reads channel (r*b + s)*C + c, CRD reads (c*b + r)*b + s.
+pub fn depth_to_space(x: &Tensor, b: usize, crd: bool) -> OpResult {
+    if x.rank() != 4 {
+        return Err(format!("input must have rank 4, has shape {:?}", x.shape));
+    }
+    let [n, cb, h, w] = [x.shape[0], x.shape[1], x.shape[2], x.shape[3]];
+    if b == 0 || cb % (b * b) != 0 {
+        return Err(format!("{cb} channels are not a multiple of blocksize^2 = {}", b * b));
+    }
+    let c = cb / (b * b);
+    let mut idx = Vec::with_capacity(x.len());
+    for bn in 0..n {
+        for ch in 0..c {
+            for y in 0..h * b {
+                for xx in 0..w * b {
+                    let (r, s) = (y % b, xx % b);
+                    let from = if crd { (ch * b + r) * b + s } else { (r * b + s) * c + ch };
+                    idx.push(((bn * cb + from) * h + y / b) * w + xx / b);
+                }
+            }
+        }
+    }
+    Ok(vec![Tensor::new(vec![n, c, h * b, w * b], x.data.gather(&idx))?])
+}

@@ -69,6 +69,7 @@ pub fn eval_op(op: &Op, inputs: &[Option<&Tensor>]) -> OpResult {
             pool::average_pool(req(inputs, 0)?, window, *ceil_mode, *count_include_pad)
         }
         Op::GlobalAveragePool => pool::global_average_pool(req(inputs, 0)?),
+        Op::DepthToSpace { blocksize, crd } => layout::depth_to_space(req(inputs, 0)?, *blocksize, *crd),
         Op::Softmax { axis } => norm::softmax(req(inputs, 0)?, *axis),
         Op::LayerNormalization { axis, epsilon, stash_type } => {
             norm::layer_norm(req(inputs, 0)?, req(inputs, 1)?, opt(inputs, 2), *axis, *epsilon, *stash_type)
