@@ -140,6 +140,11 @@ def test_model_matches_ort_cpu(model_sessions, name, ds):
     # Every GEMM/Conv anchor of these models is one Bolt supports: none stays with ORT.
     cpu_anchors = [n for n, op in a.get("CPUExecutionProvider", []) if op in ANCHORS]
     assert not cpu_anchors, cpu_anchors
+    # Nor anything else: pools, resizes, stitched element-wise and normalisation regions,
+    # transposes, views and concatenations run inside Bolt's fused nodes (shape computations
+    # ORT folds away or places on the CPU itself are all that may stay).
+    cpu_ops = {op for _, op in a.get("CPUExecutionProvider", [])}
+    assert cpu_ops <= {"Shape", "Gather", "Unsqueeze", "Concat", "Constant"}, cpu_ops
     assert_close(*run_dataset(sess, MODELS / name / ds))
 
 
