@@ -154,23 +154,29 @@ fn expected_pool(spec: &PoolSpec, p: BoltGlueProblem) -> Vec<f64> {
             _ => vals.iter().sum::<f64>() / vals.len() as f64,
         }
     };
+    in_output_order(spec.layout, [n, c, p.p, p.q], value)
+}
+
+/// `f(n, c, y, x)` for every output element of extents `[n, c, h, w]`, in the order `layout`
+/// stores them.
+fn in_output_order<T>(layout: Layout, [n, c, h, w]: [i64; 4], mut f: impl FnMut(i64, i64, i64, i64) -> T) -> Vec<T> {
     let mut out = Vec::new();
     for b in 0..n {
-        match spec.layout {
+        match layout {
             Layout::Nchw => {
                 for ch in 0..c {
-                    for y in 0..p.p {
-                        for x in 0..p.q {
-                            out.push(value(b, ch, y, x));
+                    for y in 0..h {
+                        for x in 0..w {
+                            out.push(f(b, ch, y, x));
                         }
                     }
                 }
             }
             Layout::Nhwc => {
-                for y in 0..p.p {
-                    for x in 0..p.q {
+                for y in 0..h {
+                    for x in 0..w {
                         for ch in 0..c {
-                            out.push(value(b, ch, y, x));
+                            out.push(f(b, ch, y, x));
                         }
                     }
                 }
@@ -262,28 +268,7 @@ fn expected_sources(spec: &GlueSpec, p: BoltGlueProblem) -> Vec<i64> {
                     Layout::Nhwc => ((b * h + iy) * w + ix) * c + ch,
                 }
             };
-            for b in 0..n {
-                match r.layout {
-                    Layout::Nchw => {
-                        for ch in 0..c {
-                            for y in 0..q.p {
-                                for x in 0..q.q {
-                                    out.push(src(b, ch, y, x));
-                                }
-                            }
-                        }
-                    }
-                    Layout::Nhwc => {
-                        for y in 0..q.p {
-                            for x in 0..q.q {
-                                for ch in 0..c {
-                                    out.push(src(b, ch, y, x));
-                                }
-                            }
-                        }
-                    }
-                }
-            }
+            out = in_output_order(r.layout, [n, c, q.p, q.q], src);
         }
         GlueSpec::DepthToSpace(d) => {
             // y[n, ch, y, x] = x[n, from(ch, y % b, x % b), y / b, x / b] (ONNX DepthToSpace).
@@ -293,28 +278,7 @@ fn expected_sources(spec: &GlueSpec, p: BoltGlueProblem) -> Vec<i64> {
                 Layout::Nchw => ((bn * c * b * b + from(ch, y % b, x % b)) * h + y / b) * w + x / b,
                 Layout::Nhwc => ((bn * h + y / b) * w + x / b) * c * b * b + from(ch, y % b, x % b),
             };
-            for bn in 0..n {
-                match d.layout {
-                    Layout::Nchw => {
-                        for ch in 0..c {
-                            for y in 0..h * b {
-                                for x in 0..w * b {
-                                    out.push(src(bn, ch, y, x));
-                                }
-                            }
-                        }
-                    }
-                    Layout::Nhwc => {
-                        for y in 0..h * b {
-                            for x in 0..w * b {
-                                for ch in 0..c {
-                                    out.push(src(bn, ch, y, x));
-                                }
-                            }
-                        }
-                    }
-                }
-            }
+            out = in_output_order(d.layout, [n, c, h * b, w * b], src);
         }
         GlueSpec::Cast(_) | GlueSpec::Pool(_) => unreachable!(),
     }

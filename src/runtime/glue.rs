@@ -4,7 +4,8 @@
 //! Written from each spec's documented meaning (nested loops in the output's own order, the
 //! `half` crate's conversions), not from the kernels' flat index arithmetic (which codegen's
 //! tests check on the host against loops of their own). tests/artifact.rs compares this with
-//! the reference executor's Transpose, BoltFitLastAxis and Cast on random shapes.
+//! the reference executor's Transpose, BoltFitLastAxis, Cast, pools, Resize and DepthToSpace on
+//! random shapes.
 
 use crate::ir::{DType, Tensor, TensorData};
 use bolt_codegen::abi::BoltGlueProblem;
@@ -113,33 +114,10 @@ fn depth_to_space(s: &DepthToSpaceSpec, p: &BoltGlueProblem, x: &Tensor) -> Resu
     let [n, c, h, w] = [p.n, p.c, p.h, p.w].map(|d| d.max(0) as usize);
     let b = s.blocksize as usize;
     let from = |ch: usize, r: usize, q: usize| if s.crd { (ch * b + r) * b + q } else { (r * b + q) * c + ch };
-    let mut idx = Vec::with_capacity(x.len());
-    let shape = match s.layout {
-        Layout::Nchw => {
-            for bn in 0..n {
-                for ch in 0..c {
-                    for y in 0..h * b {
-                        for xx in 0..w * b {
-                            idx.push(((bn * c * b * b + from(ch, y % b, xx % b)) * h + y / b) * w + xx / b);
-                        }
-                    }
-                }
-            }
-            vec![n, c, h * b, w * b]
-        }
-        Layout::Nhwc => {
-            for bn in 0..n {
-                for y in 0..h * b {
-                    for xx in 0..w * b {
-                        for ch in 0..c {
-                            idx.push(((bn * h + y / b) * w + xx / b) * c * b * b + from(ch, y % b, xx % b));
-                        }
-                    }
-                }
-            }
-            vec![n, h * b, w * b, c]
-        }
-    };
+    let (idx, shape) = in_output_order(s.layout, [n, c, h * b, w * b], |bn, ch, y, xx| match s.layout {
+        Layout::Nchw => ((bn * c * b * b + from(ch, y % b, xx % b)) * h + y / b) * w + xx / b,
+        Layout::Nhwc => ((bn * h + y / b) * w + xx / b) * c * b * b + from(ch, y % b, xx % b),
+    });
     Tensor::new(shape, x.data.gather(&idx))
 }
 
@@ -181,33 +159,13 @@ fn resize_nearest(s: &ResizeSpec, p: &BoltGlueProblem, x: &Tensor) -> Result<Ten
     };
     let ys: Vec<usize> = (0..oh).map(|o| source(o, h, oh, 0)).collect();
     let xs: Vec<usize> = (0..ow).map(|o| source(o, w, ow, 1)).collect();
-    let mut idx = Vec::with_capacity(n * c * oh * ow);
-    let shape = match s.layout {
-        Layout::Nchw => {
-            for b in 0..n {
-                for ch in 0..c {
-                    for &y in &ys {
-                        for &xx in &xs {
-                            idx.push(((b * c + ch) * h + y) * w + xx);
-                        }
-                    }
-                }
-            }
-            vec![n, c, oh, ow]
+    let (idx, shape) = in_output_order(s.layout, [n, c, oh, ow], |bn, ch, y, xx| {
+        let (y, xx) = (ys[y], xs[xx]);
+        match s.layout {
+            Layout::Nchw => ((bn * c + ch) * h + y) * w + xx,
+            Layout::Nhwc => ((bn * h + y) * w + xx) * c + ch,
         }
-        Layout::Nhwc => {
-            for b in 0..n {
-                for &y in &ys {
-                    for &xx in &xs {
-                        for ch in 0..c {
-                            idx.push(((b * h + y) * w + xx) * c + ch);
-                        }
-                    }
-                }
-            }
-            vec![n, oh, ow, c]
-        }
-    };
+    });
     Tensor::new(shape, x.data.gather(&idx))
 }
 
@@ -229,7 +187,6 @@ fn pool(s: &PoolSpec, p: &BoltGlueProblem, x: &Tensor) -> Result<Tensor, String>
         let padded = all.iter().filter(|&&q| q < (size + win.pads[d + 2] as usize) as i64).count();
         (all.into_iter().filter(|&q| q >= 0 && (q as usize) < size).map(|q| q as usize).collect(), padded)
     };
-    let mut out = Vec::with_capacity(n * c * op * oq);
     let value = |b: usize, ch: usize, y: usize, xx: usize| -> f64 {
         let win = match s.kind {
             PoolKind::GlobalAverage => {
@@ -251,31 +208,43 @@ fn pool(s: &PoolSpec, p: &BoltGlueProblem, x: &Tensor) -> Result<Tensor, String>
             PoolKind::GlobalAverage => unreachable!("returned above"),
         }
     };
-    let shape = match s.layout {
-        Layout::Nchw => {
-            for b in 0..n {
-                for ch in 0..c {
-                    for y in 0..op {
-                        for xx in 0..oq {
-                            out.push(value(b, ch, y, xx));
-                        }
-                    }
-                }
-            }
-            vec![n, c, op, oq]
-        }
-        Layout::Nhwc => {
-            for b in 0..n {
-                for y in 0..op {
-                    for xx in 0..oq {
-                        for ch in 0..c {
-                            out.push(value(b, ch, y, xx));
-                        }
-                    }
-                }
-            }
-            vec![n, op, oq, c]
-        }
-    };
+    let (out, shape) = in_output_order(s.layout, [n, c, op, oq], value);
     Tensor::from_f64_as(x.dtype(), shape, &out).ok_or_else(|| format!("cannot pool {}", x.dtype()))
+}
+
+/// `f(n, c, y, x)` for every output element of extents `[n, c, h, w]`, in the order `layout`
+/// stores them, and the output's shape in that layout.
+fn in_output_order<T>(
+    layout: Layout,
+    [n, c, h, w]: [usize; 4],
+    mut f: impl FnMut(usize, usize, usize, usize) -> T,
+) -> (Vec<T>, Vec<usize>) {
+    let mut out = Vec::with_capacity(n * c * h * w);
+    for b in 0..n {
+        match layout {
+            Layout::Nchw => {
+                for ch in 0..c {
+                    for y in 0..h {
+                        for x in 0..w {
+                            out.push(f(b, ch, y, x));
+                        }
+                    }
+                }
+            }
+            Layout::Nhwc => {
+                for y in 0..h {
+                    for x in 0..w {
+                        for ch in 0..c {
+                            out.push(f(b, ch, y, x));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let shape = match layout {
+        Layout::Nchw => vec![n, c, h, w],
+        Layout::Nhwc => vec![n, h, w, c],
+    };
+    (out, shape)
 }
