@@ -879,7 +879,7 @@ fn small_conv_mlp_artifact_matches_onnxruntime() {
 
 /// PP-OCRv4 det (paddle2onnx, from the rapidocr wheel): its spatial dims are unknown after the
 /// first convs, yet every memory-intensive region between its kernels is a stitched kernel,
-/// and the artifact (kernel specs run on the reference device) matches onnxruntime CPU on
+/// every other op but a Concat (device copies) a kernel, and the artifact (kernel specs run on the reference device) matches onnxruntime CPU on
 /// both test images (320x320, 256x384).
 #[test]
 fn ppocrv4_det_artifact_stitches_every_region_and_matches_onnxruntime() {
@@ -887,10 +887,11 @@ fn ppocrv4_det_artifact_stitches_every_region_and_matches_onnxruntime() {
     let sides = |d: &str| if d.ends_with(".0") { (1, 1) } else { (64, 384) };
     let Some(art) = artifact_matches_onnxruntime("models/ppocrv4_det", sides) else { return };
     assert!(art.plan.stitch.len() >= 30, "{} stitched nodes", art.plan.stitch.len());
-    let stitchable = |t: &str| matches!(t, "Mul" | "Add" | "Sub" | "Div" | "Relu" | "Sigmoid" | "HardSigmoid");
-    let left: Vec<&str> =
-        art.plan.host_ops.iter().filter(|h| stitchable(&h.op_type)).map(|h| h.node.as_str()).collect();
-    assert!(left.is_empty(), "element-wise ops left on the host: {left:?}");
+    // Pools, resizes, the ConvTranspose (a 1x1 conv + DepthToSpace), BatchNormalization (a
+    // multiply-add) and every element-wise op run as kernels; constants are weights; the one
+    // Concat is device copies on a GPU.
+    let left: Vec<&str> = art.plan.host_ops.iter().map(|h| h.op_type.as_str()).collect();
+    assert_eq!(left, ["Concat"], "{:?}", art.plan.host_ops);
 }
 
 /// ResNet-50 (batch 1..2): its stem MaxPool and final GlobalAveragePool run as channels-last

@@ -1,5 +1,8 @@
 //! Pass 0: rewrites of the model before partitioning into ops Bolt's kernels take.
 //!
+//! Constant nodes become initializers: weights like any other, stored once in the artifact,
+//! instead of host steps that make their tensor again on every run.
+//!
 //! A ConvTranspose whose windows tile the output without overlap (kernel = stride, no
 //! padding, dilation 1, one group: the 2x upsampling of decoders and detection heads) is a
 //! 1x1 conv to C_out * k * k channels followed by a DepthToSpace (CRD): output pixel
@@ -17,6 +20,18 @@ pub fn canonical(g: &Graph) -> Result<(Graph, usize)> {
     let mut out = g.clone();
     let mut taken: HashSet<String> = g.nodes.iter().map(|n| n.name.clone()).collect();
     let mut count = 0;
+    // A constant that is a graph output stays a node (outputs are computed values).
+    let before = out.nodes.len();
+    let mut constants = Vec::new();
+    out.nodes.retain(|n| match &n.op {
+        Op::Constant { value } if n.outputs.len() == 1 && !g.outputs.contains(&n.outputs[0]) => {
+            constants.push((n.outputs[0].clone(), value.clone()));
+            false
+        }
+        _ => true,
+    });
+    count += before - out.nodes.len();
+    out.initializers.extend(constants);
     let mut i = 0;
     while i < out.nodes.len() {
         let n = out.nodes[i].clone();
