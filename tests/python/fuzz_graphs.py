@@ -41,7 +41,7 @@ from onnx import TensorProto, helper, numpy_helper
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO / "fuzz" / "corpus" / "graphs"
 # Bump when the generator changes what a seed builds.
-GENERATOR_VERSION = 3
+GENERATOR_VERSION = 4
 OPSET = 17
 # (rtol, atol) per graph element type. f32: folding reorders rounding, and a fused Cast to f16
 # may differ by an f16 ulp. f16 graphs: ORT rounds after every op, a fused kernel once.
@@ -317,13 +317,48 @@ def epilogue(b: Builder, x: str, shape, conv: bool, anchor_in: str | None) -> tu
     return cur, False
 
 
+def pool_out(size, k, s, p, ceil):
+    """Pooling output size; None in ceil mode when a last window would start in the end padding
+    (ONNX's shape inference keeps it, PyTorch's rule and ORT's drop it)."""
+    span = size + 2 * p - k
+    out = (-(-span // s) if ceil else span // s) + 1
+    return None if ceil and (out - 1) * s >= size + p else out
+
+
 def glue(b: Builder, x: str) -> str:
     """Between two conv blocks: an op the layout pass may run NHWC (element-wise with a
-    broadcast constant, Concat, Slice, Resize) or one it may not (MaxPool)."""
+    broadcast constant, Concat, Slice, Resize, pools, DepthToSpace) or one it may not, and the
+    ops Bolt rewrites (a ConvTranspose that tiles its output, a standalone BatchNormalization)."""
     rng = b.rng
     nb, c, h, w = b.shapes[x]
     i64 = lambda v: b.inits.append(numpy_helper.from_array(np.array(v, np.int64), nm := b.name("i"))) or nm  # noqa: E731
-    kind = rng.choice(["concat_self", "slice_ch", "slice_hw", "resize", "bcast_w", "bcast_hw", "maxpool", "two_branch"])
+    kind = rng.choice(["concat_self", "slice_ch", "slice_hw", "resize", "bcast_w", "bcast_hw", "maxpool", "two_branch",
+                       "avgpool", "squeeze_excite", "deconv", "batchnorm", "resize_half"])
+    if kind == "avgpool" and min(h, w) >= 2:
+        k, p, ceil = int(rng.choice([2, 3])), int(rng.integers(0, 2)), int(rng.random() < 0.5)
+        p = min(p, k - 1)
+        if min(h, w) + 2 * p < k:  # a window must fit the padded input
+            k = 2
+        if None in (pool_out(h, k, 2, p, ceil), pool_out(w, k, 2, p, ceil)):
+            ceil = 0
+        shape = (nb, c, pool_out(h, k, 2, p, ceil), pool_out(w, k, 2, p, ceil))
+        return b.op("AveragePool", [x], shape, kernel_shape=[k, k], strides=[2, 2], pads=[p] * 4, ceil_mode=ceil,
+                    count_include_pad=int(rng.random() < 0.5))
+    if kind == "squeeze_excite":
+        g = b.op("GlobalAveragePool", [x], (nb, c, 1, 1))
+        return b.op("Mul", [x, b.op("Sigmoid", [g], (nb, c, 1, 1))], (nb, c, h, w))
+    if kind == "deconv":
+        wt = weight(b, (c, c, 2, 2), c * 4)
+        return b.op("ConvTranspose", [x, wt, b.const(rng.standard_normal(c) * 0.1)], (nb, c, 2 * h, 2 * w),
+                    kernel_shape=[2, 2], strides=[2, 2])
+    if kind == "batchnorm":
+        params = [b.const(rng.uniform(0.5, 1.5, c)), b.const(rng.standard_normal(c) * 0.1),
+                  b.const(rng.standard_normal(c) * 0.1), b.const(rng.uniform(0.5, 2.0, c))]
+        return b.op("BatchNormalization", [x, *params], (nb, c, h, w), epsilon=1e-5)
+    if kind == "resize_half":
+        b.inits.append(numpy_helper.from_array(np.array([1, 1, 2, 1.5], np.float32), scales := b.name("scales")))
+        return b.op("Resize", [x, "", scales], (nb, c, 2 * h, int(w * 1.5)), mode="nearest",
+                    coordinate_transformation_mode="half_pixel", nearest_mode="round_prefer_floor")
     if kind == "concat_self":
         r = b.op("Relu", [x], (nb, c, h, w))
         return b.op("Concat", [x, r] if rng.random() < 0.5 else [r, x], (nb, 2 * c, h, w), axis=int(rng.choice([1, -3])))
