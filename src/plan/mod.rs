@@ -148,11 +148,23 @@ fn glue_decisions(g: &Graph, model: &Graph, bindings: &DimBindings) -> Vec<GlueD
     };
     let resizes: Vec<&crate::ir::Node> = g.nodes.iter().filter(|n| is_shaped(&n.op)).collect();
     // Shapes of unknown size (some exporters drop them) become known once the inputs are bound.
-    let bound = if resizes.is_empty() { None } else { edit::bind_inputs(g, bindings).ok() };
+    let bound = if resizes.is_empty() { None } else { Some(edit::bind_inputs(g, bindings).map_err(|e| e.to_string())) };
     let resizes = resizes.into_iter().map(|n| {
         let lowered = match &bound {
-            Some(b) => lower::glue(b, n, bindings).unwrap_or_else(|| Err("not a glue op".into())),
-            None => Err("the model's shapes do not bind".into()),
+            Some(Ok(b)) => lower::glue(b, n, bindings).unwrap_or_else(|| Err("not a glue op".into())),
+            // Symbolic dims of 1 can make a model inconsistent (an image of side 1): a resize
+            // by constant scales does not need the sizes (any rank-4 shape decides it).
+            Some(Err(e)) => {
+                let mut g4 = g.clone();
+                let x = n.input(0).unwrap_or_default().to_string();
+                let dtype = g.types.get(&x).map_or(crate::ir::DType::F32, |t| t.dtype);
+                g4.types.insert(x, crate::ir::TensorType::new(dtype, crate::ir::Shape::from_static(&[2, 2, 2, 2])));
+                match lower::glue(&g4, n, bindings) {
+                    Some(Ok(u)) if matches!(u.spec, bolt_codegen::glue::GlueSpec::ResizeNearest(r) if r.scales.is_some()) => Ok(u),
+                    _ => Err(format!("the model's shapes do not bind: {e}")),
+                }
+            }
+            None => unreachable!("bound when there are resizes"),
         };
         let (kernel, reason) = match lowered {
             Ok(u) => (Some(bolt_codegen::glue::symbol_for(&u.spec)), None),
