@@ -531,10 +531,10 @@ fn host_depth_to_space_equals_the_reference() {
     }
 }
 
-/// The cuda device runs Concat and views as rectangles of device-to-device copies
+/// The cuda device runs Concat, Split and views as rectangles of device-to-device copies
 /// (`plan::lower::copy_blocks`); applied to host bytes here, they give the reference
-/// executor's Concat on every axis (negative too) and a view's bytes, and refuse inputs that
-/// do not fit.
+/// executor's Concat and Split on every axis (negative too) and a view's bytes, and refuse
+/// inputs that do not fit.
 #[test]
 fn copy_blocks_equal_the_reference_concat_and_views() {
     use bolt::plan::lower::copy_blocks;
@@ -568,18 +568,29 @@ fn copy_blocks_equal_the_reference_concat_and_views() {
         let refs: Vec<Option<&Tensor>> = xs.iter().map(Some).collect();
         let want = bolt::reference::eval_op(&op, &refs).unwrap().remove(0);
         let shapes: Vec<&[usize]> = xs.iter().map(|x| x.shape.as_slice()).collect();
-        let blocks = copy_blocks(&op, &shapes, &want.shape, 4).unwrap();
+        let blocks = copy_blocks(&op, &shapes, &[&want.shape], 4).unwrap();
         let got = apply(&blocks, &xs.iter().map(bytes).collect::<Vec<_>>(), want.len() * 4);
         assert_eq!(got, bytes(&want), "concat axis {axis} of {shapes:?}");
         // A view copies the bytes as they are.
         let flat = [want.len()];
-        let view = copy_blocks(&Op::Flatten { axis: 0 }, &[&want.shape], &flat, 4).unwrap();
+        let view = copy_blocks(&Op::Flatten { axis: 0 }, &[&want.shape], &[&flat], 4).unwrap();
         assert_eq!(apply(&view, &[bytes(&want)], want.len() * 4), bytes(&want));
+        // Split gives the inputs back (its sizes as a constant input).
+        let split = Op::Split { axis, outputs: xs.len() };
+        let sizes = Tensor::from_i64(vec![xs.len()], xs.iter().map(|x| x.shape[a] as i64).collect());
+        let parts = bolt::reference::eval_op(&split, &[Some(&want), Some(&sizes)]).unwrap();
+        assert_eq!(parts, xs, "split axis {axis}");
+        let part_shapes: Vec<&[usize]> = parts.iter().map(|p| p.shape.as_slice()).collect();
+        let blocks = copy_blocks(&split, &[&want.shape], &part_shapes, 4).unwrap();
+        for (j, part) in parts.iter().enumerate() {
+            let mine: Vec<_> = blocks.iter().filter(|b| b.output == j).copied().collect();
+            assert_eq!(apply(&mine, &[bytes(&want)], part.len() * 4), bytes(part), "split part {j}");
+        }
     }
     // Inputs that disagree off the axis, or do not add up to the output, have no copies.
-    assert!(copy_blocks(&Op::Concat { axis: 1 }, &[&[2, 3], &[3, 3]], &[2, 6], 4).is_none());
-    assert!(copy_blocks(&Op::Concat { axis: 1 }, &[&[2, 3], &[2, 2]], &[2, 6], 4).is_none());
-    assert!(copy_blocks(&Op::Softmax { axis: 1 }, &[&[2, 3]], &[2, 3], 4).is_none());
+    assert!(copy_blocks(&Op::Concat { axis: 1 }, &[&[2, 3], &[3, 3]], &[&[2, 6]], 4).is_none());
+    assert!(copy_blocks(&Op::Concat { axis: 1 }, &[&[2, 3], &[2, 2]], &[&[2, 6]], 4).is_none());
+    assert!(copy_blocks(&Op::Softmax { axis: 1 }, &[&[2, 3]], &[&[2, 3]], 4).is_none());
 }
 
 #[test]

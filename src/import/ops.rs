@@ -18,7 +18,7 @@ pub enum Parsed {
 /// and Unsqueeze took axes as an attribute), so nodes from older opsets stay with the host.
 fn semantics_since(op_type: &str) -> i64 {
     match op_type {
-        "Softmax" | "Squeeze" | "Unsqueeze" => 13,
+        "Softmax" | "Squeeze" | "Unsqueeze" | "Split" => 13,
         "HardSwish" => 14,
         "LayerNormalization" => 17,
         "Gelu" => 20,
@@ -122,6 +122,7 @@ pub fn parse_op(node: &NodeProto, opset: i64) -> Result<Parsed, String> {
         "Squeeze" => Op::Squeeze,
         "Unsqueeze" => Op::Unsqueeze,
         "Concat" => Op::Concat { axis: a.int("axis")?.ok_or("missing required attribute 'axis'")? },
+        "Split" => Op::Split { axis: a.int_or("axis", 0)?, outputs: node.output.len() },
         "Slice" => Op::Slice,
         "Gather" => Op::Gather { axis: a.int_or("axis", 0)? },
         "Shape" => Op::Shape { start: a.int_or("start", 0)?, end: a.int("end")? },

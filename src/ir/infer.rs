@@ -482,6 +482,40 @@ pub fn infer_node(op: &Op, infos: &[Option<InputInfo>]) -> Result<Vec<TensorType
             };
             vec![TensorType { dtype: t.dtype, shape }]
         }
+        Op::Split { axis, outputs } => {
+            let t = x?;
+            let Some(s) = &t.shape else { return Ok(vec![TensorType { dtype: t.dtype, shape: None }; *outputs]) };
+            let a = norm_axis(*axis, s.rank(), false)?;
+            let sizes: Option<Vec<usize>> = match const_ints(infos, 1) {
+                Ok(Some(v)) => Some(v.iter().map(|&x| usize::try_from(x).map_err(|_| format!("split size {x} is negative"))).collect::<Result<_, _>>()?),
+                Ok(None) => s.0[a].known().map(|d| split_sizes(d, *outputs)),
+                Err(()) => None,
+            };
+            match sizes {
+                Some(z) => {
+                    if z.len() != *outputs {
+                        return Err(format!("{} split sizes for {outputs} outputs", z.len()));
+                    }
+                    if let Some(d) = s.0[a].known() {
+                        if z.iter().sum::<usize>() != d {
+                            return Err(format!("split sizes {z:?} do not add up to dim {a} = {d}"));
+                        }
+                    }
+                    z.iter()
+                        .map(|&n| {
+                            let mut d = s.0.clone();
+                            d[a] = Dim::Known(n);
+                            TensorType { dtype: t.dtype, shape: Some(Shape(d)) }
+                        })
+                        .collect()
+                }
+                None => {
+                    let mut d = s.0.clone();
+                    d[a] = Dim::Unknown;
+                    vec![TensorType { dtype: t.dtype, shape: Some(Shape(d)) }; *outputs]
+                }
+            }
+        }
         Op::Concat { axis } => {
             let first = x?;
             let mut shape: Option<Shape> = first.shape.clone();
@@ -754,6 +788,13 @@ fn permute4(t: &TensorType, p: [usize; 4]) -> TensorType {
         dtype: t.dtype,
         shape: t.shape.as_ref().map(|s| if s.rank() == 4 { Shape(p.iter().map(|&i| s.0[i].clone()).collect()) } else { s.clone() }),
     }
+}
+
+/// `outputs` parts of a dim of `d`: equal, the last smaller when they do not divide (opset
+/// 18's num_outputs; earlier opsets require them to divide, which this includes).
+pub fn split_sizes(d: usize, outputs: usize) -> Vec<usize> {
+    let each = d.div_ceil(outputs.max(1));
+    (0..outputs).map(|i| each.min(d.saturating_sub(i * each))).collect()
 }
 
 fn check_perm(p: &[usize], rank: usize) -> Result<(), String> {

@@ -431,6 +431,12 @@ pub enum Op {
     Concat {
         axis: i64,
     },
+    /// Splits `axis` into `outputs` parts: the sizes of input 1 when given, else equal parts
+    /// (the last one smaller when they do not divide, as opset 18's `num_outputs`).
+    Split {
+        axis: i64,
+        outputs: usize,
+    },
     /// starts, ends, axes, steps from inputs 1..=4.
     Slice,
     Gather {
@@ -540,6 +546,7 @@ impl Op {
             Op::Squeeze => "Squeeze",
             Op::Unsqueeze => "Unsqueeze",
             Op::Concat { .. } => "Concat",
+            Op::Split { .. } => "Split",
             Op::Slice => "Slice",
             Op::Gather { .. } => "Gather",
             Op::Shape { .. } => "Shape",

@@ -800,11 +800,12 @@ pub fn stitch_problem(
 }
 
 /// One rectangular device-to-device copy of a copy node ([`copy_blocks`]): `height` rows of
-/// `width` bytes from input `input` at `src` (+ `src_pitch` per row) to the output at `dst`
-/// (+ `dst_pitch` per row). Offsets are bytes from the tensors' starts.
+/// `width` bytes from input `input` at `src` (+ `src_pitch` per row) to output `output` at
+/// `dst` (+ `dst_pitch` per row). Offsets are bytes from the tensors' starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CopyBlock {
     pub input: usize,
+    pub output: usize,
     pub src: usize,
     pub dst: usize,
     pub width: usize,
@@ -813,24 +814,54 @@ pub struct CopyBlock {
     pub dst_pitch: usize,
 }
 
-/// Whether `op` only moves bytes in rectangles (views, Concat): run as device copies, never
-/// a kernel nor a host round trip.
+/// Whether `op` only moves bytes in rectangles (views, Concat, Split): run as device copies,
+/// never a kernel nor a host round trip.
 pub fn is_copy(op: &Op) -> bool {
-    op.is_view() || matches!(op, Op::Concat { .. })
+    op.is_view() || matches!(op, Op::Concat { .. } | Op::Split { .. })
 }
 
-/// The copies that run copy node `op` on inputs of shapes `inputs` (row-major, `elem` bytes
-/// per element) producing `output`; `None` when `op` is not a copy op or the shapes do not fit.
-pub fn copy_blocks(op: &Op, inputs: &[&[usize]], output: &[usize], elem: usize) -> Option<Vec<CopyBlock>> {
+/// The copies that run copy node `op` on data inputs of shapes `inputs` (row-major, `elem`
+/// bytes per element) producing `outputs`; `None` when `op` is not a copy op or the shapes do
+/// not fit.
+pub fn copy_blocks(op: &Op, inputs: &[&[usize]], outputs: &[&[usize]], elem: usize) -> Option<Vec<CopyBlock>> {
     let count = |s: &[usize]| s.iter().product::<usize>();
     match op {
         op if op.is_view() => {
-            let bytes = count(output) * elem;
+            let bytes = count(outputs.first()?) * elem;
             (count(inputs.first()?) * elem == bytes).then(|| {
-                vec![CopyBlock { input: 0, src: 0, dst: 0, width: bytes, height: 1, src_pitch: bytes, dst_pitch: bytes }]
+                vec![CopyBlock {
+                    input: 0,
+                    output: 0,
+                    src: 0,
+                    dst: 0,
+                    width: bytes,
+                    height: 1,
+                    src_pitch: bytes,
+                    dst_pitch: bytes,
+                }]
             })
         }
+        Op::Split { axis, .. } => {
+            // Concat's copies the other way round.
+            let whole = inputs.first()?;
+            let concat = copy_blocks(&Op::Concat { axis: *axis }, outputs, &[whole], elem)?;
+            Some(
+                concat
+                    .into_iter()
+                    .map(|b| CopyBlock {
+                        input: 0,
+                        output: b.input,
+                        src: b.dst,
+                        dst: b.src,
+                        src_pitch: b.dst_pitch,
+                        dst_pitch: b.src_pitch,
+                        ..b
+                    })
+                    .collect(),
+            )
+        }
         Op::Concat { axis } => {
+            let output = *outputs.first()?;
             let rank = output.len();
             let a = if *axis < 0 { *axis + rank as i64 } else { *axis };
             let a = usize::try_from(a).ok().filter(|&a| a < rank)?;
@@ -846,6 +877,7 @@ pub fn copy_blocks(op: &Op, inputs: &[&[usize]], output: &[usize], elem: usize) 
                 if width > 0 && outer > 0 {
                     blocks.push(CopyBlock {
                         input: i,
+                        output: 0,
                         src: 0,
                         dst: offset,
                         width,

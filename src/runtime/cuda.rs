@@ -513,17 +513,25 @@ impl CudaExecutor {
             return None;
         }
         let shape = |t: &str| graph.types.get(t)?.shape.as_ref()?.as_static();
-        let y = n.outputs.first()?;
-        let ty = graph.types.get(y)?;
-        // A view reads only its data input (Reshape's shape input is a host value).
-        let data: Vec<&str> = if n.op.is_view() { vec![n.input(0)?] } else { n.inputs.iter().flatten().map(String::as_str).collect() };
+        let elem = graph.types.get(n.outputs.first()?)?.dtype.size_bytes()?;
+        // A view reads only its data input (Reshape's shape input is a host value), a Split
+        // only its input 0 (the sizes are a host value).
+        let data: Vec<&str> = match n.op {
+            crate::ir::Op::Concat { .. } => n.inputs.iter().flatten().map(String::as_str).collect(),
+            _ => vec![n.input(0)?],
+        };
+        let outs: Vec<&str> = n.outputs.iter().map(String::as_str).collect();
         let shapes: Vec<Vec<usize>> = data.iter().map(|x| shape(x)).collect::<Option<_>>()?;
+        let out_shapes: Vec<Vec<usize>> = outs.iter().map(|y| shape(y)).collect::<Option<_>>()?;
         let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
-        let blocks = crate::plan::lower::copy_blocks(&n.op, &refs, &shape(y)?, ty.dtype.size_bytes()?)?;
-        let dst = self.address(y, input_addr)?;
+        let out_refs: Vec<&[usize]> = out_shapes.iter().map(Vec::as_slice).collect();
+        let blocks = crate::plan::lower::copy_blocks(&n.op, &refs, &out_refs, elem)?;
         let blocks = blocks
             .into_iter()
-            .map(|b| Some((self.address(data[b.input], input_addr)? + b.src as u64, dst + b.dst as u64, b)))
+            .map(|b| {
+                let (src, dst) = (self.address(data[b.input], input_addr)?, self.address(outs[b.output], input_addr)?);
+                Some((src + b.src as u64, dst + b.dst as u64, b))
+            })
             .collect::<Option<Vec<_>>>()?;
         Some(Planned::Copy(n.name.clone(), blocks))
     }

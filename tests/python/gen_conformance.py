@@ -37,7 +37,7 @@ BOLT_OPS = frozenset("""
     MatMul Gemm Conv ConvTranspose BatchNormalization Add Sub Mul Div Pow Sqrt Erf Tanh Relu LeakyRelu
     Sigmoid HardSigmoid HardSwish Softplus Gelu Clip Cast Transpose Reshape Flatten Squeeze
     Unsqueeze Concat Slice Gather Shape Constant Identity MaxPool AveragePool
-    GlobalAveragePool Softmax LayerNormalization ReduceMean Resize DepthToSpace
+    GlobalAveragePool Softmax LayerNormalization ReduceMean Resize DepthToSpace Split
 """.split())
 
 SHIPPED_KINDS = ("pytorch-converted", "pytorch-operator", "simple")

@@ -253,3 +253,34 @@ pub fn depth_to_space(x: &Tensor, b: usize, crd: bool) -> OpResult {
     }
     Ok(vec![Tensor::new(vec![n, c, h * b, w * b], x.data.gather(&idx))?])
 }
+
+/// Split along `axis` into `outputs` parts: the sizes `split` when given, else equal parts
+/// (the last smaller when they do not divide).
+pub fn split(x: &Tensor, split: Option<&Tensor>, axis: i64, outputs: usize) -> OpResult {
+    let a = crate::ir::infer::norm_axis(axis, x.rank(), false)?;
+    let sizes: Vec<usize> = match split {
+        Some(t) => t
+            .as_i64_vec()
+            .ok_or("split must be an integer tensor")?
+            .iter()
+            .map(|&v| usize::try_from(v).map_err(|_| format!("split size {v} is negative")))
+            .collect::<Result<_, _>>()?,
+        None => crate::ir::infer::split_sizes(x.shape[a], outputs),
+    };
+    if sizes.len() != outputs || sizes.iter().sum::<usize>() != x.shape[a] {
+        return Err(format!("split sizes {sizes:?} do not split dim {a} = {} into {outputs}", x.shape[a]));
+    }
+    let (outer, inner): (usize, usize) = (x.shape[..a].iter().product(), x.shape[a + 1..].iter().product());
+    let mut start = 0;
+    let mut out = Vec::with_capacity(outputs);
+    for &n in &sizes {
+        let idx: Vec<usize> = (0..outer)
+            .flat_map(|o| (start..start + n).flat_map(move |k| (0..inner).map(move |i| (o * x.shape[a] + k) * inner + i)))
+            .collect();
+        let mut shape = x.shape.clone();
+        shape[a] = n;
+        out.push(Tensor::new(shape, x.data.gather(&idx))?);
+        start += n;
+    }
+    Ok(out)
+}

@@ -57,6 +57,7 @@ pub fn eval_op(op: &Op, inputs: &[Option<&Tensor>]) -> OpResult {
         Op::Squeeze => layout::squeeze(req(inputs, 0)?, opt(inputs, 1)),
         Op::Unsqueeze => layout::unsqueeze(req(inputs, 0)?, req(inputs, 1)?),
         Op::Concat { axis } => layout::concat(inputs, *axis),
+        Op::Split { axis, outputs } => layout::split(req(inputs, 0)?, opt(inputs, 1), *axis, *outputs),
         Op::Slice => layout::slice(req(inputs, 0)?, req(inputs, 1)?, req(inputs, 2)?, opt(inputs, 3), opt(inputs, 4)),
         Op::Gather { axis } => layout::gather(req(inputs, 0)?, req(inputs, 1)?, *axis),
         Op::Shape { start, end } => layout::shape(req(inputs, 0)?, *start, *end),
