@@ -172,7 +172,9 @@ unsafe extern "system" fn ep_get_capability(
         }
         // Connected device work (partitions, stitched regions, pools, views) as one fused node
         // each, so activations stay on the device between Bolt's kernels.
-        let offload = bolt::plan::offload::offload(&imported.graph, &|p| claimable(&imported.graph, p));
+        // Only the residual rule per partition: each group (or, where a group falls back, each
+        // partition) is planned on its own by `offload`, once.
+        let offload = bolt::plan::offload::offload(&imported.graph, &|p| source_fits(&imported.graph, p));
         for note in &offload.notes {
             me.log(|| note.clone());
         }

@@ -231,8 +231,8 @@ pub fn glue(g: &Graph, n: &Node, bindings: &HashMap<String, usize>) -> Option<Re
     if !is_glue_op(&n.op) {
         return None;
     }
-    if n.outputs.iter().skip(1).any(|o| !o.is_empty()) {
-        return Some(Err("its second output (MaxPool's Indices) is used: the glue kernel writes values only".into()));
+    if indices_used(n) {
+        return Some(Err(INDICES_USED.into()));
     }
     let x = n.input(0)?;
     let y = n.outputs.first()?;
@@ -245,6 +245,14 @@ pub fn glue(g: &Graph, n: &Node, bindings: &HashMap<String, usize>) -> Option<Re
     let constants: Vec<Option<&crate::ir::Tensor>> = constants.iter().map(|c| c.as_deref()).collect();
     glue_for(&n.op, &shape, xt, yt, &constants)
         .map(|r| r.map(|(spec, problem)| GlueUse { node: n.name.clone(), spec, problem }))
+}
+
+/// Why a MaxPool whose Indices output is used has no glue kernel.
+pub const INDICES_USED: &str = "its second output (MaxPool's Indices) is used: the glue kernel writes values only";
+
+/// Whether `n` has a second output (MaxPool's Indices): glue kernels write one.
+pub fn indices_used(n: &Node) -> bool {
+    n.outputs.iter().skip(1).any(|o| !o.is_empty())
 }
 
 /// Whether `op` is a pool (of the model's, or run channels-last by the planner).

@@ -93,13 +93,37 @@ pub struct GlueDecision {
     pub reason: Option<String>,
 }
 
-/// Every pool, transpose and resize of the model in `g` (the planner's own transforms are
-/// reported as layout transforms) and whether a glue kernel takes it: pools and transposes
-/// whatever their input size, resizes at `bindings` (their layout shows in the shapes).
+impl GlueDecision {
+    fn new(n: &crate::ir::Node, op_type: String, spec: std::result::Result<bolt_codegen::glue::GlueSpec, String>) -> Self {
+        let (kernel, reason) = match spec {
+            Ok(s) => (Some(bolt_codegen::glue::symbol_for(&s)), None),
+            Err(why) => (None, Some(why)),
+        };
+        GlueDecision { node: n.name.clone(), op_type, kernel, reason }
+    }
+}
+
+/// Every pool, transpose, resize and DepthToSpace of the model in `g` (the planner's own
+/// transforms are reported as layout transforms) and whether a glue kernel takes it: pools
+/// and transposes whatever their input size, resizes and DepthToSpace at `bindings`.
 fn glue_decisions(g: &Graph, model: &Graph, bindings: &DimBindings) -> Vec<GlueDecision> {
+    use crate::ir::Op;
     let own: std::collections::HashSet<&str> = model.nodes.iter().map(|n| n.name.as_str()).collect();
-    let transposes = g.nodes.iter().filter(|n| own.contains(n.name.as_str()) && matches!(n.op, crate::ir::Op::Transpose { .. }));
-    let transposes = transposes.map(|n| {
+    let mut out = Vec::new();
+    for n in g.nodes.iter().filter(|n| lower::is_pool(&n.op)) {
+        let op_type = match &n.op {
+            Op::ChannelsLast(inner) => format!("{} (NHWC)", inner.op_type()),
+            op => op.op_type().to_string(),
+        };
+        let element = n.input(0).and_then(|x| g.types.get(x)).map(|t| t.dtype);
+        let spec = match element.and_then(lower::element) {
+            None => Err(format!("the input is {element:?}: pool kernels take f32, f16 and bf16")),
+            Some(_) if lower::indices_used(n) => Err(lower::INDICES_USED.into()),
+            Some(e) => lower::pool_spec(&n.op, e).map(bolt_codegen::glue::GlueSpec::Pool),
+        };
+        out.push(GlueDecision::new(n, op_type, spec));
+    }
+    for n in g.nodes.iter().filter(|n| own.contains(n.name.as_str()) && matches!(n.op, Op::Transpose { .. })) {
         let (x, y) = (n.input(0).and_then(|x| g.types.get(x)), n.outputs.first().and_then(|y| g.types.get(y)));
         let rank = x.and_then(|t| t.shape.as_ref()).map(|s| s.rank());
         // A transpose's kernel does not depend on the sizes, only on the rank.
@@ -107,72 +131,48 @@ fn glue_decisions(g: &Graph, model: &Graph, bindings: &DimBindings) -> Vec<GlueD
             (Some(x), Some(y), Some(r)) => lower::glue_for(&n.op, &vec![1; r], x.dtype, y.dtype, &[]),
             _ => Some(Err("its input has no known rank".into())),
         };
-        let (kernel, reason) = match spec {
-            Some(Ok((s, _))) => (Some(bolt_codegen::glue::symbol_for(&s)), None),
-            Some(Err(why)) => (None, Some(why)),
-            None => (None, Some("only NCHW <-> NHWC permutations of rank-4 tensors have a transpose kernel".into())),
-        };
-        GlueDecision { node: n.name.clone(), op_type: "Transpose".into(), kernel, reason }
-    });
-    let pools = g.nodes
-        .iter()
-        .filter(|n| lower::is_pool(&n.op))
-        .map(|n| {
-            let op_type = match &n.op {
-                crate::ir::Op::ChannelsLast(inner) => format!("{} (NHWC)", inner.op_type()),
-                op => op.op_type().to_string(),
-            };
-            let element = n.input(0).and_then(|x| g.types.get(x)).map(|t| t.dtype);
-            let spec = match element.and_then(lower::element) {
-                None => Err(format!("the input is {element:?}: pool kernels take f32, f16 and bf16")),
-                Some(_) if n.outputs.iter().skip(1).any(|o| !o.is_empty()) => {
-                    Err("its second output (MaxPool's Indices) is used: the pool kernel writes values only".into())
-                }
-                Some(e) => lower::pool_spec(&n.op, e),
-            };
-            match spec {
-                Ok(s) => GlueDecision {
-                    node: n.name.clone(),
-                    op_type,
-                    kernel: Some(bolt_codegen::glue::symbol_for(&bolt_codegen::glue::GlueSpec::Pool(s))),
-                    reason: None,
-                },
-                Err(why) => GlueDecision { node: n.name.clone(), op_type, kernel: None, reason: Some(why) },
-            }
-        });
+        let spec = spec
+            .unwrap_or_else(|| Err("only NCHW <-> NHWC permutations of rank-4 tensors have a transpose kernel".into()));
+        out.push(GlueDecision::new(n, "Transpose".into(), spec.map(|(s, _)| s)));
+    }
     // Resizes and DepthToSpace: their lowering reads constants and shapes.
-    let is_shaped = |op: &crate::ir::Op| match op {
-        crate::ir::Op::Resize(_) | crate::ir::Op::DepthToSpace { .. } => true,
-        crate::ir::Op::ChannelsLast(inner) => matches!(**inner, crate::ir::Op::DepthToSpace { .. }),
+    let shaped = |op: &Op| match op {
+        Op::Resize(_) | Op::DepthToSpace { .. } => true,
+        Op::ChannelsLast(inner) => matches!(**inner, Op::DepthToSpace { .. }),
         _ => false,
     };
-    let resizes: Vec<&crate::ir::Node> = g.nodes.iter().filter(|n| is_shaped(&n.op)).collect();
+    let shaped: Vec<&crate::ir::Node> = g.nodes.iter().filter(|n| shaped(&n.op)).collect();
+    if shaped.is_empty() {
+        return out;
+    }
     // Shapes of unknown size (some exporters drop them) become known once the inputs are bound.
-    let bound = if resizes.is_empty() { None } else { Some(edit::bind_inputs(g, bindings).map_err(|e| e.to_string())) };
-    let resizes = resizes.into_iter().map(|n| {
-        let lowered = match &bound {
-            Some(Ok(b)) => lower::glue(b, n, bindings).unwrap_or_else(|| Err("not a glue op".into())),
-            // Symbolic dims of 1 can make a model inconsistent (an image of side 1): a resize
-            // by constant scales does not need the sizes (any rank-4 shape decides it).
-            Some(Err(e)) => {
-                let mut g4 = g.clone();
-                let x = n.input(0).unwrap_or_default().to_string();
-                let dtype = g.types.get(&x).map_or(crate::ir::DType::F32, |t| t.dtype);
-                g4.types.insert(x, crate::ir::TensorType::new(dtype, crate::ir::Shape::from_static(&[2, 2, 2, 2])));
-                match lower::glue(&g4, n, bindings) {
-                    Some(Ok(u)) if matches!(u.spec, bolt_codegen::glue::GlueSpec::ResizeNearest(r) if r.scales.is_some()) => Ok(u),
-                    _ => Err(format!("the model's shapes do not bind: {e}")),
-                }
+    // Symbolic dims of 1 can make a model inconsistent (an image of side 1): a resize by
+    // constant scales does not need the sizes (any rank-4 input decides it).
+    let (bound, placeholder) = match edit::bind_inputs(g, bindings) {
+        Ok(b) => (Ok(b), None),
+        Err(e) => {
+            let mut p = g.clone();
+            for x in shaped.iter().filter_map(|n| n.input(0)) {
+                let dtype = g.types.get(x).map_or(crate::ir::DType::F32, |t| t.dtype);
+                p.types.insert(x.to_string(), crate::ir::TensorType::new(dtype, crate::ir::Shape::from_static(&[2; 4])));
             }
-            None => unreachable!("bound when there are resizes"),
+            (Err(e.to_string()), Some(p))
+        }
+    };
+    for n in shaped {
+        let lowered = match (&bound, &placeholder) {
+            (Ok(b), _) => lower::glue(b, n, bindings).unwrap_or_else(|| Err("not a glue op".into())),
+            (Err(e), Some(p)) => match lower::glue(p, n, bindings) {
+                Some(Ok(u)) if matches!(u.spec, bolt_codegen::glue::GlueSpec::ResizeNearest(r) if r.scales.is_some()) => {
+                    Ok(u)
+                }
+                _ => Err(format!("the model's shapes do not bind: {e}")),
+            },
+            (Err(e), None) => Err(format!("the model's shapes do not bind: {e}")),
         };
-        let (kernel, reason) = match lowered {
-            Ok(u) => (Some(bolt_codegen::glue::symbol_for(&u.spec)), None),
-            Err(why) => (None, Some(why)),
-        };
-        GlueDecision { node: n.name.clone(), op_type: n.op.op_type().into(), kernel, reason }
-    });
-    pools.chain(transposes).chain(resizes.collect::<Vec<_>>()).collect()
+        out.push(GlueDecision::new(n, n.op.op_type().into(), lowered.map(|u| u.spec)));
+    }
+    out
 }
 
 /// Plans `g` with the default options (H100 costs, every pass on).
