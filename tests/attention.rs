@@ -209,3 +209,198 @@ fn ppocrv4_rec_svtr_attention_cores() {
         assert!(worst < 1e-4, "{worst}");
     }
 }
+
+/// How an exported model splits and merges heads around its core.
+#[derive(Clone, Copy, Debug)]
+enum Export {
+    /// HuggingFace: projections [B, S, H, D]; Q, V by Transpose [0,2,1,3], Kᵀ by [0,2,3,1];
+    /// a [B,1,1,S] padding mask; the context merged back by [0,2,1,3].
+    HuggingFace,
+    /// PyTorch's SDPA decomposed: Q, K, V [B, H, S, D]; Kᵀ by [0,1,3,2]; a causal [S, S] mask;
+    /// the scale on Q and K before the MatMul.
+    Sdpa,
+    /// One head, rank 3 (tests/artifact.rs's BERT layer): [B, S, D], Kᵀ by [0,2,1], no mask.
+    Rank3,
+}
+
+fn exported(form: Export, s: usize, d: usize, dtype: DType) -> (Graph, HashMap<String, Tensor>) {
+    let mut g = GraphBuilder::new("exported");
+    let mut feeds = HashMap::new();
+    let cast = |t: Tensor| Tensor::from_f64_as(dtype, t.shape.clone(), &t.to_f64_vec()).unwrap();
+    let mut input = |g: &mut GraphBuilder, name: &str, shape: &[usize], seed: u64| {
+        feeds.insert(name.to_string(), cast(random(shape, seed)));
+        g.input(name, dtype, Shape::from_static(shape))
+    };
+    let scale = |g: &mut GraphBuilder, name: &str, x: f32| {
+        let t = Tensor::from_f64_as(dtype, vec![], &[f64::from(x)]).unwrap();
+        g.initializer(name, t)
+    };
+    let out = match form {
+        Export::HuggingFace => {
+            let q = input(&mut g, "q_proj", &[B, s, H, d], 1);
+            let k = input(&mut g, "k_proj", &[B, s, H, d], 2);
+            let v = input(&mut g, "v_proj", &[B, s, H, d], 3);
+            let mask = g.input("mask", dtype, Shape::from_static(&[B, 1, 1, s]));
+            let pad: Vec<f64> = (0..B * s).map(|i| if i / s == 1 && i % s >= s / 2 && s > 1 { -1e4 } else { 0.0 }).collect();
+            feeds.insert("mask".into(), Tensor::from_f64_as(dtype, vec![B, 1, 1, s], &pad).unwrap());
+            let q = g.node("q_t", Op::Transpose { perm: Some(vec![0, 2, 1, 3]) }, &[&q]);
+            let kt = g.node("k_t", Op::Transpose { perm: Some(vec![0, 2, 3, 1]) }, &[&k]);
+            let v = g.node("v_t", Op::Transpose { perm: Some(vec![0, 2, 1, 3]) }, &[&v]);
+            let qk = g.node("qk", Op::MatMul, &[&q, &kt]);
+            let root = scale(&mut g, "root_d", (d as f32).sqrt());
+            let sc = g.node("div", Op::Binary(Binary::Div), &[&qk, &root]);
+            let sc = g.node("add_mask", Op::Binary(Binary::Add), &[&sc, &mask]);
+            let p = g.node("softmax", Op::Softmax { axis: -1 }, &[&sc]);
+            let ctx = g.node("pv", Op::MatMul, &[&p, &v]);
+            g.node("merge", Op::Transpose { perm: Some(vec![0, 2, 1, 3]) }, &[&ctx])
+        }
+        Export::Sdpa => {
+            let q = input(&mut g, "q", &[B, H, s, d], 1);
+            let k = input(&mut g, "k", &[B, H, s, d], 2);
+            let v = input(&mut g, "v", &[B, H, s, d], 3);
+            let causal: Vec<f64> = (0..s * s).map(|i| if i % s > i / s { f64::NEG_INFINITY } else { 0.0 }).collect();
+            let mask = g.initializer("causal", Tensor::from_f64_as(dtype, vec![s, s], &causal).unwrap());
+            let c = scale(&mut g, "quarter", (d as f32).powf(-0.25));
+            let kt = g.node("k_t", Op::Transpose { perm: Some(vec![0, 1, 3, 2]) }, &[&k]);
+            let qs = g.node("q_scale", Op::Binary(Binary::Mul), &[&q, &c]);
+            let ks = g.node("k_scale", Op::Binary(Binary::Mul), &[&kt, &c]);
+            let qk = g.node("qk", Op::MatMul, &[&qs, &ks]);
+            let sc = g.node("add_mask", Op::Binary(Binary::Add), &[&qk, &mask]);
+            let p = g.node("softmax", Op::Softmax { axis: -1 }, &[&sc]);
+            g.node("pv", Op::MatMul, &[&p, &v])
+        }
+        Export::Rank3 => {
+            let q = input(&mut g, "q", &[B, s, d], 1);
+            let k = input(&mut g, "k", &[B, s, d], 2);
+            let v = input(&mut g, "v", &[B, s, d], 3);
+            let kt = g.node("k_t", Op::Transpose { perm: Some(vec![0, 2, 1]) }, &[&k]);
+            let qk = g.node("qk", Op::MatMul, &[&q, &kt]);
+            let c = scale(&mut g, "inv_root_d", 1.0 / (d as f32).sqrt());
+            let sc = g.node("mul", Op::Binary(Binary::Mul), &[&qk, &c]);
+            let p = g.node("softmax", Op::Softmax { axis: -1 }, &[&sc]);
+            g.node("pv", Op::MatMul, &[&p, &v])
+        }
+    };
+    g.output(&out);
+    (g.finish().unwrap(), feeds)
+}
+
+fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
+    assert_eq!(a.shape, b.shape);
+    a.to_f32_vec().iter().zip(b.to_f32_vec()).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max)
+}
+
+/// Exported cores plan as one fused attention node that reads the head-split transposes in
+/// place. Two checks on each: the planned graph on the reference executor equals the model
+/// (the rewriting: operands, permutations, scale, mask), and the attention kernel's meaning
+/// (codegen's `AttentionSpec::eval`, an f64 loop over the problem's strides) run on the problem
+/// and mask staging the cuda device would launch with equals the model's original ops on the
+/// reference executor, at sequence lengths whose masks need staging (not a multiple of 8).
+#[test]
+fn exported_cores_run_as_one_attention_kernel_on_the_problem_the_device_launches() {
+    for form in [Export::HuggingFace, Export::Sdpa, Export::Rank3] {
+        for s in [1usize, 7, 16, 33] {
+            for (dtype, d) in [(DType::F32, 12), (DType::F16, 16), (DType::BF16, 8)] {
+                let (g, feeds) = exported(form, s, d, dtype);
+                let plan = bolt::plan::plan(&g).unwrap();
+                let what = format!("{form:?} S={s} D={d} {dtype}");
+                assert_eq!(plan.attention.len(), 1, "{what}");
+                let decision = &plan.attention[0];
+                let node = decision.fused.as_ref().unwrap_or_else(|| panic!("{what}: {:?}", decision.reason));
+                let n = plan.graph.nodes.iter().find(|n| &n.name == node).unwrap();
+                let Op::Attention(op) = &n.op else { panic!("{what}: {:?}", n.op) };
+                assert!(plan.graph.nodes.iter().all(|n| !matches!(n.op, Op::MatMul | Op::Softmax { .. })), "{what}");
+                // The split transposes went into the node; the merge transpose stays (its
+                // output is the graph's).
+                let absorbed: Vec<&str> =
+                    decision.nodes.iter().filter(|x| x.ends_with("_t")).map(|x| x.as_str()).collect();
+                let want_absorbed: &[&str] = match form {
+                    Export::HuggingFace => &["q_t", "k_t", "v_t"],
+                    Export::Sdpa | Export::Rank3 => &["k_t"],
+                };
+                assert_eq!(absorbed, want_absorbed, "{what}");
+
+                let want = bolt::reference::run(&g, &feeds).unwrap().remove(&g.outputs[0]).unwrap();
+                let planned = bolt::reference::run(&plan.graph, &feeds).unwrap().remove(&g.outputs[0]).unwrap();
+                let tol = match dtype {
+                    DType::F32 => 1e-5,
+                    DType::F16 => 1e-2,
+                    _ => 5e-2,
+                };
+                let worst = max_abs_diff(&planned, &want);
+                assert!(worst <= tol, "{what}: planned graph vs model: {worst}");
+
+                // The kernel's meaning on the problem lowered from the node's input shapes.
+                let spec = bolt::plan::lower::attention_spec(&plan.graph, n).unwrap();
+                assert_eq!(spec.bias, op.mask);
+                let mut env: HashMap<String, Tensor> = feeds.clone();
+                for (k, v) in &plan.graph.initializers {
+                    env.insert(k.clone(), (**v).clone());
+                }
+                let args: Vec<Tensor> = n.inputs.iter().flatten().map(|x| env[x].clone()).collect();
+                let refs: Vec<&Tensor> = args.iter().collect();
+                let shapes: Vec<&[usize]> = args.iter().map(|t| t.shape.as_slice()).collect();
+                let (_, staging) = bolt::plan::lower::attention_problem(op, &spec, &shapes).unwrap();
+                let align = spec.alignment() as usize;
+                assert_eq!(staging.is_some(), op.mask && s % align != 0, "{what}: {staging:?}");
+                let kernel = bolt::runtime::attention::run(&spec, op, &refs).unwrap();
+                let core_out = match form {
+                    // The node's output is the context before the merge transpose.
+                    Export::HuggingFace => {
+                        bolt::reference::eval_node(
+                            &plan.graph.nodes.iter().find(|n| n.name == "merge").unwrap().clone(),
+                            &[Some(&kernel)],
+                        )
+                        .unwrap()
+                        .remove(0)
+                    }
+                    _ => kernel,
+                };
+                let worst = max_abs_diff(&core_out, &want);
+                assert!(worst <= tol, "{what}: attention kernel meaning vs model: {worst}");
+            }
+        }
+    }
+}
+
+/// Cores no attention kernel takes stay as their ops (two batched GEMMs and a stitched
+/// softmax), and the plan says why.
+#[test]
+fn cores_the_kernels_cannot_take_say_why_and_stay_ops() {
+    // Kᵀ given as a tensor (no transpose to read K rows through).
+    let g = graph(Form::DivThenPaddingMask, 8);
+    let plan = bolt::plan::plan(&g).unwrap();
+    let why = plan.attention[0].reason.as_deref().unwrap();
+    assert!(plan.attention[0].fused.is_none() && why.contains("not a transpose"), "{why}");
+    assert!(plan.graph.nodes.iter().all(|n| !matches!(n.op, Op::Attention(_))));
+    // Head dims above the largest kernel's, or not whole vectors.
+    for (d, dtype, says) in [(160, DType::F32, "up to 128"), (12, DType::F16, "8 elements")] {
+        let (g, _) = exported(Export::Sdpa, 8, d, dtype);
+        let plan = bolt::plan::plan(&g).unwrap();
+        let why = plan.attention[0].reason.as_deref().unwrap_or_else(|| panic!("D={d} fused"));
+        assert!(why.contains(says), "D={d}: {why}");
+    }
+    // Fusion off: the report lists the core as not fused.
+    let (g, _) = exported(Export::HuggingFace, 8, 16, DType::F32);
+    let opts = bolt::plan::PlanOptions { attention: false, ..Default::default() };
+    let plan = bolt::plan::plan_with(&g, &opts).unwrap();
+    assert!(plan.attention.is_empty());
+    let md = bolt::plan::report::report("m", &g, &plan, &opts).to_markdown();
+    assert!(md.contains("0 run as fused attention kernels"), "{md}");
+}
+
+/// BERT-base: all 12 cores fused, each reading its Q, K and V head transposes in place.
+#[test]
+fn bert_base_runs_every_core_as_an_attention_kernel() {
+    let Some(dir) = common::testdata("models/bert_base") else { return };
+    let g = bolt::import::load(&dir.join("model.onnx")).unwrap().graph;
+    let plan = bolt::plan::plan(&g).unwrap();
+    assert_eq!(plan.attention.len(), 12);
+    for d in &plan.attention {
+        assert!(d.fused.is_some(), "{d:?}");
+        let transposes = d.nodes.iter().filter(|n| n.starts_with("transpose")).count();
+        assert_eq!(transposes, 3, "{:?}", d.nodes);
+    }
+    let md = bolt::plan::report::report("bert", &g, &plan, &Default::default()).to_markdown();
+    assert!(md.contains("12 run as fused attention kernels"), "{md}");
+}

@@ -252,38 +252,50 @@ fn regions_a_kernel_cannot_take_stay_on_the_host_with_why() {
     assert_eq!(a[&g.outputs[0]].to_f32_vec(), b[&g.outputs[0]].to_f32_vec());
 }
 
-/// BERT-base planned: every LayerNorm and every attention core's mask Add + Softmax is a
-/// stitched node, so only Reshape/Transpose (shape and data movement) are left to the host.
+/// BERT-base planned without attention fusion: every LayerNorm and every attention core's
+/// mask Add + Softmax is a stitched node, so only Reshape/Transpose (shape and data movement)
+/// are left to the host. With attention fusion (the default) the cores are fused attention
+/// nodes reading the head-split transposes in place: 24 LayerNorms and the 12 head-merge
+/// transposes are stitched, no Softmax is, and only Reshapes are left.
 #[test]
 fn bert_base_plan_leaves_only_data_movement_to_the_host() {
     let Some(dir) = common::testdata("models/bert_base") else { return };
     let g = bolt::import::load(&dir.join("model.onnx")).unwrap().graph;
-    let plan = bolt::plan::plan(&g).unwrap();
-    let stitched: Vec<&bolt::ir::Node> = plan.graph.nodes.iter().filter(|n| matches!(n.op, Op::Stitched(_))).collect();
-    // 24 LayerNorms, 12 mask + softmax, and the 36 [0,2,1,3] head transposes read in place;
-    // the 12 [0,2,3,1] key transposes are NCHW -> NHWC glue kernels.
-    assert_eq!(stitched.len(), 72, "{:?}", plan.stitched);
-    let softmax = stitched
-        .iter()
-        .filter(|n| match &n.op {
-            Op::Stitched(r) => r.nodes.iter().any(|x| x.starts_with("softmax")),
-            _ => false,
-        })
-        .count();
-    assert_eq!(softmax, 12);
-    for n in &stitched {
-        bolt::plan::lower::stitch_spec(&plan.graph, n).unwrap_or_else(|e| panic!("{}: {e}", n.name));
+    let unfused = bolt::plan::PlanOptions { attention: false, ..Default::default() };
+    for (opts, stitched_count, softmax_count, attention_count, host) in [
+        (unfused, 72, 12, 0, vec!["Reshape", "Transpose"]),
+        (bolt::plan::PlanOptions::default(), 36, 0, 12, vec!["Reshape"]),
+    ] {
+        let plan = bolt::plan::plan_with(&g, &opts).unwrap();
+        let stitched: Vec<&bolt::ir::Node> =
+            plan.graph.nodes.iter().filter(|n| matches!(n.op, Op::Stitched(_))).collect();
+        // Unfused: 24 LayerNorms, 12 mask + softmax, and the 36 [0,2,1,3] head transposes read
+        // in place; the 12 [0,2,3,1] key transposes are NCHW -> NHWC glue kernels.
+        assert_eq!(stitched.len(), stitched_count, "{:?}", plan.stitched);
+        let softmax = stitched
+            .iter()
+            .filter(|n| match &n.op {
+                Op::Stitched(r) => r.nodes.iter().any(|x| x.starts_with("softmax")),
+                _ => false,
+            })
+            .count();
+        assert_eq!(softmax, softmax_count);
+        let attention = plan.graph.nodes.iter().filter(|n| matches!(n.op, Op::Attention(_))).count();
+        assert_eq!(attention, attention_count);
+        for n in &stitched {
+            bolt::plan::lower::stitch_spec(&plan.graph, n).unwrap_or_else(|e| panic!("{}: {e}", n.name));
+        }
+        let mut left: Vec<&str> = plan
+            .graph
+            .nodes
+            .iter()
+            .filter(|n| !matches!(n.op, Op::Stitched(_) | Op::Fused(_) | Op::FusedChain(_) | Op::Attention(_)))
+            .map(|n| n.op.op_type())
+            .collect();
+        left.sort();
+        left.dedup();
+        assert_eq!(left, host);
     }
-    let mut left: Vec<&str> = plan
-        .graph
-        .nodes
-        .iter()
-        .filter(|n| !matches!(n.op, Op::Stitched(_) | Op::Fused(_) | Op::FusedChain(_)))
-        .map(|n| n.op.op_type())
-        .collect();
-    left.sort();
-    left.dedup();
-    assert_eq!(left, ["Reshape", "Transpose"]);
 }
 
 /// A transpose of a region input is read in place through permuted strides: Transpose ->

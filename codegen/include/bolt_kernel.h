@@ -2,7 +2,7 @@
 // (can_implement, get_host_workspace_size / get_device_workspace_size, initialize, run). Every
 // generated kernel exports six functions named after its symbol (ARGS is BoltArgs for GEMM and
 // conv kernels, BoltB2bArgs for back-to-back chain kernels, BoltGlueArgs for glue kernels,
-// BoltStitchArgs for stitched kernels):
+// BoltStitchArgs for stitched kernels, BoltAttentionArgs for attention kernels):
 //
 //   BoltStatus <symbol>_can_implement(const void* problem);
 //   size_t     <symbol>_workspace_size(const void* problem);   // device workspace bytes
@@ -49,7 +49,7 @@
 extern "C" {
 #endif
 
-#define BOLT_ABI_VERSION 3
+#define BOLT_ABI_VERSION 4
 
 // Alignment (bytes) of the params buffer given to initialize, update and launch (CUTLASS 3
 // Params hold 128-byte-aligned members).
@@ -180,6 +180,28 @@ typedef struct BoltStitchArgs {
   const void* inputs[BOLT_STITCH_MAX_INPUTS];
   void* outputs[BOLT_STITCH_MAX_OUTPUTS];
 } BoltStitchArgs;
+
+// Fused attention: O = softmax(scale * Q K^T + bias) V for batch x heads problems. Strides are
+// in elements over the (batch, head, seq) axes of Q [B,H,S_q,D], K [B,H,S_k,D] and
+// V [B,H,S_k,D_v] (head-dim axis contiguous) and over the (batch, head, query) axes of the bias
+// [B,H,S_q,S_k] (key axis contiguous); 0 broadcasts. O is dense in the kernel's layout
+// ([B,H,S_q,D_v] or [B,S_q,H,D_v], the manifest says which).
+typedef struct BoltAttentionProblem {
+  int64_t batch, heads, seq_q, seq_k, head_dim, head_dim_v;
+  int64_t q_strides[3];
+  int64_t k_strides[3];
+  int64_t v_strides[3];
+  int64_t bias_strides[3];
+  double scale;
+} BoltAttentionProblem;
+
+typedef struct BoltAttentionArgs {
+  const void* q;
+  const void* k;
+  const void* v;
+  const void* bias;  // null when the kernel takes no bias
+  void* o;
+} BoltAttentionArgs;
 
 #ifdef __cplusplus
 }

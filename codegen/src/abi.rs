@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use crate::spec::{Family, Layout};
 
 /// `BOLT_ABI_VERSION` of the header; recorded in every manifest and checked on load.
-pub const ABI_VERSION: u32 = 3;
+pub const ABI_VERSION: u32 = 4;
 
 /// `BOLT_PARAMS_ALIGNMENT`: alignment in bytes of a kernel's params buffer.
 pub const PARAMS_ALIGNMENT: usize = 128;
@@ -248,6 +248,49 @@ impl Default for BoltGlueArgs {
     }
 }
 
+/// `BoltAttentionProblem`: softmax(scale · Q·Kᵀ + bias)·V over `batch` x `heads` problems of
+/// `seq_q` queries and `seq_k` keys. Strides are in elements over the (batch, head, seq) axes of
+/// Q, K and V, whose head-dim axis is contiguous; the bias's are over (batch, head, query), its
+/// key axis contiguous; 0 broadcasts. The output is dense in the kernel's layout.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct BoltAttentionProblem {
+    pub batch: i64,
+    pub heads: i64,
+    pub seq_q: i64,
+    pub seq_k: i64,
+    pub head_dim: i64,
+    pub head_dim_v: i64,
+    pub q_strides: [i64; 3],
+    pub k_strides: [i64; 3],
+    pub v_strides: [i64; 3],
+    pub bias_strides: [i64; 3],
+    pub scale: f64,
+}
+
+/// `BoltAttentionArgs`: Q, K, V, the bias (null when the kernel takes none) and the output.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BoltAttentionArgs {
+    pub q: *const c_void,
+    pub k: *const c_void,
+    pub v: *const c_void,
+    pub bias: *const c_void,
+    pub o: *mut c_void,
+}
+
+impl Default for BoltAttentionArgs {
+    fn default() -> Self {
+        BoltAttentionArgs {
+            q: std::ptr::null(),
+            k: std::ptr::null(),
+            v: std::ptr::null(),
+            bias: std::ptr::null(),
+            o: std::ptr::null_mut(),
+        }
+    }
+}
+
 /// `BOLT_STITCH_MAX_RANK`, `BOLT_STITCH_MAX_INPUTS`, `BOLT_STITCH_MAX_OUTPUTS`.
 pub const STITCH_MAX_RANK: usize = 6;
 pub const STITCH_MAX_INPUTS: usize = 8;
@@ -441,12 +484,14 @@ pub type LaunchFn = unsafe extern "C" fn(params: *mut c_void, stream: *mut c_voi
 pub const FUNCTION_SUFFIXES: [&str; 6] =
     ["_can_implement", "_workspace_size", "_params_size", "_initialize", "_update", "_launch"];
 
-/// An argument struct of the ABI: [`BoltArgs`] or [`BoltB2bArgs`]. Sealed.
+/// An argument struct of the ABI: [`BoltArgs`], [`BoltB2bArgs`], [`BoltGlueArgs`],
+/// [`BoltStitchArgs`] or [`BoltAttentionArgs`]. Sealed.
 pub trait KernelArgs: sealed::SealedArgs + Copy {}
 impl KernelArgs for BoltArgs {}
 impl KernelArgs for BoltB2bArgs {}
 impl KernelArgs for BoltGlueArgs {}
 impl KernelArgs for BoltStitchArgs {}
+impl KernelArgs for BoltAttentionArgs {}
 
 /// Which problem struct a kernel's functions take.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -499,6 +544,7 @@ mod sealed {
     impl SealedArgs for super::BoltB2bArgs {}
     impl SealedArgs for super::BoltGlueArgs {}
     impl SealedArgs for super::BoltStitchArgs {}
+    impl SealedArgs for super::BoltAttentionArgs {}
     pub trait Sealed {}
     impl Sealed for super::BoltGemmProblem {}
     impl Sealed for super::BoltConv2dProblem {}
@@ -532,6 +578,9 @@ mod tests {
         layout!(BoltGlueArgs: x, y);
         layout!(BoltStitchProblem: rows, width, rank, shape, strides);
         layout!(BoltStitchArgs: inputs, outputs);
+        layout!(BoltAttentionProblem: batch, heads, seq_q, seq_k, head_dim, head_dim_v,
+            q_strides, k_strides, v_strides, bias_strides, scale);
+        layout!(BoltAttentionArgs: q, k, v, bias, o);
         v.push(("BOLT_STITCH_MAX_RANK".into(), STITCH_MAX_RANK));
         v.push(("BOLT_STITCH_MAX_INPUTS".into(), STITCH_MAX_INPUTS));
         v.push(("BOLT_STITCH_MAX_OUTPUTS".into(), STITCH_MAX_OUTPUTS));

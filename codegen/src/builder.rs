@@ -25,6 +25,11 @@
 //! A warm build therefore runs nvcc zero times; [`BuildReport::nvcc_invocations`] counts.
 //! nvcc's output for every unit is saved in `<out>/logs/`; a failed unit is reported with its
 //! kernels' symbols and specs (JSON) and the path of its log.
+//!
+//! [`Builder::build_all`] adds the other kernel families to the same library, each in units of
+//! its own: back-to-back chains ([`crate::b2b`]), glue ([`crate::glue`]), stitched
+//! ([`crate::stitch`]) and fused attention kernels ([`crate::attention`]), listed in the
+//! manifest's `b2b`, `glue`, `stitch` and `attention`.
 
 use std::collections::BTreeMap;
 use std::fmt::{self, Write as _};
@@ -40,7 +45,7 @@ use rayon::prelude::*;
 use crate::abi::{self, ProblemKind};
 use crate::cache::{self, Cache, CacheError, CacheKey, EntryKind, KeyHasher, Outcome};
 use crate::manifest::{
-    family_name, B2bEntry, GlueEntry, KernelEntry, Manifest, StitchEntry, UnitEntry, MANIFEST_FORMAT,
+    family_name, AttentionEntry, B2bEntry, GlueEntry, KernelEntry, Manifest, StitchEntry, UnitEntry, MANIFEST_FORMAT,
 };
 use crate::spec::{Arch, KernelSpec};
 
@@ -274,6 +279,8 @@ pub enum BuildError {
     Stitch { symbol: String, reason: String },
     #[error("b2b kernel {symbol}: {reason}")]
     B2b { symbol: String, reason: String },
+    #[error("attention kernel {symbol}: {reason}")]
+    Attention { symbol: String, reason: String },
     #[error("two different specs render to symbol `{symbol}`:\n  {first}\n  {second}")]
     SymbolClash { symbol: String, first: String, second: String },
     #[error("rendering failed for {}: {message}\n{}", symbols.join(", "), specs.join("\n"))]
@@ -308,22 +315,42 @@ pub struct Builder {
     options: BuildOptions,
 }
 
-/// What decides a unit's nvcc flags: its arch, and whether it holds chain kernels (which see
-/// the fused-kernel example headers).
+/// What decides a unit's nvcc flags: its arch, and whether it holds chain or attention kernels
+/// (which see a CUTLASS example's headers).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct UnitClass {
     arch: Arch,
-    b2b: bool,
+    example: ExampleHeaders,
+}
+
+/// The CUTLASS example headers a unit compiles against, if any.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum ExampleHeaders {
+    None,
+    /// [`crate::b2b::include_dir`].
+    B2b,
+    /// [`crate::attention::include_dir`] and the attention support headers.
+    Attention,
 }
 
 impl UnitClass {
-    /// The manifest's key for the class's flags: `sm_80`, `sm_90a`, `sm_80 b2b`.
+    fn of(arch: Arch, kernels: &UnitKernels) -> UnitClass {
+        let example = match kernels {
+            UnitKernels::B2b(_) => ExampleHeaders::B2b,
+            UnitKernels::Attention(_) => ExampleHeaders::Attention,
+            _ => ExampleHeaders::None,
+        };
+        UnitClass { arch, example }
+    }
+
+    /// The manifest's key for the class's flags: `sm_80`, `sm_90a`, `sm_80 b2b`,
+    /// `sm_80 attention`.
     fn name(&self) -> String {
         let arch = self.arch.nvcc_arch().to_string();
-        if self.b2b {
-            format!("{arch} b2b")
-        } else {
-            arch
+        match self.example {
+            ExampleHeaders::None => arch,
+            ExampleHeaders::B2b => format!("{arch} b2b"),
+            ExampleHeaders::Attention => format!("{arch} attention"),
         }
     }
 }
@@ -339,13 +366,14 @@ struct Unit {
     key: CacheKey,
 }
 
-/// The kernels of one unit: CUTLASS kernels of one arch, back-to-back chain kernels, or glue
-/// kernels.
+/// The kernels of one unit: CUTLASS kernels of one arch, back-to-back chain kernels, glue,
+/// stitched or attention kernels.
 enum UnitKernels {
     Cutlass(Vec<(String, KernelSpec)>),
     B2b(Vec<(String, crate::b2b::B2bSpec)>),
     Glue(Vec<(String, crate::glue::GlueSpec)>),
     Stitch(Vec<(String, crate::stitch::StitchSpec)>),
+    Attention(Vec<(String, crate::attention::AttentionSpec)>),
 }
 
 impl UnitKernels {
@@ -355,6 +383,7 @@ impl UnitKernels {
             UnitKernels::B2b(k) => k.len(),
             UnitKernels::Glue(k) => k.len(),
             UnitKernels::Stitch(k) => k.len(),
+            UnitKernels::Attention(k) => k.len(),
         }
     }
 
@@ -364,6 +393,7 @@ impl UnitKernels {
             UnitKernels::B2b(k) => k.iter().map(|(s, _)| s.clone()).collect(),
             UnitKernels::Glue(k) => k.iter().map(|(s, _)| s.clone()).collect(),
             UnitKernels::Stitch(k) => k.iter().map(|(s, _)| s.clone()).collect(),
+            UnitKernels::Attention(k) => k.iter().map(|(s, _)| s.clone()).collect(),
         }
     }
 
@@ -378,6 +408,9 @@ impl UnitKernels {
             }
             UnitKernels::Stitch(k) => {
                 k.iter().map(|(_, spec)| serde_json::to_string(spec).expect("stitch spec serialises")).collect()
+            }
+            UnitKernels::Attention(k) => {
+                k.iter().map(|(_, spec)| serde_json::to_string(spec).expect("attention spec serialises")).collect()
             }
         }
     }
@@ -411,7 +444,8 @@ impl Builder {
     }
 
     /// The nvcc invocation for one unit (b2b units also see CUTLASS's fused-kernel example
-    /// headers, [`crate::b2b::include_dir`]).
+    /// headers, [`crate::b2b::include_dir`]; attention units the fused attention example's,
+    /// [`crate::attention::include_dir`], and `include`'s [`crate::attention::SUPPORT_DIR`]).
     fn compile_command(
         &self,
         source: &Path,
@@ -421,8 +455,14 @@ impl Builder {
         ptxas: bool,
     ) -> Compile<'_> {
         let mut c = class.arch.targets(self.toolchain.compile(source, output)).include(include).ptxas_verbose(ptxas);
-        if class.b2b {
-            c = c.include(crate::b2b::include_dir(&self.toolchain));
+        match class.example {
+            ExampleHeaders::None => {}
+            ExampleHeaders::B2b => c = c.include(crate::b2b::include_dir(&self.toolchain)),
+            ExampleHeaders::Attention => {
+                c = c
+                    .include(include.join(crate::attention::SUPPORT_DIR))
+                    .include(crate::attention::include_dir(&self.toolchain))
+            }
         }
         for flag in &self.options.nvcc_flags {
             c = c.arg(flag);
@@ -461,7 +501,7 @@ impl Builder {
 
     /// Builds `specs` with `source` into `<out>/lib<name>.so` + manifest.
     pub fn build(&self, source: &dyn KernelSource, specs: &[KernelSpec]) -> Result<BuildReport, BuildError> {
-        self.build_all(source, specs, &[], &[], &[])
+        self.build_all(source, specs, &[], &[], &[], &[])
     }
 
     /// [`Builder::build`] plus back-to-back chain kernels ([`crate::b2b`]) and glue kernels
@@ -470,8 +510,10 @@ impl Builder {
     /// path; glue kernels in one unit. Both compile like the sm80 kernels (sm_80 SASS +
     /// compute_80 PTX: they load on any GPU Bolt targets) and are listed in the manifest's
     /// `b2b` and `glue`. Stitched kernels ([`crate::stitch`]) likewise, in units of up to
-    /// [`STITCH_KERNELS_PER_UNIT`], listed in `stitch`. An invalid b2b, glue or stitch spec
-    /// fails the build (callers validate first).
+    /// [`STITCH_KERNELS_PER_UNIT`], listed in `stitch`; fused attention kernels
+    /// ([`crate::attention`]) in units of up to [`crate::attention::KERNELS_PER_UNIT`] with
+    /// CUTLASS's attention example headers on the include path, listed in `attention`. An
+    /// invalid b2b, glue, stitch or attention spec fails the build (callers validate first).
     pub fn build_all(
         &self,
         source: &dyn KernelSource,
@@ -479,6 +521,7 @@ impl Builder {
         b2b: &[crate::b2b::B2bSpec],
         glue: &[crate::glue::GlueSpec],
         stitch: &[crate::stitch::StitchSpec],
+        attention: &[crate::attention::AttentionSpec],
     ) -> Result<BuildReport, BuildError> {
         let start = Instant::now();
         let opts = &self.options;
@@ -540,7 +583,19 @@ impl Builder {
                 .map_err(|r| BuildError::Stitch { symbol: symbol.clone(), reason: r.to_string() })?;
             stitch_selected.insert(symbol, spec.clone());
         }
-        if selected.is_empty() && glue_selected.is_empty() && b2b_selected.is_empty() && stitch_selected.is_empty() {
+        let mut attention_selected: BTreeMap<String, crate::attention::AttentionSpec> = BTreeMap::new();
+        for spec in attention {
+            let symbol = crate::attention::symbol_for(spec);
+            crate::attention::validate(spec)
+                .map_err(|r| BuildError::Attention { symbol: symbol.clone(), reason: r.to_string() })?;
+            attention_selected.insert(symbol, *spec);
+        }
+        if selected.is_empty()
+            && glue_selected.is_empty()
+            && b2b_selected.is_empty()
+            && stitch_selected.is_empty()
+            && attention_selected.is_empty()
+        {
             return Err(BuildError::NoKernels { given: specs.len(), rejected, skipped });
         }
 
@@ -575,6 +630,17 @@ impl Builder {
                 cache::write_atomic(&path, content.as_bytes()).map_err(io(&path))?;
             }
         }
+        // Headers only attention units include (and only their cache keys hash).
+        let attention_headers: Vec<(String, String)> = if attention_selected.is_empty() {
+            Vec::new()
+        } else {
+            crate::attention::write_support_files(&include)
+                .map_err(io(&include.join(crate::attention::SUPPORT_DIR)))?;
+            crate::attention::SUPPORT_FILES
+                .iter()
+                .map(|(name, content)| (format!("{}/{name}", crate::attention::SUPPORT_DIR), content.to_string()))
+                .collect()
+        };
         let cache_root = match &opts.cache_dir {
             Some(dir) => dir.clone(),
             None => Cache::default_dir().ok_or(bolt_cutlass::Error::NoCacheDir)?,
@@ -608,6 +674,10 @@ impl Builder {
         for (i, kernels) in stitch_units.into_iter().enumerate() {
             groups.push((Arch::Sm80, format!("{}_stitch_{i:03}", opts.name), UnitKernels::Stitch(kernels)));
         }
+        let attention_units = group_units(attention_selected.into_iter().collect(), crate::attention::KERNELS_PER_UNIT);
+        for (i, kernels) in attention_units.into_iter().enumerate() {
+            groups.push((Arch::Sm80, format!("{}_attention_{i:03}", opts.name), UnitKernels::Attention(kernels)));
+        }
 
         let jobs = opts.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);
         let budget = opts.memory_budget.unwrap_or_else(default_memory_budget);
@@ -620,9 +690,9 @@ impl Builder {
         // 4. Render and hash (in parallel: rendering many units takes a while too).
         let mut flags_by_class = BTreeMap::new();
         for (arch, _, kernels) in &groups {
-            let class = UnitClass { arch: *arch, b2b: matches!(kernels, UnitKernels::B2b(_)) };
-            if !flags_by_class.contains_key(&class) {
-                flags_by_class.insert(class, self.canonical_flags(class)?);
+            let class = UnitClass::of(*arch, kernels);
+            if let std::collections::btree_map::Entry::Vacant(e) = flags_by_class.entry(class) {
+                e.insert(self.canonical_flags(class)?);
             }
         }
         let versions = (self.toolchain.cuda_version().to_string(), self.toolchain.cutlass_version().to_string());
@@ -651,6 +721,11 @@ impl Builder {
                                 kernels.iter().map(|(s, k)| (k, s.as_str())).collect();
                             crate::stitch::render_unit(&pairs).map_err(|e| e.to_string())
                         }
+                        UnitKernels::Attention(kernels) => {
+                            let pairs: Vec<(&crate::attention::AttentionSpec, &str)> =
+                                kernels.iter().map(|(s, k)| (k, s.as_str())).collect();
+                            crate::attention::render_unit(&pairs).map_err(|e| e.to_string())
+                        }
                     }
                     .map_err(|message| BuildError::Render {
                         symbols: kernels.symbols(),
@@ -661,11 +736,13 @@ impl Builder {
                     std::fs::write(&source_path, &text).map_err(io(&source_path))?;
                     let mut h = KeyHasher::new("bolt-object-v1");
                     h.str("source", &text);
-                    for (name, content) in &headers {
+                    let class = UnitClass::of(arch, &kernels);
+                    let extra: &[(String, String)] =
+                        if class.example == ExampleHeaders::Attention { &attention_headers } else { &[] };
+                    for (name, content) in headers.iter().chain(extra) {
                         h.str("header-name", name).str("header", content);
                     }
                     h.str("cuda", &versions.0).str("cutlass", &versions.1).str("arch", arch.nvcc_arch().number());
-                    let class = UnitClass { arch, b2b: matches!(kernels, UnitKernels::B2b(_)) };
                     for flag in &flags_by_class[&class] {
                         h.str("flag", flag);
                     }
@@ -771,6 +848,7 @@ impl Builder {
         let mut glue_entries = Vec::new();
         let mut b2b_entries = Vec::new();
         let mut stitch_entries = Vec::new();
+        let mut attention_entries = Vec::new();
         for (i, unit) in units.iter().enumerate() {
             let cutlass = match &unit.kernels {
                 UnitKernels::Cutlass(k) => k,
@@ -798,6 +876,14 @@ impl Builder {
                     }));
                     continue;
                 }
+                UnitKernels::Attention(k) => {
+                    attention_entries.extend(k.iter().map(|(symbol, spec)| AttentionEntry {
+                        symbol: symbol.clone(),
+                        unit: i,
+                        spec: *spec,
+                    }));
+                    continue;
+                }
             };
             for (symbol, spec) in cutlass {
                 kernels.push(KernelEntry {
@@ -815,6 +901,7 @@ impl Builder {
         kernels.sort_by(|a, b| a.symbol.cmp(&b.symbol));
         b2b_entries.sort_by(|a, b| a.symbol.cmp(&b.symbol));
         stitch_entries.sort_by(|a, b| a.symbol.cmp(&b.symbol));
+        attention_entries.sort_by(|a, b| a.symbol.cmp(&b.symbol));
         let manifest = Manifest {
             format: MANIFEST_FORMAT,
             abi_version: abi::ABI_VERSION,
@@ -839,6 +926,7 @@ impl Builder {
             b2b: b2b_entries,
             glue: glue_entries,
             stitch: stitch_entries,
+            attention: attention_entries,
         };
         let manifest_path = Manifest::path_for(&library);
         manifest.write(&manifest_path).map_err(io(&manifest_path))?;
@@ -855,6 +943,7 @@ impl Builder {
                 .chain(manifest.b2b.iter().map(|g| g.symbol.clone()))
                 .chain(manifest.glue.iter().map(|g| g.symbol.clone()))
                 .chain(manifest.stitch.iter().map(|g| g.symbol.clone()))
+                .chain(manifest.attention.iter().map(|g| g.symbol.clone()))
                 .collect(),
             compile_seconds: reports.iter().filter_map(|u| u.nvcc_seconds).sum(),
             units: reports,

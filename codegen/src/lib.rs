@@ -2,6 +2,7 @@
 //! rendered through Tera templates into CUTLASS C++ and built with nvcc behind a C ABI.
 
 pub mod abi;
+pub mod attention;
 pub mod b2b;
 pub mod builder;
 pub mod cache;

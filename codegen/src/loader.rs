@@ -29,12 +29,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::abi::{
-    BoltArgs, BoltGlueArgs, BoltGlueProblem, BoltStitchArgs, BoltStitchProblem, CanImplementFn, InitializeFn,
-    KernelArgs, LaunchFn, ParamsSizeFn, Problem, ProblemKind, Status, UpdateFn, WorkspaceSizeFn, ABI_VERSION,
-    PARAMS_ALIGNMENT,
+    BoltArgs, BoltAttentionArgs, BoltAttentionProblem, BoltGlueArgs, BoltGlueProblem, BoltStitchArgs,
+    BoltStitchProblem, CanImplementFn, InitializeFn, KernelArgs, LaunchFn, ParamsSizeFn, Problem, ProblemKind, Status,
+    UpdateFn, WorkspaceSizeFn, ABI_VERSION, PARAMS_ALIGNMENT,
 };
+use crate::attention::AttentionSpec;
 use crate::glue::GlueSpec;
-use crate::manifest::{GlueEntry, KernelEntry, Manifest, ManifestError, StitchEntry};
+use crate::manifest::{AttentionEntry, GlueEntry, KernelEntry, Manifest, ManifestError, StitchEntry};
 use crate::spec::KernelSpec;
 
 /// A loaded library: every kernel of its manifest, resolved.
@@ -46,6 +47,14 @@ pub struct KernelLibrary {
     b2b: Vec<crate::b2b::B2bKernel>,
     glue: Vec<GlueKernel>,
     stitch: Vec<StitchKernel>,
+    attention: Vec<AttentionKernel>,
+}
+
+/// One fused attention kernel of a loaded library; holds the library open.
+#[derive(Clone)]
+pub struct AttentionKernel {
+    entry: Arc<AttentionEntry>,
+    functions: Functions<BoltAttentionArgs>,
 }
 
 /// One stitched kernel of a loaded library; holds the library open.
@@ -190,6 +199,13 @@ impl KernelLibrary {
                 .map_err(|(symbol, source)| LoadError::MissingSymbol { library: library.into(), symbol, source })?;
             stitch.push(StitchKernel { entry: Arc::new(entry.clone()), functions });
         }
+        let mut attention = Vec::with_capacity(manifest.attention.len());
+        for entry in &manifest.attention {
+            // SAFETY: as above, with the attention kernels' BoltAttentionArgs.
+            let functions = unsafe { Functions::resolve(&lib, &entry.symbol) }
+                .map_err(|(symbol, source)| LoadError::MissingSymbol { library: library.into(), symbol, source })?;
+            attention.push(AttentionKernel { entry: Arc::new(entry.clone()), functions });
+        }
         let mut b2b = Vec::with_capacity(manifest.b2b.len());
         for entry in &manifest.b2b {
             // SAFETY: as above, with the chain kernels' BoltB2bArgs.
@@ -199,7 +215,7 @@ impl KernelLibrary {
         }
         let by_symbol = kernels.iter().enumerate().map(|(i, k)| (k.symbol().to_string(), i)).collect();
         tracing::debug!("loaded {} kernels from {}", kernels.len(), library.display());
-        Ok(KernelLibrary { path: library.into(), manifest, kernels, by_symbol, b2b, glue, stitch })
+        Ok(KernelLibrary { path: library.into(), manifest, kernels, by_symbol, b2b, glue, stitch, attention })
     }
 
     pub fn path(&self) -> &Path {
@@ -243,6 +259,15 @@ impl KernelLibrary {
     /// The stitched kernel `symbol`, if the library has it.
     pub fn stitch(&self, symbol: &str) -> Option<&StitchKernel> {
         self.stitch.iter().find(|k| k.entry.symbol == symbol)
+    }
+
+    pub fn attention_kernels(&self) -> &[AttentionKernel] {
+        &self.attention
+    }
+
+    /// The attention kernel built for `spec`, if the library has it.
+    pub fn attention(&self, spec: &AttentionSpec) -> Option<&AttentionKernel> {
+        self.attention.iter().find(|k| k.entry.spec == *spec)
     }
 }
 
@@ -544,6 +569,51 @@ impl StitchKernel {
     ) -> Result<Params<BoltStitchArgs>, CallError> {
         self.functions.initialize(
             problem as *const BoltStitchProblem as *const c_void,
+            args,
+            std::ptr::null_mut(),
+            0,
+            stream,
+        )
+    }
+}
+
+impl AttentionKernel {
+    pub fn symbol(&self) -> &str {
+        &self.entry.symbol
+    }
+
+    pub fn spec(&self) -> &AttentionSpec {
+        &self.entry.spec
+    }
+
+    /// Whether the kernel takes `problem`: what [`AttentionSpec::check`] checks, answered by the
+    /// library (host-only, no GPU needed).
+    pub fn can_implement(&self, problem: &BoltAttentionProblem) -> Status {
+        // SAFETY: a valid pointer to the problem struct attention kernels take.
+        unsafe { self.functions.can_implement(problem as *const BoltAttentionProblem as *const c_void) }
+    }
+
+    pub fn params_size(&self) -> usize {
+        self.functions.params_size()
+    }
+
+    /// Checks `problem` and `args` and builds the kernel's Params (attention kernels need no
+    /// workspace). Sets the kernel's shared-memory attribute when it needs more than 48 KiB, so
+    /// it needs the device current.
+    ///
+    /// # Safety
+    /// `args` holds device pointers to Q, K, V, the bias (when the spec reads one) and the
+    /// output, of the sizes and strides `problem` implies (or pointers the kernel refuses before
+    /// any CUDA call: null, misaligned); `stream` is a live stream of the current device (or
+    /// null).
+    pub unsafe fn initialize(
+        &self,
+        problem: &BoltAttentionProblem,
+        args: &BoltAttentionArgs,
+        stream: *mut c_void,
+    ) -> Result<Params<BoltAttentionArgs>, CallError> {
+        self.functions.initialize(
+            problem as *const BoltAttentionProblem as *const c_void,
             args,
             std::ptr::null_mut(),
             0,

@@ -1,4 +1,5 @@
-//! The manifest of a built kernel library: which symbols it exports and what each one is.
+//! The manifest of a built kernel library: which symbols it exports and what each one is —
+//! CUTLASS GEMM/conv kernels, back-to-back chains, glue, stitched and attention kernels.
 //! Written next to the library as `<library stem>.manifest.json` (e.g. `libbolt_kernels.so`
 //! -> `libbolt_kernels.manifest.json`); the loader reads it to find and type the kernels.
 
@@ -51,6 +52,10 @@ pub struct Manifest {
     /// `BoltStitchProblem` and `BoltStitchArgs`.
     #[serde(default)]
     pub stitch: Vec<StitchEntry>,
+    /// Fused attention kernels, sorted by symbol; their functions take a
+    /// `BoltAttentionProblem` and `BoltAttentionArgs` (output layout in the spec).
+    #[serde(default)]
+    pub attention: Vec<AttentionEntry>,
 }
 
 /// One back-to-back chain kernel.
@@ -78,6 +83,15 @@ pub struct StitchEntry {
     /// Index into [`Manifest::units`].
     pub unit: usize,
     pub spec: crate::stitch::StitchSpec,
+}
+
+/// One fused attention kernel.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttentionEntry {
+    pub symbol: String,
+    /// Index into [`Manifest::units`].
+    pub unit: usize,
+    pub spec: crate::attention::AttentionSpec,
 }
 
 /// One translation unit.

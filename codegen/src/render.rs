@@ -53,6 +53,7 @@ const TEMPLATES: &[(&str, &str)] = &[
     (sm90::CONV2D_FPROP_TEMPLATE, include_str!("../../templates/sm90_conv2d_fprop.cu.tera")),
     (crate::glue::TEMPLATE, include_str!("../../templates/glue.cu.tera")),
     (crate::stitch::TEMPLATE, include_str!("../../templates/stitch.cu.tera")),
+    (crate::attention::TEMPLATE, include_str!("../../templates/attention.cu.tera")),
 ];
 
 fn tera() -> &'static Tera {

@@ -234,6 +234,17 @@ pub struct NodeStitch {
     pub spec: StitchSpec,
 }
 
+/// A planned fused attention node (`Op::Attention`) that an attention kernel of the library
+/// runs. One kernel serves every shape bucket and arch (the problem comes from the input shapes
+/// at run time; sm_80 SASS and compute_80 PTX).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NodeAttention {
+    pub node: String,
+    /// Prefix of the library's `<symbol>_run` etc.
+    pub symbol: String,
+    pub spec: bolt_codegen::attention::AttentionSpec,
+}
+
 /// A planned node the host runs (the runtime's CPU reference), and why.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct HostOp {
@@ -280,6 +291,8 @@ pub struct PlanFile {
     pub chains: Vec<NodeChain>,
     pub glue: Vec<NodeGlue>,
     pub stitch: Vec<NodeStitch>,
+    #[serde(default)]
+    pub attention: Vec<NodeAttention>,
     pub host_ops: Vec<HostOp>,
     pub arena: ArenaPlan,
 }

@@ -69,6 +69,8 @@ pub struct CompileReport {
     pub glue_nodes: usize,
     /// Regions of element-wise ops and row reductions run by stitched kernels.
     pub stitch_nodes: usize,
+    /// Attention cores run by fused attention kernels.
+    pub attention_nodes: usize,
     /// Distinct kernels in the library (all archs).
     pub kernels: usize,
     pub host_ops: usize,
@@ -97,11 +99,12 @@ impl std::fmt::Display for CompileReport {
         }
         writeln!(
             f,
-            "  {} kernel nodes, {} chain nodes, {} glue nodes, {} stitched nodes, {} kernels in the library, {} host ops; {} nvcc runs, build {:.1} s, total {:.1} s",
+            "  {} kernel nodes, {} chain nodes, {} glue nodes, {} stitched nodes, {} attention nodes, {} kernels in the library, {} host ops; {} nvcc runs, build {:.1} s, total {:.1} s",
             self.kernel_nodes,
             self.chain_nodes,
             self.glue_nodes,
             self.stitch_nodes,
+            self.attention_nodes,
             self.kernels,
             self.host_ops,
             self.nvcc_invocations,
@@ -327,6 +330,23 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
             }
         }
     }
+    // Attention kernels for the fused attention cores: one kernel per spec likewise; a node
+    // some bucket's shapes do not fit stays on the host in all.
+    let mut attention: BTreeMap<String, NodeAttention> = BTreeMap::new();
+    for n in graph.nodes.iter().filter(|n| matches!(n.op, Op::Attention(_))) {
+        match attention_for_buckets(&graph, n, &buckets) {
+            Ok(spec) => {
+                let symbol = bolt_codegen::attention::symbol_for(&spec);
+                attention.insert(n.name.clone(), NodeAttention { node: n.name.clone(), symbol, spec });
+            }
+            Err(why) => {
+                host_reason.insert(n.name.clone(), format!("no attention kernel: {why}"));
+            }
+        }
+    }
+    let mut attention_specs: Vec<bolt_codegen::attention::AttentionSpec> = attention.values().map(|a| a.spec).collect();
+    attention_specs.sort_by_key(bolt_codegen::attention::symbol_for);
+    attention_specs.dedup();
     let mut stitch_specs: Vec<StitchSpec> = Vec::new();
     for s in stitch.values() {
         if !stitch_specs.contains(&s.spec) {
@@ -351,7 +371,12 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
     let (mut cuda_version, mut cutlass_version) = ("none".to_string(), "none".to_string());
     let (mut nvcc_invocations, mut build_seconds, mut library) = (0, 0.0, None);
     let mut built_symbols = 0;
-    if !specs.is_empty() || !b2b_specs.is_empty() || !glue_specs.is_empty() || !stitch_specs.is_empty() {
+    if !specs.is_empty()
+        || !b2b_specs.is_empty()
+        || !glue_specs.is_empty()
+        || !stitch_specs.is_empty()
+        || !attention_specs.is_empty()
+    {
         // Build files (sources, logs) stay out of the artifact, next to it.
         let mut bo = BuildOptions::new(opts.out_dir.join(".build"));
         bo.name = "bolt_model".into();
@@ -360,7 +385,7 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
         bo.jobs = opts.jobs;
         let builder = Builder::discover(bo).map_err(|e| Error::Model(format!("kernel build: {e}")))?;
         let report = builder
-            .build_all(&Templates, &specs, &b2b_specs, &glue_specs, &stitch_specs)
+            .build_all(&Templates, &specs, &b2b_specs, &glue_specs, &stitch_specs, &attention_specs)
             .map_err(|e| Error::Model(format!("kernel build: {e}")))?;
         for r in &report.rejected {
             for k in choices.values() {
@@ -416,6 +441,7 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
                 && !chains.contains_key(&n.name)
                 && !glue.contains_key(&n.name)
                 && !stitch.contains_key(&n.name)
+                && !attention.contains_key(&n.name)
         })
         .map(|n| HostOp {
             node: n.name.clone(),
@@ -443,6 +469,7 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
         chains: chains.into_values().collect(),
         glue: glue.into_values().collect(),
         stitch: stitch.into_values().collect(),
+        attention: attention.into_values().collect(),
         host_ops,
         arena,
     };
@@ -497,6 +524,7 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
         chain_nodes: plan.chains.len(),
         glue_nodes: plan.glue.len(),
         stitch_nodes: plan.stitch.len(),
+        attention_nodes: plan.attention.len(),
         kernels: built_symbols,
         host_ops: plan.host_ops.len(),
         nvcc_invocations,
@@ -507,4 +535,29 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
         arena_naive_bytes: plan.arena.naive_bytes,
         library,
     })
+}
+
+/// The attention kernel of node `n`, checked against every bucket's shapes.
+fn attention_for_buckets(
+    graph: &Graph,
+    n: &crate::ir::Node,
+    buckets: &[BTreeMap<String, usize>],
+) -> std::result::Result<bolt_codegen::attention::AttentionSpec, String> {
+    let Op::Attention(a) = &n.op else { return Err("not an attention node".into()) };
+    let spec = crate::plan::lower::attention_spec(graph, n)?;
+    for bucket in buckets {
+        let bindings: DimBindings = bucket.clone().into_iter().collect();
+        let bound = crate::plan::edit::bind_inputs(graph, &bindings).map_err(|e| e.to_string())?;
+        let shapes: Vec<Vec<usize>> = n
+            .inputs
+            .iter()
+            .flatten()
+            .map(|x| {
+                crate::plan::edit::bound_shape(&bound, x, &bindings).ok_or_else(|| format!("'{x}' has no known shape"))
+            })
+            .collect::<std::result::Result<_, _>>()?;
+        let refs: Vec<&[usize]> = shapes.iter().map(|s| s.as_slice()).collect();
+        crate::plan::lower::attention_problem(a, &spec, &refs).map_err(|why| format!("bucket {bucket:?}: {why}"))?;
+    }
+    Ok(spec)
 }

@@ -98,6 +98,9 @@ enum Command {
         /// Leave element-wise ops and row reductions between kernels on the host (no stitching).
         #[arg(long)]
         no_stitch: bool,
+        /// Run attention cores as their batched GEMMs and a stitched softmax (no fused attention).
+        #[arg(long)]
+        no_attention: bool,
     },
     /// Run ONNX test cases (model.onnx + test_data_set_*/) through the reference executor and
     /// compare with their expected outputs.
@@ -225,7 +228,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Run { artifact, device, inputs, dims, check, bench, graph } => {
             run_artifact(&artifact, &device, inputs.as_deref(), dims, check, bench, graph)
         }
-        Command::Report { model, dims, device, json, no_nhwc, no_pad, no_b2b, no_stitch } => {
+        Command::Report { model, dims, device, json, no_nhwc, no_pad, no_b2b, no_stitch, no_attention } => {
             let (graph, name) = match &model {
                 Some(p) => (bolt::import::load(p)?.graph, p.display().to_string()),
                 None => (bolt::models::default_model()?, "built-in default model".to_string()),
@@ -239,6 +242,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 pad: !no_pad,
                 b2b: !no_b2b,
                 stitch: !no_stitch,
+                attention: !no_attention,
             };
             let plan = bolt::plan::plan_with(&graph, &opts).with_context(|| format!("planning {name}"))?;
             let report = bolt::plan::report::report(&name, &graph, &plan, &opts);

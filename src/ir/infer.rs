@@ -736,6 +736,7 @@ pub fn infer_node(op: &Op, infos: &[Option<InputInfo>]) -> Result<Vec<TensorType
             let tys: Option<Vec<&TensorType>> = (0..r.inputs.len()).map(|i| ty(infos, i).ok()).collect();
             r.output_types(&tys.ok_or("an input has no type")?)?
         }
+        Op::Attention(a) => vec![attention_type(a, ty(infos, 0)?, ty(infos, 1)?, ty(infos, 2)?)?],
         Op::ChannelsLast(inner) => {
             let t = x?;
             if t.shape.as_ref().is_some_and(|s| s.rank() != 4) {
@@ -1214,4 +1215,36 @@ fn shape_value(op: &Op, infos: &[Option<InputInfo>]) -> Option<Vec<Dim>> {
         }
         _ => None,
     }
+}
+
+/// The output of a fused attention: batch dims broadcast over Q, K and V, then [S_q, D_v].
+fn attention_type(
+    a: &crate::partition::attention::FusedAttention,
+    q: &TensorType,
+    k: &TensorType,
+    v: &TensorType,
+) -> Result<TensorType, String> {
+    let r = a.rank();
+    let view = |t: &TensorType, perm: &[usize], what: &str| -> Result<Option<Vec<Dim>>, String> {
+        match &t.shape {
+            None => Ok(None),
+            Some(s) if s.rank() != r => Err(format!("{what} has rank {}, the op's views rank {r}", s.rank())),
+            Some(s) => Ok(Some(perm.iter().map(|&p| s.0[p].clone()).collect())),
+        }
+    };
+    let dtype = q.dtype;
+    let (q, k, v) = (view(q, &a.q_perm, "Q")?, view(k, &a.k_perm, "K")?, view(v, &a.v_perm, "V")?);
+    let shape = match (q, k, v) {
+        (Some(q), Some(k), Some(v)) => {
+            let one = |d: &Dim| matches!(d, Dim::Known(1));
+            let mut out: Vec<Dim> = (0..r - 2)
+                .map(|i| [&q[i], &k[i], &v[i]].into_iter().find(|d| !one(d)).unwrap_or(&q[i]).clone())
+                .collect();
+            out.push(q[r - 2].clone());
+            out.push(v[r - 1].clone());
+            Some(Shape(out))
+        }
+        _ => None,
+    };
+    Ok(TensorType { dtype, shape })
 }

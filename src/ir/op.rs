@@ -492,6 +492,8 @@ pub enum Op {
     /// A planned stitched kernel: a region of element-wise ops and row reductions run as one
     /// (inputs and outputs: the region's, in its order).
     Stitched(Arc<crate::partition::stitch::Region>),
+    /// A planned fused attention core (inputs: the sources of Q, K, V, then the mask).
+    Attention(Arc<crate::partition::attention::FusedAttention>),
     /// A spatial op of the model (a pool) run on channels-last data: the planner keeps the
     /// NHWC activations of a conv region through it instead of transposing around it. Its
     /// meaning: the inner op on the NCHW tensor, its first output permuted back to NHWC.
@@ -563,6 +565,7 @@ impl Op {
             Op::Fused(_) => "BoltKernel",
             Op::FusedChain(_) => "BoltKernelChain",
             Op::Stitched(_) => "BoltStitched",
+            Op::Attention(_) => "BoltAttention",
             Op::ChannelsLast(_) => "BoltChannelsLast",
             Op::FitLastAxis { .. } => "BoltFitLastAxis",
             Op::Opaque { op_type, .. } => op_type,

@@ -238,72 +238,115 @@ fn mask_kind(m: &[Dim], q: &[Dim], k_t: &[Dim]) -> Option<MaskKind> {
     }
 }
 
-impl Attention {
-    /// softmax(scale · Q·Kᵀ + mask) · V on host tensors, in f32 with the result rounded once
-    /// to Q's type (as a fused kernel that keeps scores on chip would). Batch dims broadcast
-    /// as in MatMul; the mask as in Add.
-    pub fn eval(&self, q: &Tensor, k_t: &Tensor, v: &Tensor, mask: Option<&Tensor>) -> Result<Tensor, String> {
-        let (r, rk, rv) = (q.shape.len(), k_t.shape.len(), v.shape.len());
-        if r < 2 || rk != r || rv != r {
-            return Err(format!("ranks {r}, {rk}, {rv}: Q, Kᵀ and V must share one rank >= 2"));
+/// An attention core as one planned op ([`Op::Attention`], what a fused attention kernel
+/// runs). Its inputs are the sources of Q, K and V, then the mask when there is one; each
+/// operand is a transpose of its source that keeps the last (head-dim) axis: Q =
+/// Transpose(input 0, `q_perm`) is `[.., S_q, D]`, K = Transpose(input 1, `k_perm`) is
+/// `[.., S_k, D]` (K, not the model's Kᵀ), V = Transpose(input 2, `v_perm`) is `[.., S_k, D_v]`.
+/// A kernel reads them in place by strides, so the head split/merge transposes of a model
+/// cost nothing. Rank 3 (`[B, S, D]`) or 4 (`[B, H, S, D]`); batch dims broadcast.
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
+pub struct FusedAttention {
+    pub scale: f64,
+    pub q_perm: Vec<usize>,
+    pub k_perm: Vec<usize>,
+    pub v_perm: Vec<usize>,
+    pub mask: bool,
+}
+
+impl FusedAttention {
+    pub fn rank(&self) -> usize {
+        self.q_perm.len()
+    }
+
+    /// The op's meaning on host tensors: [`attention`] of the permuted operands.
+    pub fn eval(&self, inputs: &[&Tensor]) -> Result<Tensor, String> {
+        let want = 3 + usize::from(self.mask);
+        if inputs.len() != want {
+            return Err(format!("{} inputs, the op takes {want}", inputs.len()));
         }
-        let (sq, d) = (q.shape[r - 2], q.shape[r - 1]);
-        let (d2, sk) = (k_t.shape[r - 2], k_t.shape[r - 1]);
-        let (sk2, dv) = (v.shape[r - 2], v.shape[r - 1]);
-        if d != d2 || sk != sk2 {
-            return Err(format!("Q {:?}, Kᵀ {:?}, V {:?} do not chain", q.shape, k_t.shape, v.shape));
-        }
-        let batch: Vec<usize> = (0..r - 2)
-            .map(|i| {
-                let ds = [q.shape[i], k_t.shape[i], v.shape[i]];
-                let m = *ds.iter().max().expect("three dims");
-                if ds.iter().all(|&x| x == m || x == 1) {
-                    Ok(m)
-                } else {
-                    Err(format!("batch dim {i}: {ds:?} do not broadcast"))
-                }
-            })
-            .collect::<Result<_, _>>()?;
-        let scores_shape: Vec<usize> = batch.iter().copied().chain([sq, sk]).collect();
-        let mvals = match mask {
-            Some(m) => Some(broadcast(m, &scores_shape)?),
-            None => None,
+        let view = |t: &Tensor, perm: &[usize]| -> Result<Tensor, String> {
+            Ok(crate::reference::ops::layout::transpose(t, Some(perm))?.swap_remove(0))
         };
-        let (qf, kf, vf) = (q.to_f32_vec(), k_t.to_f32_vec(), v.to_f32_vec());
-        let nb: usize = batch.iter().product();
-        let mut out = vec![0f32; nb * sq * dv];
-        let mut row = vec![0f32; sk];
-        for b in 0..nb {
-            let (qo, ko, vo) = (
-                offset(b, &batch, &q.shape) * sq * d,
-                offset(b, &batch, &k_t.shape) * d * sk,
-                offset(b, &batch, &v.shape) * sk * dv,
-            );
-            for i in 0..sq {
-                for (j, s) in row.iter_mut().enumerate() {
-                    let dot: f32 = (0..d).map(|e| qf[qo + i * d + e] * kf[ko + e * sk + j]).sum();
-                    *s = (self.scale as f32) * dot + mvals.as_ref().map_or(0.0, |m| m[(b * sq + i) * sk + j]);
-                }
-                let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                let mut sum = 0f32;
-                for s in row.iter_mut() {
-                    *s = (*s - max).exp();
-                    sum += *s;
-                }
-                for c in 0..dv {
-                    let acc: f32 = (0..sk).map(|j| row[j] * vf[vo + j * dv + c]).sum();
-                    out[(b * sq + i) * dv + c] = acc / sum;
-                }
+        let r = self.rank();
+        let mut kt_perm = self.k_perm.clone();
+        kt_perm.swap(r - 2, r - 1);
+        let (q, k_t, v) = (view(inputs[0], &self.q_perm)?, view(inputs[1], &kt_perm)?, view(inputs[2], &self.v_perm)?);
+        attention(&q, &k_t, &v, inputs.get(3).copied(), self.scale)
+    }
+}
+
+impl Attention {
+    /// [`attention`] with this core's scale.
+    pub fn eval(&self, q: &Tensor, k_t: &Tensor, v: &Tensor, mask: Option<&Tensor>) -> Result<Tensor, String> {
+        attention(q, k_t, v, mask, self.scale)
+    }
+}
+
+/// softmax(scale · Q·Kᵀ + mask) · V on host tensors, in f32 with the result rounded once
+/// to Q's type (as a fused kernel that keeps scores on chip would). Batch dims broadcast
+/// as in MatMul; the mask as in Add.
+pub fn attention(q: &Tensor, k_t: &Tensor, v: &Tensor, mask: Option<&Tensor>, scale: f64) -> Result<Tensor, String> {
+    let (r, rk, rv) = (q.shape.len(), k_t.shape.len(), v.shape.len());
+    if r < 2 || rk != r || rv != r {
+        return Err(format!("ranks {r}, {rk}, {rv}: Q, Kᵀ and V must share one rank >= 2"));
+    }
+    let (sq, d) = (q.shape[r - 2], q.shape[r - 1]);
+    let (d2, sk) = (k_t.shape[r - 2], k_t.shape[r - 1]);
+    let (sk2, dv) = (v.shape[r - 2], v.shape[r - 1]);
+    if d != d2 || sk != sk2 {
+        return Err(format!("Q {:?}, Kᵀ {:?}, V {:?} do not chain", q.shape, k_t.shape, v.shape));
+    }
+    let batch: Vec<usize> = (0..r - 2)
+        .map(|i| {
+            let ds = [q.shape[i], k_t.shape[i], v.shape[i]];
+            let m = *ds.iter().max().expect("three dims");
+            if ds.iter().all(|&x| x == m || x == 1) {
+                Ok(m)
+            } else {
+                Err(format!("batch dim {i}: {ds:?} do not broadcast"))
+            }
+        })
+        .collect::<Result<_, _>>()?;
+    let scores_shape: Vec<usize> = batch.iter().copied().chain([sq, sk]).collect();
+    let mvals = match mask {
+        Some(m) => Some(broadcast(m, &scores_shape)?),
+        None => None,
+    };
+    let (qf, kf, vf) = (q.to_f32_vec(), k_t.to_f32_vec(), v.to_f32_vec());
+    let nb: usize = batch.iter().product();
+    let mut out = vec![0f32; nb * sq * dv];
+    let mut row = vec![0f32; sk];
+    for b in 0..nb {
+        let (qo, ko, vo) = (
+            offset(b, &batch, &q.shape) * sq * d,
+            offset(b, &batch, &k_t.shape) * d * sk,
+            offset(b, &batch, &v.shape) * sk * dv,
+        );
+        for i in 0..sq {
+            for (j, s) in row.iter_mut().enumerate() {
+                let dot: f32 = (0..d).map(|e| qf[qo + i * d + e] * kf[ko + e * sk + j]).sum();
+                *s = (scale as f32) * dot + mvals.as_ref().map_or(0.0, |m| m[(b * sq + i) * sk + j]);
+            }
+            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let mut sum = 0f32;
+            for s in row.iter_mut() {
+                *s = (*s - max).exp();
+                sum += *s;
+            }
+            for c in 0..dv {
+                let acc: f32 = (0..sk).map(|j| row[j] * vf[vo + j * dv + c]).sum();
+                out[(b * sq + i) * dv + c] = acc / sum;
             }
         }
-        let shape: Vec<usize> = batch.into_iter().chain([sq, dv]).collect();
-        let data = match q.dtype() {
-            DType::F16 => TensorData::F16(out.iter().map(|&x| half::f16::from_f32(x)).collect()),
-            DType::BF16 => TensorData::BF16(out.iter().map(|&x| half::bf16::from_f32(x)).collect()),
-            _ => TensorData::F32(out),
-        };
-        Tensor::new(shape, data)
     }
+    let shape: Vec<usize> = batch.into_iter().chain([sq, dv]).collect();
+    let data = match q.dtype() {
+        DType::F16 => TensorData::F16(out.iter().map(|&x| half::f16::from_f32(x)).collect()),
+        DType::BF16 => TensorData::BF16(out.iter().map(|&x| half::bf16::from_f32(x)).collect()),
+        _ => TensorData::F32(out),
+    };
+    Tensor::new(shape, data)
 }
 
 /// Flat batch index `b` (over `batch`) as an index into a tensor whose leading dims

@@ -901,3 +901,132 @@ pub fn copy_blocks(op: &Op, inputs: &[&[usize]], outputs: &[&[usize]], elem: usi
         _ => None,
     }
 }
+
+/// The attention kernel of an [`Op::Attention`] node: its element and head dims are static
+/// (the planner fused only such cores); the output is the model's `[.., S_q, D_v]`.
+pub fn attention_spec(g: &Graph, n: &Node) -> Result<bolt_codegen::attention::AttentionSpec, String> {
+    use bolt_codegen::attention::{AttentionSpec, OutputLayout};
+    let Op::Attention(a) = &n.op else { return Err("not an attention node".into()) };
+    let r = a.rank();
+    let shape = |i: usize| -> Result<(crate::ir::DType, Vec<crate::ir::Dim>), String> {
+        let x = n.input(i).ok_or_else(|| format!("input {i} missing"))?;
+        let t = g.types.get(x).ok_or_else(|| format!("tensor '{x}' has no type"))?;
+        let s = t.shape.as_ref().ok_or_else(|| format!("tensor '{x}' has no known rank"))?;
+        Ok((t.dtype, s.0.clone()))
+    };
+    let (dtype, q) = shape(0)?;
+    let (_, v) = shape(2)?;
+    let e = element(dtype).ok_or_else(|| format!("Q is {dtype}: attention kernels take f32, f16 and bf16"))?;
+    let head = |s: &[crate::ir::Dim], perm: &[usize], what: &str| match perm.get(r - 1).and_then(|&p| s.get(p)) {
+        Some(crate::ir::Dim::Known(d)) => Ok(*d as i64),
+        d => Err(format!("the head dim of {what} is {d:?}, not static")),
+    };
+    let (d, d_v) = (head(&q, &a.q_perm, "Q")?, head(&v, &a.v_perm, "V")?);
+    AttentionSpec::for_head_dims(e, d, d_v, a.mask, OutputLayout::Bhsd)
+        .ok_or_else(|| format!("head dims {d} and {d_v}: attention kernels are built for head dims up to 128"))
+}
+
+/// A mask whose rows are not whole vectors reaches the attention kernel through a copy: its
+/// `rows` rows of `width` bytes (dense, `src_pitch` apart) into scratch `dst_pitch` apart,
+/// `bytes` in all; the kernel then reads the padded rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MaskStaging {
+    pub rows: usize,
+    pub width: usize,
+    pub src_pitch: usize,
+    pub dst_pitch: usize,
+    pub bytes: usize,
+}
+
+/// The kernel problem of attention op `a` run by `spec` on inputs of shapes `shapes` (Q, K,
+/// V sources, then the mask), and the mask's staging when it needs one.
+pub fn attention_problem(
+    a: &crate::partition::attention::FusedAttention,
+    spec: &bolt_codegen::attention::AttentionSpec,
+    shapes: &[&[usize]],
+) -> Result<(bolt_codegen::abi::BoltAttentionProblem, Option<MaskStaging>), String> {
+    use bolt_codegen::abi::{contiguous_strides, BoltAttentionProblem};
+    let r = a.rank();
+    if shapes.len() != 3 + usize::from(a.mask) {
+        return Err(format!("{} inputs, the node takes {}", shapes.len(), 3 + usize::from(a.mask)));
+    }
+    // Each operand's logical [.., S, D] dims and element strides (0 where a dim of 1 broadcasts).
+    let view = |s: &[usize], perm: &[usize], what: &str| -> Result<(Vec<usize>, Vec<i64>), String> {
+        if s.len() != r || perm.len() != r {
+            return Err(format!("{what} of shape {s:?} viewed through {perm:?}"));
+        }
+        let st = contiguous_strides(s);
+        let dims: Vec<usize> = perm.iter().map(|&p| s[p]).collect();
+        let strides = perm.iter().map(|&p| if s[p] == 1 { 0 } else { st[p] }).collect();
+        Ok((dims, strides))
+    };
+    let (qd, qs) = view(shapes[0], &a.q_perm, "Q")?;
+    let (kd, ks) = view(shapes[1], &a.k_perm, "K")?;
+    let (vd, vs) = view(shapes[2], &a.v_perm, "V")?;
+    // (batch, head, seq) axes of the logical operands; rank 3 has one head.
+    let axes: [Option<usize>; 3] = if r == 4 { [Some(0), Some(1), Some(2)] } else { [Some(0), None, Some(1)] };
+    let pick = |s: &[i64]| axes.map(|a| a.map_or(0, |i| s[i]));
+    let extent = |i: Option<usize>, what: &str| -> Result<usize, String> {
+        let Some(i) = i else { return Ok(1) };
+        let ds = [qd[i], kd[i], vd[i]];
+        let m = ds.iter().copied().max().unwrap_or(1);
+        if ds.iter().all(|&d| d == m || d == 1) {
+            Ok(m)
+        } else {
+            Err(format!("{what} extents {ds:?} of Q, K, V do not broadcast"))
+        }
+    };
+    let (batch, heads) = (extent(axes[0], "batch")?, extent(axes[1], "head")?);
+    let (sq, sk, d, dv) = (qd[r - 2], kd[r - 2], qd[r - 1], vd[r - 1]);
+    if vd[r - 2] != sk || kd[r - 1] != d {
+        return Err(format!("Q {qd:?}, K {kd:?} and V {vd:?} do not chain"));
+    }
+    let mut p = BoltAttentionProblem {
+        batch: batch as i64,
+        heads: heads as i64,
+        seq_q: sq as i64,
+        seq_k: sk as i64,
+        head_dim: d as i64,
+        head_dim_v: dv as i64,
+        q_strides: pick(&qs),
+        k_strides: pick(&ks),
+        v_strides: pick(&vs),
+        bias_strides: [0; 3],
+        scale: a.scale,
+    };
+    let mut staging = None;
+    if a.mask {
+        // The mask broadcasts (numpy rules) to the scores [B, (H), S_q, S_k], never over keys.
+        let m = shapes[3];
+        let lead: &[usize] = if r == 4 { &[batch, heads] } else { &[batch] };
+        let scores: Vec<usize> = lead.iter().copied().chain([sq, sk]).collect();
+        if m.len() > r || m.last() != Some(&sk) {
+            return Err(format!("mask of shape {m:?} for scores {scores:?}: needs S_k = {sk} keys in its last axis"));
+        }
+        let st = contiguous_strides(m);
+        let mut strides = vec![0i64; r];
+        for (j, (&dim, &s)) in m.iter().zip(&st).enumerate() {
+            let axis = j + r - m.len();
+            if dim != scores[axis] && dim != 1 {
+                return Err(format!("mask of shape {m:?} does not broadcast to the scores {scores:?}"));
+            }
+            strides[axis] = if dim == 1 { 0 } else { s };
+        }
+        let mut bias = [strides[0], if r == 4 { strides[1] } else { 0 }, strides[r - 2]];
+        let align = spec.alignment();
+        // The kernel reads bias rows in whole vectors (the last one too): rows of a ragged S_k
+        // or at misaligned strides are copied to rows padded to whole vectors in scratch
+        // (rows of S_k are dense in the mask).
+        if bias.iter().any(|s| s % align != 0) || sk % align as usize != 0 {
+            let pitch = sk.div_ceil(align as usize) * align as usize;
+            let rows = m.iter().product::<usize>() / sk.max(1);
+            let e = spec.element.size_bytes();
+            bias = bias.map(|s| s / sk as i64 * pitch as i64);
+            staging =
+                Some(MaskStaging { rows, width: sk * e, src_pitch: sk * e, dst_pitch: pitch * e, bytes: rows * pitch * e });
+        }
+        p.bias_strides = bias;
+    }
+    spec.check(&p).map_err(|e| e.to_string())?;
+    Ok((p, staging))
+}

@@ -4,7 +4,9 @@
 //!
 //! Passes, in order:
 //! 0. [`canonical`]: ops Bolt runs as other ops are rewritten first (a ConvTranspose whose
-//!    windows tile the output: a 1x1 conv and a DepthToSpace).
+//!    windows tile the output: a 1x1 conv and a DepthToSpace); then [`attention`]: each
+//!    attention core a fused attention kernel takes becomes one node, before its MatMuls
+//!    could become batched-GEMM partitions.
 //! 1. [`fuse`]: each partition becomes one kernel node (BN folded, biases summed, scalars in
 //!    alpha); a BatchNormalization no kernel absorbed becomes a per-channel multiply-add.
 //! 2. [`layout`]: conv kernels run NHWC; transposes only where a region of consecutive conv
@@ -22,6 +24,7 @@
 //! The model's own 2-D pools (inside conv regions channels-last) and NCHW <-> NHWC transposes
 //! run as glue kernels ([`lower::glue`]): the plan records which ([`GlueDecision`]).
 
+pub mod attention;
 pub mod b2b;
 pub mod canonical;
 pub mod edit;
@@ -51,6 +54,8 @@ pub struct PlanOptions {
     pub b2b: bool,
     /// Stitch memory-intensive regions into kernels.
     pub stitch: bool,
+    /// Run attention cores as fused attention kernels.
+    pub attention: bool,
 }
 
 impl Default for PlanOptions {
@@ -62,6 +67,7 @@ impl Default for PlanOptions {
             pad: true,
             b2b: true,
             stitch: true,
+            attention: true,
         }
     }
 }
@@ -69,9 +75,10 @@ impl Default for PlanOptions {
 /// A planned model: the rewritten graph plus every decision that made it.
 pub struct Plan {
     pub graph: Graph,
-    /// The model as partitioned: after [`canonical`]'s rewrites (node names kept where a
-    /// model node became another op; new nodes derive theirs from it).
+    /// The model as partitioned: after [`canonical`]'s rewrites and attention fusion (node
+    /// names kept where a model node became another op; new nodes derive theirs from it).
     pub canonical: Graph,
+    pub attention: Vec<attention::AttentionDecision>,
     pub partitioning: Partitioning,
     pub layout: Vec<layout::Transform>,
     /// GEMM kernels whose constant weight the planner stored K-major.
@@ -181,7 +188,8 @@ pub fn plan(g: &Graph) -> Result<Plan> {
 }
 
 pub fn plan_with(model: &Graph, opts: &PlanOptions) -> Result<Plan> {
-    let (canonical, _) = canonical::canonical(model)?;
+    let (mut canonical, _) = canonical::canonical(model)?;
+    let attention = if opts.attention { attention::fuse(&mut canonical)? } else { Vec::new() };
     let g = &canonical;
     let partitioning = partition(g);
     let mut graph = fuse::fuse_partitions(g, &partitioning)?;
@@ -192,5 +200,5 @@ pub fn plan_with(model: &Graph, opts: &PlanOptions) -> Result<Plan> {
     let chains = if opts.b2b { b2b::fuse_chains(&mut graph, opts)? } else { Vec::new() };
     let stitched = if opts.stitch { stitch::stitch(&mut graph)? } else { Vec::new() };
     let glue = glue_decisions(&graph, g, &opts.bindings);
-    Ok(Plan { graph, canonical, partitioning, layout, k_major_weights, padding, chains, stitched, glue })
+    Ok(Plan { graph, canonical, attention, partitioning, layout, k_major_weights, padding, chains, stitched, glue })
 }

@@ -1,6 +1,6 @@
 //! What a host framework hands to Bolt: groups of the model's nodes, each run as one fused
 //! node. A group is a connected set of nodes that Bolt's plan runs on the device (GEMM/conv
-//! partitions, stitched regions, pools and transposes with glue kernels, and the views and
+//! partitions, stitched regions, fused attention cores, pools and transposes with glue kernels, and the views and
 //! concatenations between them: device copies), so that data stays on the GPU from one Bolt kernel to the next instead of
 //! crossing to the host framework at every partition boundary.
 //!
@@ -54,6 +54,7 @@ pub fn offload(g: &Graph, claimable: &dyn Fn(&Partition) -> Result<(), String>) 
     let mut device: HashSet<String> = partitions.iter().flat_map(|p| p.nodes.iter().cloned()).collect();
     device.extend(plan.stitched.iter().filter(|d| d.stitched.is_some()).flat_map(|d| d.nodes.iter().cloned()));
     device.extend(plan.glue.iter().filter(|d| d.kernel.is_some()).map(|d| d.node.clone()));
+    device.extend(plan.attention.iter().filter(|d| d.fused.is_some()).flat_map(|d| d.nodes.iter().cloned()));
     // Copy ops (views, Concat) reading a device tensor stay with it (model order: chains of
     // them follow).
     let producer: HashMap<&str, &str> =
@@ -64,10 +65,15 @@ pub fn offload(g: &Graph, claimable: &dyn Fn(&Partition) -> Result<(), String>) 
             device.insert(n.name.clone());
         }
     }
-    // Units that must stay whole: each partition, each stitched region; other nodes alone.
+    // Units that must stay whole: each partition, each stitched region, each fused attention
+    // core; other nodes alone.
     let index: HashMap<&str, usize> = g.nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect();
     let mut unit: Vec<usize> = (0..g.nodes.len()).collect();
-    let whole = partitions.iter().map(|p| &p.nodes).chain(plan.stitched.iter().filter(|d| d.stitched.is_some()).map(|d| &d.nodes));
+    let whole = partitions
+        .iter()
+        .map(|p| &p.nodes)
+        .chain(plan.stitched.iter().filter(|d| d.stitched.is_some()).map(|d| &d.nodes))
+        .chain(plan.attention.iter().filter(|d| d.fused.is_some()).map(|d| &d.nodes));
     for names in whole {
         let ids: Vec<usize> = names.iter().filter_map(|n| index.get(n.as_str()).copied()).collect();
         if let Some(&first) = ids.first() {

@@ -27,10 +27,12 @@ pub struct Report {
     pub padding: Vec<Padding>,
     pub host: Vec<HostGroup>,
     pub hints: Vec<Hint>,
-    /// Attention cores recognised in the model (run today as their batched GEMMs with the
-    /// Softmax on the host), and Softmaxes that are not cores, with why.
+    /// Attention cores recognised in the model, and Softmaxes that are not cores, with why.
     pub attention: Vec<crate::partition::attention::Attention>,
     pub not_attention: Vec<crate::partition::attention::NotAttention>,
+    /// Each core: the fused attention node that runs it, or why it stays two batched GEMMs
+    /// and a stitched softmax.
+    pub attention_fused: Vec<super::attention::AttentionDecision>,
     /// Memory-intensive regions between the kernels (AStitch): each a stitched kernel, or left
     /// on the host with why.
     pub stitched: Vec<super::stitch::StitchDecision>,
@@ -113,6 +115,7 @@ pub fn report(model: &str, original: &Graph, plan: &Plan, opts: &PlanOptions) ->
         .filter(|d| d.stitched.is_some())
         .flat_map(|d| &d.nodes)
         .chain(plan.glue.iter().filter(|p| p.kernel.is_some()).map(|p| &p.node))
+        .chain(plan.attention.iter().filter_map(|d| d.fused.as_ref()))
         .collect();
     for h in plan.partitioning.host.iter().filter(|h| !on_device.contains(&h.node)) {
         let glue_reason = plan.glue.iter().find(|p| p.node == h.node).and_then(|p| p.reason.as_ref());
@@ -151,6 +154,7 @@ pub fn report(model: &str, original: &Graph, plan: &Plan, opts: &PlanOptions) ->
         hints: hints(original, plan),
         attention,
         not_attention,
+        attention_fused: plan.attention.clone(),
         stitched: plan.stitched.clone(),
         glue: plan.glue.clone(),
     }
@@ -333,15 +337,29 @@ impl Report {
             }
         }
         if !self.attention.is_empty() || !self.not_attention.is_empty() {
+            let fused = self.attention_fused.iter().filter(|d| d.fused.is_some()).count();
             let _ = writeln!(
                 s,
-                "\n## Attention cores\n\n{} recognised (MatMul -> scale -> mask -> Softmax -> MatMul); no fused attention \
-                 kernel yet: their MatMuls run as batched GEMMs, the mask and Softmax as a stitched kernel (below).\n",
+                "\n## Attention cores\n\n{} recognised (MatMul -> scale -> mask -> Softmax -> MatMul), {fused} run as \
+                 fused attention kernels (scores stay on chip); the others run as two batched GEMMs with the mask and \
+                 Softmax stitched between them.\n",
                 self.attention.len()
             );
             for a in &self.attention {
                 let mask = a.mask.as_ref().map_or("no mask".to_string(), |(m, k)| format!("mask {m} ({k:?})"));
-                let _ = writeln!(s, "- {}: scale {:.6}, {mask}", a.nodes.join(" -> "), a.scale);
+                let how = match self.attention_fused.iter().find(|d| d.nodes.contains(&a.nodes[0])) {
+                    Some(d) if d.fused.is_some() => {
+                        let absorbed: Vec<&String> = d.nodes.iter().filter(|n| !a.nodes.contains(n)).collect();
+                        if absorbed.is_empty() {
+                            "fused".to_string()
+                        } else {
+                            format!("fused, reading {} in place", absorbed.iter().map(|n| n.as_str()).collect::<Vec<_>>().join(", "))
+                        }
+                    }
+                    Some(d) => format!("not fused: {}", d.reason.as_deref().unwrap_or("?")),
+                    None => "not fused (attention fusion off)".to_string(),
+                };
+                let _ = writeln!(s, "- {}: scale {:.6}, {mask}; {how}", a.nodes.join(" -> "), a.scale);
             }
             for n in &self.not_attention {
                 let _ = writeln!(s, "- {} is not an attention core: {}", n.softmax, n.reason);

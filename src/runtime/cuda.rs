@@ -21,10 +21,11 @@ use crate::artifact::format::{KernelChoice, PlanFile};
 use crate::artifact::Artifact;
 use crate::ir::{DType, Graph, Tensor};
 use bolt_codegen::abi::{
-    BoltArgs, BoltB2bArgs, BoltGlueArgs, BoltGlueProblem, BoltStitchArgs, BoltStitchProblem, KernelArgs, Status,
+    BoltArgs, BoltAttentionArgs, BoltAttentionProblem, BoltB2bArgs, BoltGlueArgs, BoltGlueProblem, BoltStitchArgs,
+    BoltStitchProblem, KernelArgs, Status,
 };
 use bolt_codegen::b2b::{B2bKernel, B2bProblem};
-use bolt_codegen::loader::{GlueKernel, Kernel, KernelLibrary, Params, StitchKernel};
+use bolt_codegen::loader::{AttentionKernel, GlueKernel, Kernel, KernelLibrary, Params, StitchKernel};
 use crate::plan::lower::CopyBlock;
 use bolt_codegen::spec::Arch;
 use bolt_profiler::workload::Problem;
@@ -58,6 +59,14 @@ enum Step {
         problem: BoltStitchProblem,
         params: Params<BoltStitchArgs>,
     },
+    /// A fused attention kernel; Params likewise. A mask whose rows are not whole vectors is
+    /// first copied into padded rows of the node's scratch (`stage`), which the kernel reads.
+    Attention {
+        node: String,
+        problem: Box<BoltAttentionProblem>,
+        params: Params<BoltAttentionArgs>,
+        stage: Option<(u64, u64, CopyBlock)>,
+    },
     /// A back-to-back chain kernel; its Params built once likewise.
     Chain {
         node: String,
@@ -83,6 +92,9 @@ enum Planned {
     Chain(String, B2bKernel, B2bProblem, BoltB2bArgs, usize),
     Glue(String, GlueKernel, BoltGlueProblem, BoltGlueArgs),
     Stitch(String, StitchKernel, Box<BoltStitchProblem>, BoltStitchArgs),
+    /// The kernel, problem, arguments (bias set at layout when staged), and the mask staging:
+    /// (the mask's address, the copy) with its scratch bytes.
+    Attention(String, AttentionKernel, Box<BoltAttentionProblem>, BoltAttentionArgs, Option<(u64, CopyBlock)>, usize),
 }
 
 /// An instantiated CUDA graph of one run's launches (raw handles: it may live on a stream the
@@ -273,6 +285,15 @@ impl CudaExecutor {
                 planned.push(self.plan_stitch(&graph, n, st, &input_addr)?);
                 continue;
             }
+            if let Some(a) = self.plan.attention.iter().find(|a| a.node == n.name) {
+                let p = self.plan_attention(&graph, n, a, &input_addr)?;
+                if let Planned::Attention(.., scratch) = &p {
+                    ws_offsets.push(ws_total);
+                    ws_total = crate::artifact::format::align_up(ws_total + *scratch as u64, 256);
+                }
+                planned.push(p);
+                continue;
+            }
             if let Some(c) = self.plan.chains.iter().find(|c| c.node == n.name) {
                 let problem = chain_problems.get(n.name.as_str()).copied();
                 let (kernel, problem, args, ws) = self.plan_chain(n, c, bucket, problem, &input_addr)?;
@@ -374,6 +395,16 @@ impl CudaExecutor {
                     let params = unsafe { kernel.initialize(&problem, &args, s) }
                         .map_err(|e| self.call_error(kernel.symbol(), &node, &problem, e))?;
                     Step::Stitch { node, problem: *problem, params }
+                }
+                Planned::Attention(node, kernel, problem, mut args, stage, scratch) => {
+                    let w = ws_ptr(scratch);
+                    let stage = stage.map(|(src, block)| {
+                        args.bias = w as *const c_void;
+                        (src, w as u64, block)
+                    });
+                    let params = unsafe { kernel.initialize(&problem, &args, s) }
+                        .map_err(|e| self.call_error(kernel.symbol(), &node, &problem, e))?;
+                    Step::Attention { node, problem, params, stage }
                 }
                 Planned::Chain(node, kernel, problem, args, ws) => {
                     let w = ws_ptr(ws);
@@ -536,6 +567,78 @@ impl CudaExecutor {
         Some(Planned::Copy(n.name.clone(), blocks))
     }
 
+    /// An attention node's kernel, problem (from its inputs' bound shapes), arguments and mask
+    /// staging.
+    fn plan_attention(
+        &self,
+        graph: &Graph,
+        n: &crate::ir::Node,
+        a: &crate::artifact::format::NodeAttention,
+        input_addr: &HashMap<String, (u64, usize)>,
+    ) -> Result<Planned, RuntimeError> {
+        let fail = |problem: String, reason: String| RuntimeError::Kernel {
+            kernel: format!("{} (node {})", a.symbol, n.name),
+            problem,
+            arch: self.name.clone(),
+            reason,
+        };
+        let kernel =
+            self.library.attention(&a.spec).cloned().ok_or_else(|| fail("-".into(), "not in the kernel library".into()))?;
+        let crate::ir::Op::Attention(op) = &n.op else {
+            return Err(fail("-".into(), "the plan records an attention kernel for a node that is not one".into()));
+        };
+        let shapes: Vec<Vec<usize>> = n
+            .inputs
+            .iter()
+            .map(|x| {
+                x.as_deref()
+                    .and_then(|x| graph.types.get(x)?.shape.as_ref()?.as_static())
+                    .ok_or_else(|| fail("-".into(), format!("input {x:?} has no static shape at these input shapes")))
+            })
+            .collect::<Result<_, _>>()?;
+        let refs: Vec<&[usize]> = shapes.iter().map(|s| s.as_slice()).collect();
+        let (problem, staging) =
+            crate::plan::lower::attention_problem(op, &a.spec, &refs).map_err(|why| fail("-".into(), why))?;
+        let status = kernel.can_implement(&problem);
+        if status != Status::Ok {
+            return Err(fail(format!("{problem:?}"), format!("can_implement: {status}")));
+        }
+        let at = |i: usize| {
+            let t = n.input(i).unwrap_or_default();
+            self.address(t, input_addr).ok_or_else(|| {
+                RuntimeError::Unsupported(format!("node '{}': tensor '{t}' has no device address", n.name))
+            })
+        };
+        let mut args = BoltAttentionArgs {
+            q: at(0)? as *const c_void,
+            k: at(1)? as *const c_void,
+            v: at(2)? as *const c_void,
+            o: at_output(self, n, input_addr)? as *mut c_void,
+            ..Default::default()
+        };
+        if op.mask {
+            args.bias = at(3)? as *const c_void;
+        }
+        let stage = match staging {
+            Some(m) => {
+                let block = CopyBlock {
+                    input: 3,
+                    output: 0,
+                    src: 0,
+                    dst: 0,
+                    width: m.width,
+                    height: m.rows,
+                    src_pitch: m.src_pitch,
+                    dst_pitch: m.dst_pitch,
+                };
+                Some((at(3)?, block))
+            }
+            None => None,
+        };
+        let scratch = staging.map_or(0, |m| m.bytes);
+        Ok(Planned::Attention(n.name.clone(), kernel, Box::new(problem), args, stage, scratch))
+    }
+
     /// A stitched node's kernel, problem (from its inputs' bound shapes) and arguments.
     fn plan_stitch(
         &self,
@@ -628,33 +731,46 @@ impl CudaExecutor {
                 self.launch(node, problem, params)?;
                 Some((&**node, params.symbol()))
             }
-            Step::Copy { node, blocks } => {
-                for &(src, dst, b) in blocks.iter() {
-                    // SAFETY: every rectangle lies inside its tensors (the arena / weights /
-                    // input buffers planned for these shapes, `copy_blocks`), which live as
-                    // long as the steps.
-                    let r = if b.height == 1 {
-                        unsafe { result::memcpy_dtod_async(dst, src, b.width, self.stream) }
-                    } else {
-                        let copy = sys::CUDA_MEMCPY2D {
-                            srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
-                            srcDevice: src,
-                            srcPitch: b.src_pitch,
-                            dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
-                            dstDevice: dst,
-                            dstPitch: b.dst_pitch,
-                            WidthInBytes: b.width,
-                            Height: b.height,
-                            ..unsafe { std::mem::zeroed() }
-                        };
-                        unsafe { sys::cuMemcpy2DAsync_v2(&copy, self.stream) }.result()
-                    };
-                    drv("copy", r).map_err(|e| RuntimeError::Cuda(format!("node '{node}': {e}")))?;
+            Step::Attention { node, problem, params, stage } => {
+                if let Some(copy) = stage {
+                    self.copy_rects(node, std::slice::from_ref(copy))?;
                 }
+                self.launch(node, problem, params)?;
+                Some((&**node, params.symbol()))
+            }
+            Step::Copy { node, blocks } => {
+                self.copy_rects(node, blocks)?;
                 Some((&**node, "memcpy"))
             }
             Step::Host { .. } => None,
         })
+    }
+
+    /// Enqueues device-to-device copies of rectangles (source, destination, shape).
+    fn copy_rects(&self, node: &str, blocks: &[(u64, u64, CopyBlock)]) -> Result<(), RuntimeError> {
+        for &(src, dst, b) in blocks.iter() {
+            // SAFETY: every rectangle lies inside its tensors (the arena / weights /
+            // input buffers planned for these shapes, `copy_blocks`), which live as
+            // long as the steps.
+            let r = if b.height == 1 {
+                unsafe { result::memcpy_dtod_async(dst, src, b.width, self.stream) }
+            } else {
+                let copy = sys::CUDA_MEMCPY2D {
+                    srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+                    srcDevice: src,
+                    srcPitch: b.src_pitch,
+                    dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+                    dstDevice: dst,
+                    dstPitch: b.dst_pitch,
+                    WidthInBytes: b.width,
+                    Height: b.height,
+                    ..unsafe { std::mem::zeroed() }
+                };
+                unsafe { sys::cuMemcpy2DAsync_v2(&copy, self.stream) }.result()
+            };
+            drv("copy", r).map_err(|e| RuntimeError::Cuda(format!("node '{node}': {e}")))?;
+        }
+        Ok(())
     }
 
     fn launch<A: KernelArgs>(
@@ -984,4 +1100,11 @@ impl Executor for CudaExecutor {
     fn timings(&self) -> Option<Timings> {
         self.timings.clone()
     }
+}
+
+/// The arena address of node `n`'s output.
+fn at_output(x: &CudaExecutor, n: &crate::ir::Node, input_addr: &HashMap<String, (u64, usize)>) -> Result<u64, RuntimeError> {
+    x.address(&n.outputs[0], input_addr).ok_or_else(|| {
+        RuntimeError::Unsupported(format!("node '{}': output '{}' is not in the arena", n.name, n.outputs[0]))
+    })
 }

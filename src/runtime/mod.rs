@@ -5,6 +5,7 @@
 //! - `cuda` (feature `cuda`): the artifact's kernel library on a GPU through the driver API,
 //!   loaded at run time ([`cuda`]).
 
+pub mod attention;
 pub mod glue;
 pub mod memory;
 pub mod npz;
@@ -183,18 +184,21 @@ pub fn outputs_as_f32(outs: HashMap<String, Tensor>) -> HashMap<String, Tensor> 
 
 /// The reference device: the CPU reference executor on the artifact's planned graph, with the
 /// plan's glue nodes run by the host implementation of their glue kernels ([`glue`]) and its
-/// stitched nodes by their kernel specs' meaning ([`stitch`]).
+/// stitched nodes by their kernel specs' meaning ([`stitch`]), its attention nodes likewise
+/// ([`attention`]).
 pub struct Reference {
     graph: Graph,
     glue: HashMap<String, bolt_codegen::glue::GlueSpec>,
     stitch: HashMap<String, bolt_codegen::stitch::StitchSpec>,
+    attention: HashMap<String, bolt_codegen::attention::AttentionSpec>,
 }
 
 impl Reference {
     pub fn new(artifact: &Artifact) -> Reference {
         let glue = artifact.plan.glue.iter().map(|g| (g.node.clone(), g.spec)).collect();
         let stitch = artifact.plan.stitch.iter().map(|s| (s.node.clone(), s.spec.clone())).collect();
-        Reference { graph: artifact.graph(), glue, stitch }
+        let attention = artifact.plan.attention.iter().map(|a| (a.node.clone(), a.spec)).collect();
+        Reference { graph: artifact.graph(), glue, stitch, attention }
     }
 }
 
@@ -220,6 +224,15 @@ impl Executor for Reference {
                 };
                 return stitch::run(spec, region, &xs, &out_types)
                     .map_err(|why| crate::Error::node(node, format!("stitched kernel: {why}")));
+            }
+            if let Some(spec) = self.attention.get(&node.name) {
+                let crate::ir::Op::Attention(op) = &node.op else {
+                    return Err(crate::Error::node(node, "the plan records an attention kernel for a node that is not one"));
+                };
+                let xs: Option<Vec<&Tensor>> = args.iter().copied().collect();
+                let xs = xs.ok_or_else(|| crate::Error::node(node, "an attention node's input is missing"))?;
+                let y = attention::run(spec, op, &xs).map_err(|why| crate::Error::node(node, format!("attention kernel: {why}")))?;
+                return Ok(vec![y]);
             }
             let Some(spec) = self.glue.get(&node.name) else {
                 return crate::reference::eval_node(node, args);

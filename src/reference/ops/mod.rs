@@ -88,6 +88,10 @@ pub fn eval_op(op: &Op, inputs: &[Option<&Tensor>]) -> OpResult {
             let types = r.outputs.iter().map(|(name, _)| (name.clone(), dtype)).collect();
             r.eval(&args, &types)
         }
+        Op::Attention(a) => {
+            let args: Vec<&Tensor> = inputs.iter().map(|t| t.ok_or("missing input")).collect::<Result<_, _>>()?;
+            Ok(vec![a.eval(&args)?])
+        }
         Op::ChannelsLast(inner) => {
             let x = req(inputs, 0)?;
             if x.rank() != 4 {

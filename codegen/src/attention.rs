@@ -1,0 +1,646 @@
+//! Fused attention kernels: `O = softmax(scale · Q·Kᵀ + bias) · V` per (batch, head) in one
+//! kernel, the scores never leaving the chip. The kernel is CUTLASS's memory-efficient
+//! attention (examples/41_fused_multi_head_attention, `AttentionKernel`: the sm80 mma.sync
+//! kernel, which runs on Hopper too), instantiated per [`AttentionSpec`] by one template
+//! (`templates/attention.cu.tera`) behind the same C ABI as every kernel
+//! (`BoltAttentionProblem`, `BoltAttentionArgs`; no workspace).
+//!
+//! Operands are strided 4-D views `[batch, heads, seq, dim]` whose last axis is contiguous:
+//! Q `[B, H, S_q, D]`, K `[B, H, S_k, D]` (K, not Kᵀ: a model's Kᵀ is usually a transpose of
+//! such a tensor, read in place), V `[B, H, S_k, D_v]`. The optional additive bias (the
+//! attention mask) is `[B, H, S_q, S_k]` by strides with the key axis contiguous; a stride of
+//! 0 broadcasts. The output is dense in the spec's [`OutputLayout`].
+//!
+//! Each kernel instantiates `AttentionKernel<T, Sm80, aligned, queries, keys, head_dim_max,
+//! no dropout, bias, ToBatchHook>`: the generated hook moves Q, K and V to the block's batch and
+//! the output to its batch (and, for `Bhsd`, head) so that the kernel's own head and query
+//! offsets land in the spec's layout; with K and V shared by all heads it also keeps the kernel
+//! off its one-query "heads as rows" path, which assumes CUTLASS's own `[B, S, H, D]` layouts.
+//! [`render_unit`] writes the units, [`crate::builder::Builder::build_all`] compiles them in
+//! units of their own ([`KERNELS_PER_UNIT`]) with the example's directory ([`include_dir`]) and
+//! [`SUPPORT_FILES`] on the include path ([`compile_command`]).
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::abi::{BoltAttentionProblem, Status};
+use crate::render::RenderError;
+use crate::spec::{Arch, Element};
+
+/// How the output `[B, H, S_q, D_v]` is laid out in memory (dense).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutputLayout {
+    /// `[B, H, S_q, D_v]`: the attention output as the model's MatMul writes it.
+    Bhsd,
+    /// `[B, S_q, H, D_v]`: heads interleaved, what the usual head-merge transpose makes of it
+    /// (so a planner can write the transposed tensor directly).
+    Bshd,
+}
+
+/// One fused attention kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct AttentionSpec {
+    /// Q, K, V, bias and output type; f32 multiplies on tensor cores with 3xTF32 (f32 accuracy),
+    /// f16/bf16 accumulate in f32.
+    pub element: Element,
+    /// The largest head dim (D and D_v) the kernel takes: 64 (64 queries x 64 keys per block)
+    /// or 128 (32 x 128); the output stays in registers either way.
+    pub head_dim_max: u32,
+    /// Whether the kernel reads an additive bias (mask).
+    pub bias: bool,
+    pub output: OutputLayout,
+}
+
+/// Head dims the kernels are instantiated for.
+pub const HEAD_DIM_MAX: [u32; 2] = [64, 128];
+
+/// The most batches and heads a problem may have: they are the launch grid's z and y.
+pub const GRID_LIMIT: i64 = 65535;
+
+/// Why an attention spec or problem is refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AttentionRejection {
+    #[error("head_dim_max {0}: attention kernels are built for 64 or 128")]
+    HeadDimMax(u32),
+    #[error("head dim {0} (D or D_v) above the largest kernel's 128")]
+    HeadDim(i64),
+    #[error("{what} {value}: must be positive")]
+    Extent { what: &'static str, value: i64 },
+    #[error("{what} is {value}: the kernel needs a multiple of {alignment} elements")]
+    Misaligned { what: &'static str, value: i64, alignment: i64 },
+    #[error("{what} stride {value}: negative")]
+    Stride { what: &'static str, value: i64 },
+    #[error("{what} {value}: above the kernel's index range")]
+    Range { what: &'static str, value: i64 },
+}
+
+impl AttentionRejection {
+    /// The status `<symbol>_can_implement` answers for the problem: misalignment is
+    /// [`Status::MisalignedOperand`], everything else [`Status::UnsupportedProblem`].
+    pub fn status(&self) -> Status {
+        match self {
+            AttentionRejection::Misaligned { .. } => Status::MisalignedOperand,
+            _ => Status::UnsupportedProblem,
+        }
+    }
+}
+
+pub fn validate(spec: &AttentionSpec) -> Result<(), AttentionRejection> {
+    if !HEAD_DIM_MAX.contains(&spec.head_dim_max) {
+        return Err(AttentionRejection::HeadDimMax(spec.head_dim_max));
+    }
+    Ok(())
+}
+
+impl AttentionSpec {
+    /// The kernel for head dims `d` and `d_v`, if one is built for them.
+    pub fn for_head_dims(
+        element: Element,
+        d: i64,
+        d_v: i64,
+        bias: bool,
+        output: OutputLayout,
+    ) -> Option<AttentionSpec> {
+        let need = d.max(d_v);
+        let head_dim_max = *HEAD_DIM_MAX.iter().find(|&&m| need >= 1 && need <= i64::from(m))?;
+        Some(AttentionSpec { element, head_dim_max, bias, output })
+    }
+
+    /// Vector width (elements) of the operands' loads: every stride but the contiguous axes'
+    /// and D, D_v must be a multiple of it (128-bit accesses).
+    pub fn alignment(&self) -> i64 {
+        16 / self.element.size_bytes() as i64
+    }
+
+    /// Queries and keys per thread block (as CUTLASS's example picks them).
+    pub fn tile(&self) -> (u32, u32) {
+        if self.head_dim_max <= 64 {
+            (64, 64)
+        } else {
+            (32, 128)
+        }
+    }
+
+    /// What `<symbol>_can_implement` checks, on the host (the generated code checks the same).
+    pub fn check(&self, p: &BoltAttentionProblem) -> Result<(), AttentionRejection> {
+        validate(self)?;
+        for (what, value) in [
+            ("batch", p.batch),
+            ("heads", p.heads),
+            ("seq_q", p.seq_q),
+            ("seq_k", p.seq_k),
+            ("head_dim", p.head_dim),
+            ("head_dim_v", p.head_dim_v),
+        ] {
+            if value < 1 {
+                return Err(AttentionRejection::Extent { what, value });
+            }
+        }
+        for d in [p.head_dim, p.head_dim_v] {
+            if d > i64::from(self.head_dim_max) {
+                return Err(AttentionRejection::HeadDim(d));
+            }
+        }
+        let a = self.alignment();
+        let q = p.q_strides;
+        let k = p.k_strides;
+        let v = p.v_strides;
+        let m = p.bias_strides;
+        let mut strided: Vec<(&'static str, i64)> = vec![
+            ("q batch stride", q[0]),
+            ("q head stride", q[1]),
+            ("q seq stride", q[2]),
+            ("k batch stride", k[0]),
+            ("k head stride", k[1]),
+            ("k seq stride", k[2]),
+            ("v batch stride", v[0]),
+            ("v head stride", v[1]),
+            ("v seq stride", v[2]),
+        ];
+        if self.bias {
+            strided.extend([("bias batch stride", m[0]), ("bias head stride", m[1]), ("bias query stride", m[2])]);
+        }
+        for &(what, value) in &strided {
+            if value < 0 {
+                return Err(AttentionRejection::Stride { what, value });
+            }
+        }
+        for (what, value) in [("head_dim", p.head_dim), ("head_dim_v", p.head_dim_v)].into_iter().chain(strided) {
+            if value % a != 0 {
+                return Err(AttentionRejection::Misaligned { what, value, alignment: a });
+            }
+        }
+        // The bias tile is loaded in vectors of `a` elements, each guarded by its first
+        // column only: a ragged last vector would read past the end of the row.
+        if self.bias && p.seq_k % a != 0 {
+            return Err(AttentionRejection::Misaligned {
+                what: "seq_k (read as bias columns)",
+                value: p.seq_k,
+                alignment: a,
+            });
+        }
+        // The kernel indexes rows and heads with 32-bit strides, and offsets a block's keys
+        // (and bias rows) by 32-bit products; batches and heads are the grid's z and y.
+        let mut ranges = vec![
+            ("q seq stride", p.q_strides[2], i64::from(i32::MAX)),
+            ("k seq stride", p.k_strides[2], i64::from(i32::MAX)),
+            ("v seq stride", p.v_strides[2], i64::from(i32::MAX)),
+            ("q head stride", p.q_strides[1], i64::from(i32::MAX)),
+            ("k head stride", p.k_strides[1], i64::from(i32::MAX)),
+            ("v head stride", p.v_strides[1], i64::from(i32::MAX)),
+            ("seq_q", p.seq_q, i64::from(i32::MAX)),
+            ("seq_k", p.seq_k, i64::from(i32::MAX)),
+            ("batch", p.batch, GRID_LIMIT),
+            ("heads", p.heads, GRID_LIMIT),
+            ("heads x head_dim_v", p.heads.saturating_mul(p.head_dim_v), i64::from(i32::MAX)),
+            ("seq_k x k seq stride", p.seq_k.saturating_mul(p.k_strides[2]), i64::from(i32::MAX)),
+            ("seq_k x v seq stride", p.seq_k.saturating_mul(p.v_strides[2]), i64::from(i32::MAX)),
+        ];
+        if self.bias {
+            ranges.push(("bias query stride", p.bias_strides[2], i64::from(i32::MAX)));
+            ranges.push(("seq_q x bias query stride", p.seq_q.saturating_mul(p.bias_strides[2]), i64::from(i32::MAX)));
+        }
+        for (what, value, limit) in ranges {
+            if value > limit {
+                return Err(AttentionRejection::Range { what, value });
+            }
+        }
+        Ok(())
+    }
+
+    /// The output's element strides over `[B, H, S_q, D_v]` (dense in the spec's layout).
+    pub fn output_strides(&self, p: &BoltAttentionProblem) -> [i64; 4] {
+        match self.output {
+            OutputLayout::Bhsd => [p.heads * p.seq_q * p.head_dim_v, p.seq_q * p.head_dim_v, p.head_dim_v, 1],
+            OutputLayout::Bshd => [p.seq_q * p.heads * p.head_dim_v, p.head_dim_v, p.heads * p.head_dim_v, 1],
+        }
+    }
+
+    /// The kernel's meaning on host buffers (f64), for the reference device and as the oracle
+    /// of tests: `q`, `k`, `v`, `bias` addressed by the problem's strides, the output dense in
+    /// the spec's layout. Rows whose every score is -inf give NaN, as a softmax does.
+    pub fn eval(&self, p: &BoltAttentionProblem, q: &[f64], k: &[f64], v: &[f64], bias: Option<&[f64]>) -> Vec<f64> {
+        let (b, h, sq, sk, d, dv) = (
+            p.batch as usize,
+            p.heads as usize,
+            p.seq_q as usize,
+            p.seq_k as usize,
+            p.head_dim as usize,
+            p.head_dim_v as usize,
+        );
+        let at = |s: [i64; 3], bi: usize, hi: usize, si: usize| {
+            (s[0] * bi as i64 + s[1] * hi as i64 + s[2] * si as i64) as usize
+        };
+        let os = self.output_strides(p);
+        let mut out = vec![0.0; b * h * sq * dv];
+        let mut scores = vec![0.0; sk];
+        for bi in 0..b {
+            for hi in 0..h {
+                for i in 0..sq {
+                    let qo = at(p.q_strides, bi, hi, i);
+                    for (j, s) in scores.iter_mut().enumerate() {
+                        let ko = at(p.k_strides, bi, hi, j);
+                        let dot: f64 = (0..d).map(|x| q[qo + x] * k[ko + x]).sum();
+                        *s = dot * p.scale;
+                        if let (true, Some(bias)) = (self.bias, bias) {
+                            *s += bias[at(p.bias_strides, bi, hi, i) + j];
+                        }
+                    }
+                    let m = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                    let e: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
+                    let sum: f64 = e.iter().sum();
+                    let o = bi * os[0] as usize + hi * os[1] as usize + i * os[2] as usize;
+                    for x in 0..dv {
+                        let acc: f64 = e.iter().enumerate().map(|(j, w)| w * v[at(p.v_strides, bi, hi, j) + x]).sum();
+                        out[o + x] = acc / sum;
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+/// A unique readable symbol: `bolt_attention_<element>_d<max>_<bias|nobias>_<layout>`.
+pub fn symbol_for(spec: &AttentionSpec) -> String {
+    let layout = match spec.output {
+        OutputLayout::Bhsd => "bhsd",
+        OutputLayout::Bshd => "bshd",
+    };
+    format!(
+        "bolt_attention_{}_d{}_{}_{layout}",
+        spec.element.name(),
+        spec.head_dim_max,
+        if spec.bias { "bias" } else { "nobias" }
+    )
+}
+
+// ================================================================================================
+// Rendering and compiling
+// ================================================================================================
+
+pub const TEMPLATE: &str = "attention.cu.tera";
+
+/// The example's directory in the CUTLASS tree (`kernel_forward.h` and the headers it
+/// includes), added to the include path of attention units only.
+pub const EXAMPLE_DIR: &str = "examples/41_fused_multi_head_attention";
+
+/// `<cutlass>/examples/41_fused_multi_head_attention`.
+pub fn include_dir(toolchain: &bolt_cutlass::Toolchain) -> PathBuf {
+    toolchain.cutlass_dir().join(EXAMPLE_DIR)
+}
+
+/// Subdirectory of a build's include directory holding [`SUPPORT_FILES`], on the include path
+/// of attention units only.
+pub const SUPPORT_DIR: &str = "attention_support";
+
+/// Headers attention units need besides `bolt_kernel.h` (file name, content), written into
+/// `<include>/`[`SUPPORT_DIR`]. `kernel_forward.h` includes `<curand_kernel.h>` for its dropout,
+/// which it only compiles with PyTorch (`HAS_PYTORCH`); the pinned CUDA has no cuRAND, so an
+/// empty header stands in (it also shadows a real one, unused all the same).
+pub const SUPPORT_FILES: &[(&str, &str)] = &[(
+    "curand_kernel.h",
+    "// Written by Bolt for CUTLASS's fused attention kernel (examples/41): kernel_forward.h\n\
+     // includes <curand_kernel.h> for dropout, which it compiles only with HAS_PYTORCH.\n\
+     #pragma once\n",
+)];
+
+/// Writes [`SUPPORT_FILES`] into `<include>/`[`SUPPORT_DIR`] (unchanged files are left alone).
+pub fn write_support_files(include: &Path) -> std::io::Result<()> {
+    let dir = include.join(SUPPORT_DIR);
+    std::fs::create_dir_all(&dir)?;
+    for (name, content) in SUPPORT_FILES {
+        let path = dir.join(name);
+        if std::fs::read_to_string(&path).ok().as_deref() != Some(*content) {
+            crate::cache::write_atomic(&path, content.as_bytes())?;
+        }
+    }
+    Ok(())
+}
+
+/// An nvcc invocation for a rendered attention unit: sm_80 SASS + compute_80 PTX, `include`
+/// (with `bolt_kernel.h` and, after [`write_support_files`], the support headers) and the
+/// example's headers on the include path.
+pub fn compile_command<'a>(
+    toolchain: &'a bolt_cutlass::Toolchain,
+    source: &Path,
+    output: &Path,
+    include: &Path,
+) -> bolt_cutlass::Compile<'a> {
+    Arch::Sm80
+        .targets(toolchain.compile(source, output))
+        .include(include)
+        .include(include.join(SUPPORT_DIR))
+        .include(include_dir(toolchain))
+}
+
+/// Attention kernels per translation unit. Measured on 2 cores: a unit of one kernel takes 9 s
+/// of nvcc (mostly the headers), one of all 24 specs 48 s and 0.74 GB (≈1.7 s per kernel), so
+/// several share the headers while units still compile in parallel.
+pub const KERNELS_PER_UNIT: usize = 8;
+
+#[derive(Serialize)]
+struct Context<'a> {
+    symbol: &'a str,
+    summary: String,
+    element: &'static str,
+    alignment: i64,
+    queries_per_block: u32,
+    keys_per_block: u32,
+    head_dim_max: u32,
+    bias: bool,
+    bshd: bool,
+    grid_limit: i64,
+}
+
+/// One attention kernel's block (relies on the unit prologue, like [`crate::render::render`]).
+pub fn render(spec: &AttentionSpec, symbol: &str) -> Result<String, RenderError> {
+    crate::render::check_symbol(symbol)?;
+    validate(spec).map_err(|r| RenderError::Unsupported { field: "attention", reason: r.to_string() })?;
+    let (queries_per_block, keys_per_block) = spec.tile();
+    let context = Context {
+        symbol,
+        summary: serde_json::to_string(spec).expect("attention spec serialises"),
+        element: spec.element.cpp(),
+        alignment: spec.alignment(),
+        queries_per_block,
+        keys_per_block,
+        head_dim_max: spec.head_dim_max,
+        bias: spec.bias,
+        bshd: spec.output == OutputLayout::Bshd,
+        grid_limit: GRID_LIMIT,
+    };
+    crate::render::render_template(TEMPLATE, &crate::render::to_context(&context)?)
+}
+
+/// Headers a unit with attention kernels needs (`kernel_forward.h` from [`include_dir`]).
+pub fn includes() -> [&'static str; 2] {
+    ["cutlass/cutlass.h", "kernel_forward.h"]
+}
+
+/// Attention kernels as one `.cu` unit: the shared prologue, then each block. Compile it with
+/// [`compile_command`].
+pub fn render_unit(kernels: &[(&AttentionSpec, &str)]) -> Result<String, RenderError> {
+    crate::render::assemble_unit(kernels, &includes(), render)
+}
+
+/// Every spec the family has: 3 elements x 2 head dims x bias or not x 2 output layouts.
+pub fn all_specs() -> Vec<AttentionSpec> {
+    let mut specs = Vec::new();
+    for element in [Element::F16, Element::BF16, Element::F32] {
+        for head_dim_max in HEAD_DIM_MAX {
+            for bias in [false, true] {
+                for output in [OutputLayout::Bhsd, OutputLayout::Bshd] {
+                    specs.push(AttentionSpec { element, head_dim_max, bias, output });
+                }
+            }
+        }
+    }
+    specs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Deterministic values in [-1, 1).
+    fn values(n: usize, seed: u64) -> Vec<f64> {
+        let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15).wrapping_add(1);
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                (s >> 11) as f64 / (1u64 << 52) as f64 - 1.0
+            })
+            .collect()
+    }
+
+    type Dense = Vec<Vec<Vec<Vec<f64>>>>;
+
+    /// `[b][h][row][col]` read from `buf` through (batch, head, row) strides, columns contiguous.
+    fn gather(buf: &[f64], s: [i64; 3], dims: [usize; 4]) -> Dense {
+        let [b, h, rows, cols] = dims;
+        (0..b)
+            .map(|bi| {
+                (0..h)
+                    .map(|hi| {
+                        (0..rows)
+                            .map(|r| {
+                                let base = bi as i64 * s[0] + hi as i64 * s[1] + r as i64 * s[2];
+                                buf[base as usize..base as usize + cols].to_vec()
+                            })
+                            .collect()
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// Attention written independently of `eval`: dense copies of the operands, the whole
+    /// score matrix, a two-pass softmax, P·V, and the output layouts spelled out.
+    fn naive(
+        p: &BoltAttentionProblem,
+        output: OutputLayout,
+        q: &[f64],
+        k: &[f64],
+        v: &[f64],
+        bias: Option<&[f64]>,
+    ) -> Vec<f64> {
+        let (b, h, sq, sk, d, dv) = (
+            p.batch as usize,
+            p.heads as usize,
+            p.seq_q as usize,
+            p.seq_k as usize,
+            p.head_dim as usize,
+            p.head_dim_v as usize,
+        );
+        let qd = gather(q, p.q_strides, [b, h, sq, d]);
+        let kd = gather(k, p.k_strides, [b, h, sk, d]);
+        let vd = gather(v, p.v_strides, [b, h, sk, dv]);
+        let md = bias.map(|m| gather(m, p.bias_strides, [b, h, sq, sk]));
+        let mut out = vec![f64::NAN; b * h * sq * dv];
+        for bi in 0..b {
+            for hi in 0..h {
+                let scores: Vec<Vec<f64>> = (0..sq)
+                    .map(|i| {
+                        (0..sk)
+                            .map(|j| {
+                                let dot: f64 = qd[bi][hi][i].iter().zip(&kd[bi][hi][j]).map(|(x, y)| x * y).sum();
+                                p.scale * dot + md.as_ref().map_or(0.0, |m| m[bi][hi][i][j])
+                            })
+                            .collect()
+                    })
+                    .collect();
+                for (i, row) in scores.iter().enumerate() {
+                    let max = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    let weights: Vec<f64> = row.iter().map(|s| (s - max).exp()).collect();
+                    let total: f64 = weights.iter().sum();
+                    for x in 0..dv {
+                        let o: f64 = weights.iter().zip(&vd[bi][hi]).map(|(w, value)| w / total * value[x]).sum();
+                        let at = match output {
+                            OutputLayout::Bhsd => ((bi * h + hi) * sq + i) * dv + x,
+                            OutputLayout::Bshd => ((bi * sq + i) * h + hi) * dv + x,
+                        };
+                        out[at] = o;
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Elements a buffer read through `strides` over `[b, h, rows, cols]` spans.
+    fn span(s: [i64; 3], dims: [i64; 4]) -> usize {
+        (s[0] * (dims[0] - 1) + s[1] * (dims[1] - 1) + s[2] * (dims[2] - 1) + dims[3]) as usize
+    }
+
+    fn problem(b: i64, h: i64, sq: i64, sk: i64, d: i64, dv: i64) -> BoltAttentionProblem {
+        BoltAttentionProblem {
+            batch: b,
+            heads: h,
+            seq_q: sq,
+            seq_k: sk,
+            head_dim: d,
+            head_dim_v: dv,
+            q_strides: [h * sq * d, sq * d, d],
+            k_strides: [h * sk * d, sk * d, d],
+            v_strides: [h * sk * dv, sk * dv, dv],
+            bias_strides: [h * sq * sk, sq * sk, sk],
+            scale: 0.35,
+        }
+    }
+
+    fn assert_close(got: &[f64], want: &[f64], what: &str) {
+        assert_eq!(got.len(), want.len(), "{what}");
+        for (i, (g, w)) in got.iter().zip(want).enumerate() {
+            assert!((g - w).abs() <= 1e-12 * (1.0 + w.abs()), "{what}[{i}]: {g} vs {w}");
+        }
+    }
+
+    #[test]
+    fn eval_is_softmax_attention_for_both_layouts_broadcast_bias_and_strided_k() {
+        let (b, h, sq, sk, d, dv) = (2, 3, 5, 7, 4, 6);
+        let dense = problem(b, h, sq, sk, d, dv);
+        // K stored [B, S_k, H, D] and read as [B, H, S_k, D]; Q likewise [B, S_q, H, D].
+        let transposed =
+            BoltAttentionProblem { q_strides: [sq * h * d, d, h * d], k_strides: [sk * h * d, d, h * d], ..dense };
+        // One [S_q, S_k] mask for every batch and head; a key-padding mask [B, 1, 1, S_k].
+        let shared_mask = BoltAttentionProblem { bias_strides: [0, 0, sk], ..transposed };
+        let key_padding = BoltAttentionProblem { bias_strides: [sk, 0, 0], ..dense };
+        let cases = [
+            ("dense", dense),
+            ("transposed q and k", transposed),
+            ("shared mask", shared_mask),
+            ("key padding", key_padding),
+        ];
+        for (name, p) in cases {
+            let q = values(span(p.q_strides, [b, h, sq, d]), 1);
+            let k = values(span(p.k_strides, [b, h, sk, d]), 2);
+            let v = values(span(p.v_strides, [b, h, sk, dv]), 3);
+            let mut bias: Vec<f64> = values(span(p.bias_strides, [b, h, sq, sk]), 4).iter().map(|x| 3.0 * x).collect();
+            bias[1] = -1e30; // a masked key
+            for output in [OutputLayout::Bhsd, OutputLayout::Bshd] {
+                let with = AttentionSpec { element: Element::F16, head_dim_max: 64, bias: true, output };
+                let without = AttentionSpec { bias: false, ..with };
+                let got = with.eval(&p, &q, &k, &v, Some(&bias));
+                assert_close(&got, &naive(&p, output, &q, &k, &v, Some(&bias)), &format!("{name} {output:?} bias"));
+                // A kernel without a bias ignores one given.
+                let got = without.eval(&p, &q, &k, &v, Some(&bias));
+                assert_close(&got, &naive(&p, output, &q, &k, &v, None), &format!("{name} {output:?} no bias"));
+            }
+        }
+    }
+
+    #[test]
+    fn eval_of_a_fully_masked_row_is_nan() {
+        let p = problem(1, 1, 2, 3, 8, 8);
+        let spec = AttentionSpec { element: Element::F32, head_dim_max: 64, bias: true, output: OutputLayout::Bhsd };
+        let (q, k, v) = (values(16, 5), values(24, 6), values(24, 7));
+        let bias = [f64::NEG_INFINITY, f64::NEG_INFINITY, f64::NEG_INFINITY, 0.0, 0.0, 0.0];
+        let out = spec.eval(&p, &q, &k, &v, Some(&bias));
+        assert!(out[..8].iter().all(|x| x.is_nan()), "{out:?}");
+        assert!(out[8..].iter().all(|x| x.is_finite()), "{out:?}");
+    }
+
+    #[test]
+    fn check_refuses_what_the_kernel_cannot_do() {
+        let f16 = AttentionSpec { element: Element::F16, head_dim_max: 64, bias: true, output: OutputLayout::Bshd };
+        let f32 = AttentionSpec { element: Element::F32, ..f16 };
+        let p = problem(2, 4, 100, 48, 64, 64);
+        assert_eq!(f16.check(&p), Ok(()));
+        assert_eq!((f16.alignment(), f32.alignment()), (8, 4));
+        let reject = |spec: &AttentionSpec, p: BoltAttentionProblem| spec.check(&p).unwrap_err();
+        assert!(matches!(
+            reject(&f16, BoltAttentionProblem { seq_q: 0, ..p }),
+            AttentionRejection::Extent { what: "seq_q", .. }
+        ));
+        assert_eq!(reject(&f16, BoltAttentionProblem { head_dim: 72, ..p }), AttentionRejection::HeadDim(72));
+        let r = reject(&f16, BoltAttentionProblem { head_dim: 60, head_dim_v: 60, ..p });
+        assert_eq!(r.status(), Status::MisalignedOperand);
+        assert_eq!(f32.check(&BoltAttentionProblem { head_dim: 60, head_dim_v: 60, ..p }), Ok(()));
+        let r = reject(&f16, BoltAttentionProblem { k_strides: [p.k_strides[0], p.k_strides[1], -64], ..p });
+        assert_eq!((r.status(), matches!(r, AttentionRejection::Stride { .. })), (Status::UnsupportedProblem, true));
+        // A bias's rows are read in whole vectors; without a bias any key count goes.
+        let ragged = BoltAttentionProblem { seq_k: 45, ..p };
+        assert_eq!(reject(&f16, ragged).status(), Status::MisalignedOperand);
+        assert_eq!(AttentionSpec { bias: false, ..f16 }.check(&ragged), Ok(()));
+        // Bias strides matter only to a kernel reading a bias.
+        let odd_bias = BoltAttentionProblem { bias_strides: [-1, 3, i64::MAX], ..p };
+        assert_eq!(AttentionSpec { bias: false, ..f16 }.check(&odd_bias), Ok(()));
+        assert_eq!(reject(&f16, odd_bias).status(), Status::UnsupportedProblem);
+        for big in [
+            BoltAttentionProblem { batch: GRID_LIMIT + 1, ..p },
+            BoltAttentionProblem { heads: 1 << 40, ..p },
+            BoltAttentionProblem { seq_k: 1 << 31, ..p },
+            BoltAttentionProblem { seq_k: 1 << 24, k_strides: [0, 0, 1 << 8], ..p },
+            BoltAttentionProblem { seq_q: 1 << 30, bias_strides: [0, 0, 64], ..p },
+        ] {
+            assert!(matches!(reject(&f16, big), AttentionRejection::Range { .. }), "{big:?}");
+        }
+        assert!(matches!(
+            validate(&AttentionSpec { head_dim_max: 96, ..f16 }),
+            Err(AttentionRejection::HeadDimMax(96))
+        ));
+    }
+
+    #[test]
+    fn renders_one_block_per_spec_behind_the_abi() {
+        let specs = all_specs();
+        assert_eq!(specs.len(), 24);
+        let symbols: Vec<String> = specs.iter().map(symbol_for).collect();
+        let mut unique = symbols.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), 24);
+        let spec = AttentionSpec { element: Element::BF16, head_dim_max: 128, bias: false, output: OutputLayout::Bshd };
+        let symbol = symbol_for(&spec);
+        assert_eq!(symbol, "bolt_attention_bf16_d128_nobias_bshd");
+        let code = render(&spec, &symbol).unwrap();
+        for needle in [
+            "using Element = cutlass::bfloat16_t;",
+            "constexpr int kQueriesPerBlock = 32;",
+            "constexpr int kKeysPerBlock = 128;",
+            "constexpr int kMaxK = 128;",
+            "/*kSupportsBias=*/false, ToBatchHook>",
+            "params.o_strideM = int32_t(p.heads * p.head_dim_v);",
+            "extern \"C\" BoltStatus bolt_attention_bf16_d128_nobias_bshd_initialize(",
+            "const BoltAttentionArgs *args",
+        ] {
+            assert!(code.contains(needle), "missing {needle}:\n{code}");
+        }
+        assert!(!code.contains("attn_bias_ptr = const_cast"));
+        let bhsd = AttentionSpec { element: Element::F32, head_dim_max: 64, bias: true, output: OutputLayout::Bhsd };
+        let code = render(&bhsd, "k").unwrap();
+        assert!(code.contains("params.o_strideM = int32_t(p.head_dim_v);") && code.contains("using Element = float;"));
+        assert!(code.contains("p.seq_k % kAlignment") && code.contains("constexpr int kAlignment = 4;"));
+        let pairs: Vec<(&AttentionSpec, &str)> = specs.iter().zip(&symbols).map(|(s, n)| (s, n.as_str())).collect();
+        let unit = render_unit(&pairs).unwrap();
+        assert!(unit.contains("#include <kernel_forward.h>"));
+        assert_eq!(unit.matches("_launch(void *params, void *stream)").count(), 24);
+        assert!(render(&AttentionSpec { head_dim_max: 96, ..spec }, "k").is_err());
+        assert!(render_unit(&[(&spec, "k"), (&bhsd, "k")]).is_err());
+    }
+}

@@ -1,0 +1,162 @@
+//! Attention fusion: each attention core ([`crate::partition::attention`]) that a fused
+//! attention kernel can run becomes one [`Op::Attention`] node before partitioning, so its two
+//! MatMuls are not batched-GEMM partitions and its scores never reach memory.
+//!
+//! The node reads Q, K and V in place: where an operand is a transpose that keeps the head dim
+//! last (the head split of PyTorch and HuggingFace exports, `[B, S, H, D] -> [B, H, S, D]`),
+//! the node takes the transpose's input and a permutation instead, and a transpose nobody else
+//! reads goes with the core. Kᵀ must be such a transpose of a tensor with the head dim last
+//! (the kernel reads K rows); otherwise the core stays two batched GEMMs and a stitched
+//! softmax, and the decision says why.
+
+use super::edit;
+use super::lower;
+use crate::error::Result;
+use crate::ir::{Dim, Graph, Node, Op};
+use crate::partition::attention::{Attention, FusedAttention};
+use bolt_codegen::attention::{AttentionSpec, OutputLayout};
+use serde::Serialize;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+/// What happened to one attention core.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct AttentionDecision {
+    /// The core's nodes in model order, and the head transposes its fused node reads in place
+    /// (gone with it).
+    pub nodes: Vec<String>,
+    /// The fused node, or `None` when the core stays as its ops.
+    pub fused: Option<String>,
+    pub reason: Option<String>,
+}
+
+/// Replaces every attention core a fused kernel takes with one [`Op::Attention`] node.
+pub fn fuse(g: &mut Graph) -> Result<Vec<AttentionDecision>> {
+    let (cores, _) = crate::partition::attention::find(g);
+    let mut decisions = Vec::new();
+    let mut names: HashSet<String> = g.nodes.iter().map(|n| n.name.clone()).collect();
+    let mut changed = false;
+    for a in cores {
+        let (op, inputs) = match fusable(g, &a) {
+            Ok(x) => x,
+            Err(why) => {
+                decisions.push(AttentionDecision { nodes: a.nodes, fused: None, reason: Some(why) });
+                continue;
+            }
+        };
+        let name = edit::fresh_name(g, &mut names, &format!("{}.attention", a.nodes[0]));
+        let members: HashSet<&String> = a.nodes.iter().collect();
+        g.nodes.retain(|n| !members.contains(&n.name));
+        g.nodes.push(Node {
+            name: name.clone(),
+            op: Op::Attention(Arc::new(op)),
+            inputs: inputs.into_iter().map(Some).collect(),
+            outputs: vec![a.output.clone()],
+        });
+        // Transposes of the operands that nothing reads any more went into the node.
+        let mut nodes = a.nodes.clone();
+        loop {
+            let read: HashSet<&str> = g
+                .nodes
+                .iter()
+                .flat_map(|n| n.inputs.iter().flatten().map(String::as_str))
+                .chain(g.outputs.iter().map(String::as_str))
+                .collect();
+            let dead: Vec<String> = g
+                .nodes
+                .iter()
+                .filter(|n| matches!(n.op, Op::Transpose { .. }) && !read.contains(n.outputs[0].as_str()))
+                .filter(|n| [&a.q, &a.k_t, &a.v].contains(&&n.outputs[0]))
+                .map(|n| n.name.clone())
+                .collect();
+            if dead.is_empty() {
+                break;
+            }
+            g.nodes.retain(|n| !dead.contains(&n.name));
+            nodes.extend(dead);
+        }
+        changed = true;
+        decisions.push(AttentionDecision { nodes, fused: Some(name), reason: None });
+    }
+    if changed {
+        edit::finish(g)?;
+    }
+    Ok(decisions)
+}
+
+/// The fused op and its inputs for core `a`, or why no attention kernel takes it.
+fn fusable(g: &Graph, a: &Attention) -> std::result::Result<(FusedAttention, Vec<String>), String> {
+    let r = a.q_shape.len();
+    if !(3..=4).contains(&r) {
+        return Err(format!("rank {r}: attention kernels take [B, S, D] or [B, H, S, D] operands"));
+    }
+    let producer: HashMap<&str, &Node> =
+        g.nodes.iter().flat_map(|n| n.outputs.iter().map(move |o| (o.as_str(), n))).collect();
+    let rank_of = |t: &str| g.types.get(t).and_then(|t| t.shape.as_ref()).map(|s| s.rank());
+    // An operand as (source, permutation): through a transpose that keeps the last axis where
+    // it is (for Kᵀ: that moves the source's last axis to the second last).
+    let through = |t: &str, head_axis: usize| -> Option<(String, Vec<usize>)> {
+        let n = producer.get(t)?;
+        let Op::Transpose { perm } = &n.op else { return None };
+        let src = n.input(0)?;
+        let perm = match perm {
+            Some(p) => p.clone(),
+            None => (0..r).rev().collect(),
+        };
+        (rank_of(src) == Some(r) && perm.len() == r && perm[head_axis] == r - 1).then(|| (src.to_string(), perm))
+    };
+    let identity: Vec<usize> = (0..r).collect();
+    let (q, q_perm) = through(&a.q, r - 1).unwrap_or_else(|| (a.q.clone(), identity.clone()));
+    let (v, v_perm) = through(&a.v, r - 1).unwrap_or_else(|| (a.v.clone(), identity.clone()));
+    let (k, mut k_perm) = through(&a.k_t, r - 2).ok_or_else(|| {
+        format!(
+            "Kᵀ '{}' is not a transpose of a tensor with the head dim last: the kernel reads K with its head dim \
+             contiguous",
+            a.k_t
+        )
+    })?;
+    k_perm.swap(r - 2, r - 1);
+    for (what, t) in [("Q", &q), ("V", &v)] {
+        if rank_of(t) != Some(r) {
+            return Err(format!("{what} '{t}' has no known rank {r}"));
+        }
+    }
+    // Types: one float type for every operand, which names the kernel's element.
+    let dtype = |t: &str| g.types.get(t).map(|t| t.dtype);
+    let element = dtype(&q).and_then(lower::element).ok_or_else(|| {
+        format!("Q is {:?}: attention kernels take f32, f16 and bf16", dtype(&q))
+    })?;
+    let mut operands = vec![("K", k.clone()), ("V", v.clone())];
+    if let Some((m, _)) = &a.mask {
+        operands.push(("the mask", m.clone()));
+    }
+    for (what, t) in &operands {
+        if dtype(t) != dtype(&q) {
+            return Err(format!("{what} '{t}' is {:?}, Q is {:?}: one type for every operand", dtype(t), dtype(&q)));
+        }
+    }
+    // Head dims: static, within a built kernel, and whole vectors.
+    let known = |s: &[Dim], i: usize, what: &str| match s.get(i) {
+        Some(Dim::Known(n)) => Ok(*n as i64),
+        d => Err(format!("{what} is {d:?}: attention kernels need a static head dim")),
+    };
+    let d = known(&a.q_shape, r - 1, "the head dim of Q")?;
+    let v_shape: Vec<Dim> = g.types.get(&a.v).and_then(|t| t.shape.as_ref()).map(|s| s.0.clone()).unwrap_or_default();
+    let d_v = known(&v_shape, r - 1, "the head dim of V")?;
+    let spec = AttentionSpec::for_head_dims(element, d, d_v, a.mask.is_some(), OutputLayout::Bhsd)
+        .ok_or_else(|| format!("head dims {d} and {d_v}: attention kernels are built for head dims up to 128"))?;
+    for (what, x) in [("D", d), ("D_v", d_v)] {
+        if x % spec.alignment() != 0 {
+            return Err(format!(
+                "head dim {what} = {x}: the kernel loads {} elements at a time",
+                spec.alignment()
+            ));
+        }
+    }
+    let mut inputs = vec![q, k, v];
+    if let Some((m, _)) = &a.mask {
+        inputs.push(m.clone());
+    }
+    let op = FusedAttention { scale: a.scale, q_perm, k_perm, v_perm, mask: a.mask.is_some() };
+    Ok((op, inputs))
+}
