@@ -134,6 +134,16 @@ fn kernels_take_the_runtime_problems(
             u.problem
         );
     }
+    for a in &art.plan.attention {
+        let n = graph.nodes.iter().find(|n| n.name == a.node).unwrap();
+        let Op::Attention(op) = &n.op else { panic!("{}: not an attention node", a.node) };
+        let shapes: Vec<Vec<usize>> =
+            n.inputs.iter().flatten().map(|x| bolt::plan::edit::bound_shape(&graph, x, sizes).unwrap()).collect();
+        let refs: Vec<&[usize]> = shapes.iter().map(|s| s.as_slice()).collect();
+        let (problem, _) = bolt::plan::lower::attention_problem(op, &a.spec, &refs).unwrap();
+        let kernel = lib.attention(&a.spec).unwrap_or_else(|| panic!("attention kernel {} missing", a.symbol));
+        assert_eq!(kernel.can_implement(&problem), Status::Ok, "{} on {problem:?}", a.symbol);
+    }
 }
 
 /// The data movement the planner inserts (NCHW <-> NHWC transposes, channel padding) and
@@ -597,9 +607,10 @@ fn copy_blocks_equal_the_reference_concat_and_views() {
 fn bert_layer_sm80() {
     let dir = tempfile::tempdir().unwrap();
     let art = build_and_check(&bert_layer(), dir.path(), &[Arch::Sm80], None, vec![]);
-    // Softmax, both LayerNorms and the K transpose (a strided copy) are stitched kernels:
-    // nothing runs on the host.
-    assert_eq!(art.plan.stitch.len(), 4, "{:?}", art.plan.stitch);
+    // The attention core (with its K transpose, read in place) is one attention kernel, both
+    // LayerNorms are stitched kernels: nothing runs on the host.
+    assert_eq!(art.plan.attention.len(), 1, "{:?}", art.plan.attention);
+    assert_eq!(art.plan.stitch.len(), 2, "{:?}", art.plan.stitch);
     assert!(art.plan.host_ops.is_empty(), "{:?}", art.plan.host_ops);
 }
 

@@ -347,12 +347,8 @@ fn exported_cores_run_as_one_attention_kernel_on_the_problem_the_device_launches
                 let core_out = match form {
                     // The node's output is the context before the merge transpose.
                     Export::HuggingFace => {
-                        bolt::reference::eval_node(
-                            &plan.graph.nodes.iter().find(|n| n.name == "merge").unwrap().clone(),
-                            &[Some(&kernel)],
-                        )
-                        .unwrap()
-                        .remove(0)
+                        let merge = g.nodes.iter().find(|n| n.name == "merge").unwrap();
+                        bolt::reference::eval_node(merge, &[Some(&kernel)]).unwrap().remove(0)
                     }
                     _ => kernel,
                 };

@@ -184,7 +184,9 @@ typedef struct BoltStitchArgs {
 // Fused attention: O = softmax(scale * Q K^T + bias) V for batch x heads problems. Strides are
 // in elements over the (batch, head, seq) axes of Q [B,H,S_q,D], K [B,H,S_k,D] and
 // V [B,H,S_k,D_v] (head-dim axis contiguous) and over the (batch, head, query) axes of the bias
-// [B,H,S_q,S_k] (key axis contiguous); 0 broadcasts. O is dense in the kernel's layout
+// [B,H,S_q,S_k] (key axis contiguous); 0 broadcasts. The bias is read in whole vectors of 16
+// bytes: when seq_k is not a multiple of one, every bias row (the last one too) must be padded
+// to whole vectors in the buffer, and each non-zero bias stride must step over a padded row. O is dense in the kernel's layout
 // ([B,H,S_q,D_v] or [B,S_q,H,D_v], the manifest says which).
 typedef struct BoltAttentionProblem {
   int64_t batch, heads, seq_q, seq_k, head_dim, head_dim_v;

@@ -173,13 +173,18 @@ impl AttentionSpec {
             }
         }
         // The bias tile is loaded in vectors of `a` elements, each guarded by its first
-        // column only: a ragged last vector would read past the end of the row.
+        // column only: with a ragged S_k the last vector of a row reads past the row, so the
+        // rows must be padded to whole vectors (every row of the buffer, the last one too: the
+        // caller's part) and every row stride must step over a padded row.
         if self.bias && p.seq_k % a != 0 {
-            return Err(AttentionRejection::Misaligned {
-                what: "seq_k (read as bias columns)",
-                value: p.seq_k,
-                alignment: a,
-            });
+            let padded = (p.seq_k + a - 1) / a * a;
+            if let Some(&value) = p.bias_strides.iter().find(|&&s| s != 0 && s < padded) {
+                return Err(AttentionRejection::Misaligned {
+                    what: "bias row stride (rows of a ragged seq_k padded to whole vectors)",
+                    value,
+                    alignment: padded,
+                });
+            }
         }
         // The kernel indexes rows and heads with 32-bit strides, and offsets a block's keys
         // (and bias rows) by 32-bit products; batches and heads are the grid's z and y.
@@ -583,9 +588,13 @@ mod tests {
         assert_eq!(f32.check(&BoltAttentionProblem { head_dim: 60, head_dim_v: 60, ..p }), Ok(()));
         let r = reject(&f16, BoltAttentionProblem { k_strides: [p.k_strides[0], p.k_strides[1], -64], ..p });
         assert_eq!((r.status(), matches!(r, AttentionRejection::Stride { .. })), (Status::UnsupportedProblem, true));
-        // A bias's rows are read in whole vectors; without a bias any key count goes.
-        let ragged = BoltAttentionProblem { seq_k: 45, ..p };
+        // A bias's rows are read in whole vectors: a ragged key count needs rows padded to
+        // whole vectors (strides of at least 48 for 45 keys); without a bias any key count goes.
+        let ragged = BoltAttentionProblem { seq_k: 45, bias_strides: [0, 0, 45], ..p };
         assert_eq!(reject(&f16, ragged).status(), Status::MisalignedOperand);
+        let padded = BoltAttentionProblem { seq_k: 45, bias_strides: [100 * 48, 0, 48], ..p };
+        assert_eq!(f16.check(&padded), Ok(()));
+        assert_eq!(f16.check(&BoltAttentionProblem { bias_strides: [48, 0, 0], ..padded }), Ok(()));
         assert_eq!(AttentionSpec { bias: false, ..f16 }.check(&ragged), Ok(()));
         // Bias strides matter only to a kernel reading a bias.
         let odd_bias = BoltAttentionProblem { bias_strides: [-1, 3, i64::MAX], ..p };
@@ -635,7 +644,7 @@ mod tests {
         let bhsd = AttentionSpec { element: Element::F32, head_dim_max: 64, bias: true, output: OutputLayout::Bhsd };
         let code = render(&bhsd, "k").unwrap();
         assert!(code.contains("params.o_strideM = int32_t(p.head_dim_v);") && code.contains("using Element = float;"));
-        assert!(code.contains("p.seq_k % kAlignment") && code.contains("constexpr int kAlignment = 4;"));
+        assert!(code.contains("p.seq_k % kAlignment != 0") && code.contains("constexpr int kAlignment = 4;"));
         let pairs: Vec<(&AttentionSpec, &str)> = specs.iter().zip(&symbols).map(|(s, n)| (s, n.as_str())).collect();
         let unit = render_unit(&pairs).unwrap();
         assert!(unit.contains("#include <kernel_forward.h>"));

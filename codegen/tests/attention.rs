@@ -53,6 +53,11 @@ fn problems(a: i64, m: i64) -> Vec<(String, BoltAttentionProblem)> {
         ("one query, one key".into(), dense(1, 1, 1, 1, a, a)),
         ("ragged keys".into(), dense(1, 2, 33, 77, m, m)),
         (
+            // The same with the bias rows padded to whole vectors (what Bolt's runtime stages).
+            "ragged keys, padded bias rows".into(),
+            BoltAttentionProblem { bias_strides: [2 * 33 * 80, 33 * 80, 80], ..dense(1, 2, 33, 77, m, m) },
+        ),
+        (
             // Q and K read in place from [B, S, H, D] (a transposed view), K and V shared by the
             // heads, the bias a key-padding mask [B, 1, 1, S_k].
             "strided and broadcast".into(),

@@ -409,8 +409,14 @@ struct Kernel {
         return BOLT_ERR_MISALIGNED_OPERAND;
       }
     }
-    if (p.seq_k % kAlignment != 0) {  // bias rows are read in vectors of kAlignment
-      return BOLT_ERR_MISALIGNED_OPERAND;
+    if (p.seq_k % kAlignment != 0) {
+      // Bias rows are read in whole vectors of kAlignment: a ragged seq_k needs padded rows.
+      int64_t const padded = (p.seq_k + kAlignment - 1) / kAlignment * kAlignment;
+      for (int64_t s : p.bias_strides) {
+        if (s != 0 && s < padded) {
+          return BOLT_ERR_MISALIGNED_OPERAND;
+        }
+      }
     }
     // 32-bit strides and extents (checked before the products, which then cannot overflow).
     int64_t const narrow[] = {
