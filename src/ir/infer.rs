@@ -1242,6 +1242,12 @@ fn attention_type(
                 .collect();
             out.push(q[r - 2].clone());
             out.push(v[r - 1].clone());
+            if a.merge_heads {
+                if r != 4 {
+                    return Err(format!("heads merged in a rank-{r} attention (needs rank 4)"));
+                }
+                out.swap(1, 2);
+            }
             Some(Shape(out))
         }
         _ => None,

@@ -252,6 +252,10 @@ pub struct FusedAttention {
     pub k_perm: Vec<usize>,
     pub v_perm: Vec<usize>,
     pub mask: bool,
+    /// The output is the context with its heads merged (`[B, S_q, H, D_v]`, the model's
+    /// Transpose [0, 2, 1, 3] after the core, written directly) instead of `[B, H, S_q, D_v]`.
+    #[serde(default)]
+    pub merge_heads: bool,
 }
 
 impl FusedAttention {
@@ -272,7 +276,11 @@ impl FusedAttention {
         let mut kt_perm = self.k_perm.clone();
         kt_perm.swap(r - 2, r - 1);
         let (q, k_t, v) = (view(inputs[0], &self.q_perm)?, view(inputs[1], &kt_perm)?, view(inputs[2], &self.v_perm)?);
-        attention(&q, &k_t, &v, inputs.get(3).copied(), self.scale)
+        let out = attention(&q, &k_t, &v, inputs.get(3).copied(), self.scale)?;
+        if self.merge_heads {
+            return Ok(crate::reference::ops::layout::transpose(&out, Some(&[0, 2, 1, 3]))?.swap_remove(0));
+        }
+        Ok(out)
     }
 }
 

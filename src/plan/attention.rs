@@ -7,7 +7,8 @@
 //! the node takes the transpose's input and a permutation instead, and a transpose nobody else
 //! reads goes with the core. Kᵀ must be such a transpose of a tensor with the head dim last
 //! (the kernel reads K rows); otherwise the core stays two batched GEMMs and a stitched
-//! softmax, and the decision says why.
+//! softmax, and the decision says why. The head merge after the core (Transpose [0, 2, 1, 3])
+//! goes into the node too: the kernel writes `[B, S_q, H, D_v]` directly.
 
 use super::edit;
 use super::lower;
@@ -22,8 +23,8 @@ use std::sync::Arc;
 /// What happened to one attention core.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct AttentionDecision {
-    /// The core's nodes in model order, and the head transposes its fused node reads in place
-    /// (gone with it).
+    /// The core's nodes in model order, then the head merge it writes directly and the head
+    /// transposes it reads in place (gone with it).
     pub nodes: Vec<String>,
     /// The fused node, or `None` when the core stays as its ops.
     pub fused: Option<String>,
@@ -44,17 +45,23 @@ pub fn fuse(g: &mut Graph) -> Result<Vec<AttentionDecision>> {
                 continue;
             }
         };
+        let (mut op, mut nodes, mut output) = (op, a.nodes.clone(), a.output.clone());
+        // The head merge after the core ([B, H, S, D_v] -> [B, S, H, D_v]) is written directly.
+        if let Some(merge) = head_merge(g, &a.output) {
+            op.merge_heads = true;
+            nodes.push(merge.name.clone());
+            output = merge.outputs[0].clone();
+        }
         let name = edit::fresh_name(g, &mut names, &format!("{}.attention", a.nodes[0]));
-        let members: HashSet<&String> = a.nodes.iter().collect();
+        let members: HashSet<&String> = nodes.iter().collect();
         g.nodes.retain(|n| !members.contains(&n.name));
         g.nodes.push(Node {
             name: name.clone(),
             op: Op::Attention(Arc::new(op)),
             inputs: inputs.into_iter().map(Some).collect(),
-            outputs: vec![a.output.clone()],
+            outputs: vec![output],
         });
         // Transposes of the operands that nothing reads any more went into the node.
-        let mut nodes = a.nodes.clone();
         loop {
             let read: HashSet<&str> = g
                 .nodes
@@ -82,6 +89,20 @@ pub fn fuse(g: &mut Graph) -> Result<Vec<AttentionDecision>> {
         edit::finish(g)?;
     }
     Ok(decisions)
+}
+
+/// The only reader of the core's output `t`, when it is a Transpose [0, 2, 1, 3] (the head
+/// merge of PyTorch and HuggingFace exports) and `t` is no graph output.
+fn head_merge<'g>(g: &'g Graph, t: &str) -> Option<&'g Node> {
+    if g.outputs.iter().any(|o| o == t) {
+        return None;
+    }
+    let mut readers = g.nodes.iter().filter(|n| n.inputs.iter().flatten().any(|x| x == t));
+    let n = readers.next()?;
+    if readers.next().is_some() {
+        return None;
+    }
+    matches!(&n.op, Op::Transpose { perm: Some(p) } if p == &[0, 2, 1, 3]).then_some(n)
 }
 
 /// The fused op and its inputs for core `a`, or why no attention kernel takes it.
@@ -157,6 +178,6 @@ fn fusable(g: &Graph, a: &Attention) -> std::result::Result<(FusedAttention, Vec
     if let Some((m, _)) = &a.mask {
         inputs.push(m.clone());
     }
-    let op = FusedAttention { scale: a.scale, q_perm, k_perm, v_perm, mask: a.mask.is_some() };
+    let op = FusedAttention { scale: a.scale, q_perm, k_perm, v_perm, mask: a.mask.is_some(), merge_heads: false };
     Ok((op, inputs))
 }

@@ -903,7 +903,8 @@ pub fn copy_blocks(op: &Op, inputs: &[&[usize]], outputs: &[&[usize]], elem: usi
 }
 
 /// The attention kernel of an [`Op::Attention`] node: its element and head dims are static
-/// (the planner fused only such cores); the output is the model's `[.., S_q, D_v]`.
+/// (the planner fused only such cores); the output is the model's `[.., S_q, D_v]`, or
+/// `[B, S_q, H, D_v]` when the node merges heads.
 pub fn attention_spec(g: &Graph, n: &Node) -> Result<bolt_codegen::attention::AttentionSpec, String> {
     use bolt_codegen::attention::{AttentionSpec, OutputLayout};
     let Op::Attention(a) = &n.op else { return Err("not an attention node".into()) };
@@ -922,7 +923,8 @@ pub fn attention_spec(g: &Graph, n: &Node) -> Result<bolt_codegen::attention::At
         d => Err(format!("the head dim of {what} is {d:?}, not static")),
     };
     let (d, d_v) = (head(&q, &a.q_perm, "Q")?, head(&v, &a.v_perm, "V")?);
-    AttentionSpec::for_head_dims(e, d, d_v, a.mask, OutputLayout::Bhsd)
+    let layout = if a.merge_heads { OutputLayout::Bshd } else { OutputLayout::Bhsd };
+    AttentionSpec::for_head_dims(e, d, d_v, a.mask, layout)
         .ok_or_else(|| format!("head dims {d} and {d_v}: attention kernels are built for head dims up to 128"))
 }
 

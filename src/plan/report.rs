@@ -26,6 +26,9 @@ pub struct Report {
     pub layout: Vec<Transform>,
     pub padding: Vec<Padding>,
     pub host: Vec<HostGroup>,
+    /// How many of the host table's nodes are views / concatenations (device copies on the
+    /// GPU, no host round trip).
+    pub device_copies: usize,
     pub hints: Vec<Hint>,
     /// Attention cores recognised in the model, and Softmaxes that are not cores, with why.
     pub attention: Vec<crate::partition::attention::Attention>,
@@ -117,12 +120,14 @@ pub fn report(model: &str, original: &Graph, plan: &Plan, opts: &PlanOptions) ->
         .chain(plan.glue.iter().filter(|p| p.kernel.is_some()).map(|p| &p.node))
         .chain(plan.attention.iter().filter_map(|d| d.fused.as_ref()))
         .collect();
+    let mut device_copies = 0;
     for h in plan.partitioning.host.iter().filter(|h| !on_device.contains(&h.node)) {
         let glue_reason = plan.glue.iter().find(|p| p.node == h.node).and_then(|p| p.reason.as_ref());
         let is_copy = original.nodes.iter().any(|n| n.name == h.node && super::lower::is_copy(&n.op));
         let reason = match glue_reason {
             Some(why) => format!("no glue kernel: {why}"),
             None if is_copy => {
+                device_copies += 1;
                 "a view or a concatenation: device-to-device copies on the GPU, no kernel".into()
             }
             None => h.reason.clone(),
@@ -151,6 +156,7 @@ pub fn report(model: &str, original: &Graph, plan: &Plan, opts: &PlanOptions) ->
         layout: plan.layout.clone(),
         padding: plan.padding.clone(),
         host: groups.into_values().collect(),
+        device_copies,
         hints: hints(original, plan),
         attention,
         not_attention,
@@ -250,14 +256,16 @@ impl Report {
         let _ = writeln!(s, "# Bolt plan: {}\n", self.model);
         let _ = writeln!(
             s,
-            "{} nodes -> {} planned nodes: {} kernels ({} back-to-back chains fused), {} layout transforms, {} paddings, {} host nodes. Costs for {}{}.\n",
+            "{} nodes -> {} planned nodes: {} GEMM/conv kernels ({} back-to-back chains fused), {} attention kernels, {} layout transforms, {} paddings, {} host nodes and {} device copies. Costs for {}{}.\n",
             self.nodes,
             self.planned_nodes,
             self.partitions.len(),
             fused_chains,
+            self.attention_fused.iter().filter(|d| d.fused.is_some()).count(),
             self.layout.len(),
             self.padding.len(),
-            self.host.iter().map(|h| h.ops.values().sum::<usize>()).sum::<usize>(),
+            self.host.iter().map(|h| h.ops.values().sum::<usize>()).sum::<usize>() - self.device_copies,
+            self.device_copies,
             self.device,
             if self.bindings.is_empty() {
                 ", symbolic dims = 1".to_string()
@@ -353,7 +361,8 @@ impl Report {
                         if absorbed.is_empty() {
                             "fused".to_string()
                         } else {
-                            format!("fused, reading {} in place", absorbed.iter().map(|n| n.as_str()).collect::<Vec<_>>().join(", "))
+                            let names: Vec<&str> = absorbed.iter().map(|n| n.as_str()).collect();
+                            format!("fused with its head transposes {} (read or written in place)", names.join(", "))
                         }
                     }
                     Some(d) => format!("not fused: {}", d.reason.as_deref().unwrap_or("?")),

@@ -34,7 +34,12 @@ pub fn run(spec: &AttentionSpec, op: &FusedAttention, inputs: &[&Tensor]) -> Res
     }
     let out = spec.eval(&p, &values(inputs[0]), &values(inputs[1]), &values(inputs[2]), bias.as_deref());
     let (b, h, sq, dv) = (p.batch as usize, p.heads as usize, p.seq_q as usize, p.head_dim_v as usize);
-    let shape = if op.rank() == 4 { vec![b, h, sq, dv] } else { vec![b, sq, dv] };
+    // Dense in the kernel's layout.
+    let shape = match (op.rank(), spec.output) {
+        (4, bolt_codegen::attention::OutputLayout::Bshd) => vec![b, sq, h, dv],
+        (4, _) => vec![b, h, sq, dv],
+        _ => vec![b, sq, dv],
+    };
     let data = match dtype {
         DType::F16 => TensorData::F16(out.iter().map(|&x| half::f16::from_f64(x)).collect()),
         DType::BF16 => TensorData::BF16(out.iter().map(|&x| half::bf16::from_f64(x)).collect()),
