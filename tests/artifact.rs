@@ -541,10 +541,10 @@ fn host_depth_to_space_equals_the_reference() {
     }
 }
 
-/// The cuda device runs Concat, Split and views as rectangles of device-to-device copies
-/// (`plan::lower::copy_blocks`); applied to host bytes here, they give the reference
-/// executor's Concat and Split on every axis (negative too) and a view's bytes, and refuse
-/// inputs that do not fit.
+/// The cuda device runs Concat, Split, Slice and views as rectangles of device-to-device
+/// copies (`plan::lower::copy_blocks`, `slice_blocks`); applied to host bytes here, they give
+/// the reference executor's Concat, Split and Slice on every axis (negative too) and a view's
+/// bytes, and refuse inputs that do not fit.
 #[test]
 fn copy_blocks_equal_the_reference_concat_and_views() {
     use bolt::plan::lower::copy_blocks;
@@ -595,6 +595,40 @@ fn copy_blocks_equal_the_reference_concat_and_views() {
         for (j, part) in parts.iter().enumerate() {
             let mine: Vec<_> = blocks.iter().filter(|b| b.output == j).copied().collect();
             assert_eq!(apply(&mine, &[bytes(&want)], part.len() * 4), bytes(part), "split part {j}");
+        }
+    }
+    // A Slice of constant bounds and unit steps (negative and clamped bounds, any axes) copies
+    // the box of its input; other steps are no copy.
+    for case in 0..200 {
+        let rank = rng.gen_range(1..5);
+        let shape: Vec<usize> = (0..rank).map(|_| rng.gen_range(1..6)).collect();
+        let v: Vec<f32> = (0..shape.iter().product::<usize>()).map(|_| rng.gen_range(-9.0..9.0)).collect();
+        let x = Tensor::from_f32(shape.clone(), v);
+        let mut axes: Vec<i64> = (0..rank as i64).filter(|_| rng.gen_bool(0.6)).collect();
+        if axes.is_empty() {
+            axes.push(0);
+        }
+        let axes: Vec<i64> = axes.iter().map(|&a| if rng.gen_bool(0.3) { a - rank as i64 } else { a }).collect();
+        let starts: Vec<i64> = axes.iter().map(|_| rng.gen_range(-7..7)).collect();
+        let ends: Vec<i64> = axes.iter().map(|_| if rng.gen_bool(0.2) { i64::MAX } else { rng.gen_range(-7..8) }).collect();
+        let step = if case % 10 == 9 { 2 } else { 1 };
+        let mut b = bolt::ir::builder::GraphBuilder::new("slice");
+        let xi = b.input("x", DType::F32, Shape::from_static(&shape));
+        let k = axes.len();
+        let st = b.initializer("starts", Tensor::from_i64(vec![k], starts.clone()));
+        let en = b.initializer("ends", Tensor::from_i64(vec![k], ends.clone()));
+        let ax = b.initializer("axes", Tensor::from_i64(vec![k], axes.clone()));
+        let sp = b.initializer("steps", Tensor::from_i64(vec![k], vec![step; k]));
+        let y = b.node("slice", Op::Slice, &[&xi, &st, &en, &ax, &sp]);
+        b.output(&y);
+        let g = b.finish().unwrap();
+        let n = &g.nodes[0];
+        let want = bolt::reference::eval_node(n, &[Some(&x), Some(&g.initializers["starts"]), Some(&g.initializers["ends"]), Some(&g.initializers["axes"]), Some(&g.initializers["steps"])]).unwrap().remove(0);
+        let what = format!("slice {shape:?} starts {starts:?} ends {ends:?} axes {axes:?} step {step}");
+        assert_eq!(bolt::plan::lower::is_copy_node(&g, n), step == 1, "{what}");
+        match bolt::plan::lower::slice_blocks(&g, n, &shape, 4) {
+            Some(blocks) => assert_eq!(apply(&blocks, &[bytes(&x)], want.len() * 4), bytes(&want), "{what}"),
+            None => assert!(step != 1, "{what}: no copies"),
         }
     }
     // Inputs that disagree off the axis, or do not add up to the output, have no copies.

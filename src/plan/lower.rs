@@ -828,6 +828,107 @@ pub fn is_copy(op: &Op) -> bool {
     op.is_view() || matches!(op, Op::Concat { .. } | Op::Split { .. })
 }
 
+/// [`is_copy`], and a Slice of constant starts, ends and axes with unit steps (a box of its
+/// input: rectangles, [`slice_blocks`]).
+pub fn is_copy_node(g: &Graph, n: &Node) -> bool {
+    is_copy(&n.op) || slice_params(g, n).is_some()
+}
+
+/// A Slice node's constant parameters, when its steps are all 1.
+fn slice_params(g: &Graph, n: &Node) -> Option<Vec<crate::ir::infer::SliceAxis>> {
+    if !matches!(n.op, Op::Slice) {
+        return None;
+    }
+    let ints = |i: usize| -> Option<Option<Vec<i64>>> {
+        match n.input(i) {
+            None => Some(None),
+            Some(t) => {
+                let c = super::edit::constant(g, t)?;
+                Some(Some(c.as_i64_vec()?))
+            }
+        }
+    };
+    let rank = g.types.get(n.input(0)?)?.shape.as_ref()?.rank();
+    let (starts, ends, axes, steps) = (ints(1)??, ints(2)??, ints(3)?, ints(4)?);
+    let params = crate::ir::infer::slice_axes(rank, &starts, &ends, axes.as_deref(), steps.as_deref()).ok()?;
+    params.iter().all(|p| p.step == 1).then_some(params)
+}
+
+/// The copies that run Slice node `n` (constant parameters, unit steps) on an input of shape
+/// `x` (`elem` bytes per element); `None` for any other node.
+pub fn slice_blocks(g: &Graph, n: &Node, x: &[usize], elem: usize) -> Option<Vec<CopyBlock>> {
+    let params = slice_params(g, n)?;
+    let mut boxed: Vec<(usize, usize)> = x.iter().map(|&d| (0, d)).collect();
+    for p in &params {
+        let r = p.resolve(*x.get(p.axis)?);
+        boxed[p.axis] = (r.start.max(0) as usize, r.len);
+    }
+    box_blocks(x, &boxed, elem)
+}
+
+/// The copies of box `boxed` ((start, length) per axis) of a row-major tensor of shape `x`
+/// into a dense tensor of the box's shape: runs of adjacent axes contiguous on both sides
+/// merge, the innermost two are one 2-D rectangle, the outer ones one rectangle each (at
+/// most 4096).
+pub fn box_blocks(x: &[usize], boxed: &[(usize, usize)], elem: usize) -> Option<Vec<CopyBlock>> {
+    if x.len() != boxed.len() || boxed.iter().zip(x).any(|(&(s, l), &d)| s + l > d) {
+        return None;
+    }
+    let total: usize = boxed.iter().map(|b| b.1).product();
+    if total == 0 {
+        return Some(Vec::new());
+    }
+    let src_strides: Vec<usize> = crate::ir::strides(x);
+    let dst_strides: Vec<usize> = crate::ir::strides(&boxed.iter().map(|b| b.1).collect::<Vec<_>>());
+    let base: usize = boxed.iter().zip(&src_strides).map(|(b, s)| b.0 * s).sum();
+    // (extent, src stride, dst stride), axes of extent 1 dropped, contiguous runs merged.
+    let mut dims: Vec<(usize, usize, usize)> = Vec::new();
+    for ((b, &ss), &ds) in boxed.iter().zip(&src_strides).zip(&dst_strides) {
+        if b.1 == 1 {
+            continue;
+        }
+        match dims.last_mut() {
+            Some(last) if last.1 == b.1 * ss && last.2 == b.1 * ds => *last = (last.0 * b.1, ss, ds),
+            _ => dims.push((b.1, ss, ds)),
+        }
+    }
+    // The innermost run: elements (an axis of one kept element when the last kept axis is
+    // not the input's last).
+    if dims.last().is_none_or(|d| d.1 != 1) {
+        dims.push((1, 1, 1));
+    }
+    let (width, ws, wd) = *dims.last()?;
+    if ws != 1 || wd != 1 {
+        return None;
+    }
+    let (height, sp, dp) = if dims.len() >= 2 { dims[dims.len() - 2] } else { (1, width, width) };
+    let outer = &dims[..dims.len().saturating_sub(2)];
+    let count: usize = outer.iter().map(|d| d.0).product();
+    if count > 4096 {
+        return None;
+    }
+    let mut blocks = Vec::with_capacity(count);
+    for i in 0..count {
+        let (mut rem, mut src, mut dst) = (i, base, 0);
+        for &(extent, ss, ds) in outer.iter().rev() {
+            src += (rem % extent) * ss;
+            dst += (rem % extent) * ds;
+            rem /= extent;
+        }
+        blocks.push(CopyBlock {
+            input: 0,
+            output: 0,
+            src: src * elem,
+            dst: dst * elem,
+            width: width * elem,
+            height,
+            src_pitch: sp * elem,
+            dst_pitch: dp * elem,
+        });
+    }
+    Some(blocks)
+}
+
 /// The copies that run copy node `op` on data inputs of shapes `inputs` (row-major, `elem`
 /// bytes per element) producing `outputs`; `None` when `op` is not a copy op or the shapes do
 /// not fit.

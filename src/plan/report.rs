@@ -123,12 +123,12 @@ pub fn report(model: &str, original: &Graph, plan: &Plan, opts: &PlanOptions) ->
     let mut device_copies = 0;
     for h in plan.partitioning.host.iter().filter(|h| !on_device.contains(&h.node)) {
         let glue_reason = plan.glue.iter().find(|p| p.node == h.node).and_then(|p| p.reason.as_ref());
-        let is_copy = original.nodes.iter().any(|n| n.name == h.node && super::lower::is_copy(&n.op));
+        let is_copy = original.nodes.iter().any(|n| n.name == h.node && super::lower::is_copy_node(original, n));
         let reason = match glue_reason {
             Some(why) => format!("no glue kernel: {why}"),
             None if is_copy => {
                 device_copies += 1;
-                "a view or a concatenation: device-to-device copies on the GPU, no kernel".into()
+                "a view, concatenation, split or slice: device-to-device copies on the GPU, no kernel".into()
             }
             None => h.reason.clone(),
         };

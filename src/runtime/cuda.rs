@@ -540,13 +540,13 @@ impl CudaExecutor {
         n: &crate::ir::Node,
         input_addr: &HashMap<String, (u64, usize)>,
     ) -> Option<Planned> {
-        if !crate::plan::lower::is_copy(&n.op) {
+        if !crate::plan::lower::is_copy_node(graph, n) {
             return None;
         }
         let shape = |t: &str| graph.types.get(t)?.shape.as_ref()?.as_static();
         let elem = graph.types.get(n.outputs.first()?)?.dtype.size_bytes()?;
         // A view reads only its data input (Reshape's shape input is a host value), a Split
-        // only its input 0 (the sizes are a host value).
+        // or Slice only its input 0 (the sizes and bounds are host values).
         let data: Vec<&str> = match n.op {
             crate::ir::Op::Concat { .. } => n.inputs.iter().flatten().map(String::as_str).collect(),
             _ => vec![n.input(0)?],
@@ -556,7 +556,10 @@ impl CudaExecutor {
         let out_shapes: Vec<Vec<usize>> = outs.iter().map(|y| shape(y)).collect::<Option<_>>()?;
         let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
         let out_refs: Vec<&[usize]> = out_shapes.iter().map(Vec::as_slice).collect();
-        let blocks = crate::plan::lower::copy_blocks(&n.op, &refs, &out_refs, elem)?;
+        let blocks = match n.op {
+            crate::ir::Op::Slice => crate::plan::lower::slice_blocks(graph, n, refs.first()?, elem)?,
+            _ => crate::plan::lower::copy_blocks(&n.op, &refs, &out_refs, elem)?,
+        };
         let blocks = blocks
             .into_iter()
             .map(|b| {
