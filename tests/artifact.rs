@@ -648,6 +648,65 @@ fn bert_layer_sm80() {
     assert!(art.plan.host_ops.is_empty(), "{:?}", art.plan.host_ops);
 }
 
+/// A HuggingFace-style attention block of symbolic sequence length S: projections, head split
+/// (Reshape + Transpose, Kᵀ by [0,2,3,1]), softmax(QKᵀ/√d + mask)V with a [1,1,1,S] mask, head
+/// merge, output projection.
+fn hf_attention_block() -> Graph {
+    use bolt::ir::builder::GraphBuilder;
+    let (heads, d) = (4usize, 16usize);
+    let e = heads * d;
+    let s = Dim::Sym("S".into());
+    let mut b = GraphBuilder::new("hf-attention");
+    let x = b.input("x", DType::F32, Shape(vec![Dim::Known(1), s.clone(), Dim::Known(e)]));
+    let mask = b.input("mask", DType::F32, Shape(vec![Dim::Known(1), Dim::Known(1), Dim::Known(1), s]));
+    let weight = |b: &mut GraphBuilder, name: &str, seed: u64| {
+        let t = common::random_tensor(&[e, e], seed);
+        let t = Tensor::from_f32(vec![e, e], t.to_f32_vec().iter().map(|v| v / (e as f32).sqrt()).collect());
+        b.initializer(name, t)
+    };
+    let split = b.initializer("split", Tensor::from_i64(vec![4], vec![0, 0, heads as i64, d as i64]));
+    let merge = b.initializer("merge", Tensor::from_i64(vec![3], vec![0, 0, e as i64]));
+    let root = b.initializer("root_d", Tensor::scalar_f32((d as f32).sqrt()));
+    let mut heads_of = |b: &mut GraphBuilder, name: &str, perm: Vec<usize>, seed: u64| {
+        let w = weight(b, &format!("W{name}"), seed);
+        let p = b.node(&format!("{name}_proj"), Op::MatMul, &[&x, &w]);
+        let r = b.node(&format!("{name}_split"), Op::Reshape { allowzero: false }, &[&p, &split]);
+        b.node(&format!("{name}_t"), Op::Transpose { perm: Some(perm) }, &[&r])
+    };
+    let q = heads_of(&mut b, "q", vec![0, 2, 1, 3], 1);
+    let kt = heads_of(&mut b, "k", vec![0, 2, 3, 1], 2);
+    let v = heads_of(&mut b, "v", vec![0, 2, 1, 3], 3);
+    let qk = b.node("qk", Op::MatMul, &[&q, &kt]);
+    let sc = b.node("scale", Op::Binary(Binary::Div), &[&qk, &root]);
+    let sc = b.node("add_mask", Op::Binary(Binary::Add), &[&sc, &mask]);
+    let p = b.node("softmax", Op::Softmax { axis: -1 }, &[&sc]);
+    let ctx = b.node("pv", Op::MatMul, &[&p, &v]);
+    let ctx = b.node("merge_t", Op::Transpose { perm: Some(vec![0, 2, 1, 3]) }, &[&ctx]);
+    let ctx = b.node("merge_r", Op::Reshape { allowzero: false }, &[&ctx, &merge]);
+    let wo = weight(&mut b, "Wo", 4);
+    let y = b.node("o_proj", Op::MatMul, &[&ctx, &wo]);
+    b.output(&y);
+    b.finish().unwrap()
+}
+
+/// The attention block compiled for S in 1..37 in TF32 (f32 storage) and f16: its core is one
+/// attention kernel writing the merged heads, the kernel takes the problems the cuda device
+/// derives at both ends (ragged S: the mask staged into padded rows), and the reference device
+/// (the kernel's meaning on those problems) matches the model on the reference executor.
+#[test]
+fn hf_attention_block_artifact_runs_one_attention_kernel() {
+    let g = hf_attention_block();
+    for precision in [None, Some(Precision::F16)] {
+        let dir = tempfile::tempdir().unwrap();
+        let art = build_and_check(&g, dir.path(), &[Arch::Sm80], precision, vec![range("S", 1, 37)]);
+        assert_eq!(art.plan.attention.len(), 1, "{:?}", art.plan.host_ops);
+        let spec = art.plan.attention[0].spec;
+        assert!(spec.bias && spec.output == bolt_codegen::attention::OutputLayout::Bshd, "{spec:?}");
+        // Only the head split / merge Reshapes (views: device copies) are not kernels.
+        assert!(art.plan.host_ops.iter().all(|h| h.op_type == "Reshape"), "{:?}", art.plan.host_ops);
+    }
+}
+
 /// The memory plan of real plans: no two tensors that are live at once share a byte, and the
 /// arena is never larger than one allocation per tensor.
 #[test]
