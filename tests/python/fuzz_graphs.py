@@ -5,7 +5,11 @@ attribute and every C broadcast, Conv with groups, strides, pads, dilations, aut
 followed by a random epilogue chain (scalar Mul/Div on either side, per-channel, scalar and
 rank-raising bias, residuals before and after activations, every activation Bolt knows in its
 single-op and decomposed spellings, casts, shared intermediates, graph outputs in the middle of
-a chain). Every graph is checked three ways against things Bolt did not compute:
+a chain), and attention blocks in the forms exporters write (heads split by transposes, Kᵀ
+by [0,2,3,1] / [0,1,3,2] or given, K and V shared by the heads, the scale after the MatMul or
+on Q and K, padding / causal / full masks, the head merge, cross-attention lengths, head dims
+the kernels do and do not take). Every graph is checked three ways against things Bolt did
+not compute:
 
   1. the planned graph against the model, both on Bolt's reference executor (`bolt compile`
      fails when they differ beyond its written tolerance);
@@ -41,7 +45,7 @@ from onnx import TensorProto, helper, numpy_helper
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO / "fuzz" / "corpus" / "graphs"
 # Bump when the generator changes what a seed builds.
-GENERATOR_VERSION = 4
+GENERATOR_VERSION = 5
 OPSET = 17
 # (rtol, atol) per graph element type. f32: folding reorders rounding, and a fused Cast to f16
 # may differ by an f16 ulp. f16 graphs: ORT rounds after every op, a fused kernel once.
@@ -84,6 +88,12 @@ class Builder:
         name = self.name(stem)
         self.inits.append(numpy_helper.from_array(np.asarray(arr, dtype=self.np_type), name))
         self.shapes[name] = tuple(np.shape(arr))
+        return name
+
+    def const_i64(self, values, stem: str = "shape") -> str:
+        name = self.name(stem)
+        self.inits.append(numpy_helper.from_array(np.asarray(values, dtype=np.int64), name))
+        self.shapes[name] = (len(values),)
         return name
 
     def input(self, shape, stem: str = "in") -> str:
@@ -384,11 +394,79 @@ def glue(b: Builder, x: str) -> str:
     return b.op("Concat", [y, b.op("Sigmoid", [x], (nb, c, h, w))], (nb, k + c, h, w), axis=1)
 
 
+def attention_block(b: Builder) -> str:
+    """A random attention core with the head split / merge around it; returns its output."""
+    rng = b.rng
+    rank4 = rng.random() < 0.75
+    nb, h = int(rng.integers(1, 3)), (int(rng.integers(1, 4)) if rank4 else 1)
+    sq = int(rng.integers(1, 13))
+    sk = sq if rng.random() < 0.6 else int(rng.integers(1, 13))
+    d = int(rng.choice([4, 8, 12, 16, 20]))
+    dv = d if rng.random() < 0.7 else int(rng.choice([4, 8, 16]))
+    lead = (nb, h) if rank4 else (nb,)
+
+    def operand(s: int, dim: int, kind: str) -> str:
+        # [.., s, dim] for Q / V, or Kᵀ [.., dim, s] for K.
+        shared = rank4 and kind != "q" and rng.random() < 0.2  # K, V shared by the heads
+        hh = 1 if shared else h
+        if kind == "k":
+            form = rng.choice(["bshd", "bhsd", "given"]) if rank4 else rng.choice(["bsd", "given"])
+            if form == "bshd":
+                x = b.input((nb, s, hh, dim))
+                return b.op("Transpose", [x], (nb, hh, dim, s), perm=[0, 2, 3, 1])
+            if form in ("bhsd", "bsd"):
+                x = b.input((nb, hh, s, dim) if rank4 else (nb, s, dim))
+                perm = [0, 1, 3, 2] if rank4 else [0, 2, 1]
+                return b.op("Transpose", [x], (nb, hh, dim, s) if rank4 else (nb, dim, s), perm=perm)
+            return b.input((nb, hh, dim, s) if rank4 else (nb, dim, s))
+        if rank4 and rng.random() < 0.5:
+            x = b.input((nb, s, hh, dim))
+            return b.op("Transpose", [x], (nb, hh, s, dim), perm=[0, 2, 1, 3])
+        return b.input((nb, hh, s, dim) if rank4 else (nb, s, dim))
+
+    q, kt, v = operand(sq, d, "q"), operand(sk, d, "k"), operand(sk, dv, "v")
+    scores = (*lead, sq, sk)
+    where = rng.choice(["div", "mul_left", "mul_right", "operands", "none"])
+    if where == "operands":
+        c = scalar(b, float(d) ** -0.25)
+        q = b.op("Mul", [q, c], b.shapes[q])
+        kt = b.op("Mul", [c, kt], b.shapes[kt])
+    x = b.op("MatMul", [q, kt], scores)
+    if where == "div":
+        x = b.op("Div", [x, scalar(b, float(np.sqrt(d)))], scores)
+    elif where.startswith("mul"):
+        c = scalar(b, float(d) ** -0.5)
+        x = b.op("Mul", [x, c] if where == "mul_right" else [c, x], scores)
+    mask = rng.choice(["none", "padding", "causal", "full"])
+    if mask == "padding":
+        m = b.input((nb, 1, 1, sk) if rank4 else (nb, 1, sk))
+        b.feeds[m] = np.where(rng.random(b.shapes[m]) < 0.3, -1e4, 0.0).astype(b.np_type)
+        b.feeds[m][..., 0] = 0  # a key every query sees
+    elif mask == "causal":
+        # Top-left aligned, so every query sees key 0: a row masked whole adds -1e4 to every
+        # score, which leaves the scores to the rounding of -1e4 (ill-conditioned in any order).
+        m = b.const(np.where(np.arange(sk)[None, :] > np.arange(sq)[:, None], -1e4, 0.0), "causal")
+    elif mask == "full":
+        m = b.input((nb, 1, sq, sk) if rank4 else (nb, sq, sk))
+    if mask != "none":
+        x = b.op("Add", [x, m] if rng.random() < 0.5 else [m, x], scores)
+    p = b.op("Softmax", [x], scores, axis=-1)
+    out = b.op("MatMul", [p, v], (*lead, sq, dv))
+    if rank4 and rng.random() < 0.6:
+        out = b.op("Transpose", [out], (nb, sq, h, dv), perm=[0, 2, 1, 3])
+        if rng.random() < 0.5:
+            out = b.op("Reshape", [out, b.const_i64([0, 0, h * dv])], (nb, sq, h * dv))
+    return out
+
+
 def generate(seed: int) -> tuple[onnx.ModelProto, dict]:
     """The graph of `seed`: 1 to 3 anchor blocks of one family, each with its epilogue chain."""
     rng = np.random.default_rng([GENERATOR_VERSION, seed])
     b = Builder(rng, half=bool(rng.random() < 0.3))
-    family = b.rng.choice(["gemm", "conv"])
+    family = b.rng.choice(["gemm", "conv", "attention"], p=[0.4, 0.4, 0.2])
+    if family == "attention":
+        b.output(attention_block(b))
+        return b.model(f"fuzz_v{GENERATOR_VERSION}_seed{seed}"), b.feeds
     x, k = None, None
     for _ in range(int(b.rng.integers(1, 4))):
         if family == "gemm":
