@@ -263,8 +263,20 @@ pub fn summarize(g: &Graph, bindings: &DimBindings, run: bool) -> Result<Summary
         let t0 = Instant::now();
         let outs = crate::reference::run(g, &inputs)?;
         let seconds = t0.elapsed().as_secs_f64();
-        // The plan must compute what the model does.
-        let planned_outs = crate::reference::run(&planned.graph, &inputs)?;
+        // The plan must compute what the model does; attention nodes as their kernels compute
+        // them (the kernel's meaning on the problem lowered from the node's shapes).
+        let pg = &planned.graph;
+        let planned_outs = crate::reference::run_with(pg, &inputs, |node, args| {
+            let Op::Attention(op) = &node.op else { return crate::reference::eval_node(node, args) };
+            let Ok(spec) = crate::plan::lower::attention_spec(pg, node) else {
+                return crate::reference::eval_node(node, args);
+            };
+            let xs: Option<Vec<&crate::ir::Tensor>> = args.iter().copied().collect();
+            let xs = xs.ok_or_else(|| crate::Error::node(node, "an attention node's input is missing"))?;
+            let y = crate::runtime::attention::run(&spec, op, &xs)
+                .map_err(|why| crate::Error::node(node, format!("attention kernel: {why}")))?;
+            Ok(vec![y])
+        })?;
         let mut max_abs_diff = 0.0f64;
         // The coarsest float type the model computes in sets the tolerance (an f16 model may
         // cast its output to f32).
