@@ -268,6 +268,26 @@ pub struct BoltAttentionProblem {
     pub scale: f64,
 }
 
+impl BoltAttentionProblem {
+    /// Dense operands: Q `[b, h, sq, d]`, K `[b, h, sk, d]`, V `[b, h, sk, dv]`, a bias
+    /// `[b, h, sq, sk]`.
+    pub fn dense(b: i64, h: i64, sq: i64, sk: i64, d: i64, dv: i64, scale: f64) -> BoltAttentionProblem {
+        BoltAttentionProblem {
+            batch: b,
+            heads: h,
+            seq_q: sq,
+            seq_k: sk,
+            head_dim: d,
+            head_dim_v: dv,
+            q_strides: [h * sq * d, sq * d, d],
+            k_strides: [h * sk * d, sk * d, d],
+            v_strides: [h * sk * dv, sk * dv, dv],
+            bias_strides: [h * sq * sk, sq * sk, sk],
+            scale,
+        }
+    }
+}
+
 /// `BoltAttentionArgs`: Q, K, V, the bias (null when the kernel takes none) and the output.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq)]

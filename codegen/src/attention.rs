@@ -503,19 +503,7 @@ mod tests {
     }
 
     fn problem(b: i64, h: i64, sq: i64, sk: i64, d: i64, dv: i64) -> BoltAttentionProblem {
-        BoltAttentionProblem {
-            batch: b,
-            heads: h,
-            seq_q: sq,
-            seq_k: sk,
-            head_dim: d,
-            head_dim_v: dv,
-            q_strides: [h * sq * d, sq * d, d],
-            k_strides: [h * sk * d, sk * d, d],
-            v_strides: [h * sk * dv, sk * dv, dv],
-            bias_strides: [h * sq * sk, sq * sk, sk],
-            scale: 0.35,
-        }
+        BoltAttentionProblem::dense(b, h, sq, sk, d, dv, 0.35)
     }
 
     fn assert_close(got: &[f64], want: &[f64], what: &str) {

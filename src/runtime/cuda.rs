@@ -590,15 +590,7 @@ impl CudaExecutor {
         let crate::ir::Op::Attention(op) = &n.op else {
             return Err(fail("-".into(), "the plan records an attention kernel for a node that is not one".into()));
         };
-        let shapes: Vec<Vec<usize>> = n
-            .inputs
-            .iter()
-            .map(|x| {
-                x.as_deref()
-                    .and_then(|x| graph.types.get(x)?.shape.as_ref()?.as_static())
-                    .ok_or_else(|| fail("-".into(), format!("input {x:?} has no static shape at these input shapes")))
-            })
-            .collect::<Result<_, _>>()?;
+        let shapes = static_input_shapes(graph, n).map_err(|why| fail("-".into(), why))?;
         let refs: Vec<&[usize]> = shapes.iter().map(|s| s.as_slice()).collect();
         let (problem, staging) =
             crate::plan::lower::attention_problem(op, &a.spec, &refs).map_err(|why| fail("-".into(), why))?;
@@ -661,15 +653,7 @@ impl CudaExecutor {
             .stitch(&st.symbol)
             .cloned()
             .ok_or_else(|| fail("-".into(), "not in the kernel library".into()))?;
-        let shapes: Vec<Vec<usize>> = n
-            .inputs
-            .iter()
-            .map(|x| {
-                x.as_deref()
-                    .and_then(|x| graph.types.get(x)?.shape.as_ref()?.as_static())
-                    .ok_or_else(|| fail("-".into(), format!("input {x:?} has no static shape at these input shapes")))
-            })
-            .collect::<Result<_, _>>()?;
+        let shapes = static_input_shapes(graph, n).map_err(|why| fail("-".into(), why))?;
         let refs: Vec<&[usize]> = shapes.iter().map(|s| s.as_slice()).collect();
         let crate::ir::Op::Stitched(region) = &n.op else {
             return Err(fail("-".into(), "the plan records a stitched kernel for a node that is not one".into()));
@@ -1103,6 +1087,18 @@ impl Executor for CudaExecutor {
     fn timings(&self) -> Option<Timings> {
         self.timings.clone()
     }
+}
+
+/// Node `n`'s input shapes, all static once the run's input shapes are bound.
+fn static_input_shapes(graph: &Graph, n: &crate::ir::Node) -> Result<Vec<Vec<usize>>, String> {
+    n.inputs
+        .iter()
+        .map(|x| {
+            x.as_deref()
+                .and_then(|x| graph.types.get(x)?.shape.as_ref()?.as_static())
+                .ok_or_else(|| format!("input {x:?} has no static shape at these input shapes"))
+        })
+        .collect()
 }
 
 /// The arena address of node `n`'s output.
