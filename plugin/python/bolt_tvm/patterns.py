@@ -1,11 +1,13 @@
 """Bolt's BYOC patterns for TVM Relax, registered under the prefix "bolt".
 
 TVM's dataflow patterns only find candidate shapes: a GEMM or Conv anchor with up to an add,
-an activation and another add after it, and two such layers back to back. Whether Bolt takes a
+an activation and another add after it, two such layers back to back, and attention cores
+(MatMul -> scale -> mask -> Softmax -> MatMul with their head transposes). Whether Bolt takes a
 match is decided by Bolt's own partitioner (the same Rust code ONNX Runtime's GetCapability
 runs), through `check`: the matched subgraph goes to Rust as ONNX, and the match is kept only
 when Bolt claims all of it as one kernel (or, for a chain, when Bolt's planner fuses the two
-layers into one back-to-back kernel).
+layers into one back-to-back kernel, or, for an attention core, when Bolt's planner runs the
+whole match as one fused attention kernel).
 """
 from __future__ import annotations
 
@@ -93,9 +95,46 @@ def _why_not(ctx, layers: int) -> str | None:
     return None
 
 
+def _attention(scale: str | None, mask: bool, merge: bool):
+    """An attention core: matmul(Q, Kᵀ) [* or / a scale] [+ mask] -> softmax -> matmul(., V)
+    [-> the head merge], with the head-split permute_dims of Q, K and V in the match (Bolt
+    reads them in place)."""
+    def operand():
+        x = wildcard()
+        return is_op("relax.permute_dims")(x) | x
+
+    out = is_op("relax.matmul")(operand(), operand())
+    if scale is not None:
+        out = is_op(scale)(out, wildcard())
+    if mask:
+        out = is_op("relax.add")(out, wildcard()) | is_op("relax.add")(wildcard(), out)
+    out = is_op("relax.matmul")(is_op("relax.nn.softmax")(out), operand())
+    if merge:
+        out = is_op("relax.permute_dims")(out)
+    return out
+
+
+def _why_not_attention(ctx) -> str | None:
+    """None when Bolt's planner runs the match as one fused attention kernel."""
+    if has_leaking_intermediate_variables(ctx):
+        return "an intermediate value is used outside the match"
+    out = ctx.value_to_bound_var[ctx.matched_expr]
+    try:
+        model, _ = bindings_to_onnx(dict(ctx.matched_bindings), out, "bolt_check")
+        report = _lib.plan_report(model.SerializeToString())
+    except (UnsupportedRelax, _lib.BoltError) as e:
+        return str(e)
+    fused = [d for d in report.get("attention_fused", []) if d["fused"]]
+    compute = {n.name for n in model.graph.node}
+    if len(fused) != 1 or set(fused[0]["nodes"]) != compute:
+        reasons = "; ".join(d["reason"] or "" for d in report.get("attention_fused", []) if not d["fused"])
+        return f"Bolt's planner does not run the match as one attention kernel: {reasons or 'not all of it'}"
+    return None
+
+
 def _check(name: str, layers: int):
     def check(ctx) -> bool:
-        why = _why_not(ctx, layers)
+        why = _why_not_attention(ctx) if layers == 0 else _why_not(ctx, layers)
         if why is not None:
             log.debug("%s: not offloaded: %s", name, why)
         return why is None
@@ -120,7 +159,16 @@ def bolt_patterns() -> list:
             second = _epilogue(make(first), e2[0], e2[1], False)
             name = f"bolt.b2b_{anchor}{_suffix(*e1, False)}_{anchor}{_suffix(*e2, False)}"
             chains.append((sum(e1) + sum(e2), (name, second, {}, _check(name, 2))))
-    return [p for _, p in sorted(single, key=lambda t: t[0])] + [p for _, p in sorted(chains, key=lambda t: t[0])]
+    # Attention cores, longest forms last (precedence); checked by the planner (layers = 0).
+    attention = []
+    for scale, mask, merge in itertools.product([None, "relax.multiply", "relax.divide"], [False, True], [False, True]):
+        name = "bolt.attention" + "".join(s for s, on in (("_scale", scale), ("_mask", mask), ("_merge", merge)) if on)
+        attention.append((bool(scale) + mask + merge, (name, _attention(scale, mask, merge), {}, _check(name, 0))))
+    return (
+        [p for _, p in sorted(single, key=lambda t: t[0])]
+        + [p for _, p in sorted(chains, key=lambda t: t[0])]
+        + [p for _, p in sorted(attention, key=lambda t: t[0])]
+    )
 
 
 register_patterns(bolt_patterns())

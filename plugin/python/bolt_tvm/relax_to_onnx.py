@@ -241,6 +241,9 @@ class Converter:
             if x.const is not None:
                 return _Value(const=x.const.astype(helper.tensor_dtype_to_np_dtype(to)))
             return _Value(self.node("Cast", [x.name], hint, to=to), nchw_of_nhwc=x.nchw_of_nhwc)
+        if op == "relax.nn.softmax":
+            x = self.value(args[0], hint)
+            return _Value(self.node("Softmax", [self.plain(x, hint)], hint, axis=int(call.attrs.axis)))
         if op == "relax.nn.conv2d":
             return self.conv2d(call, args, hint)
         if op == "relax.nn.batch_norm":
