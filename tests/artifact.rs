@@ -353,11 +353,10 @@ fn host_glue_equals_the_reference_ops() {
         assert_eq!(got, want, "{op:?} on {dtype} {shape:?}");
     }
     assert_eq!(families.len(), 3);
-    // What no glue kernel takes stays on the host, with a reason.
+    // A truncation is no glue kernel but device copies (`fit_blocks`); what no glue kernel
+    // takes stays on the host, with a reason.
     let x = Tensor::from_f32(vec![2, 5], vec![0.0; 10]);
-    assert!(bolt::plan::lower::glue_for(&Op::FitLastAxis { to: 3 }, &x.shape, DType::F32, DType::F32, &[])
-        .unwrap()
-        .is_err());
+    assert!(bolt::plan::lower::glue_for(&Op::FitLastAxis { to: 3 }, &x.shape, DType::F32, DType::F32, &[]).is_none());
     assert!(bolt::plan::lower::glue_for(&Op::FitLastAxis { to: 7 }, &x.shape, DType::F32, DType::F32, &[])
         .unwrap()
         .is_err());
@@ -541,10 +540,11 @@ fn host_depth_to_space_equals_the_reference() {
     }
 }
 
-/// The cuda device runs Concat, Split, Slice and views as rectangles of device-to-device
-/// copies (`plan::lower::copy_blocks`, `slice_blocks`); applied to host bytes here, they give
-/// the reference executor's Concat, Split and Slice on every axis (negative too) and a view's
-/// bytes, and refuse inputs that do not fit.
+/// The cuda device runs Concat, Split, Slice, truncations and views as rectangles of
+/// device-to-device copies (`plan::lower::copy_blocks`, `slice_blocks`, `fit_blocks`); applied
+/// to host bytes here, they give the reference executor's Concat, Split, Slice and
+/// FitLastAxis on every axis (negative too) and a view's bytes, and refuse inputs that do not
+/// fit.
 #[test]
 fn copy_blocks_equal_the_reference_concat_and_views() {
     use bolt::plan::lower::copy_blocks;
@@ -630,6 +630,17 @@ fn copy_blocks_equal_the_reference_concat_and_views() {
             Some(blocks) => assert_eq!(apply(&blocks, &[bytes(&x)], want.len() * 4), bytes(&want), "{what}"),
             None => assert!(step != 1, "{what}: no copies"),
         }
+    }
+    // A FitLastAxis that truncates keeps the first `to` elements of every row.
+    for _ in 0..50 {
+        let rank = rng.gen_range(1..5);
+        let shape: Vec<usize> = (0..rank).map(|_| rng.gen_range(1..7)).collect();
+        let v: Vec<f32> = (0..shape.iter().product::<usize>()).map(|_| rng.gen_range(-9.0..9.0)).collect();
+        let x = Tensor::from_f32(shape.clone(), v);
+        let to = rng.gen_range(0..=shape[rank - 1]);
+        let want = bolt::reference::eval_op(&Op::FitLastAxis { to }, &[Some(&x)]).unwrap().remove(0);
+        let blocks = bolt::plan::lower::fit_blocks(&shape, to, 4).unwrap();
+        assert_eq!(apply(&blocks, &[bytes(&x)], want.len() * 4), bytes(&want), "{shape:?} -> last axis {to}");
     }
     // Inputs that disagree off the axis, or do not add up to the output, have no copies.
     assert!(copy_blocks(&Op::Concat { axis: 1 }, &[&[2, 3], &[3, 3]], &[&[2, 6]], 4).is_none());

@@ -8,7 +8,8 @@
 //! reads goes with the core. Kᵀ must be such a transpose of a tensor with the head dim last
 //! (the kernel reads K rows); otherwise the core stays two batched GEMMs and a stitched
 //! softmax, and the decision says why. The head merge after the core (Transpose [0, 2, 1, 3])
-//! goes into the node too: the kernel writes `[B, S_q, H, D_v]` directly.
+//! goes into the node too: the kernel writes `[B, S_q, H, D_v]` directly. Head dims that are
+//! not whole 16-byte vectors (PP-OCRv4's SVTR: 15) are zero-padded and the output cut back.
 
 use super::edit;
 use super::lower;
@@ -29,6 +30,9 @@ pub struct AttentionDecision {
     /// The fused node, or `None` when the core stays as its ops.
     pub fused: Option<String>,
     pub reason: Option<String>,
+    /// Nodes the pass added around the fused node: head dims that are not whole vectors are
+    /// zero-padded (Q, K, V: FitLastAxis kernels) and the output cut back (device copies).
+    pub padding: Vec<String>,
 }
 
 /// Replaces every attention core a fused kernel takes with one [`Op::Attention`] node.
@@ -38,10 +42,10 @@ pub fn fuse(g: &mut Graph) -> Result<Vec<AttentionDecision>> {
     let mut names: HashSet<String> = g.nodes.iter().map(|n| n.name.clone()).collect();
     let mut changed = false;
     for a in cores {
-        let (op, inputs) = match fusable(g, &a) {
+        let Fusable { op, mut inputs, pad_d, pad_dv } = match fusable(g, &a) {
             Ok(x) => x,
             Err(why) => {
-                decisions.push(AttentionDecision { nodes: a.nodes, fused: None, reason: Some(why) });
+                decisions.push(AttentionDecision { nodes: a.nodes, fused: None, reason: Some(why), padding: Vec::new() });
                 continue;
             }
         };
@@ -55,12 +59,41 @@ pub fn fuse(g: &mut Graph) -> Result<Vec<AttentionDecision>> {
         let name = edit::fresh_name(g, &mut names, &format!("{}.attention", a.nodes[0]));
         let members: HashSet<&String> = nodes.iter().collect();
         g.nodes.retain(|n| !members.contains(&n.name));
+        // Head dims padded with zeros: Q·Kᵀ is unchanged, V's extra columns give output columns
+        // that are cut off again.
+        let mut padding = Vec::new();
+        let mut fit = |g: &mut Graph, names: &mut HashSet<String>, x: String, to: usize, what: &str| -> String {
+            let node = edit::fresh_name(g, names, &format!("{name}.{what}"));
+            let y = edit::fresh_name(g, names, &format!("{x}.{what}"));
+            names.insert(y.clone());
+            g.nodes.push(edit::node(node.clone(), Op::FitLastAxis { to }, vec![Some(x)], y.clone()));
+            padding.push(node);
+            y
+        };
+        for (i, to, what) in [(0, pad_d, "pad_q"), (1, pad_d, "pad_k"), (2, pad_dv, "pad_v")] {
+            if let Some((_, to)) = to {
+                inputs[i] = fit(g, &mut names, inputs[i].clone(), to, what);
+            }
+        }
+        let kernel_out = match pad_dv {
+            Some(_) => {
+                let t = edit::fresh_name(g, &mut names, &format!("{output}.padded"));
+                names.insert(t.clone());
+                t
+            }
+            None => output.clone(),
+        };
         g.nodes.push(Node {
             name: name.clone(),
             op: Op::Attention(Arc::new(op)),
             inputs: inputs.into_iter().map(Some).collect(),
-            outputs: vec![output],
+            outputs: vec![kernel_out.clone()],
         });
+        if let Some((dv, _)) = pad_dv {
+            let node = edit::fresh_name(g, &mut names, &format!("{name}.cut_v"));
+            g.nodes.push(edit::node(node.clone(), Op::FitLastAxis { to: dv }, vec![Some(kernel_out)], output));
+            padding.push(node);
+        }
         // Transposes of the operands that nothing reads any more went into the node.
         loop {
             let read: HashSet<&str> = g
@@ -83,7 +116,7 @@ pub fn fuse(g: &mut Graph) -> Result<Vec<AttentionDecision>> {
             nodes.extend(dead);
         }
         changed = true;
-        decisions.push(AttentionDecision { nodes, fused: Some(name), reason: None });
+        decisions.push(AttentionDecision { nodes, fused: Some(name), reason: None, padding });
     }
     if changed {
         edit::finish(g)?;
@@ -105,8 +138,17 @@ fn head_merge<'g>(g: &'g Graph, t: &str) -> Option<&'g Node> {
     matches!(&n.op, Op::Transpose { perm: Some(p) } if p == &[0, 2, 1, 3]).then_some(n)
 }
 
+/// A core an attention kernel takes: the op, its inputs, and the head dims (D, D_v) to pad
+/// to whole vectors as (from, to).
+struct Fusable {
+    op: FusedAttention,
+    inputs: Vec<String>,
+    pad_d: Option<(usize, usize)>,
+    pad_dv: Option<(usize, usize)>,
+}
+
 /// The fused op and its inputs for core `a`, or why no attention kernel takes it.
-fn fusable(g: &Graph, a: &Attention) -> std::result::Result<(FusedAttention, Vec<String>), String> {
+fn fusable(g: &Graph, a: &Attention) -> std::result::Result<Fusable, String> {
     let r = a.q_shape.len();
     if !(3..=4).contains(&r) {
         return Err(format!("rank {r}: attention kernels take [B, S, D] or [B, H, S, D] operands"));
@@ -164,20 +206,17 @@ fn fusable(g: &Graph, a: &Attention) -> std::result::Result<(FusedAttention, Vec
     let d = known(&a.q_shape, r - 1, "the head dim of Q")?;
     let v_shape: Vec<Dim> = g.types.get(&a.v).and_then(|t| t.shape.as_ref()).map(|s| s.0.clone()).unwrap_or_default();
     let d_v = known(&v_shape, r - 1, "the head dim of V")?;
-    let spec = AttentionSpec::for_head_dims(element, d, d_v, a.mask.is_some(), OutputLayout::Bhsd)
+    // Head dims that are not whole vectors are zero-padded to them.
+    let a16 = 16 / element.size_bytes() as i64;
+    let (d_p, d_v_p) = ((d + a16 - 1) / a16 * a16, (d_v + a16 - 1) / a16 * a16);
+    AttentionSpec::for_head_dims(element, d_p, d_v_p, a.mask.is_some(), OutputLayout::Bhsd)
         .ok_or_else(|| format!("head dims {d} and {d_v}: attention kernels are built for head dims up to 128"))?;
-    for (what, x) in [("D", d), ("D_v", d_v)] {
-        if x % spec.alignment() != 0 {
-            return Err(format!(
-                "head dim {what} = {x}: the kernel loads {} elements at a time",
-                spec.alignment()
-            ));
-        }
-    }
+    let pad = |from: i64, to: i64| (to != from).then_some((from as usize, to as usize));
+    let (pad_d, pad_dv) = (pad(d, d_p), pad(d_v, d_v_p));
     let mut inputs = vec![q, k, v];
     if let Some((m, _)) = &a.mask {
         inputs.push(m.clone());
     }
     let op = FusedAttention { scale: a.scale, q_perm, k_perm, v_perm, mask: a.mask.is_some(), merge_heads: false };
-    Ok((op, inputs))
+    Ok(Fusable { op, inputs, pad_d, pad_dv })
 }

@@ -451,6 +451,12 @@ pub fn glue_for(
     if !is_glue_op(op) {
         return None;
     }
+    if let Op::FitLastAxis { to } = op {
+        if shape.last().is_some_and(|&from| *to < from) {
+            // Truncation keeps a box of the input: device copies (`fit_blocks`), not a kernel.
+            return None;
+        }
+    }
     let direction = match op {
         Op::Transpose { perm: Some(p) } if p[..] == super::layout::TO_NHWC => Some(Direction::NchwToNhwc),
         Op::Transpose { perm: Some(p) } if p[..] == super::layout::TO_NCHW => Some(Direction::NhwcToNchw),
@@ -828,10 +834,27 @@ pub fn is_copy(op: &Op) -> bool {
     op.is_view() || matches!(op, Op::Concat { .. } | Op::Split { .. })
 }
 
-/// [`is_copy`], and a Slice of constant starts, ends and axes with unit steps (a box of its
-/// input: rectangles, [`slice_blocks`]).
+/// [`is_copy`], a Slice of constant starts, ends and axes with unit steps (a box of its
+/// input: rectangles, [`slice_blocks`]), and a FitLastAxis that truncates ([`fit_blocks`]).
 pub fn is_copy_node(g: &Graph, n: &Node) -> bool {
-    is_copy(&n.op) || slice_params(g, n).is_some()
+    is_copy(&n.op) || slice_params(g, n).is_some() || truncates(g, n)
+}
+
+/// Whether `n` is a FitLastAxis that drops elements of a last axis of known size.
+fn truncates(g: &Graph, n: &Node) -> bool {
+    let Op::FitLastAxis { to } = n.op else { return false };
+    let last = n.input(0).and_then(|x| g.types.get(x)?.shape.as_ref()?.0.last().cloned());
+    matches!(last, Some(crate::ir::Dim::Known(from)) if to < from)
+}
+
+/// The copies of a FitLastAxis that truncates an input of shape `x` to `to` elements.
+pub fn fit_blocks(x: &[usize], to: usize, elem: usize) -> Option<Vec<CopyBlock>> {
+    let (&last, lead) = x.split_last()?;
+    if to > last {
+        return None;
+    }
+    let boxed: Vec<(usize, usize)> = lead.iter().map(|&d| (0, d)).chain([(0, to)]).collect();
+    box_blocks(x, &boxed, elem)
 }
 
 /// A Slice node's constant parameters, when its steps are all 1.

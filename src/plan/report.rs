@@ -119,6 +119,7 @@ pub fn report(model: &str, original: &Graph, plan: &Plan, opts: &PlanOptions) ->
         .flat_map(|d| &d.nodes)
         .chain(plan.glue.iter().filter(|p| p.kernel.is_some()).map(|p| &p.node))
         .chain(plan.attention.iter().filter_map(|d| d.fused.as_ref()))
+        .chain(plan.attention.iter().flat_map(|d| &d.padding))
         .collect();
     let mut device_copies = 0;
     for h in plan.partitioning.host.iter().filter(|h| !on_device.contains(&h.node)) {
@@ -128,7 +129,7 @@ pub fn report(model: &str, original: &Graph, plan: &Plan, opts: &PlanOptions) ->
             Some(why) => format!("no glue kernel: {why}"),
             None if is_copy => {
                 device_copies += 1;
-                "a view, concatenation, split or slice: device-to-device copies on the GPU, no kernel".into()
+                "a view, concatenation, split, slice or truncation: device-to-device copies on the GPU, no kernel".into()
             }
             None => h.reason.clone(),
         };
@@ -358,12 +359,16 @@ impl Report {
                 let how = match self.attention_fused.iter().find(|d| d.nodes.contains(&a.nodes[0])) {
                     Some(d) if d.fused.is_some() => {
                         let absorbed: Vec<&String> = d.nodes.iter().filter(|n| !a.nodes.contains(n)).collect();
-                        if absorbed.is_empty() {
+                        let mut how = if absorbed.is_empty() {
                             "fused".to_string()
                         } else {
                             let names: Vec<&str> = absorbed.iter().map(|n| n.as_str()).collect();
                             format!("fused with its head transposes {} (read or written in place)", names.join(", "))
+                        };
+                        if !d.padding.is_empty() {
+                            how.push_str("; head dims zero-padded to whole vectors");
                         }
+                        how
                     }
                     Some(d) => format!("not fused: {}", d.reason.as_deref().unwrap_or("?")),
                     None => "not fused (attention fusion off)".to_string(),

@@ -558,6 +558,7 @@ impl CudaExecutor {
         let out_refs: Vec<&[usize]> = out_shapes.iter().map(Vec::as_slice).collect();
         let blocks = match n.op {
             crate::ir::Op::Slice => crate::plan::lower::slice_blocks(graph, n, refs.first()?, elem)?,
+            crate::ir::Op::FitLastAxis { to } => crate::plan::lower::fit_blocks(refs.first()?, to, elem)?,
             _ => crate::plan::lower::copy_blocks(&n.op, &refs, &out_refs, elem)?,
         };
         let blocks = blocks
