@@ -13,6 +13,7 @@
 //! The kernels' arithmetic itself runs only on a GPU: unverified here.
 
 mod build_support;
+mod common;
 
 use std::collections::BTreeSet;
 use std::ffi::c_void;
@@ -109,10 +110,7 @@ fn problems(a: i64, m: i64) -> Vec<(String, BoltAttentionProblem)> {
 /// Golden renders (BOLT_BLESS=1 rewrites them): one kernel of each tile, layout and bias.
 #[test]
 fn renders_match_the_golden_files() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
-    let bless = std::env::var_os("BOLT_BLESS").is_some_and(|v| v == "1");
-    let mut stale = Vec::new();
-    for (name, spec) in [
+    let cases = [
         (
             "attention_f16_d64_bias_bhsd",
             AttentionSpec { element: Element::F16, head_dim_max: 64, bias: true, output: OutputLayout::Bhsd },
@@ -121,24 +119,12 @@ fn renders_match_the_golden_files() {
             "attention_f32_d128_nobias_bshd",
             AttentionSpec { element: Element::F32, head_dim_max: 128, bias: false, output: OutputLayout::Bshd },
         ),
-    ] {
+    ];
+    common::assert_golden(cases.into_iter().map(|(name, spec)| {
         let symbol = attention::symbol_for(&spec);
         let text = attention::render_unit(&[(&spec, &symbol)]).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let path = dir.join(format!("{name}.cu"));
-        if bless {
-            std::fs::write(&path, &text).unwrap();
-            continue;
-        }
-        let golden = std::fs::read_to_string(&path)
-            .unwrap_or_else(|e| panic!("{}: {e} (BOLT_BLESS=1 writes it)", path.display()));
-        if golden != text {
-            stale.push(name);
-        }
-    }
-    assert!(
-        stale.is_empty(),
-        "renders differ from tests/golden/ for {stale:?}; check the diff, then BOLT_BLESS=1 to accept"
-    );
+        (name.to_string(), text)
+    }));
 }
 
 #[test]

@@ -3,7 +3,6 @@
 
 mod common;
 
-use std::path::PathBuf;
 
 use bolt_codegen::epilogue::{Activation, Epilogue, Expr, ResidualAt};
 use bolt_codegen::render::{render, render_unit, symbol_for, RenderError};
@@ -72,27 +71,11 @@ fn golden_cases() -> Vec<(&'static str, KernelSpec)> {
 
 #[test]
 fn renders_match_the_golden_files() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
-    let bless = std::env::var_os("BOLT_BLESS").is_some_and(|v| v == "1");
-    let mut stale = Vec::new();
-    for (name, spec) in golden_cases() {
+    assert_golden(golden_cases().into_iter().map(|(name, spec)| {
         let symbol = symbol_for(&spec);
         let text = render_unit(&[(&spec, &symbol)]).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let path = dir.join(format!("{name}.cu"));
-        if bless {
-            std::fs::write(&path, &text).unwrap();
-            continue;
-        }
-        let golden = std::fs::read_to_string(&path)
-            .unwrap_or_else(|e| panic!("{}: {e} (BOLT_BLESS=1 writes it)", path.display()));
-        if golden != text {
-            stale.push(name);
-        }
-    }
-    assert!(
-        stale.is_empty(),
-        "renders differ from tests/golden/ for {stale:?}; check the diff, then BOLT_BLESS=1 to accept"
-    );
+        (name.to_string(), text)
+    }));
 }
 
 #[test]

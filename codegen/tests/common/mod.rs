@@ -77,3 +77,27 @@ pub fn forms(activation: Activation) -> Vec<Epilogue> {
 pub const F16: Element = Element::F16;
 pub const BF16: Element = Element::BF16;
 pub const F32: Element = Element::F32;
+
+/// Compares each `(name, rendered text)` with `tests/golden/<name>.cu`; with BOLT_BLESS=1
+/// rewrites the files instead.
+pub fn assert_golden(renders: impl IntoIterator<Item = (String, String)>) {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
+    let bless = std::env::var_os("BOLT_BLESS").is_some_and(|v| v == "1");
+    let mut stale = Vec::new();
+    for (name, text) in renders {
+        let path = dir.join(format!("{name}.cu"));
+        if bless {
+            std::fs::write(&path, &text).unwrap();
+            continue;
+        }
+        let golden = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e} (BOLT_BLESS=1 writes it)", path.display()));
+        if golden != text {
+            stale.push(name);
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "renders differ from tests/golden/ for {stale:?}; check the diff, then BOLT_BLESS=1 to accept"
+    );
+}
