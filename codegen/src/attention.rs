@@ -53,6 +53,11 @@ pub struct AttentionSpec {
     pub output: OutputLayout,
 }
 
+/// The vector width (elements) of attention kernels on `element` data (128-bit accesses).
+pub fn alignment(element: Element) -> i64 {
+    16 / element.size_bytes() as i64
+}
+
 /// Head dims the kernels are instantiated for.
 pub const HEAD_DIM_MAX: [u32; 2] = [64, 128];
 
@@ -111,7 +116,7 @@ impl AttentionSpec {
     /// Vector width (elements) of the operands' loads: every stride but the contiguous axes'
     /// and D, D_v must be a multiple of it (128-bit accesses).
     pub fn alignment(&self) -> i64 {
-        16 / self.element.size_bytes() as i64
+        alignment(self.element)
     }
 
     /// Queries and keys per thread block (as CUTLASS's example picks them).

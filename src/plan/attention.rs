@@ -207,8 +207,8 @@ fn fusable(g: &Graph, a: &Attention) -> std::result::Result<Fusable, String> {
     let v_shape: Vec<Dim> = g.types.get(&a.v).and_then(|t| t.shape.as_ref()).map(|s| s.0.clone()).unwrap_or_default();
     let d_v = known(&v_shape, r - 1, "the head dim of V")?;
     // Head dims that are not whole vectors are zero-padded to them.
-    let a16 = 16 / element.size_bytes() as i64;
-    let (d_p, d_v_p) = ((d + a16 - 1) / a16 * a16, (d_v + a16 - 1) / a16 * a16);
+    let w = bolt_codegen::attention::alignment(element);
+    let (d_p, d_v_p) = ((d + w - 1) / w * w, (d_v + w - 1) / w * w);
     AttentionSpec::for_head_dims(element, d_p, d_v_p, a.mask.is_some(), OutputLayout::Bhsd)
         .ok_or_else(|| format!("head dims {d} and {d_v}: attention kernels are built for head dims up to 128"))?;
     let pad = |from: i64, to: i64| (to != from).then_some((from as usize, to as usize));
