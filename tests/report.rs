@@ -81,3 +81,33 @@ fn real_model_reports_hint_at_what_the_author_could_change() {
         assert!(kinds.contains(k), "{kinds:?}");
     }
 }
+
+/// Nothing goes to the host but what must (issue: "the whole model on the GPU"): for the test
+/// CNNs, transformers, OCR detector/recogniser and classifier, every op the report leaves to
+/// the host is a shape computation (integers from shapes and constants) or a view /
+/// concatenation / slice (device copies). PP-OCRv4 rec's decomposed LayerNorms are joined
+/// with the residual Adds across the GEMMs between them: the stitcher splits that group where
+/// a path leaves it, instead of leaving all of it to the host.
+#[test]
+fn test_models_leave_only_shape_computations_and_copies_to_the_host() {
+    const COPIES: &str =
+        "a view, concatenation, split, slice or truncation: device-to-device copies on the GPU, no kernel";
+    for name in ["resnet50", "vgg16", "mobilenet_v2", "bert_base", "ppocrv4_det", "ppocrv4_rec", "ppocr_cls"] {
+        let Some(dir) = common::testdata(&format!("models/{name}")) else { return };
+        let model = dir.join("model.onnx");
+        let (ok, json, err) = bolt(&["report", "--json", model.to_str().unwrap()]);
+        assert!(ok, "{name}: {err}");
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        for h in v["host"].as_array().unwrap() {
+            let reason = h["reason"].as_str().unwrap();
+            assert!(
+                reason == bolt::partition::SHAPE_COMPUTATION || reason == COPIES,
+                "{name}: {} left to the host: {reason}",
+                h["ops"]
+            );
+        }
+        let stitched = v["stitched"].as_array().unwrap();
+        let refused: Vec<&serde_json::Value> = stitched.iter().filter(|d| d["stitched"].is_null()).collect();
+        assert!(refused.is_empty(), "{name}: {refused:?}");
+    }
+}

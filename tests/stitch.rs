@@ -139,7 +139,7 @@ fn regions_stop_at_other_ops_and_rows_of_another_length() {
     assert_eq!(regions.iter().map(|r| r.nodes.len()).sum::<usize>(), 2);
 
     // Softmaxes over rows of 8 and of 1 joined by one Add: no single row length, so the
-    // region is refused with the reason.
+    // softmax over rows of 1 becomes a region of its own, whose output the other reads.
     let mut g = GraphBuilder::new("rows");
     let x = g.input("x", DType::F32, Shape::from_static(&[4, 1, 8]));
     let y = g.input("y", DType::F32, Shape::from_static(&[4, 8, 1]));
@@ -147,10 +147,13 @@ fn regions_stop_at_other_ops_and_rows_of_another_length() {
     let b = g.node("sy", Op::Softmax { axis: -1 }, &[&y]);
     let s = g.node("add", Op::Binary(Binary::Add), &[&a, &b]);
     g.output(&s);
-    let (regions, not) = find(&g.finish().unwrap(), &HashSet::new());
-    assert!(regions.is_empty(), "{regions:?}");
-    assert_eq!(not.len(), 3);
-    assert!(not[0].reason.contains("rows of 8 and 1"), "{}", not[0].reason);
+    let g = g.finish().unwrap();
+    let (regions, not) = find(&g, &HashSet::new());
+    assert!(not.is_empty(), "{not:?}");
+    let mut names: Vec<Vec<String>> = regions.iter().map(|r| r.nodes.clone()).collect();
+    names.sort();
+    assert_eq!(names, [vec!["sx".to_string(), "add".into()], vec!["sy".into()]]);
+    assert_eq!(regions.iter().find(|r| r.nodes == ["sy"]).unwrap().outputs[0].0, g.nodes[1].outputs[0]);
 }
 
 /// BERT-base (tests/python/make_models.py, HuggingFace's export form), after the partitioner
@@ -330,12 +333,13 @@ fn transposed_inputs_are_strided_views() {
     }
 }
 
-/// A region whose ops are joined through an op it cannot take (Softplus -> Add -> Clip ->
-/// Mul, the Mul also reading the Softplus; Clip with min/max inputs stays on the host) cannot
-/// be one stitched node: it would feed itself. It stays on the host with the reason and the
-/// plan still equals the model. (The shape of epilogue-fuzzer seed 147, which made a cycle.)
+/// A group of ops joined through an op no region takes (Softplus -> Add -> Clip -> Mul, the
+/// Mul also reading the Softplus; Clip with min/max inputs stays on the host) cannot be one
+/// stitched node: it would feed itself (the shape of epilogue-fuzzer seed 147, which made a
+/// cycle). It is split where the path leaves and comes back: {Softplus, Add} and {Mul} are
+/// two stitched nodes around the host's Clip, and the plan still equals the model.
 #[test]
-fn a_region_joined_through_a_host_op_is_not_stitched_into_a_cycle() {
+fn a_region_joined_through_a_host_op_is_split_where_the_path_leaves() {
     let mut g = GraphBuilder::new("cycle");
     let x = g.input("x", DType::F32, Shape::from_static(&[4, 8]));
     let one = g.initializer("one", Tensor::from_f64_as(DType::F32, vec![], &[1.0]).unwrap());
@@ -348,12 +352,19 @@ fn a_region_joined_through_a_host_op_is_not_stitched_into_a_cycle() {
     g.output(&y);
     let g = g.finish().unwrap();
     let plan = bolt::plan::plan(&g).unwrap();
-    let d = plan.stitched.iter().find(|d| d.nodes.iter().any(|n| n == "mul")).expect("a region with the Mul");
-    assert_eq!(d.nodes, ["softplus", "add", "mul"], "{:?}", plan.stitched);
-    assert!(d.stitched.is_none(), "{d:?}");
-    assert!(d.reason.as_deref().unwrap().contains("comes back"), "{d:?}");
+    let mut parts: Vec<Vec<String>> = plan.stitched.iter().map(|d| d.nodes.clone()).collect();
+    parts.sort();
+    assert_eq!(parts, [vec!["mul".to_string()], vec!["softplus".into(), "add".into()]], "{:?}", plan.stitched);
+    assert!(plan.stitched.iter().all(|d| d.stitched.is_some()), "{:?}", plan.stitched);
+    let kinds: Vec<&str> = plan.graph.nodes.iter().map(|n| n.op.op_type()).collect();
+    assert_eq!(kinds.iter().filter(|k| **k == "Clip").count(), 1, "{kinds:?}");
+    // The planned graph (stitched nodes run as their regions' meaning, in f64 rounded once)
+    // equals the model on the reference executor: the split's rewriting, not the kernels, is
+    // what this checks.
     let inputs = HashMap::from([("x".to_string(), random(&[4, 8], 1))]);
     let want = bolt::reference::run(&g, &inputs).unwrap();
     let got = bolt::reference::run(&plan.graph, &inputs).unwrap();
-    assert_eq!(want[&g.outputs[0]].to_f32_vec(), got[&g.outputs[0]].to_f32_vec());
+    for (a, b) in want[&g.outputs[0]].to_f32_vec().iter().zip(got[&g.outputs[0]].to_f32_vec()) {
+        assert!((a - b).abs() <= 1e-6 * a.abs().max(1.0), "{a} vs {b}");
+    }
 }

@@ -16,7 +16,7 @@ pub use crate::ir::ResidualAt;
 use crate::ir::{Binary, DType, Graph, Op, Tensor, TensorType, Window};
 pub use activation::Activation;
 pub use epilogue::{BiasTerm, FusedEpilogue, KernelForm, SourceTerm, Step};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 /// The kernel-level operation a partition's anchor computes.
@@ -154,17 +154,48 @@ pub fn partition(g: &Graph) -> Partitioning {
             }
         }
     }
+    let metadata = shape_computations(g);
     for (i, n) in g.nodes.iter().enumerate() {
         if cx.taken[i] {
             continue;
         }
         let reason = match (&n.op, host_reason.remove(&i)) {
             (_, Some(r)) => r,
+            _ if metadata.contains(&i) => SHAPE_COMPUTATION.into(),
             (Op::Opaque { why, .. }, _) => why.to_string(),
             (Op::Constant { .. }, _) => "constant (weights are read by the partitions that use them)".into(),
             _ => "not a GEMM/Conv anchor, nor fusable into one's epilogue".into(),
         };
         out.host.push(HostNode { node: n.name.clone(), op_type: n.op.op_type().to_string(), reason });
+    }
+    out
+}
+
+/// Why an op stays with the host that computes metadata only.
+pub const SHAPE_COMPUTATION: &str =
+    "a shape computation: integers from tensor shapes and constants, host work by design (no tensor data is read)";
+
+/// Nodes that compute integers (or booleans) from tensor shapes and constants only: `Shape`
+/// itself, and ops all of whose inputs are such values, initializers or constants. They are
+/// the model's metadata (dynamic Reshape targets, slice bounds), which a GPU backend leaves
+/// to the host by design (BladeDISC), not work Bolt failed to take.
+pub fn shape_computations(g: &Graph) -> HashSet<usize> {
+    let mut meta: HashSet<&str> = g.initializers.keys().map(String::as_str).collect();
+    let mut out = HashSet::new();
+    for (i, n) in g.nodes.iter().enumerate() {
+        let integral = |t: &String| g.types.get(t).is_some_and(|ty| !ty.dtype.is_float());
+        let from_metadata = match &n.op {
+            Op::Shape { .. } => true,
+            Op::Constant { .. } => {
+                meta.extend(n.outputs.iter().map(String::as_str));
+                continue;
+            }
+            _ => n.inputs.iter().flatten().all(|x| meta.contains(x.as_str())),
+        };
+        if from_metadata && !n.outputs.is_empty() && n.outputs.iter().all(integral) {
+            meta.extend(n.outputs.iter().map(String::as_str));
+            out.insert(i);
+        }
     }
     out
 }

@@ -7,8 +7,9 @@
 //! [`find`] groups them and says why other ops are not stitchable; [`Region::eval`] states a
 //! region's meaning on host tensors (f64, rounded once to each output's type, as a stitched
 //! kernel keeping intermediates on chip would), checked against the reference executor
-//! running the original ops (tests/stitch.rs). Regions are reported, not yet claimed: the CUDA
-//! code generation for them does not exist yet, so their ops still run on the host.
+//! running the original ops (tests/stitch.rs). The planner turns each into one stitched
+//! kernel (`plan::stitch`). A group that would feed itself through an op outside it is split
+//! where the path leaves (`convex_parts`); an op a region cannot take leaves it alone.
 
 use super::attention;
 use crate::ir::{Binary, DType, Graph, Op, Tensor, Unary};
@@ -205,15 +206,6 @@ pub fn find_with(g: &Graph, taken: &HashSet<String>, leave_attention: bool) -> (
         .collect();
     let producer: HashMap<&str, usize> =
         g.nodes.iter().enumerate().flat_map(|(i, n)| n.outputs.iter().map(move |o| (o.as_str(), i))).collect();
-    // A transpose is a view of a region *input*: never of a value the region computes.
-    for (i, n) in g.nodes.iter().enumerate() {
-        if cand[i] && matches!(n.op, Op::Transpose { .. }) {
-            let x = n.input(0).and_then(|x| producer.get(x));
-            if x.is_some_and(|&p| cand[p]) {
-                cand[i] = false;
-            }
-        }
-    }
     let mut consumers: HashMap<&str, Vec<usize>> = HashMap::new();
     for (i, n) in g.nodes.iter().enumerate() {
         for x in n.inputs.iter().flatten() {
@@ -227,7 +219,46 @@ pub fn find_with(g: &Graph, taken: &HashSet<String>, leave_attention: bool) -> (
         })?;
         (c.len() == 1 && c.dtype().is_float()).then(|| c.to_f64_vec()[0])
     };
-    // Union regions through tensors every reader of which is a candidate.
+    // Regions, then again without each node a region cannot take (it stays on the host with
+    // why; the rest of its region may still stitch), until every region lowers.
+    // A reduction over rows of another length first starts a region of its own (`cut`).
+    let mut cut: HashSet<usize> = HashSet::new();
+    loop {
+        let mut regions = Vec::new();
+        let mut evicted = false;
+        let parts = groups(g, &cand, &cut, &producer, &consumers);
+        for members in parts.into_iter().flat_map(|m| convex_parts(g, &m, &producer)) {
+            match region(g, &members, &producer, &consumers, &scalar) {
+                Ok(r) => regions.push(r),
+                Err(RegionError::OtherRow(i)) if cut.insert(i) => evicted = true,
+                Err(RegionError::OtherRow(i)) => {
+                    cand[i] = false;
+                    let reason = "its rows are of another length than those of the region it joins".to_string();
+                    not.push(NotStitched { node: g.nodes[i].name.clone(), reason });
+                    evicted = true;
+                }
+                Err(RegionError::Node(i, reason)) => {
+                    cand[i] = false;
+                    not.push(NotStitched { node: g.nodes[i].name.clone(), reason });
+                    evicted = true;
+                }
+            }
+        }
+        if !evicted {
+            return (regions, not);
+        }
+    }
+}
+
+/// Candidates joined through tensors every reader of which is a candidate, each group in
+/// model order.
+fn groups(
+    g: &Graph,
+    cand: &[bool],
+    cut: &HashSet<usize>,
+    producer: &HashMap<&str, usize>,
+    consumers: &HashMap<&str, Vec<usize>>,
+) -> Vec<Vec<usize>> {
     let mut parent: Vec<usize> = (0..g.nodes.len()).collect();
     fn root(p: &mut [usize], mut i: usize) -> usize {
         while p[i] != i {
@@ -240,8 +271,16 @@ pub fn find_with(g: &Graph, taken: &HashSet<String>, leave_attention: bool) -> (
         if !cand[i] {
             continue;
         }
+        // A transpose is a view of a region *input*, never of a value the region computes: a
+        // transpose of a stitched value starts a region of its own, reading that one's output.
+        if matches!(n.op, Op::Transpose { .. }) || cut.contains(&i) {
+            continue;
+        }
         for x in n.inputs.iter().flatten() {
             let Some(&p) = producer.get(x.as_str()) else { continue };
+            if cut.contains(&p) {
+                continue;
+            }
             let inner = consumers.get(x.as_str()).is_some_and(|c| c.iter().all(|&c| cand[c]));
             if cand[p] && inner && !g.outputs.contains(x) {
                 let (a, b) = (root(&mut parent, i), root(&mut parent, p));
@@ -256,19 +295,87 @@ pub fn find_with(g: &Graph, taken: &HashSet<String>, leave_attention: bool) -> (
             groups.entry(r).or_default().push(i);
         }
     }
-    let mut regions = Vec::new();
-    for members in groups.into_values() {
-        match region(g, &members, &producer, &consumers, &scalar) {
-            Ok(r) => regions.push(r),
-            Err(reason) => {
-                for &i in &members {
-                    cand[i] = false;
-                    not.push(NotStitched { node: g.nodes[i].name.clone(), reason: reason.clone() });
-                }
+    groups.into_values().collect()
+}
+
+/// `members` (a group joined through tensors only they read) split into parts no path leaves
+/// and re-enters: a group can join ops on both sides of a kernel (a transformer block's
+/// LayerNorm, the GEMMs it feeds and the residual Add after them), and one stitched kernel for
+/// it would feed itself. Each member's *stage* is the most times a path from another member
+/// to it leaves the group; stages never decrease along a path and grow on every exit, so a
+/// stage's connected parts are convex and the parts' own graph is acyclic. A transpose of a
+/// member's value counts as an exit too (it reads stored memory through a view).
+fn convex_parts(g: &Graph, members: &[usize], producer: &HashMap<&str, usize>) -> Vec<Vec<usize>> {
+    let set: HashSet<usize> = members.iter().copied().collect();
+    let first = *members.iter().min().expect("groups are not empty");
+    // stage[i]: a member's stage; for other nodes, 1 + the highest stage of a member reaching
+    // them (-1: none does). Model order is topological.
+    let mut stage = vec![-1i64; g.nodes.len()];
+    for i in first..g.nodes.len() {
+        let inner = set.contains(&i);
+        let mut s = if inner { 0 } else { -1 };
+        for x in g.nodes[i].inputs.iter().flatten() {
+            let Some(&p) = producer.get(x.as_str()) else { continue };
+            if p < first || stage[p] < 0 {
+                continue;
             }
+            // A transpose reads its input as a view of stored memory: a member's value it
+            // reads must be written out first, as if it left the group.
+            let view = inner && matches!(g.nodes[i].op, Op::Transpose { .. });
+            let leaves = set.contains(&p) && (!inner || view);
+            s = s.max(stage[p] + i64::from(leaves));
         }
+        stage[i] = s;
     }
-    (regions, not)
+    // Connected parts of each stage, through edges between members of the same stage.
+    let mut part: HashMap<usize, usize> = HashMap::new();
+    let mut parts: Vec<Vec<usize>> = Vec::new();
+    for &i in members {
+        let joined: Vec<usize> = g.nodes[i]
+            .inputs
+            .iter()
+            .flatten()
+            .filter_map(|x| producer.get(x.as_str()))
+            .filter(|&&p| set.contains(&p) && stage[p] == stage[i])
+            .map(|p| part[p])
+            .collect();
+        let k = match joined.first() {
+            None => {
+                parts.push(Vec::new());
+                parts.len() - 1
+            }
+            Some(&k) => {
+                // Merge every other part this member joins into the first.
+                for &o in &joined[1..] {
+                    if o != k && !parts[o].is_empty() {
+                        let moved = std::mem::take(&mut parts[o]);
+                        for &m in &moved {
+                            part.insert(m, k);
+                        }
+                        parts[k].extend(moved);
+                    }
+                }
+                k
+            }
+        };
+        parts[k].push(i);
+        part.insert(i, k);
+    }
+    parts
+        .into_iter()
+        .filter(|p| !p.is_empty())
+        .map(|mut p| {
+            p.sort_unstable();
+            p
+        })
+        .collect()
+}
+
+/// Why a group is not one region: node `.0` cannot be stitched at all, or its reduction runs
+/// over rows of another length than the group's.
+enum RegionError {
+    Node(usize, String),
+    OtherRow(usize),
 }
 
 fn region(
@@ -277,7 +384,7 @@ fn region(
     producer: &HashMap<&str, usize>,
     consumers: &HashMap<&str, Vec<usize>>,
     scalar: &dyn Fn(&str) -> Option<f64>,
-) -> Result<Region, String> {
+) -> Result<Region, RegionError> {
     let set: HashSet<usize> = members.iter().copied().collect();
     let mut r =
         Region { nodes: Vec::new(), inputs: Vec::new(), views: Vec::new(), steps: Vec::new(), outputs: Vec::new() };
@@ -288,7 +395,7 @@ fn region(
         let rank = g.types[&n.outputs[0]].shape.as_ref().map_or(0, |s| s.0.len());
         if let Op::Transpose { perm: Some(perm) } = &n.op {
             // Its input comes from outside (see `find_with`): a viewed region input.
-            let x = n.input(0).ok_or_else(|| format!("Transpose '{}' has no input", n.name))?;
+            let x = n.input(0).ok_or_else(|| RegionError::Node(i, format!("Transpose '{}' has no input", n.name)))?;
             r.inputs.push(x.to_string());
             r.views.push(Some(perm.clone()));
             r.steps.push(Step::Input(r.inputs.len() - 1));
@@ -321,7 +428,8 @@ fn region(
             args.push(r.steps.len() - 1);
         }
         let out =
-            lower(&n.op, &args, &mut r.steps, rank).map_err(|e| format!("{} '{}': {e}", n.op.op_type(), n.name))?;
+            lower(&n.op, &args, &mut r.steps, rank)
+            .map_err(|e| RegionError::Node(i, format!("{} '{}': {e}", n.op.op_type(), n.name)))?;
         if matches!(n.op, Op::Softmax { .. } | Op::LayerNormalization { .. } | Op::ReduceMean { .. }) {
             // One row length per region: every reduction runs along the same last axis.
             let x = n.input(0).expect("reductions have an input");
@@ -332,10 +440,8 @@ fn region(
                 .and_then(|t| t.shape.as_ref()?.0.last().cloned())
                 .filter(|d| !matches!(d, crate::ir::Dim::Unknown));
             match (&row, len) {
-                (_, None) => return Err(format!("'{}': its row length is not known", n.name)),
-                (Some(a), Some(b)) if *a != b => {
-                    return Err(format!("reductions over rows of {a} and {b} elements in one region"))
-                }
+                (_, None) => return Err(RegionError::Node(i, format!("'{}': its row length is not known", n.name))),
+                (Some(a), Some(b)) if *a != b => return Err(RegionError::OtherRow(i)),
                 (_, Some(b)) => row = Some(b),
             }
         }

@@ -740,10 +740,21 @@ pub fn stitch_spec(g: &Graph, n: &Node) -> Result<bolt_codegen::stitch::StitchSp
         let shape = &step_shapes[*j];
         let per_row = if unknown {
             // Unknown sizes compare equal without being equal: an output is the iteration
-            // space (or one value per row of it) only if it reads every input, so that its
-            // shape is their broadcast, and its row is the space's (or reduced to 1).
-            // Without reductions its shape is then the space; with them, its row must be.
-            let reads_all = deps[*j].len() == n.inputs.len();
+            // space (or one value per row of it) only if its shape is the broadcast of every
+            // input: it reads each, or the input cannot widen it (each of the input's dims is 1
+            // or a known size the output has too, e.g. a LayerNorm's gamma under a residual
+            // the region also writes), and its row is the space's (or reduced to 1). Without
+            // reductions its shape is then the space; with them, its row must be.
+            let absorbed = |i: usize, per_row: bool| {
+                let (u, o) = (&viewed[i].0, &shape.0);
+                u.iter().rev().enumerate().all(|(k, d)| {
+                    *d == Dim::Known(1)
+                        || (per_row && k == 0)
+                        || (matches!(d, Dim::Known(_)) && k < o.len() && o[o.len() - 1 - k] == *d)
+                })
+            };
+            // A per-row output (cut off from the row by a reduction) ignores the inputs' rows.
+            let reads_all = (0..n.inputs.len()).all(|i| deps[*j].contains(&i) || absorbed(i, !varies[*j]));
             let last = shape.0.last();
             let full_row = !r.reduces() || (last == space.0.last() && !matches!(last, Some(Dim::Unknown)));
             match (reads_all, varies[*j]) {

@@ -29,6 +29,8 @@ pub struct Report {
     /// How many of the host table's nodes are views / concatenations (device copies on the
     /// GPU, no host round trip).
     pub device_copies: usize,
+    /// How many are shape computations (integer metadata, host work by design).
+    pub shape_computations: usize,
     pub hints: Vec<Hint>,
     /// Attention cores recognised in the model, and Softmaxes that are not cores, with why.
     pub attention: Vec<crate::partition::attention::Attention>,
@@ -121,8 +123,10 @@ pub fn report(model: &str, original: &Graph, plan: &Plan, opts: &PlanOptions) ->
         .chain(plan.attention.iter().filter_map(|d| d.fused.as_ref()))
         .chain(plan.attention.iter().flat_map(|d| &d.padding))
         .collect();
+    // Host ops the planner removed (a transpose the layout pass cancelled) run nowhere.
+    let planned: std::collections::HashSet<&str> = plan.graph.nodes.iter().map(|n| n.name.as_str()).collect();
     let mut device_copies = 0;
-    for h in plan.partitioning.host.iter().filter(|h| !on_device.contains(&h.node)) {
+    for h in plan.partitioning.host.iter().filter(|h| !on_device.contains(&h.node) && planned.contains(h.node.as_str())) {
         let glue_reason = plan.glue.iter().find(|p| p.node == h.node).and_then(|p| p.reason.as_ref());
         let is_copy = original.nodes.iter().any(|n| n.name == h.node && super::lower::is_copy_node(original, n));
         let reason = match glue_reason {
@@ -145,6 +149,7 @@ pub fn report(model: &str, original: &Graph, plan: &Plan, opts: &PlanOptions) ->
             g.examples.push(h.node.clone());
         }
     }
+    let shape_computations = groups.get(crate::partition::SHAPE_COMPUTATION).map_or(0, |g| g.ops.values().sum());
     let (attention, not_attention) = crate::partition::attention::find(original);
     Report {
         model: model.to_string(),
@@ -158,6 +163,7 @@ pub fn report(model: &str, original: &Graph, plan: &Plan, opts: &PlanOptions) ->
         padding: plan.padding.clone(),
         host: groups.into_values().collect(),
         device_copies,
+        shape_computations,
         hints: hints(original, plan),
         attention,
         not_attention,
@@ -257,7 +263,7 @@ impl Report {
         let _ = writeln!(s, "# Bolt plan: {}\n", self.model);
         let _ = writeln!(
             s,
-            "{} nodes -> {} planned nodes: {} GEMM/conv kernels ({} back-to-back chains fused), {} attention kernels, {} layout transforms, {} paddings, {} host nodes and {} device copies. Costs for {}{}.\n",
+            "{} nodes -> {} planned nodes: {} GEMM/conv kernels ({} back-to-back chains fused), {} attention kernels, {} layout transforms, {} paddings, {} host nodes, {} shape computations and {} device copies. Costs for {}{}.\n",
             self.nodes,
             self.planned_nodes,
             self.partitions.len(),
@@ -265,7 +271,10 @@ impl Report {
             self.attention_fused.iter().filter(|d| d.fused.is_some()).count(),
             self.layout.len(),
             self.padding.len(),
-            self.host.iter().map(|h| h.ops.values().sum::<usize>()).sum::<usize>() - self.device_copies,
+            self.host.iter().map(|h| h.ops.values().sum::<usize>()).sum::<usize>()
+                - self.device_copies
+                - self.shape_computations,
+            self.shape_computations,
             self.device_copies,
             self.device,
             if self.bindings.is_empty() {

@@ -3,8 +3,8 @@
 //! that a stitched kernel runs, when the kernel can take it ([`super::lower::stitch_spec`]);
 //! otherwise its ops stay on the host and the decision says why.
 //!
-//! Attention cores are stitched too (their mask add and softmax between the two batched
-//! GEMMs): no fused attention kernel exists yet to take them whole.
+//! Attention cores that no fused attention kernel took (`plan::attention`) are stitched too:
+//! their mask add and softmax between the two batched GEMMs.
 
 use super::edit;
 use crate::error::Result;
