@@ -92,7 +92,20 @@ fn real_model_reports_hint_at_what_the_author_could_change() {
 fn test_models_leave_only_shape_computations_and_copies_to_the_host() {
     const COPIES: &str =
         "a view, concatenation, split, slice or truncation: device-to-device copies on the GPU, no kernel";
-    for name in ["resnet50", "vgg16", "mobilenet_v2", "bert_base", "ppocrv4_det", "ppocrv4_rec", "ppocr_cls"] {
+    let models = [
+        "resnet50",
+        "vgg16",
+        "mobilenet_v2",
+        "bert_base",
+        "ppocrv4_det",
+        "ppocrv4_rec",
+        "ppocr_cls",
+        // YOLOv8n: its DFL softmax over axis 1, its anchor grid from Range / Expand.
+        "nudenet_320n",
+        // A YOLOv5-style Focus: four strided slices of the image.
+        "ddddocr_det",
+    ];
+    for name in models {
         let Some(dir) = common::testdata(&format!("models/{name}")) else { return };
         let model = dir.join("model.onnx");
         let (ok, json, err) = bolt(&["report", "--json", model.to_str().unwrap()]);

@@ -987,7 +987,7 @@ pub fn shape_range(rank: usize, start: i64, end: Option<i64>) -> (usize, usize) 
 }
 
 /// One axis of a Slice with its raw parameters.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SliceAxis {
     pub axis: usize,
     pub start: i64,

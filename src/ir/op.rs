@@ -380,6 +380,14 @@ pub enum AttrValue {
     Unsupported(String),
 }
 
+impl AttrValue {
+    /// Whether it is a subgraph (If's branches, Loop's and Scan's bodies), which may read any
+    /// value of the enclosing graph.
+    pub fn holds_graph(&self) -> bool {
+        matches!(self, AttrValue::Unsupported(kind) if kind == "graph")
+    }
+}
+
 /// One operator with its attributes. Inputs and outputs live on the [`super::Node`].
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Op {

@@ -173,27 +173,37 @@ pub fn partition(g: &Graph) -> Partitioning {
 
 /// Why an op stays with the host that computes metadata only.
 pub const SHAPE_COMPUTATION: &str =
-    "a shape computation: integers from tensor shapes and constants, host work by design (no tensor data is read)";
+    "a shape computation: from tensor shapes and constants only (no activation data is read), host work by design";
 
-/// Nodes that compute integers (or booleans) from tensor shapes and constants only: `Shape`
-/// itself, and ops all of whose inputs are such values, initializers or constants. They are
-/// the model's metadata (dynamic Reshape targets, slice bounds), which a GPU backend leaves
-/// to the host by design (BladeDISC), not work Bolt failed to take.
+/// Nodes that compute from tensor shapes and constants only: `Shape` itself, and ops all of
+/// whose inputs are such values, initializers or constants. They are the model's metadata
+/// (dynamic Reshape targets, slice bounds, a detector's anchor grid made with Range and
+/// Expand from the feature map's size), which a GPU backend leaves to the host by design
+/// (BladeDISC), not work Bolt failed to take; the stitcher leaves them too, so that a
+/// metadata chain is not cut into host and device pieces.
 pub fn shape_computations(g: &Graph) -> HashSet<usize> {
+    // Constants and shape-derived values; `shaped`: the latter alone.
     let mut meta: HashSet<&str> = g.initializers.keys().map(String::as_str).collect();
+    let mut shaped: HashSet<&str> = HashSet::new();
     let mut out = HashSet::new();
     for (i, n) in g.nodes.iter().enumerate() {
-        let integral = |t: &String| g.types.get(t).is_some_and(|ty| !ty.dtype.is_float());
-        let from_metadata = match &n.op {
-            Op::Shape { .. } => true,
-            Op::Constant { .. } => {
-                meta.extend(n.outputs.iter().map(String::as_str));
-                continue;
-            }
-            _ => n.inputs.iter().flatten().all(|x| meta.contains(x.as_str())),
+        let inputs = || n.inputs.iter().flatten();
+        let (from_metadata, from_shape) = match &n.op {
+            Op::Shape { .. } => (true, true),
+            // Control flow (If, Loop, Scan) runs subgraphs that may read any outer value.
+            Op::Opaque { attrs, .. } if attrs.iter().any(|(_, a)| a.holds_graph()) => (false, false),
+            _ => (inputs().all(|x| meta.contains(x.as_str())), inputs().any(|x| shaped.contains(x.as_str()))),
         };
-        if from_metadata && !n.outputs.is_empty() && n.outputs.iter().all(integral) {
-            meta.extend(n.outputs.iter().map(String::as_str));
+        if !from_metadata || n.outputs.is_empty() {
+            continue;
+        }
+        meta.extend(n.outputs.iter().map(String::as_str));
+        // Arithmetic on constants alone (outside canonical's folding) counts when integral.
+        let integral = n.outputs.iter().all(|t| g.types.get(t).is_some_and(|ty| !ty.dtype.is_float()));
+        if from_shape {
+            shaped.extend(n.outputs.iter().map(String::as_str));
+        }
+        if from_shape || (integral && !matches!(n.op, Op::Constant { .. })) {
             out.insert(i);
         }
     }

@@ -13,7 +13,8 @@
 
 use super::attention;
 use crate::ir::{Binary, DType, Graph, Op, Tensor, Unary};
-use crate::ir::{Shape, TensorType};
+use crate::ir::infer::SliceAxis;
+use crate::ir::{Dim, Shape, TensorType};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -46,6 +47,10 @@ pub struct Region {
     /// view, never copied), or `None`.
     #[serde(default)]
     pub views: Vec<Option<Vec<usize>>>,
+    /// Per input: the constant, forward-stepping Slice of the region it is read through (a
+    /// strided window read in place, never copied), or `None`.
+    #[serde(default)]
+    pub slices: Vec<Option<Vec<SliceAxis>>>,
     pub steps: Vec<Step>,
     /// Tensors read outside the region (or graph outputs), with the step computing each.
     pub outputs: Vec<(String, usize)>,
@@ -66,11 +71,7 @@ impl Region {
             let shape = match *s {
                 Step::Input(i) => {
                     let s = inputs.get(i).ok_or_else(|| format!("step {j} reads a missing input {i}"))?;
-                    match self.view(i) {
-                        Some(p) if p.len() == s.rank() => Shape(p.iter().map(|&d| s.0[d].clone()).collect()),
-                        Some(p) => return Err(format!("input {i} of rank {} viewed through {p:?}", s.rank())),
-                        None => (*s).clone(),
-                    }
+                    self.viewed_shape(i, s)?
                 }
                 Step::Const(_) => Shape(vec![]),
                 Step::Unary(_, a) | Step::Exp(a) => out[a].clone(),
@@ -93,6 +94,45 @@ impl Region {
     /// Input `i`'s view (the permutation of a Transpose read through strides), if any.
     pub fn view(&self, i: usize) -> Option<&[usize]> {
         self.views.get(i).and_then(|v| v.as_deref())
+    }
+
+    /// Input `i`'s slice (a strided window read in place), if any.
+    pub fn slice(&self, i: usize) -> Option<&[SliceAxis]> {
+        self.slices.get(i).and_then(|v| v.as_deref())
+    }
+
+    /// Input `i` of shape `s` as the region reads it: through its permutation or its slice
+    /// (a sliced dim of unknown or symbolic size has an unknown size).
+    pub fn viewed_shape(&self, i: usize, s: &Shape) -> Result<Shape, String> {
+        if let Some(p) = self.view(i) {
+            return match p.len() == s.rank() && p.iter().all(|&d| d < s.rank()) {
+                true => Ok(Shape(p.iter().map(|&d| s.0[d].clone()).collect())),
+                false => Err(format!("input {i} of rank {} viewed through {p:?}", s.rank())),
+            };
+        }
+        let mut out = s.clone();
+        for a in self.slice(i).unwrap_or_default() {
+            let d = out.0.get_mut(a.axis).ok_or_else(|| format!("input {i} of rank {} sliced on axis {}", s.rank(), a.axis))?;
+            *d = match d {
+                Dim::Known(n) => Dim::Known(a.resolve(*n).len),
+                _ => Dim::Unknown,
+            };
+        }
+        Ok(out)
+    }
+
+    /// Each input's window on a stored tensor of shape `shape`: per axis (first element, step,
+    /// extent) in elements of that axis.
+    pub fn window(&self, i: usize, shape: &[usize]) -> Vec<(usize, usize, usize)> {
+        let mut w: Vec<(usize, usize, usize)> = shape.iter().map(|&d| (0, 1, d)).collect();
+        for a in self.slice(i).unwrap_or_default() {
+            if let Some(x) = w.get_mut(a.axis) {
+                let r = a.resolve(x.2);
+                // Forward steps only (`find_with`): the start is inside the dim.
+                *x = (r.start.max(0) as usize, r.step.max(1) as usize, r.len);
+            }
+        }
+        w
     }
 
     /// The outputs' types given the inputs' (a region computes in its inputs' float type).
@@ -159,6 +199,25 @@ fn lower(op: &Op, args: &[usize], steps: &mut Vec<Step>, rank: usize) -> Result<
     })
 }
 
+/// Ops a region reads its input through (strides and an offset), never computing them.
+fn is_view(op: &Op) -> bool {
+    matches!(op, Op::Transpose { perm: Some(_) } | Op::Slice)
+}
+
+/// A Slice's constant bounds per axis, when every step is positive.
+fn slice_view(g: &Graph, n: &crate::ir::Node) -> Option<Vec<SliceAxis>> {
+    let ints = |i: usize| -> Option<Option<Vec<i64>>> {
+        match n.input(i) {
+            None => Some(None),
+            Some(t) => Some(Some(crate::plan::edit::constant(g, t)?.as_i64_vec()?)),
+        }
+    };
+    let rank = g.types.get(n.input(0)?)?.shape.as_ref()?.rank();
+    let (starts, ends, axes, steps) = (ints(1)??, ints(2)??, ints(3)?, ints(4)?);
+    let axes = crate::ir::infer::slice_axes(rank, &starts, &ends, axes.as_deref(), steps.as_deref()).ok()?;
+    axes.iter().all(|a| a.step > 0).then_some(axes)
+}
+
 fn stitchable(op: &Op) -> bool {
     use crate::plan::layout::{TO_NCHW, TO_NHWC};
     match op {
@@ -168,6 +227,7 @@ fn stitchable(op: &Op) -> bool {
         // A transpose of a region input is a strided read. The planner's own NCHW <-> NHWC
         // transforms are glue kernels' (tiled for coalescing).
         Op::Transpose { perm: Some(p) } => p[..] != TO_NHWC && p[..] != TO_NCHW,
+        Op::Slice => true,
         _ => false,
     }
 }
@@ -187,11 +247,14 @@ pub fn find_with(g: &Graph, taken: &HashSet<String>, leave_attention: bool) -> (
     let attention_nodes: HashSet<String> =
         if leave_attention { attention::find(g).0.into_iter().flat_map(|a| a.nodes).collect() } else { HashSet::new() };
     let float = |t: &str| g.types.get(t).is_some_and(|ty| ty.dtype.is_float() && ty.shape.is_some());
+    // Shape computations stay whole on the host (see `partition::shape_computations`).
+    let metadata = super::shape_computations(g);
     let mut cand: Vec<bool> = g
         .nodes
         .iter()
-        .map(|n| {
-            if !stitchable(&n.op) || taken.contains(&n.name) {
+        .enumerate()
+        .map(|(i, n)| {
+            if !stitchable(&n.op) || taken.contains(&n.name) || metadata.contains(&i) {
                 return false;
             }
             if attention_nodes.contains(&n.name) {
@@ -200,6 +263,10 @@ pub fn find_with(g: &Graph, taken: &HashSet<String>, leave_attention: bool) -> (
                     reason: "attention core: left for attention fusion".into(),
                 });
                 return false;
+            }
+            if matches!(n.op, Op::Slice) {
+                // Read in place: its bounds are constants, its data a float tensor.
+                return n.outputs.len() == 1 && float(&n.outputs[0]) && n.input(0).is_some_and(float);
             }
             n.outputs.len() == 1 && float(&n.outputs[0]) && n.inputs.iter().flatten().all(|x| float(x))
         })
@@ -210,6 +277,18 @@ pub fn find_with(g: &Graph, taken: &HashSet<String>, leave_attention: bool) -> (
     for (i, n) in g.nodes.iter().enumerate() {
         for x in n.inputs.iter().flatten() {
             consumers.entry(x.as_str()).or_default().push(i);
+        }
+    }
+    // A slice joins only as a view of what a region reads: one of constant bounds stepping
+    // forwards, with a stepped axis (a copy kernel is worth it) or a reader in some region.
+    for (i, n) in g.nodes.iter().enumerate() {
+        if cand[i] && matches!(n.op, Op::Slice) {
+            let readers = n.outputs.first().and_then(|y| consumers.get(y.as_str()));
+            let read_in_region = readers.is_some_and(|r| r.iter().any(|&c| cand[c]));
+            cand[i] = match slice_view(g, n) {
+                Some(axes) => axes.iter().any(|a| a.step != 1) || read_in_region,
+                None => false,
+            };
         }
     }
     let scalar = |t: &str| -> Option<f64> {
@@ -271,9 +350,9 @@ fn groups(
         if !cand[i] {
             continue;
         }
-        // A transpose is a view of a region *input*, never of a value the region computes: a
-        // transpose of a stitched value starts a region of its own, reading that one's output.
-        if matches!(n.op, Op::Transpose { .. }) || cut.contains(&i) {
+        // A transpose or slice is a view of a region *input*, never of a value the region
+        // computes: one of a stitched value starts a region of its own, reading its output.
+        if is_view(&n.op) || cut.contains(&i) {
             continue;
         }
         for x in n.inputs.iter().flatten() {
@@ -321,7 +400,7 @@ fn convex_parts(g: &Graph, members: &[usize], producer: &HashMap<&str, usize>) -
             }
             // A transpose reads its input as a view of stored memory: a member's value it
             // reads must be written out first, as if it left the group.
-            let view = inner && matches!(g.nodes[i].op, Op::Transpose { .. });
+            let view = inner && is_view(&g.nodes[i].op);
             let leaves = set.contains(&p) && (!inner || view);
             s = s.max(stage[p] + i64::from(leaves));
         }
@@ -386,18 +465,28 @@ fn region(
     scalar: &dyn Fn(&str) -> Option<f64>,
 ) -> Result<Region, RegionError> {
     let set: HashSet<usize> = members.iter().copied().collect();
-    let mut r =
-        Region { nodes: Vec::new(), inputs: Vec::new(), views: Vec::new(), steps: Vec::new(), outputs: Vec::new() };
+    let mut r = Region {
+        nodes: Vec::new(),
+        inputs: Vec::new(),
+        views: Vec::new(),
+        slices: Vec::new(),
+        steps: Vec::new(),
+        outputs: Vec::new(),
+    };
     let mut value: HashMap<String, usize> = HashMap::new();
     let mut row: Option<crate::ir::Dim> = None;
     for &i in members {
         let n = &g.nodes[i];
         let rank = g.types[&n.outputs[0]].shape.as_ref().map_or(0, |s| s.0.len());
-        if let Op::Transpose { perm: Some(perm) } = &n.op {
+        if is_view(&n.op) {
             // Its input comes from outside (see `find_with`): a viewed region input.
-            let x = n.input(0).ok_or_else(|| RegionError::Node(i, format!("Transpose '{}' has no input", n.name)))?;
+            let x = n.input(0).ok_or_else(|| RegionError::Node(i, format!("'{}' has no input", n.name)))?;
             r.inputs.push(x.to_string());
-            r.views.push(Some(perm.clone()));
+            r.views.push(match &n.op {
+                Op::Transpose { perm } => perm.clone(),
+                _ => None,
+            });
+            r.slices.push(slice_view(g, n));
             r.steps.push(Step::Input(r.inputs.len() - 1));
             value.insert(n.outputs[0].clone(), r.steps.len() - 1);
             r.nodes.push(n.name.clone());
@@ -420,6 +509,7 @@ fn region(
                 None => {
                     r.inputs.push(x.clone());
                     r.views.push(None);
+                    r.slices.push(None);
                     Step::Input(r.inputs.len() - 1)
                 }
             };
@@ -477,6 +567,22 @@ impl Region {
         let mut vals: Vec<Value> = Vec::with_capacity(self.steps.len());
         for s in &self.steps {
             let v = match *s {
+                Step::Input(i) if self.slice(i).is_some() => {
+                    // ONNX Slice on the host: the reference executor's own op.
+                    let axes = self.slice(i).unwrap_or_default();
+                    let ints = |f: &dyn Fn(&SliceAxis) -> i64| {
+                        Tensor::from_i64(vec![axes.len()], axes.iter().map(f).collect())
+                    };
+                    let (starts, ends) = (ints(&|a| a.start), ints(&|a| a.end));
+                    let (ax, steps) = (ints(&|a| a.axis as i64), ints(&|a| a.step));
+                    let t = crate::reference::eval_op(
+                        &Op::Slice,
+                        &[Some(inputs[i]), Some(&starts), Some(&ends), Some(&ax), Some(&steps)],
+                    )
+                    .map_err(|e| format!("input {i}: {e}"))?
+                    .remove(0);
+                    Value { shape: t.shape.clone(), v: t.to_f64_vec() }
+                }
                 Step::Input(i) => match self.view(i) {
                     None => Value { shape: inputs[i].shape.clone(), v: inputs[i].to_f64_vec() },
                     Some(perm) => {

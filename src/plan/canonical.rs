@@ -83,10 +83,81 @@ pub fn canonical(g: &Graph) -> Result<(Graph, usize)> {
         i += 1;
         count += 1;
     }
+    count += softmax_to_last_axis(&mut out, &mut taken);
+    count += compose_transposes(&mut out);
+    if count > 0 {
+        finish(&mut out)?;
+    }
+    count += super::layout::cancel_inverse_transposes(&mut out);
     if count > 0 {
         finish(&mut out)?;
     }
     Ok((out, count))
+}
+
+/// A Softmax over another axis than the last becomes Transpose (that axis last) -> Softmax
+/// over the last axis -> Transpose back: stitched kernels reduce along rows, the first
+/// transpose is a view they read in place, and the second usually meets another transpose
+/// (a detection head's DFL softmax reads one, and an NHWC conv region's entry undoes the
+/// other) and composes or cancels with it. Needs the input's rank.
+fn softmax_to_last_axis(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
+    let mut count = 0;
+    let mut i = 0;
+    while i < g.nodes.len() {
+        let n = g.nodes[i].clone();
+        i += 1;
+        let Op::Softmax { axis } = n.op else { continue };
+        let rank = n.input(0).and_then(|x| g.types.get(x)?.shape.as_ref()).map(|s| s.rank());
+        let (Some(rank), Some(x), [y]) = (rank, n.input(0), &n.outputs[..]) else { continue };
+        let k = if axis < 0 { axis + rank as i64 } else { axis };
+        if k < 0 || k as usize >= rank.saturating_sub(1) {
+            continue;
+        }
+        let k = k as usize;
+        let to_last: Vec<usize> = (0..rank).filter(|&d| d != k).chain([k]).collect();
+        let mut back = vec![0; rank];
+        for (i, &d) in to_last.iter().enumerate() {
+            back[d] = i;
+        }
+        let t_in = fresh_name(g, taken, &format!("{}.to_last_axis", n.name));
+        let s_out = fresh_name(g, taken, &format!("{y}.last_axis"));
+        let t_out = fresh_name(g, taken, &format!("{}.from_last_axis", n.name));
+        let first = node(t_in.clone(), Op::Transpose { perm: Some(to_last) }, vec![Some(x.to_string())], t_in.clone());
+        let softmax = node(n.name.clone(), Op::Softmax { axis: -1 }, vec![Some(t_in)], s_out.clone());
+        let last = node(t_out, Op::Transpose { perm: Some(back) }, vec![Some(s_out)], y.clone());
+        g.nodes.splice(i - 1..i, [first, softmax, last]);
+        i += 2;
+        count += 1;
+    }
+    count
+}
+
+/// `Transpose(Transpose(x, p), q)` whose first transpose nobody else reads is one
+/// `Transpose(x, p . q)` (element i of the result's dims is `p[q[i]]`); pairs that undo each
+/// other are left to [`super::layout::cancel_inverse_transposes`].
+fn compose_transposes(g: &mut Graph) -> usize {
+    let mut count = 0;
+    loop {
+        let readers = super::edit::consumers(g);
+        let producer: std::collections::HashMap<&str, usize> =
+            g.nodes.iter().enumerate().flat_map(|(i, n)| n.outputs.iter().map(move |o| (o.as_str(), i))).collect();
+        let pair = g.nodes.iter().enumerate().find_map(|(b, nb)| {
+            let Op::Transpose { perm: Some(q) } = &nb.op else { return None };
+            let y = nb.input(0)?;
+            let a = *producer.get(y)?;
+            let Op::Transpose { perm: Some(p) } = &g.nodes[a].op else { return None };
+            let alone = readers.get(y).is_some_and(|r| r.len() == 1) && !g.outputs.iter().any(|o| o == y);
+            let composed: Vec<usize> = q.iter().map(|&d| p.get(d).copied()).collect::<Option<_>>()?;
+            let identity = composed.iter().enumerate().all(|(i, &d)| i == d);
+            (alone && p.len() == q.len() && !identity).then_some((a, b, composed))
+        });
+        let Some((a, b, composed)) = pair else { return count };
+        let x = g.nodes[a].inputs[0].clone();
+        g.nodes[b].inputs[0] = x;
+        g.nodes[b].op = Op::Transpose { perm: Some(composed) };
+        g.nodes.remove(a);
+        count += 1;
+    }
 }
 
 /// A 2-D ConvTranspose of `g` whose square windows tile its output (kernel = stride, no

@@ -626,16 +626,9 @@ pub fn stitch_spec(g: &Graph, n: &Node) -> Result<bolt_codegen::stitch::StitchSp
         shapes.push(t.shape.clone().ok_or_else(|| format!("input '{x}' has no known rank"))?);
         inputs.push(e);
     }
-    // Each input as the region reads it (a transposed input through its permutation).
-    let viewed: Vec<Shape> = shapes
-        .iter()
-        .enumerate()
-        .map(|(i, s)| match r.view(i) {
-            Some(p) if p.len() == s.rank() => Ok(Shape(p.iter().map(|&d| s.0[d].clone()).collect())),
-            Some(p) => Err(format!("input {i} of rank {} viewed through {p:?}", s.rank())),
-            None => Ok(s.clone()),
-        })
-        .collect::<Result<_, _>>()?;
+    // Each input as the region reads it (a transposed input through its permutation, a
+    // sliced one through its window).
+    let viewed: Vec<Shape> = shapes.iter().enumerate().map(|(i, s)| r.viewed_shape(i, s)).collect::<Result<_, _>>()?;
     let space = viewed
         .iter()
         .try_fold(Shape(vec![]), |acc, s| crate::ir::broadcast_shapes(&acc, s))
@@ -784,7 +777,7 @@ pub fn stitch_spec(g: &Graph, n: &Node) -> Result<bolt_codegen::stitch::StitchSp
             .enumerate()
             .map(|(i, element)| {
                 let known = viewed[i].0.iter().all(|d| !matches!(d, Dim::Unknown));
-                let dense = r.view(i).is_none() && known && viewed[i] == space;
+                let dense = r.view(i).is_none() && r.slice(i).is_none() && known && viewed[i] == space;
                 st::Input { element, access: if dense { Access::Dense } else { Access::Strided } }
             })
             .collect(),
@@ -795,31 +788,50 @@ pub fn stitch_spec(g: &Graph, n: &Node) -> Result<bolt_codegen::stitch::StitchSp
     Ok(spec)
 }
 
+/// A stitched node's launch on inputs of actual shapes: the problem and where each input's
+/// first element read lies.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StitchLaunch {
+    pub problem: bolt_codegen::abi::BoltStitchProblem,
+    /// Per input, elements from the stored tensor's start to the first one the kernel reads
+    /// (a slice's window; 0 otherwise): the devices pass the input's address advanced by it.
+    pub offsets: Vec<usize>,
+}
+
 /// A stitched node's run-time problem from its inputs' actual shapes: each input as the
-/// region reads it (a transposed input as a strided view of the stored tensor), the iteration
-/// space their broadcast.
+/// region reads it (a transposed input as a strided view of the stored tensor, a sliced one as
+/// a strided window of it), the iteration space their broadcast.
 pub fn stitch_problem(
     spec: &bolt_codegen::stitch::StitchSpec,
     region: &crate::partition::stitch::Region,
     inputs: &[&[usize]],
-) -> Result<bolt_codegen::abi::BoltStitchProblem, String> {
+) -> Result<StitchLaunch, String> {
     let mut views: Vec<(Vec<usize>, Vec<i64>)> = Vec::with_capacity(inputs.len());
+    let mut offsets = Vec::with_capacity(inputs.len());
     for (i, s) in inputs.iter().enumerate() {
         let strides = bolt_codegen::abi::contiguous_strides(s);
-        views.push(match region.view(i) {
-            None => (s.to_vec(), strides),
+        let (view, offset) = match region.view(i) {
+            None => {
+                let w = region.window(i, s);
+                let offset = w.iter().zip(&strides).map(|(&(start, _, _), &st)| start as i64 * st).sum::<i64>();
+                let shape = w.iter().map(|&(_, _, len)| len).collect();
+                let st = w.iter().zip(&strides).map(|(&(_, step, _), &st)| step as i64 * st).collect();
+                ((shape, st), offset as usize)
+            }
             Some(p) if p.len() == s.len() && p.iter().all(|&d| d < s.len()) => {
-                (p.iter().map(|&d| s[d]).collect(), p.iter().map(|&d| strides[d]).collect())
+                ((p.iter().map(|&d| s[d]).collect(), p.iter().map(|&d| strides[d]).collect()), 0)
             }
             Some(p) => return Err(format!("input {i} of shape {s:?} viewed through {p:?}")),
-        });
+        };
+        views.push(view);
+        offsets.push(offset);
     }
     let space = views
         .iter()
         .try_fold(Vec::new(), |acc, (s, _)| crate::ir::broadcast_static(&acc, s))
         .ok_or_else(|| format!("inputs {inputs:?} do not broadcast together"))?;
     let refs: Vec<(&[usize], &[i64])> = views.iter().map(|(s, t)| (s.as_slice(), t.as_slice())).collect();
-    spec.problem_of_views(&space, &refs)
+    Ok(StitchLaunch { problem: spec.problem_of_views(&space, &refs)?, offsets })
 }
 
 /// One rectangular device-to-device copy of a copy node ([`copy_blocks`]): `height` rows of

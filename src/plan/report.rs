@@ -130,6 +130,7 @@ pub fn report(model: &str, original: &Graph, plan: &Plan, opts: &PlanOptions) ->
         let glue_reason = plan.glue.iter().find(|p| p.node == h.node).and_then(|p| p.reason.as_ref());
         let is_copy = original.nodes.iter().any(|n| n.name == h.node && super::lower::is_copy_node(original, n));
         let reason = match glue_reason {
+            _ if h.reason == crate::partition::SHAPE_COMPUTATION => h.reason.clone(),
             Some(why) => format!("no glue kernel: {why}"),
             None if is_copy => {
                 device_copies += 1;

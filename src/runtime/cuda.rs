@@ -659,8 +659,9 @@ impl CudaExecutor {
         let crate::ir::Op::Stitched(region) = &n.op else {
             return Err(fail("-".into(), "the plan records a stitched kernel for a node that is not one".into()));
         };
-        let problem =
+        let launch =
             crate::plan::lower::stitch_problem(&st.spec, region, &refs).map_err(|why| fail("-".into(), why))?;
+        let problem = launch.problem;
         let status = kernel.can_implement(&problem);
         if status != Status::Ok {
             return Err(fail(format!("{problem:?}"), format!("can_implement: {status}")));
@@ -675,7 +676,9 @@ impl CudaExecutor {
             return Err(fail(format!("{problem:?}"), "more tensors than the ABI carries".into()));
         }
         for (i, x) in n.inputs.iter().enumerate() {
-            args.inputs[i] = at(x.as_deref().unwrap_or_default())? as *const c_void;
+            // A sliced input is read from its window's first element.
+            let skip = launch.offsets[i] * st.spec.inputs[i].element.size_bytes();
+            args.inputs[i] = (at(x.as_deref().unwrap_or_default())? + skip as u64) as *const c_void;
         }
         for (o, y) in n.outputs.iter().enumerate() {
             args.outputs[o] = at(y)? as *mut c_void;
