@@ -8,7 +8,9 @@ single-op and decomposed spellings, casts, shared intermediates, graph outputs i
 a chain), and attention blocks in the forms exporters write (heads split by transposes, Kᵀ
 by [0,2,3,1] / [0,1,3,2] or given, K and V shared by the heads, the scale after the MatMul or
 on Q and K, padding / causal / full masks, the head merge, cross-attention lengths, head dims
-the kernels do and do not take). Every graph is checked three ways against things Bolt did
+the kernels do and do not take), and between conv blocks data movement and memory-intensive
+ops (Concat, Slice with and without steps, YOLOv5's Focus, Resize, pools, softmax over a
+channel or row axis, maybe through a transpose). Every graph is checked three ways against things Bolt did
 not compute:
 
   1. the planned graph against the model, both on Bolt's reference executor (`bolt compile`
@@ -45,7 +47,7 @@ from onnx import TensorProto, helper, numpy_helper
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO / "fuzz" / "corpus" / "graphs"
 # Bump when the generator changes what a seed builds.
-GENERATOR_VERSION = 5
+GENERATOR_VERSION = 6
 OPSET = 17
 # (rtol, atol) per graph element type. f32: folding reorders rounding, and a fused Cast to f16
 # may differ by an f16 ulp. f16 graphs: ORT rounds after every op, a fused kernel once.
@@ -343,7 +345,21 @@ def glue(b: Builder, x: str) -> str:
     nb, c, h, w = b.shapes[x]
     i64 = lambda v: b.inits.append(numpy_helper.from_array(np.array(v, np.int64), nm := b.name("i"))) or nm  # noqa: E731
     kind = rng.choice(["concat_self", "slice_ch", "slice_hw", "resize", "bcast_w", "bcast_hw", "maxpool", "two_branch",
-                       "avgpool", "squeeze_excite", "deconv", "batchnorm", "resize_half"])
+                       "avgpool", "squeeze_excite", "deconv", "batchnorm", "resize_half", "softmax_axis", "focus"])
+    if kind == "softmax_axis":
+        # A softmax over the channels or the rows (YOLOv8's DFL head), maybe read through a
+        # transpose swapping channels and rows as that head does.
+        if rng.random() < 0.5:
+            x = b.op("Transpose", [x], (nb, h, c, w), perm=[0, 2, 1, 3])
+            nb, c, h, w = b.shapes[x]
+            sm = b.op("Softmax", [x], (nb, c, h, w), axis=int(rng.choice([1, 2, -3])))
+            return b.op("Transpose", [sm], (nb, h, c, w), perm=[0, 2, 1, 3])
+        return b.op("Softmax", [x], (nb, c, h, w), axis=int(rng.choice([0, 1, 2, -2])))
+    if kind == "focus" and h % 2 == 0 and w % 2 == 0:
+        # YOLOv5's Focus: the four pixel phases as channels (strided slices + Concat).
+        parts = [b.op("Slice", [x, i64([r, q]), i64([h, w]), i64([2, 3]), i64([2, 2])], (nb, c, h // 2, w // 2))
+                 for r, q in ((0, 0), (1, 0), (0, 1), (1, 1))]
+        return b.op("Concat", parts, (nb, 4 * c, h // 2, w // 2), axis=1)
     if kind == "avgpool" and min(h, w) >= 2:
         k, p, ceil = int(rng.choice([2, 3])), int(rng.integers(0, 2)), int(rng.random() < 0.5)
         p = min(p, k - 1)
