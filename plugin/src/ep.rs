@@ -19,6 +19,9 @@ pub struct BoltEp {
     pub options: Options,
     /// The session's logger (lives as long as the session, hence as long as this EP).
     logger: *const OrtLogger,
+    /// Types Bolt inferred for the values of the graphs GetCapability saw: Compile gives them
+    /// to fused subgraphs whose inputs ORT could not shape ([`graph::import`]).
+    types: std::sync::Mutex<HashMap<String, bolt::ir::TensorType>>,
 }
 
 impl BoltEp {
@@ -47,6 +50,7 @@ impl BoltEp {
                 .expect("no NUL"),
             options,
             logger,
+            types: Default::default(),
         })
     }
 
@@ -146,7 +150,7 @@ unsafe extern "system" fn ep_get_capability(
 ) -> Status {
     guard("GetCapability", || {
         let me = this(ep);
-        let imported = match graph::import(g, None) {
+        let imported = match graph::import(g, None, None) {
             Ok(i) => i,
             Err(e) => {
                 // A graph Bolt cannot read stays with ORT whole.
@@ -154,6 +158,9 @@ unsafe extern "system" fn ep_get_capability(
                 return Ok(());
             }
         };
+        if let Ok(mut types) = me.types.lock() {
+            types.extend(imported.graph.types.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
         let options = OrtNodeFusionOptions { ort_version_supported: EP_API_VERSION, drop_constant_initializers: true };
         // A compiled model's EPContext nodes written by this EP: each is one fused node.
         let ep_name = me.name_str();
@@ -297,7 +304,8 @@ unsafe extern "system" fn ep_compile(
             for i in 0..count {
                 let (name, inputs, outputs) = node_io(*fused_nodes.add(i))?;
                 // Everything is copied out of the OrtGraph here: it is gone after Compile.
-                let imported = graph::import(*graphs.add(i), Some(&outputs))
+                let hints = me.types.lock().map(|t| t.clone()).unwrap_or_default();
+                let imported = graph::import(*graphs.add(i), Some(&outputs), Some(&hints))
                     .map_err(|e| format!("fused node '{name}': cannot read its graph: {e}"))?;
                 let model_path = graph_model_path(*graphs.add(i))?;
                 let (graph, runner) = if let Some(rel) = epcontext_artifact(&imported.graph, &me.name_str()) {

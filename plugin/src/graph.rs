@@ -25,8 +25,46 @@ pub struct Imported {
 ///
 /// # Safety
 /// `g` is a live OrtGraph for the duration of the call.
-pub unsafe fn import(g: *const OrtGraph, outputs: Option<&[String]>) -> Res<Imported> {
+///
+/// `hints`: types Bolt inferred for values of the whole model (kept from GetCapability). A
+/// fused node's subgraph may reach Compile with inputs ORT could not shape; their shapes come
+/// from the hints, so the subgraph plans as it did inside the whole model (e.g. a Softmax
+/// before opset 13 is today's Softmax only at a known rank).
+pub unsafe fn import(
+    g: *const OrtGraph,
+    outputs: Option<&[String]>,
+    hints: Option<&HashMap<String, bolt::ir::TensorType>>,
+) -> Res<Imported> {
     let (mut model, nodes) = read_model(g)?;
+    if let (Some(hints), Some(graph)) = (hints, model.graph.as_mut()) {
+        for v in graph.input.iter_mut().chain(graph.value_info.iter_mut()) {
+            if let Some(t) = hints.get(v.name()) {
+                give_shape(v, t);
+            }
+        }
+        // Values ORT describes not at all: declared from the hints.
+        let described: HashSet<String> =
+            graph.input.iter().chain(&graph.value_info).chain(&graph.output).map(|v| v.name().to_string()).collect();
+        let mut missing: Vec<proto::ValueInfoProto> = Vec::new();
+        for name in graph.node.iter().flat_map(|n| &n.output).filter(|o| !o.is_empty() && !described.contains(*o)) {
+            if let Some(t) = hints.get(name) {
+                let mut v = proto::ValueInfoProto {
+                    name: Some(name.clone()),
+                    r#type: Some(proto::TypeProto {
+                        value: Some(proto::type_proto::Value::TensorType(proto::type_proto::Tensor {
+                            elem_type: Some(t.dtype.onnx_code()),
+                            shape: None,
+                        })),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                };
+                give_shape(&mut v, t);
+                missing.push(v);
+            }
+        }
+        graph.value_info.extend(missing);
+    }
     if let (Some(outs), Some(graph)) = (outputs, model.graph.as_mut()) {
         // Compile: the fused node's outputs are the subgraph's outputs, in order.
         let known: HashMap<String, proto::ValueInfoProto> =
@@ -50,6 +88,40 @@ pub unsafe fn import(g: *const OrtGraph, outputs: Option<&[String]>) -> Res<Impo
         }
     };
     Ok(Imported { graph, nodes })
+}
+
+/// Declares `t`'s shape on `v` when `v` has the same element type and a shape that says
+/// less (none, or unknown dims where `t` knows them).
+fn give_shape(v: &mut proto::ValueInfoProto, t: &bolt::ir::TensorType) {
+    use proto::tensor_shape_proto::{dimension::Value as D, Dimension};
+    let Some(shape) = &t.shape else { return };
+    let Some(proto::TypeProto { value: Some(proto::type_proto::Value::TensorType(tt)), .. }) = v.r#type.as_mut() else {
+        return;
+    };
+    if tt.elem_type != Some(t.dtype.onnx_code()) {
+        return;
+    }
+    if let Some(have) = &tt.shape {
+        // Keep ORT's shape unless it is of the same rank and knows no dim `t` does not.
+        let less = have.dim.len() == shape.rank()
+            && have.dim.iter().zip(&shape.0).any(|(h, d)| h.value.is_none() && !matches!(d, bolt::ir::Dim::Unknown));
+        if !less {
+            return;
+        }
+    }
+    let dim = shape
+        .0
+        .iter()
+        .map(|d| Dimension {
+            value: match d {
+                bolt::ir::Dim::Known(n) => Some(D::DimValue(*n as i64)),
+                bolt::ir::Dim::Sym(s) => Some(D::DimParam(s.clone())),
+                bolt::ir::Dim::Unknown => None,
+            },
+            ..Default::default()
+        })
+        .collect();
+    tt.shape = Some(proto::TensorShapeProto { dim });
 }
 
 fn load(model: &proto::ModelProto) -> Res<Graph> {

@@ -54,21 +54,7 @@ pub fn offload(g: &Graph, claimable: &dyn Fn(&Partition) -> Result<(), String>) 
     let mut device: HashSet<String> = partitions.iter().flat_map(|p| p.nodes.iter().cloned()).collect();
     device.extend(plan.stitched.iter().filter(|d| d.stitched.is_some()).flat_map(|d| d.nodes.iter().cloned()));
     device.extend(plan.glue.iter().filter(|d| d.kernel.is_some()).map(|d| d.node.clone()));
-    // A core's Softmax before opset 13 is today's Softmax only at a known rank, which the
-    // host's fused subgraph may not carry (ONNX Runtime hands Bolt values it could not shape):
-    // such cores stay with the host.
-    let cores = plan.attention.iter().filter(|d| d.fused.is_some());
-    if g.opset >= 13 {
-        device.extend(cores.flat_map(|d| d.nodes.iter().cloned()));
-    } else {
-        for d in cores {
-            out.notes.push(format!(
-                "attention core {} stays with the host: its Softmax is opset {} (before 13), which needs a rank \
-                 the host's subgraph may not carry",
-                d.nodes[0], g.opset
-            ));
-        }
-    }
+    device.extend(plan.attention.iter().filter(|d| d.fused.is_some()).flat_map(|d| d.nodes.iter().cloned()));
     // Copy ops (views, Concat) reading a device tensor stay with it (model order: chains of
     // them follow).
     let producer: HashMap<&str, &str> =

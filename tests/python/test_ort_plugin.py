@@ -167,6 +167,19 @@ def test_corpus_model_matches_ort_cpu(model_sessions, name, ds):
     assert_close(*run_dataset(sess, MODELS / name / ds))
 
 
+def test_opset12_attention_cores_run_in_bolt_through_ort(model_sessions):
+    # PP-OCRv4 rec (paddle2onnx, opset 12): its two SVTR attention cores' Softmax is the
+    # legacy one, today's Softmax only at a known rank. The fused node's subgraph ORT hands
+    # Bolt gets the shapes Bolt inferred for the whole model, so its cores are planned as one
+    # attention kernel each, as in `bolt compile`: ORT keeps none of their ops, and the outputs
+    # equal ORT CPU's.
+    sess = model_sessions("ppocrv4_rec")
+    kept = [(n, op) for n, op in assignment(sess).get("CPUExecutionProvider", []) if op in ("MatMul", "Softmax")]
+    assert not kept, kept
+    for ds in ("test_data_set_0", "test_data_set_1"):
+        assert_close(*run_dataset(sess, MODELS / "ppocrv4_rec" / ds))
+
+
 def test_corpus_reaches_bolt(model_sessions):
     # The corpus is not all host ops: its CNN detectors and OCR models give Bolt most of
     # their anchors through the provider.
