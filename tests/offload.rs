@@ -9,7 +9,7 @@ use common::nets::{inputs, Net};
 
 /// A keepdims mean over axis 1 of a rank-4 tensor: an op Bolt leaves to the host.
 fn channel_mean() -> Op {
-    Op::ReduceMean { axes: Some(vec![1]), keepdims: true, noop_with_empty_axes: false }
+    Op::Reduce { kind: bolt::ir::ReduceKind::Mean, axes: Some(vec![1]), keepdims: true, noop_with_empty_axes: false }
 }
 
 fn any_partition(_: &bolt::partition::Partition) -> Result<(), String> {

@@ -70,7 +70,7 @@ fn consecutive_convs_share_one_region_and_a_host_op_splits_regions() {
     let y = n.conv(&y, 16, 16, 3, 1, 1);
     let y = n.relu(&y);
     // A mean over the channels: not layout-agnostic, it runs on the host in NCHW.
-    let y = n.op("mean", Op::ReduceMean { axes: Some(vec![1]), keepdims: true, noop_with_empty_axes: false }, &[&y]);
+    let y = n.op("mean", Op::Reduce { kind: bolt::ir::ReduceKind::Mean, axes: Some(vec![1]), keepdims: true, noop_with_empty_axes: false }, &[&y]);
     let y = n.conv(&y, 1, 32, 1, 1, 0);
     let g = n.finish(&[&y]);
     let p = planned(&g);

@@ -7,7 +7,7 @@ mod common;
 
 use bolt::ir::builder::GraphBuilder;
 use bolt::ir::precision::convert_floats;
-use bolt::ir::{Binary, DType, Graph, Op, Shape, Tensor, Unary};
+use bolt::ir::{Binary, DType, Graph, Op, ReduceKind, Shape, Tensor, Unary};
 use bolt::partition::stitch::{find, Region};
 use std::collections::{HashMap, HashSet};
 
@@ -21,6 +21,12 @@ enum Pattern {
     GeluErf,
     Softmax,
     ReduceMean,
+    /// Softmax as jax2tf and hand-written exports spell it: ReduceMax, Sub, Exp, ReduceSum, Div.
+    SoftmaxDecomposed,
+    /// LLaMA's RMSNorm: x * Reciprocal(Sqrt(ReduceMean(x * x) + eps)) * gamma.
+    RmsNorm,
+    /// Abs, Neg, Max, Min and a row minimum (ReduceMin).
+    MinMax,
 }
 
 fn graph(p: Pattern, rows: usize, width: usize) -> Graph {
@@ -36,7 +42,7 @@ fn graph(p: Pattern, rows: usize, width: usize) -> Graph {
             &[&x, &gamma, &beta],
         ),
         Pattern::LayerNormDecomposed => {
-            let mean_op = || Op::ReduceMean { axes: Some(vec![-1]), keepdims: true, noop_with_empty_axes: false };
+            let mean_op = || Op::Reduce { kind: ReduceKind::Mean, axes: Some(vec![-1]), keepdims: true, noop_with_empty_axes: false };
             let m = g.node("mean", mean_op(), &[&x]);
             let d = g.node("sub", Op::Binary(Binary::Sub), &[&x, &m]);
             let two = scalar(&mut g, "two", 2.0);
@@ -60,10 +66,39 @@ fn graph(p: Pattern, rows: usize, width: usize) -> Graph {
             g.node("mul_half", Op::Binary(Binary::Mul), &[&c, &half])
         }
         Pattern::Softmax => g.node("softmax", Op::Softmax { axis: 1 }, &[&x]),
+        Pattern::SoftmaxDecomposed => {
+            let reduce = |kind| Op::Reduce { kind, axes: Some(vec![-1]), keepdims: true, noop_with_empty_axes: false };
+            let m = g.node("max", reduce(ReduceKind::Max), &[&x]);
+            let d = g.node("sub", Op::Binary(Binary::Sub), &[&x, &m]);
+            let e = g.node("exp", Op::Unary(Unary::Exp), &[&d]);
+            let s = g.node("sum", reduce(ReduceKind::Sum), &[&e]);
+            g.node("div", Op::Binary(Binary::Div), &[&e, &s])
+        }
+        Pattern::RmsNorm => {
+            let sq = g.node("square", Op::Binary(Binary::Mul), &[&x, &x]);
+            let mean_op = Op::Reduce { kind: ReduceKind::Mean, axes: Some(vec![-1]), keepdims: true, noop_with_empty_axes: false };
+            let ms = g.node("mean", mean_op, &[&sq]);
+            let eps = scalar(&mut g, "eps", 1e-6);
+            let a = g.node("add_eps", Op::Binary(Binary::Add), &[&ms, &eps]);
+            let r = g.node("sqrt", Op::Unary(Unary::Sqrt), &[&a]);
+            let inv = g.node("reciprocal", Op::Unary(Unary::Reciprocal), &[&r]);
+            let n = g.node("normed", Op::Binary(Binary::Mul), &[&x, &inv]);
+            g.node("mul_gamma", Op::Binary(Binary::Mul), &[&n, &gamma])
+        }
+        Pattern::MinMax => {
+            let a = g.node("abs", Op::Unary(Unary::Abs), &[&x]);
+            let n = g.node("neg", Op::Unary(Unary::Neg), &[&a]);
+            let hi = g.node("max", Op::Binary(Binary::Max), &[&x, &gamma]);
+            let lo = g.node("min", Op::Binary(Binary::Min), &[&n, &beta]);
+            let row_min = Op::Reduce { kind: ReduceKind::Min, axes: Some(vec![-1]), keepdims: true, noop_with_empty_axes: false };
+            let m = g.node("row_min", row_min, &[&lo]);
+            let s = g.node("shift", Op::Binary(Binary::Sub), &[&hi, &m]);
+            g.node("add", Op::Binary(Binary::Add), &[&s, &lo])
+        }
         Pattern::ReduceMean => {
             let m = g.node(
                 "mean",
-                Op::ReduceMean { axes: Some(vec![1]), keepdims: true, noop_with_empty_axes: false },
+                Op::Reduce { kind: ReduceKind::Mean, axes: Some(vec![1]), keepdims: true, noop_with_empty_axes: false },
                 &[&x],
             );
             g.node("center", Op::Binary(Binary::Sub), &[&x, &m])
@@ -83,7 +118,7 @@ fn one_region(g: &Graph) -> Region {
 #[test]
 fn each_pattern_is_one_region_equal_to_its_ops_on_odd_widths_f32_and_f16() {
     use Pattern::*;
-    for p in [LayerNormOp, LayerNormDecomposed, GeluErf, Softmax, ReduceMean] {
+    for p in [LayerNormOp, LayerNormDecomposed, GeluErf, Softmax, ReduceMean, SoftmaxDecomposed, RmsNorm, MinMax] {
         for width in [1usize, 3, 17, 1000, 4099] {
             for dtype in [DType::F32, DType::F16] {
                 let g32 = graph(p, 3, width);
@@ -191,7 +226,7 @@ fn bert_base_regions() {
 #[test]
 fn planned_regions_become_stitched_nodes_whose_kernel_specs_mean_the_original_ops() {
     use Pattern::*;
-    for p in [LayerNormOp, LayerNormDecomposed, GeluErf, Softmax, ReduceMean] {
+    for p in [LayerNormOp, LayerNormDecomposed, GeluErf, Softmax, ReduceMean, SoftmaxDecomposed, RmsNorm, MinMax] {
         for width in [1usize, 3, 17, 1000, 4099] {
             for dtype in [DType::F32, DType::F16] {
                 let g32 = graph(p, 3, width);
@@ -238,7 +273,7 @@ fn regions_a_kernel_cannot_take_stay_on_the_host_with_why() {
     let mut g = GraphBuilder::new("narrow");
     let x = g.input("x", DType::F32, Shape::from_static(&[4, 1]));
     let y = g.input("y", DType::F32, Shape::from_static(&[4, 8]));
-    let m = g.node("mean", Op::ReduceMean { axes: Some(vec![-1]), keepdims: true, noop_with_empty_axes: false }, &[&x]);
+    let m = g.node("mean", Op::Reduce { kind: ReduceKind::Mean, axes: Some(vec![-1]), keepdims: true, noop_with_empty_axes: false }, &[&x]);
     let s = g.node("add", Op::Binary(Binary::Add), &[&m, &y]);
     g.output(&s);
     let g = g.finish().unwrap();
@@ -494,5 +529,36 @@ fn slices_outside_regions_are_copies_unless_stepped() {
         let feeds = HashMap::from([("x".to_string(), random(&[1, 3, 8, 8], 2))]);
         let (want, got) = (bolt::reference::run(&g, &feeds).unwrap(), bolt::reference::run(&plan.graph, &feeds).unwrap());
         assert_eq!(want[&g.outputs[0]].to_f32_vec(), got[&g.outputs[0]].to_f32_vec(), "step {step}");
+    }
+}
+
+/// Reductions that drop their axes (jax2tf's form: ReduceMax / ReduceSum with keepdims 0, the
+/// axes as an input from opset 13 / 18) are stitched like keepdims ones: the canonical pass
+/// gives them their axes as an attribute and keeps the reduced axis, a Squeeze (a view) drops
+/// it after. A decomposed softmax spelt so is one stitched node and a view; the planned graph
+/// equals the model on the reference executor (ReduceSum / ReduceMax / ReduceMin are checked
+/// against the ONNX conformance cases).
+#[test]
+fn reductions_dropping_their_axes_are_stitched_with_a_squeeze_after() {
+    for kind in [ReduceKind::Sum, ReduceKind::Max, ReduceKind::Min, ReduceKind::Mean] {
+        let mut g = GraphBuilder::new("keepdims0");
+        let x = g.input("x", DType::F32, Shape::from_static(&[3, 5, 19]));
+        let axes = g.initializer("axes", Tensor::from_i64(vec![1], vec![-1]));
+        let r = g.node("reduce", Op::Reduce { kind, axes: None, keepdims: false, noop_with_empty_axes: false }, &[&x, &axes]);
+        let t = g.node("tanh", Op::Unary(Unary::Tanh), &[&r]);
+        g.output(&t);
+        let g = g.finish().unwrap();
+        let plan = bolt::plan::plan(&g).unwrap();
+        let ops: Vec<&str> = plan.graph.nodes.iter().map(|n| n.op.op_type()).collect();
+        assert_eq!(ops.iter().filter(|o| **o == "BoltStitched").count(), 2, "{kind:?}: {ops:?}");
+        assert!(ops.contains(&"Squeeze") && ops.len() == 3, "{kind:?}: {ops:?}");
+        let feeds = HashMap::from([("x".to_string(), random(&[3, 5, 19], 4))]);
+        let (want, got) = (bolt::reference::run(&g, &feeds).unwrap(), bolt::reference::run(&plan.graph, &feeds).unwrap());
+        let (w, o) = (&want[&g.outputs[0]], &got[&g.outputs[0]]);
+        assert_eq!(w.shape, [3, 5], "{kind:?}");
+        assert_eq!(w.shape, o.shape, "{kind:?}");
+        for (a, b) in w.to_f32_vec().iter().zip(o.to_f32_vec()) {
+            assert!((a - b).abs() <= 1e-6, "{kind:?}: {a} vs {b}");
+        }
     }
 }

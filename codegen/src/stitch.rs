@@ -29,6 +29,9 @@ pub enum UnaryFn {
     Exp,
     Sqrt,
     Erf,
+    Neg,
+    Abs,
+    Reciprocal,
     Activation(Activation),
 }
 
@@ -40,6 +43,9 @@ pub enum BinaryFn {
     Mul,
     Div,
     Pow,
+    /// A NaN in either gives NaN (numpy's maximum / minimum).
+    Max,
+    Min,
 }
 
 /// A reduction along the row (the last axis of the iteration space), in f32.
@@ -107,8 +113,8 @@ pub enum StitchRejection {
     Order(usize, usize),
     #[error("step {0} reads input {1}, which the spec does not have")]
     NoInput(usize, usize),
-    #[error("step {0}: constant {1} is not finite")]
-    NotFinite(usize, f32),
+    #[error("step {0}: constant {1} is not a number")]
+    NotANumber(usize, f32),
     #[error("output {0} holds step {1}, which does not exist")]
     NoStep(usize, usize),
     #[error("output {0} is per row but step {1} varies along the row")]
@@ -234,7 +240,7 @@ impl StitchSpec {
                         reduced[j] = match kind {
                             Reduction::Sum => it.sum(),
                             Reduction::Mean => it.sum::<f64>() / width as f64,
-                            Reduction::Max => it.fold(f64::NEG_INFINITY, f64::max),
+                            Reduction::Max => it.fold(f64::NEG_INFINITY, |m, v| BinaryFn::Max.apply(m, v)),
                         };
                     }
                 }
@@ -258,6 +264,9 @@ impl UnaryFn {
             UnaryFn::Exp => x.exp(),
             UnaryFn::Sqrt => x.sqrt(),
             UnaryFn::Erf => libm::erf(x),
+            UnaryFn::Neg => -x,
+            UnaryFn::Abs => x.abs(),
+            UnaryFn::Reciprocal => 1.0 / x,
             UnaryFn::Activation(a) => a.apply(x),
         }
     }
@@ -269,6 +278,9 @@ impl UnaryFn {
             UnaryFn::Exp => format!("expf({x})"),
             UnaryFn::Sqrt => format!("sqrtf({x})"),
             UnaryFn::Erf => format!("erff({x})"),
+            UnaryFn::Neg => format!("-{x}"),
+            UnaryFn::Abs => format!("fabsf({x})"),
+            UnaryFn::Reciprocal => format!("1.f / {x}"),
             UnaryFn::Activation(a) => match a {
                 Activation::Identity => x.to_string(),
                 Activation::Relu => format!("fmaxf({x}, 0.f)"),
@@ -300,6 +312,9 @@ impl BinaryFn {
             BinaryFn::Mul => a * b,
             BinaryFn::Div => a / b,
             BinaryFn::Pow => a.powf(b),
+            BinaryFn::Max | BinaryFn::Min if a.is_nan() || b.is_nan() => f64::NAN,
+            BinaryFn::Max => a.max(b),
+            BinaryFn::Min => a.min(b),
         }
     }
 
@@ -310,6 +325,8 @@ impl BinaryFn {
             BinaryFn::Mul => format!("{a} * {b}"),
             BinaryFn::Div => format!("{a} / {b}"),
             BinaryFn::Pow => format!("powf({a}, {b})"),
+            BinaryFn::Max => format!("nan_max({a}, {b})"),
+            BinaryFn::Min => format!("nan_min({a}, {b})"),
         }
     }
 }
@@ -327,7 +344,8 @@ pub fn validate(spec: &StitchSpec) -> Result<(), StitchRejection> {
         }
         match *s {
             Step::Input(i) if i >= spec.inputs.len() => return Err(StitchRejection::NoInput(j, i)),
-            Step::Const(c) if !c.0.is_finite() => return Err(StitchRejection::NotFinite(j, c.0)),
+            // Infinities are fine (a Max with -inf); a NaN constant is a model bug to report.
+            Step::Const(c) if c.0.is_nan() => return Err(StitchRejection::NotANumber(j, c.0)),
             _ => {}
         }
     }
@@ -412,6 +430,7 @@ pub fn render(spec: &StitchSpec, symbol: &str) -> Result<String, RenderError> {
     for (j, s) in spec.steps.iter().enumerate() {
         exprs.push(match *s {
             Step::Input(i) => format!("load_{i}(p, a, row, col)"),
+            Step::Const(c) if c.0.is_infinite() => (if c.0 > 0.0 { "INFINITY" } else { "-INFINITY" }).to_string(),
             Step::Const(c) => format!("{:e}f", c.0),
             Step::Unary(f, x) => f.cpp(&v(x)),
             Step::Binary(f, x, y) => f.cpp(&v(x), &v(y)),
@@ -523,8 +542,10 @@ mod tests {
         s.outputs[0].per_row = true;
         assert_eq!(validate(&s), Err(StitchRejection::NotPerRow(0, 7)));
         let mut s = softmax();
-        s.steps[1] = Step::Const(f32::INFINITY.into());
-        assert!(matches!(validate(&s), Err(StitchRejection::NotFinite(1, _))));
+        s.steps[1] = Step::Const(f32::NAN.into());
+        assert!(matches!(validate(&s), Err(StitchRejection::NotANumber(1, _))));
+        s.steps[1] = Step::Const(f32::NEG_INFINITY.into());
+        assert!(validate(&s).is_ok(), "an infinity is a constant like another");
         let mut s = softmax();
         s.outputs.clear();
         assert_eq!(validate(&s), Err(StitchRejection::Outputs(0)));

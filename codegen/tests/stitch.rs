@@ -16,7 +16,7 @@ use bolt_codegen::spec::Element;
 use bolt_codegen::stitch::{self, Access, BinaryFn, Input, Output, Reduction, Step, StitchSpec, UnaryFn};
 
 /// The case whose first input is a transposed view.
-const TRANSPOSED: usize = 5;
+const TRANSPOSED: usize = 6;
 
 fn gelu_strided() -> StitchSpec {
     StitchSpec {
@@ -102,7 +102,32 @@ fn cases() -> Vec<(StitchSpec, Vec<usize>, Vec<Vec<usize>>)> {
         steps: vec![Input(0), Unary(UnaryFn::Activation(Activation::Tanh), 0), Reduce(Reduction::Mean, 1)],
         outputs: vec![Output { step: 2, element: Element::F32, per_row: true }],
     };
+    // Abs, Neg, Max, Min, Reciprocal, a row maximum of their mix, and a -inf constant.
+    let min_max = StitchSpec {
+        inputs: vec![input(Element::F32, Access::Dense), input(Element::F32, Access::Strided)],
+        steps: vec![
+            Input(0),
+            Input(1),
+            Unary(UnaryFn::Abs, 0),
+            Unary(UnaryFn::Neg, 1),
+            Binary(BinaryFn::Max, 2, 3),
+            Binary(BinaryFn::Min, 0, 1),
+            Const(3.0.into()),
+            Binary(BinaryFn::Add, 2, 6),
+            Unary(UnaryFn::Reciprocal, 7),
+            Binary(BinaryFn::Mul, 4, 8),
+            Reduce(Reduction::Max, 9),
+            Binary(BinaryFn::Sub, 9, 10),
+            Const(f32::NEG_INFINITY.into()),
+            Binary(BinaryFn::Max, 5, 12),
+        ],
+        outputs: vec![
+            Output { step: 11, element: Element::F32, per_row: false },
+            Output { step: 13, element: Element::F32, per_row: false },
+        ],
+    };
     vec![
+        (min_max, vec![3, 37], vec![vec![3, 37], vec![37]]),
         (softmax.clone(), vec![2, 3, 7, 33], vec![vec![2, 3, 7, 33], vec![2, 1, 1, 33]]),
         (softmax, vec![5, 4099], vec![vec![5, 4099], vec![4099]]),
         (layer_norm.clone(), vec![3, 17], vec![vec![3, 17], vec![17], vec![17]]),

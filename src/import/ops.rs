@@ -89,6 +89,16 @@ pub fn parse_op(node: &NodeProto, opset: i64) -> Result<Parsed, String> {
         "Mul" => Op::Binary(Binary::Mul),
         "Div" => Op::Binary(Binary::Div),
         "Pow" => Op::Binary(Binary::Pow),
+        // Variadic in ONNX; two inputs (how exporters write them) are the binary op.
+        "Max" | "Min" if node.input.len() != 2 => {
+            return Ok(Parsed::Opaque("Max / Min of other than two inputs"));
+        }
+        "Max" => Op::Binary(Binary::Max),
+        "Min" => Op::Binary(Binary::Min),
+        "Exp" => Op::Unary(Unary::Exp),
+        "Neg" => Op::Unary(Unary::Neg),
+        "Abs" => Op::Unary(Unary::Abs),
+        "Reciprocal" => Op::Unary(Unary::Reciprocal),
         "Sqrt" => Op::Unary(Unary::Sqrt),
         "Erf" => Op::Unary(Unary::Erf),
         "Tanh" => Op::Unary(Unary::Tanh),
@@ -162,12 +172,21 @@ pub fn parse_op(node: &NodeProto, opset: i64) -> Result<Parsed, String> {
                 stash_type: DType::from_onnx(stash as i32),
             }
         }
-        "ReduceMean" => Op::ReduceMean {
-            // Before opset 18 axes were an attribute; from 18 they are input 1.
-            axes: if opset < 18 { a.ints("axes")? } else { None },
-            keepdims: a.bool_or("keepdims", true)?,
-            noop_with_empty_axes: a.bool_or("noop_with_empty_axes", false)?,
-        },
+        "ReduceMean" | "ReduceSum" | "ReduceMax" | "ReduceMin" => {
+            let (kind, axes_input_since) = match node.op_type() {
+                "ReduceMean" => (ReduceKind::Mean, 18),
+                "ReduceSum" => (ReduceKind::Sum, 13),
+                "ReduceMax" => (ReduceKind::Max, 18),
+                _ => (ReduceKind::Min, 18),
+            };
+            Op::Reduce {
+                kind,
+                // Axes were an attribute before they became input 1.
+                axes: if opset < axes_input_since { a.ints("axes")? } else { None },
+                keepdims: a.bool_or("keepdims", true)?,
+                noop_with_empty_axes: a.bool_or("noop_with_empty_axes", false)?,
+            }
+        }
         "Resize" => Op::Resize(resize(&a)?),
         _ => return Ok(Parsed::Opaque("operator outside Bolt's supported list")),
     };

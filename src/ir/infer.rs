@@ -669,7 +669,7 @@ pub fn infer_node(op: &Op, infos: &[Option<InputInfo>]) -> Result<Vec<TensorType
                 TensorType { dtype: *stash_type, shape: stat_shape },
             ]
         }
-        Op::ReduceMean { axes, keepdims, noop_with_empty_axes } => {
+        Op::Reduce { axes, keepdims, noop_with_empty_axes, .. } => {
             let t = x?;
             let axes = match axes {
                 Some(a) => Ok(Some(a.clone())),

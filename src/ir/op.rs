@@ -194,6 +194,10 @@ pub enum Unary {
     LeakyRelu { alpha: f32 },
     HardSigmoid { alpha: f32, beta: f32 },
     Gelu { approximate: GeluApprox },
+    Exp,
+    Neg,
+    Abs,
+    Reciprocal,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -269,7 +273,7 @@ impl Activation {
             Unary::HardSigmoid { alpha, beta } => Activation::HardSigmoid { alpha, beta },
             Unary::Gelu { approximate: GeluApprox::None } => Activation::GeluErf,
             Unary::Gelu { approximate: GeluApprox::Tanh } => Activation::GeluTanh,
-            Unary::Sqrt | Unary::Erf => return None,
+            Unary::Sqrt | Unary::Erf | Unary::Exp | Unary::Neg | Unary::Abs | Unary::Reciprocal => return None,
         })
     }
 }
@@ -311,6 +315,33 @@ pub enum ConvLayout {
     Nhwc,
 }
 
+impl Binary {
+    /// The op on two real numbers (what every float path computes before rounding).
+    pub fn apply(self, p: f64, q: f64) -> f64 {
+        match self {
+            Binary::Add => p + q,
+            Binary::Sub => p - q,
+            Binary::Mul => p * q,
+            Binary::Div => p / q,
+            Binary::Pow => p.powf(q),
+            // NaN wins, as numpy's maximum / minimum and onnxruntime.
+            Binary::Max if p.is_nan() || q.is_nan() => f64::NAN,
+            Binary::Min if p.is_nan() || q.is_nan() => f64::NAN,
+            Binary::Max => p.max(q),
+            Binary::Min => p.min(q),
+        }
+    }
+}
+
+/// What a Reduce op computes over its axes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum ReduceKind {
+    Mean,
+    Sum,
+    Max,
+    Min,
+}
+
 /// Broadcasting binary arithmetic.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Binary {
@@ -319,6 +350,10 @@ pub enum Binary {
     Mul,
     Div,
     Pow,
+    /// Element-wise maximum / minimum of two tensors (ONNX Max / Min with two inputs); a NaN
+    /// in either gives NaN.
+    Max,
+    Min,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -483,8 +518,10 @@ pub enum Op {
         epsilon: f32,
         stash_type: DType,
     },
-    /// `axes` from the attribute (opset < 18); from input 1 otherwise.
-    ReduceMean {
+    /// ReduceMean, ReduceSum, ReduceMax, ReduceMin. `axes` from the attribute (before opset
+    /// 18; ReduceSum before 13); from input 1 otherwise.
+    Reduce {
+        kind: ReduceKind,
         axes: Option<Vec<i64>>,
         keepdims: bool,
         noop_with_empty_axes: bool,
@@ -535,6 +572,8 @@ impl Op {
                 Binary::Mul => "Mul",
                 Binary::Div => "Div",
                 Binary::Pow => "Pow",
+                Binary::Max => "Max",
+                Binary::Min => "Min",
             },
             Op::Unary(u) => match u {
                 Unary::Sqrt => "Sqrt",
@@ -547,6 +586,10 @@ impl Op {
                 Unary::LeakyRelu { .. } => "LeakyRelu",
                 Unary::HardSigmoid { .. } => "HardSigmoid",
                 Unary::Gelu { .. } => "Gelu",
+                Unary::Exp => "Exp",
+                Unary::Neg => "Neg",
+                Unary::Abs => "Abs",
+                Unary::Reciprocal => "Reciprocal",
             },
             Op::Clip => "Clip",
             Op::Cast { .. } => "Cast",
@@ -568,7 +611,10 @@ impl Op {
             Op::DepthToSpace { .. } => "DepthToSpace",
             Op::Softmax { .. } => "Softmax",
             Op::LayerNormalization { .. } => "LayerNormalization",
-            Op::ReduceMean { .. } => "ReduceMean",
+            Op::Reduce { kind: ReduceKind::Mean, .. } => "ReduceMean",
+            Op::Reduce { kind: ReduceKind::Sum, .. } => "ReduceSum",
+            Op::Reduce { kind: ReduceKind::Max, .. } => "ReduceMax",
+            Op::Reduce { kind: ReduceKind::Min, .. } => "ReduceMin",
             Op::Resize(_) => "Resize",
             Op::Fused(_) => "BoltKernel",
             Op::FusedChain(_) => "BoltKernelChain",

@@ -12,7 +12,7 @@
 //! where the path leaves (`convex_parts`); an op a region cannot take leaves it alone.
 
 use super::attention;
-use crate::ir::{Binary, DType, Graph, Op, Tensor, Unary};
+use crate::ir::{Binary, DType, Graph, Op, ReduceKind, Tensor, Unary};
 use crate::ir::infer::SliceAxis;
 use crate::ir::{Dim, Shape, TensorType};
 use serde::{Deserialize, Serialize};
@@ -33,7 +33,6 @@ pub enum Step {
     Input(usize),
     Const(f64),
     Unary(Unary, usize),
-    Exp(usize),
     Binary(Binary, usize, usize),
     Reduce(Reduce, usize),
 }
@@ -74,7 +73,7 @@ impl Region {
                     self.viewed_shape(i, s)?
                 }
                 Step::Const(_) => Shape(vec![]),
-                Step::Unary(_, a) | Step::Exp(a) => out[a].clone(),
+                Step::Unary(_, a) => out[a].clone(),
                 Step::Binary(_, a, b) => crate::ir::broadcast_shapes(&out[a], &out[b])
                     .ok_or_else(|| format!("step {j}: {} and {} do not broadcast", out[a], out[b]))?,
                 Step::Reduce(_, a) => {
@@ -171,7 +170,7 @@ fn lower(op: &Op, args: &[usize], steps: &mut Vec<Step>, rank: usize) -> Result<
         Op::Softmax { axis } if last(*axis) => {
             let m = push(Step::Reduce(Reduce::Max, args[0]), steps);
             let d = push(Step::Binary(Binary::Sub, args[0], m), steps);
-            let e = push(Step::Exp(d), steps);
+            let e = push(Step::Unary(Unary::Exp, d), steps);
             let s = push(Step::Reduce(Reduce::Sum, e), steps);
             push(Step::Binary(Binary::Div, e, s), steps)
         }
@@ -190,11 +189,20 @@ fn lower(op: &Op, args: &[usize], steps: &mut Vec<Step>, rank: usize) -> Result<
                 None => y,
             }
         }
-        Op::ReduceMean { axes: Some(axes), keepdims: true, .. } if axes.len() == 1 && last(axes[0]) => {
-            push(Step::Reduce(Reduce::Mean, args[0]), steps)
-        }
+        Op::Reduce { kind, axes: Some(axes), keepdims: true, .. } if axes.len() == 1 && last(axes[0]) => match kind {
+            ReduceKind::Mean => push(Step::Reduce(Reduce::Mean, args[0]), steps),
+            ReduceKind::Sum => push(Step::Reduce(Reduce::Sum, args[0]), steps),
+            ReduceKind::Max => push(Step::Reduce(Reduce::Max, args[0]), steps),
+            // min(x) = -max(-x): the kernels reduce by sum and max.
+            ReduceKind::Min => {
+                let minus = push(Step::Const(-1.0), steps);
+                let neg = push(Step::Binary(Binary::Mul, args[0], minus), steps);
+                let max = push(Step::Reduce(Reduce::Max, neg), steps);
+                push(Step::Binary(Binary::Mul, max, minus), steps)
+            }
+        },
         Op::Softmax { .. } | Op::LayerNormalization { .. } => return Err("not over the last axis".into()),
-        Op::ReduceMean { .. } => return Err("not a keepdims reduction over the last axis alone".into()),
+        Op::Reduce { .. } => return Err("not a keepdims reduction over the last axis alone".into()),
         _ => return Err("not a stitchable op".into()),
     })
 }
@@ -221,7 +229,7 @@ fn slice_view(g: &Graph, n: &crate::ir::Node) -> Option<Vec<SliceAxis>> {
 fn stitchable(op: &Op) -> bool {
     use crate::plan::layout::{TO_NCHW, TO_NHWC};
     match op {
-        Op::Unary(_) | Op::Binary(_) | Op::Softmax { .. } | Op::LayerNormalization { .. } | Op::ReduceMean { .. } => {
+        Op::Unary(_) | Op::Binary(_) | Op::Softmax { .. } | Op::LayerNormalization { .. } | Op::Reduce { .. } => {
             true
         }
         // A transpose of a region input is a strided read. The planner's own NCHW <-> NHWC
@@ -520,7 +528,7 @@ fn region(
         let out =
             lower(&n.op, &args, &mut r.steps, rank)
             .map_err(|e| RegionError::Node(i, format!("{} '{}': {e}", n.op.op_type(), n.name)))?;
-        if matches!(n.op, Op::Softmax { .. } | Op::LayerNormalization { .. } | Op::ReduceMean { .. }) {
+        if matches!(n.op, Op::Softmax { .. } | Op::LayerNormalization { .. } | Op::Reduce { .. }) {
             // One row length per region: every reduction runs along the same last axis.
             let x = n.input(0).expect("reductions have an input");
             // Known or symbolic (the same name is the same size); not unknown.
@@ -597,7 +605,6 @@ impl Region {
                     let f = crate::reference::unary_fn(u);
                     Value { shape: vals[a].shape.clone(), v: vals[a].v.iter().map(|&x| f(x)).collect() }
                 }
-                Step::Exp(a) => Value { shape: vals[a].shape.clone(), v: vals[a].v.iter().map(|x| x.exp()).collect() },
                 Step::Binary(b, x, y) => {
                     let shape = crate::ir::broadcast_static(&vals[x].shape, &vals[y].shape)
                         .ok_or_else(|| format!("{:?} and {:?} do not broadcast", vals[x].shape, vals[y].shape))?;
@@ -605,13 +612,7 @@ impl Region {
                     let v = p
                         .iter()
                         .zip(&q)
-                        .map(|(&p, &q)| match b {
-                            Binary::Add => p + q,
-                            Binary::Sub => p - q,
-                            Binary::Mul => p * q,
-                            Binary::Div => p / q,
-                            Binary::Pow => p.powf(q),
-                        })
+                        .map(|(&p, &q)| b.apply(p, q))
                         .collect();
                     Value { shape, v }
                 }

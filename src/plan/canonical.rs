@@ -83,6 +83,8 @@ pub fn canonical(g: &Graph) -> Result<(Graph, usize)> {
         i += 1;
         count += 1;
     }
+    count += constant_reduce_axes(&mut out);
+    count += reduce_keeping_dims(&mut out, &mut taken);
     count += softmax_to_last_axis(&mut out, &mut taken);
     count += compose_transposes(&mut out);
     if count > 0 {
@@ -93,6 +95,55 @@ pub fn canonical(g: &Graph) -> Result<(Graph, usize)> {
         finish(&mut out)?;
     }
     Ok((out, count))
+}
+
+/// A reduction whose axes come as a constant input (ReduceSum from opset 13, the others
+/// from 18) takes them as its attribute, as older opsets wrote it: one form for the stitcher.
+fn constant_reduce_axes(g: &mut Graph) -> usize {
+    let mut count = 0;
+    for i in 0..g.nodes.len() {
+        let Op::Reduce { kind, axes: None, keepdims, noop_with_empty_axes } = g.nodes[i].op else { continue };
+        let Some(axes) = g.nodes[i].input(1).and_then(|a| constant(g, a)).and_then(|t| t.as_i64_vec()) else {
+            continue;
+        };
+        let n = &mut g.nodes[i];
+        n.op = Op::Reduce { kind, axes: Some(axes), keepdims, noop_with_empty_axes };
+        n.inputs.truncate(1);
+        count += 1;
+    }
+    count
+}
+
+/// A reduction that drops its axes (jax2tf writes them so) keeps them and a Squeeze drops
+/// them after: the stitcher reduces rows into a length-1 axis, and the Squeeze is a view.
+fn reduce_keeping_dims(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
+    let mut count = 0;
+    let mut i = 0;
+    while i < g.nodes.len() {
+        let n = g.nodes[i].clone();
+        i += 1;
+        let Op::Reduce { kind, axes: Some(axes), keepdims: false, noop_with_empty_axes } = &n.op else { continue };
+        let rank = n.input(0).and_then(|x| g.types.get(x)?.shape.as_ref()).map(|s| s.rank());
+        let (Some(rank), [y]) = (rank, &n.outputs[..]) else { continue };
+        // Empty axes reduce every axis (or none): left as they are.
+        let dims: Option<Vec<i64>> =
+            axes.iter().map(|&a| (-(rank as i64)..rank as i64).contains(&a).then(|| a.rem_euclid(rank as i64))).collect();
+        let Some(dims) = dims.filter(|d| !d.is_empty()) else { continue };
+        let kept = fresh_name(g, taken, &format!("{y}.kept"));
+        let axes_name = fresh_name(g, taken, &format!("{}.axes", n.name));
+        g.initializers.insert(axes_name.clone(), Arc::new(Tensor::from_i64(vec![dims.len()], dims)));
+        let reduce = crate::ir::Node {
+            op: Op::Reduce { kind: *kind, axes: Some(axes.clone()), keepdims: true, noop_with_empty_axes: *noop_with_empty_axes },
+            outputs: vec![kept.clone()],
+            ..n.clone()
+        };
+        let squeeze_name = fresh_name(g, taken, &format!("{}.squeeze", n.name));
+        let squeeze = node(squeeze_name, Op::Squeeze, vec![Some(kept), Some(axes_name)], y.clone());
+        g.nodes.splice(i - 1..i, [reduce, squeeze]);
+        i += 1;
+        count += 1;
+    }
+    count
 }
 
 /// A Softmax over another axis than the last becomes Transpose (that axis last) -> Softmax

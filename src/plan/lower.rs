@@ -646,18 +646,23 @@ pub fn stitch_spec(g: &Graph, n: &Node) -> Result<bolt_codegen::stitch::StitchSp
     for (j, s) in r.steps.iter().enumerate() {
         steps.push(match *s {
             Step::Input(i) => st::Step::Input(i),
-            Step::Const(c) => {
-                let c = c as f32;
-                if !c.is_finite() {
-                    return Err(format!("constant {c} is not finite in f32"));
+            Step::Const(c64) => {
+                let c = c64 as f32;
+                // Infinities stay infinities; a finite value must stay finite in f32 (0 * 1e300
+                // is 0, 0 * inf is NaN).
+                if c.is_nan() || (c.is_infinite() && c64.is_finite()) {
+                    return Err(format!("constant {c64} is not a finite f32 nor an infinity"));
                 }
                 st::Step::Const(OrderedFloat(c))
             }
-            Step::Exp(a) => st::Step::Unary(UnaryFn::Exp, a),
             Step::Unary(u, a) => st::Step::Unary(
                 match u {
                     Unary::Sqrt => UnaryFn::Sqrt,
                     Unary::Erf => UnaryFn::Erf,
+                    Unary::Exp => UnaryFn::Exp,
+                    Unary::Neg => UnaryFn::Neg,
+                    Unary::Abs => UnaryFn::Abs,
+                    Unary::Reciprocal => UnaryFn::Reciprocal,
                     Unary::Tanh => UnaryFn::Activation(ep::Activation::Tanh),
                     Unary::Relu => UnaryFn::Activation(ep::Activation::Relu),
                     Unary::Sigmoid => UnaryFn::Activation(ep::Activation::Sigmoid),
@@ -685,6 +690,8 @@ pub fn stitch_spec(g: &Graph, n: &Node) -> Result<bolt_codegen::stitch::StitchSp
                     Binary::Mul => BinaryFn::Mul,
                     Binary::Div => BinaryFn::Div,
                     Binary::Pow => BinaryFn::Pow,
+                    Binary::Max => BinaryFn::Max,
+                    Binary::Min => BinaryFn::Min,
                 },
                 x,
                 y,
@@ -716,7 +723,7 @@ pub fn stitch_spec(g: &Graph, n: &Node) -> Result<bolt_codegen::stitch::StitchSp
         let (d, v) = match *s {
             Step::Input(i) => ([i].into(), true),
             Step::Const(_) => (Default::default(), false),
-            Step::Unary(_, a) | Step::Exp(a) => (deps[a].clone(), varies[a]),
+            Step::Unary(_, a) => (deps[a].clone(), varies[a]),
             Step::Reduce(_, a) => (deps[a].clone(), false),
             Step::Binary(_, a, b) => (deps[a].union(&deps[b]).copied().collect(), varies[a] || varies[b]),
         };

@@ -33,14 +33,7 @@ pub fn binary(op: Binary, a: &Tensor, b: &Tensor) -> OpResult {
     let out = match class(dtype)? {
         Class::Float => {
             let (x, y) = (a.to_f64_vec(), b.to_f64_vec());
-            let f = |p: f64, q: f64| match op {
-                Binary::Add => p + q,
-                Binary::Sub => p - q,
-                Binary::Mul => p * q,
-                Binary::Div => p / q,
-                Binary::Pow => p.powf(q),
-            };
-            let v: Vec<f64> = ia.par_iter().zip(&ib).map(|(&i, &j)| f(x[i], y[j])).collect();
+            let v: Vec<f64> = ia.par_iter().zip(&ib).map(|(&i, &j)| op.apply(x[i], y[j])).collect();
             Tensor::from_f64_as(dtype, out_shape, &v)
         }
         Class::Int => {
@@ -58,6 +51,8 @@ pub fn binary(op: Binary, a: &Tensor, b: &Tensor) -> OpResult {
                         Binary::Mul => x[i].wrapping_mul(y[j]),
                         Binary::Div if y[j] == 0 => return Err("integer division by zero".into()),
                         Binary::Div => div_for(dtype, x[i], y[j]),
+                        Binary::Max => x[i].max(y[j]),
+                        Binary::Min => x[i].min(y[j]),
                         Binary::Pow => unreachable!("handled above"),
                     });
                 }
@@ -79,6 +74,10 @@ pub fn unary_fn(u: Unary) -> impl Fn(f64) -> f64 + Sync {
     move |x: f64| match u {
         Unary::Sqrt => x.sqrt(),
         Unary::Erf => libm::erf(x),
+        Unary::Exp => x.exp(),
+        Unary::Neg => -x,
+        Unary::Abs => x.abs(),
+        Unary::Reciprocal => 1.0 / x,
         Unary::Tanh => x.tanh(),
         Unary::Relu => x.max(0.0),
         Unary::Sigmoid => 1.0 / (1.0 + (-x).exp()),

@@ -75,8 +75,8 @@ pub fn eval_op(op: &Op, inputs: &[Option<&Tensor>]) -> OpResult {
         Op::LayerNormalization { axis, epsilon, stash_type } => {
             norm::layer_norm(req(inputs, 0)?, req(inputs, 1)?, opt(inputs, 2), *axis, *epsilon, *stash_type)
         }
-        Op::ReduceMean { axes, keepdims, noop_with_empty_axes } => {
-            norm::reduce_mean(req(inputs, 0)?, axes.as_deref(), opt(inputs, 1), *keepdims, *noop_with_empty_axes)
+        Op::Reduce { kind, axes, keepdims, noop_with_empty_axes } => {
+            norm::reduce(*kind, req(inputs, 0)?, axes.as_deref(), opt(inputs, 1), *keepdims, *noop_with_empty_axes)
         }
         Op::Resize(attrs) => resize::resize(req(inputs, 0)?, opt(inputs, 1), opt(inputs, 2), opt(inputs, 3), attrs),
         Op::Fused(k) => fused::fused(k, inputs),

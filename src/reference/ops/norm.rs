@@ -4,7 +4,7 @@
 use super::{req, OpResult};
 use crate::ir::broadcast_index;
 use crate::ir::infer::norm_axis;
-use crate::ir::{broadcast_static, DType, Tensor};
+use crate::ir::{broadcast_static, DType, ReduceKind, Tensor};
 use rayon::prelude::*;
 
 fn float_check(t: &Tensor, what: &str) -> Result<(), String> {
@@ -172,9 +172,10 @@ pub fn layer_norm(
     ])
 }
 
-/// ReduceMean over `axes` (attribute before opset 18, input 1 after); no axes reduce all
-/// dims unless `noop_with_empty_axes`.
-pub fn reduce_mean(
+/// ReduceMean / Sum / Max / Min over `axes` (attribute, or input 1 in later opsets); no axes
+/// reduce all dims unless `noop_with_empty_axes`.
+pub fn reduce(
+    kind: ReduceKind,
     x: &Tensor,
     axes_attr: Option<&[i64]>,
     axes_in: Option<&Tensor>,
@@ -202,15 +203,21 @@ pub fn reduce_mean(
     }
     let kept: Vec<usize> = x.shape.iter().zip(&reduce).map(|(&d, &r)| if r { 1 } else { d }).collect();
     let count: usize = x.shape.iter().zip(&reduce).filter(|(_, &r)| r).map(|(&d, _)| d).product();
-    // Each input element adds into the output element broadcast_index maps it from.
-    let mut sums = vec![0.0; kept.iter().product()];
+    let (start, combine): (f64, fn(f64, f64) -> f64) = match kind {
+        ReduceKind::Mean | ReduceKind::Sum => (0.0, |a, v| a + v),
+        // NaN wins, as numpy's max / min.
+        ReduceKind::Max => (f64::NEG_INFINITY, |a, v| if a.is_nan() || v.is_nan() { f64::NAN } else { a.max(v) }),
+        ReduceKind::Min => (f64::INFINITY, |a, v| if a.is_nan() || v.is_nan() { f64::NAN } else { a.min(v) }),
+    };
+    // Each input element combines into the output element broadcast_index maps it from.
+    let mut acc = vec![start; kept.iter().product()];
     let xs = x.to_f64_vec();
     let src = crate::ir::strides(&kept);
     let bstr: Vec<usize> = (0..rank).map(|i| if reduce[i] { 0 } else { src[i] }).collect();
     let mut counter = vec![0usize; rank];
     let mut flat = 0;
     for &v in &xs {
-        sums[flat] += v;
+        acc[flat] = combine(acc[flat], v);
         for d in (0..rank).rev() {
             counter[d] += 1;
             flat += bstr[d];
@@ -221,14 +228,16 @@ pub fn reduce_mean(
             counter[d] = 0;
         }
     }
-    let mut means: Vec<f64> = sums.into_iter().map(|s| s / count as f64).collect();
-    if x.dtype().is_integer() {
-        // Integer means truncate toward zero, as numpy's astype and onnxruntime do.
-        means.iter_mut().for_each(|m| *m = m.trunc());
+    if kind == ReduceKind::Mean {
+        acc.iter_mut().for_each(|s| *s /= count as f64);
+        if x.dtype().is_integer() {
+            // Integer means truncate toward zero, as numpy's astype and onnxruntime do.
+            acc.iter_mut().for_each(|m| *m = m.trunc());
+        }
     }
     let shape =
         if keepdims { kept } else { x.shape.iter().zip(&reduce).filter(|(_, &r)| !r).map(|(&d, _)| d).collect() };
-    Ok(vec![out(x.dtype(), shape, &means)])
+    Ok(vec![out(x.dtype(), shape, &acc)])
 }
 
 #[cfg(test)]
@@ -297,16 +306,16 @@ mod tests {
     #[test]
     fn reduce_mean_cases() {
         let x = t(&[2, 3], &[1., 2., 3., 4., 5., 6.]);
-        let r = &reduce_mean(&x, Some(&[1]), None, true, false).unwrap()[0];
+        let r = &reduce(ReduceKind::Mean, &x, Some(&[1]), None, true, false).unwrap()[0];
         assert_eq!((r.shape.clone(), r.to_f32_vec()), (vec![2, 1], vec![2., 5.]));
         let axes = Tensor::from_i64(vec![1], vec![-2]);
-        let r = &reduce_mean(&x, None, Some(&axes), false, false).unwrap()[0];
+        let r = &reduce(ReduceKind::Mean, &x, None, Some(&axes), false, false).unwrap()[0];
         assert_eq!((r.shape.clone(), r.to_f32_vec()), (vec![3], vec![2.5, 3.5, 4.5]));
-        let r = &reduce_mean(&x, None, None, false, false).unwrap()[0];
+        let r = &reduce(ReduceKind::Mean, &x, None, None, false, false).unwrap()[0];
         assert_eq!((r.shape.clone(), r.to_f32_vec()), (vec![], vec![3.5]));
-        let r = &reduce_mean(&x, None, Some(&Tensor::from_i64(vec![0], vec![])), true, true).unwrap()[0];
+        let r = &reduce(ReduceKind::Mean, &x, None, Some(&Tensor::from_i64(vec![0], vec![])), true, true).unwrap()[0];
         assert_eq!(r, &x);
-        assert!(reduce_mean(&x, Some(&[1, -1]), None, true, false).is_err());
-        assert!(reduce_mean(&x, Some(&[2]), None, true, false).is_err());
+        assert!(reduce(ReduceKind::Mean, &x, Some(&[1, -1]), None, true, false).is_err());
+        assert!(reduce(ReduceKind::Mean, &x, Some(&[2]), None, true, false).is_err());
     }
 }
