@@ -70,7 +70,16 @@ fn consecutive_convs_share_one_region_and_a_host_op_splits_regions() {
     let y = n.conv(&y, 16, 16, 3, 1, 1);
     let y = n.relu(&y);
     // A mean over the channels: not layout-agnostic, it runs on the host in NCHW.
-    let y = n.op("mean", Op::Reduce { kind: bolt::ir::ReduceKind::Mean, axes: Some(vec![1]), keepdims: true, noop_with_empty_axes: false }, &[&y]);
+    let y = n.op(
+        "mean",
+        Op::Reduce {
+            kind: bolt::ir::ReduceKind::Mean,
+            axes: Some(vec![1]),
+            keepdims: true,
+            noop_with_empty_axes: false,
+        },
+        &[&y],
+    );
     let y = n.conv(&y, 1, 32, 1, 1, 0);
     let g = n.finish(&[&y]);
     let p = planned(&g);
@@ -318,10 +327,15 @@ fn a_tiling_conv_transpose_is_a_conv_and_a_depth_to_space_inside_the_region() {
         let g = n.finish(&[&y]);
         let p = planned(&g);
         let has = |f: &dyn Fn(&Op) -> bool| p.graph.nodes.iter().any(|n| f(&n.op));
-        let d2s = has(&|op| matches!(op, Op::ChannelsLast(i) if matches!(**i, Op::DepthToSpace { crd: true, blocksize: 2 })));
+        let d2s =
+            has(&|op| matches!(op, Op::ChannelsLast(i) if matches!(**i, Op::DepthToSpace { crd: true, blocksize: 2 })));
         let deconv = has(&|op| matches!(op, Op::ConvTranspose { .. }));
         if pads == 0 {
-            assert!(d2s && !deconv, "bias {bias}: {:?}", p.graph.nodes.iter().map(|n| n.op.op_type()).collect::<Vec<_>>());
+            assert!(
+                d2s && !deconv,
+                "bias {bias}: {:?}",
+                p.graph.nodes.iter().map(|n| n.op.op_type()).collect::<Vec<_>>()
+            );
             assert_eq!(p.partitioning.partitions.len(), 3);
             assert_eq!(p.layout.len(), 2, "one NHWC region: {:?}", p.layout);
         } else {

@@ -42,7 +42,12 @@ fn graph(p: Pattern, rows: usize, width: usize) -> Graph {
             &[&x, &gamma, &beta],
         ),
         Pattern::LayerNormDecomposed => {
-            let mean_op = || Op::Reduce { kind: ReduceKind::Mean, axes: Some(vec![-1]), keepdims: true, noop_with_empty_axes: false };
+            let mean_op = || Op::Reduce {
+                kind: ReduceKind::Mean,
+                axes: Some(vec![-1]),
+                keepdims: true,
+                noop_with_empty_axes: false,
+            };
             let m = g.node("mean", mean_op(), &[&x]);
             let d = g.node("sub", Op::Binary(Binary::Sub), &[&x, &m]);
             let two = scalar(&mut g, "two", 2.0);
@@ -76,7 +81,12 @@ fn graph(p: Pattern, rows: usize, width: usize) -> Graph {
         }
         Pattern::RmsNorm => {
             let sq = g.node("square", Op::Binary(Binary::Mul), &[&x, &x]);
-            let mean_op = Op::Reduce { kind: ReduceKind::Mean, axes: Some(vec![-1]), keepdims: true, noop_with_empty_axes: false };
+            let mean_op = Op::Reduce {
+                kind: ReduceKind::Mean,
+                axes: Some(vec![-1]),
+                keepdims: true,
+                noop_with_empty_axes: false,
+            };
             let ms = g.node("mean", mean_op, &[&sq]);
             let eps = scalar(&mut g, "eps", 1e-6);
             let a = g.node("add_eps", Op::Binary(Binary::Add), &[&ms, &eps]);
@@ -90,7 +100,8 @@ fn graph(p: Pattern, rows: usize, width: usize) -> Graph {
             let n = g.node("neg", Op::Unary(Unary::Neg), &[&a]);
             let hi = g.node("max", Op::Binary(Binary::Max), &[&x, &gamma]);
             let lo = g.node("min", Op::Binary(Binary::Min), &[&n, &beta]);
-            let row_min = Op::Reduce { kind: ReduceKind::Min, axes: Some(vec![-1]), keepdims: true, noop_with_empty_axes: false };
+            let row_min =
+                Op::Reduce { kind: ReduceKind::Min, axes: Some(vec![-1]), keepdims: true, noop_with_empty_axes: false };
             let m = g.node("row_min", row_min, &[&lo]);
             let s = g.node("shift", Op::Binary(Binary::Sub), &[&hi, &m]);
             g.node("add", Op::Binary(Binary::Add), &[&s, &lo])
@@ -273,7 +284,11 @@ fn regions_a_kernel_cannot_take_stay_on_the_host_with_why() {
     let mut g = GraphBuilder::new("narrow");
     let x = g.input("x", DType::F32, Shape::from_static(&[4, 1]));
     let y = g.input("y", DType::F32, Shape::from_static(&[4, 8]));
-    let m = g.node("mean", Op::Reduce { kind: ReduceKind::Mean, axes: Some(vec![-1]), keepdims: true, noop_with_empty_axes: false }, &[&x]);
+    let m = g.node(
+        "mean",
+        Op::Reduce { kind: ReduceKind::Mean, axes: Some(vec![-1]), keepdims: true, noop_with_empty_axes: false },
+        &[&x],
+    );
     let s = g.node("add", Op::Binary(Binary::Add), &[&m, &y]);
     g.output(&s);
     let g = g.finish().unwrap();
@@ -527,7 +542,8 @@ fn slices_outside_regions_are_copies_unless_stepped() {
         let kinds: Vec<&str> = plan.graph.nodes.iter().map(|n| n.op.op_type()).collect();
         assert_eq!(kinds.contains(&"BoltStitched"), stitched, "step {step}: {kinds:?}");
         let feeds = HashMap::from([("x".to_string(), random(&[1, 3, 8, 8], 2))]);
-        let (want, got) = (bolt::reference::run(&g, &feeds).unwrap(), bolt::reference::run(&plan.graph, &feeds).unwrap());
+        let (want, got) =
+            (bolt::reference::run(&g, &feeds).unwrap(), bolt::reference::run(&plan.graph, &feeds).unwrap());
         assert_eq!(want[&g.outputs[0]].to_f32_vec(), got[&g.outputs[0]].to_f32_vec(), "step {step}");
     }
 }
@@ -544,7 +560,11 @@ fn reductions_dropping_their_axes_are_stitched_with_a_squeeze_after() {
         let mut g = GraphBuilder::new("keepdims0");
         let x = g.input("x", DType::F32, Shape::from_static(&[3, 5, 19]));
         let axes = g.initializer("axes", Tensor::from_i64(vec![1], vec![-1]));
-        let r = g.node("reduce", Op::Reduce { kind, axes: None, keepdims: false, noop_with_empty_axes: false }, &[&x, &axes]);
+        let r = g.node(
+            "reduce",
+            Op::Reduce { kind, axes: None, keepdims: false, noop_with_empty_axes: false },
+            &[&x, &axes],
+        );
         let t = g.node("tanh", Op::Unary(Unary::Tanh), &[&r]);
         g.output(&t);
         let g = g.finish().unwrap();
@@ -553,7 +573,8 @@ fn reductions_dropping_their_axes_are_stitched_with_a_squeeze_after() {
         assert_eq!(ops.iter().filter(|o| **o == "BoltStitched").count(), 2, "{kind:?}: {ops:?}");
         assert!(ops.contains(&"Squeeze") && ops.len() == 3, "{kind:?}: {ops:?}");
         let feeds = HashMap::from([("x".to_string(), random(&[3, 5, 19], 4))]);
-        let (want, got) = (bolt::reference::run(&g, &feeds).unwrap(), bolt::reference::run(&plan.graph, &feeds).unwrap());
+        let (want, got) =
+            (bolt::reference::run(&g, &feeds).unwrap(), bolt::reference::run(&plan.graph, &feeds).unwrap());
         let (w, o) = (&want[&g.outputs[0]], &got[&g.outputs[0]]);
         assert_eq!(w.shape, [3, 5], "{kind:?}");
         assert_eq!(w.shape, o.shape, "{kind:?}");

@@ -12,8 +12,8 @@
 //! where the path leaves (`convex_parts`); an op a region cannot take leaves it alone.
 
 use super::attention;
-use crate::ir::{Binary, DType, Graph, Op, ReduceKind, Tensor, Unary};
 use crate::ir::infer::SliceAxis;
+use crate::ir::{Binary, DType, Graph, Op, ReduceKind, Tensor, Unary};
 use crate::ir::{Dim, Shape, TensorType};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -111,7 +111,10 @@ impl Region {
         }
         let mut out = s.clone();
         for a in self.slice(i).unwrap_or_default() {
-            let d = out.0.get_mut(a.axis).ok_or_else(|| format!("input {i} of rank {} sliced on axis {}", s.rank(), a.axis))?;
+            let d = out
+                .0
+                .get_mut(a.axis)
+                .ok_or_else(|| format!("input {i} of rank {} sliced on axis {}", s.rank(), a.axis))?;
             *d = match d {
                 Dim::Known(n) => Dim::Known(a.resolve(*n).len),
                 _ => Dim::Unknown,
@@ -229,9 +232,7 @@ fn slice_view(g: &Graph, n: &crate::ir::Node) -> Option<Vec<SliceAxis>> {
 fn stitchable(op: &Op) -> bool {
     use crate::plan::layout::{TO_NCHW, TO_NHWC};
     match op {
-        Op::Unary(_) | Op::Binary(_) | Op::Softmax { .. } | Op::LayerNormalization { .. } | Op::Reduce { .. } => {
-            true
-        }
+        Op::Unary(_) | Op::Binary(_) | Op::Softmax { .. } | Op::LayerNormalization { .. } | Op::Reduce { .. } => true,
         // A transpose of a region input is a strided read. The planner's own NCHW <-> NHWC
         // transforms are glue kernels' (tiled for coalescing).
         Op::Transpose { perm: Some(p) } => p[..] != TO_NHWC && p[..] != TO_NCHW,
@@ -525,8 +526,7 @@ fn region(
             value.insert(x.clone(), r.steps.len() - 1);
             args.push(r.steps.len() - 1);
         }
-        let out =
-            lower(&n.op, &args, &mut r.steps, rank)
+        let out = lower(&n.op, &args, &mut r.steps, rank)
             .map_err(|e| RegionError::Node(i, format!("{} '{}': {e}", n.op.op_type(), n.name)))?;
         if matches!(n.op, Op::Softmax { .. } | Op::LayerNormalization { .. } | Op::Reduce { .. }) {
             // One row length per region: every reduction runs along the same last axis.
@@ -609,11 +609,7 @@ impl Region {
                     let shape = crate::ir::broadcast_static(&vals[x].shape, &vals[y].shape)
                         .ok_or_else(|| format!("{:?} and {:?} do not broadcast", vals[x].shape, vals[y].shape))?;
                     let (p, q) = (expand(&vals[x], &shape), expand(&vals[y], &shape));
-                    let v = p
-                        .iter()
-                        .zip(&q)
-                        .map(|(&p, &q)| b.apply(p, q))
-                        .collect();
+                    let v = p.iter().zip(&q).map(|(&p, &q)| b.apply(p, q)).collect();
                     Value { shape, v }
                 }
                 Step::Reduce(kind, a) => {

@@ -78,7 +78,8 @@ pub fn canonical(g: &Graph) -> Result<(Graph, usize)> {
             outputs: vec![blocks_out.clone()],
         };
         let d2s_name = fresh_name(&out, &mut taken, &format!("{}.depth_to_space", n.name));
-        let d2s = node(d2s_name, Op::DepthToSpace { blocksize: k, crd: true }, vec![Some(blocks_out)], n.outputs[0].clone());
+        let d2s =
+            node(d2s_name, Op::DepthToSpace { blocksize: k, crd: true }, vec![Some(blocks_out)], n.outputs[0].clone());
         out.nodes.splice(i - 1..i, [conv, d2s]);
         i += 1;
         count += 1;
@@ -117,31 +118,50 @@ fn constant_reduce_axes(g: &mut Graph) -> usize {
 /// A reduction that drops its axes (jax2tf writes them so) keeps them and a Squeeze drops
 /// them after: the stitcher reduces rows into a length-1 axis, and the Squeeze is a view.
 fn reduce_keeping_dims(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
+    rewrite_each(g, |g, n| {
+        let Op::Reduce { kind, axes: Some(axes), keepdims: false, noop_with_empty_axes } = &n.op else { return None };
+        let rank = n.input(0).and_then(|x| g.types.get(x)?.shape.as_ref()).map(|s| s.rank())?;
+        let [y] = &n.outputs[..] else { return None };
+        // Empty axes reduce every axis (or none): left as they are.
+        let dims: Option<Vec<i64>> = axes
+            .iter()
+            .map(|&a| (-(rank as i64)..rank as i64).contains(&a).then(|| a.rem_euclid(rank as i64)))
+            .collect();
+        let dims = dims.filter(|d| !d.is_empty())?;
+        let kept = fresh_name(g, taken, &format!("{y}.kept"));
+        let axes_name = fresh_name(g, taken, &format!("{}.axes", n.name));
+        g.initializers.insert(axes_name.clone(), Arc::new(Tensor::from_i64(vec![dims.len()], dims)));
+        let keeping = Op::Reduce {
+            kind: *kind,
+            axes: Some(axes.clone()),
+            keepdims: true,
+            noop_with_empty_axes: *noop_with_empty_axes,
+        };
+        let reduce = crate::ir::Node { op: keeping, outputs: vec![kept.clone()], ..n.clone() };
+        let squeeze_name = fresh_name(g, taken, &format!("{}.squeeze", n.name));
+        Some(vec![reduce, node(squeeze_name, Op::Squeeze, vec![Some(kept), Some(axes_name)], y.clone())])
+    })
+}
+
+/// Replaces each node `f` rewrites with the nodes it returns (in order, in its place), and
+/// counts the rewrites; `f` may add initializers and names to the graph.
+fn rewrite_each(
+    g: &mut Graph,
+    mut f: impl FnMut(&mut Graph, &crate::ir::Node) -> Option<Vec<crate::ir::Node>>,
+) -> usize {
     let mut count = 0;
     let mut i = 0;
     while i < g.nodes.len() {
         let n = g.nodes[i].clone();
-        i += 1;
-        let Op::Reduce { kind, axes: Some(axes), keepdims: false, noop_with_empty_axes } = &n.op else { continue };
-        let rank = n.input(0).and_then(|x| g.types.get(x)?.shape.as_ref()).map(|s| s.rank());
-        let (Some(rank), [y]) = (rank, &n.outputs[..]) else { continue };
-        // Empty axes reduce every axis (or none): left as they are.
-        let dims: Option<Vec<i64>> =
-            axes.iter().map(|&a| (-(rank as i64)..rank as i64).contains(&a).then(|| a.rem_euclid(rank as i64))).collect();
-        let Some(dims) = dims.filter(|d| !d.is_empty()) else { continue };
-        let kept = fresh_name(g, taken, &format!("{y}.kept"));
-        let axes_name = fresh_name(g, taken, &format!("{}.axes", n.name));
-        g.initializers.insert(axes_name.clone(), Arc::new(Tensor::from_i64(vec![dims.len()], dims)));
-        let reduce = crate::ir::Node {
-            op: Op::Reduce { kind: *kind, axes: Some(axes.clone()), keepdims: true, noop_with_empty_axes: *noop_with_empty_axes },
-            outputs: vec![kept.clone()],
-            ..n.clone()
-        };
-        let squeeze_name = fresh_name(g, taken, &format!("{}.squeeze", n.name));
-        let squeeze = node(squeeze_name, Op::Squeeze, vec![Some(kept), Some(axes_name)], y.clone());
-        g.nodes.splice(i - 1..i, [reduce, squeeze]);
-        i += 1;
-        count += 1;
+        match f(g, &n) {
+            Some(new) => {
+                let at = i;
+                i += new.len();
+                g.nodes.splice(at..at + 1, new);
+                count += 1;
+            }
+            None => i += 1,
+        }
     }
     count
 }
@@ -152,17 +172,13 @@ fn reduce_keeping_dims(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
 /// (a detection head's DFL softmax reads one, and an NHWC conv region's entry undoes the
 /// other) and composes or cancels with it. Needs the input's rank.
 fn softmax_to_last_axis(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
-    let mut count = 0;
-    let mut i = 0;
-    while i < g.nodes.len() {
-        let n = g.nodes[i].clone();
-        i += 1;
-        let Op::Softmax { axis } = n.op else { continue };
-        let rank = n.input(0).and_then(|x| g.types.get(x)?.shape.as_ref()).map(|s| s.rank());
-        let (Some(rank), Some(x), [y]) = (rank, n.input(0), &n.outputs[..]) else { continue };
+    rewrite_each(g, |g, n| {
+        let Op::Softmax { axis } = n.op else { return None };
+        let rank = n.input(0).and_then(|x| g.types.get(x)?.shape.as_ref()).map(|s| s.rank())?;
+        let (x, [y]) = (n.input(0)?, &n.outputs[..]) else { return None };
         let k = if axis < 0 { axis + rank as i64 } else { axis };
         if k < 0 || k as usize >= rank.saturating_sub(1) {
-            continue;
+            return None;
         }
         let k = k as usize;
         let to_last: Vec<usize> = (0..rank).filter(|&d| d != k).chain([k]).collect();
@@ -173,14 +189,12 @@ fn softmax_to_last_axis(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
         let t_in = fresh_name(g, taken, &format!("{}.to_last_axis", n.name));
         let s_out = fresh_name(g, taken, &format!("{y}.last_axis"));
         let t_out = fresh_name(g, taken, &format!("{}.from_last_axis", n.name));
-        let first = node(t_in.clone(), Op::Transpose { perm: Some(to_last) }, vec![Some(x.to_string())], t_in.clone());
-        let softmax = node(n.name.clone(), Op::Softmax { axis: -1 }, vec![Some(t_in)], s_out.clone());
-        let last = node(t_out, Op::Transpose { perm: Some(back) }, vec![Some(s_out)], y.clone());
-        g.nodes.splice(i - 1..i, [first, softmax, last]);
-        i += 2;
-        count += 1;
-    }
-    count
+        Some(vec![
+            node(t_in.clone(), Op::Transpose { perm: Some(to_last) }, vec![Some(x.to_string())], t_in.clone()),
+            node(n.name.clone(), Op::Softmax { axis: -1 }, vec![Some(t_in)], s_out.clone()),
+            node(t_out, Op::Transpose { perm: Some(back) }, vec![Some(s_out)], y.clone()),
+        ])
+    })
 }
 
 /// `Transpose(Transpose(x, p), q)` whose first transpose nobody else reads is one

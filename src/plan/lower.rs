@@ -333,8 +333,11 @@ fn resize_for(
         element,
     };
     let i = |x: usize| x as i64;
-    let problem =
-        BoltGlueProblem { p: i(out[hw[0]]), q: i(out[hw[1]]), ..BoltGlueProblem::new(i(n), i(c), i(shape[hw[0]]), i(shape[hw[1]])) };
+    let problem = BoltGlueProblem {
+        p: i(out[hw[0]]),
+        q: i(out[hw[1]]),
+        ..BoltGlueProblem::new(i(n), i(c), i(shape[hw[0]]), i(shape[hw[1]]))
+    };
     Ok((spec, problem))
 }
 
@@ -351,7 +354,9 @@ pub fn pool_spec(op: &Op, element: bolt_codegen::spec::Element) -> Result<bolt_c
             crate::ir::AutoPad::NotSet => w.pads.clone().unwrap_or_else(|| vec![0; 4]),
             crate::ir::AutoPad::Valid => vec![0; 4],
             other => {
-                return Err(format!("auto_pad {other:?}: its pads follow the input size, a pool kernel's window is fixed"))
+                return Err(format!(
+                    "auto_pad {other:?}: its pads follow the input size, a pool kernel's window is fixed"
+                ))
             }
         };
         let kernel = w.kernel_shape.as_ref().ok_or("no kernel_shape")?;
@@ -366,7 +371,12 @@ pub fn pool_spec(op: &Op, element: bolt_codegen::spec::Element) -> Result<bolt_c
             }
         };
         let pads = [0, 1, 2, 3].map(|k| u32::try_from(pads[k]).unwrap_or(u32::MAX));
-        Ok(PoolWindow { kernel: two(Some(kernel))?, strides: two(w.strides.as_ref())?, dilations: two(w.dilations.as_ref())?, pads })
+        Ok(PoolWindow {
+            kernel: two(Some(kernel))?,
+            strides: two(w.strides.as_ref())?,
+            dilations: two(w.dilations.as_ref())?,
+            pads,
+        })
     };
     let kind = match op {
         Op::MaxPool { window: w, .. } => PoolKind::Max(window(w)?),
@@ -1176,8 +1186,13 @@ pub fn attention_problem(
             let rows = m.iter().product::<usize>() / sk.max(1);
             let e = spec.element.size_bytes();
             bias = bias.map(|s| s / sk as i64 * pitch as i64);
-            staging =
-                Some(MaskStaging { rows, width: sk * e, src_pitch: sk * e, dst_pitch: pitch * e, bytes: rows * pitch * e });
+            staging = Some(MaskStaging {
+                rows,
+                width: sk * e,
+                src_pitch: sk * e,
+                dst_pitch: pitch * e,
+                bytes: rows * pitch * e,
+            });
         }
         p.bias_strides = bias;
     }

@@ -126,7 +126,8 @@ pub fn report(model: &str, original: &Graph, plan: &Plan, opts: &PlanOptions) ->
     // Host ops the planner removed (a transpose the layout pass cancelled) run nowhere.
     let planned: std::collections::HashSet<&str> = plan.graph.nodes.iter().map(|n| n.name.as_str()).collect();
     let mut device_copies = 0;
-    for h in plan.partitioning.host.iter().filter(|h| !on_device.contains(&h.node) && planned.contains(h.node.as_str())) {
+    for h in plan.partitioning.host.iter().filter(|h| !on_device.contains(&h.node) && planned.contains(h.node.as_str()))
+    {
         let glue_reason = plan.glue.iter().find(|p| p.node == h.node).and_then(|p| p.reason.as_ref());
         // The canonical graph: the planner's own views (a reduction's Squeeze) are in it.
         let c = &plan.canonical;
@@ -136,7 +137,8 @@ pub fn report(model: &str, original: &Graph, plan: &Plan, opts: &PlanOptions) ->
             Some(why) => format!("no glue kernel: {why}"),
             None if is_copy => {
                 device_copies += 1;
-                "a view, concatenation, split, slice or truncation: device-to-device copies on the GPU, no kernel".into()
+                "a view, concatenation, split, slice or truncation: device-to-device copies on the GPU, no kernel"
+                    .into()
             }
             None => h.reason.clone(),
         };
