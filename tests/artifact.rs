@@ -360,8 +360,14 @@ fn host_glue_equals_the_reference_ops() {
     assert!(bolt::plan::lower::glue_for(&Op::FitLastAxis { to: 7 }, &x.shape, DType::F32, DType::F32, &[])
         .unwrap()
         .is_err());
-    assert!(bolt::plan::lower::glue_for(&Op::Transpose { perm: Some(vec![1, 0]) }, &x.shape, DType::F32, DType::F32, &[])
-        .is_none());
+    assert!(bolt::plan::lower::glue_for(
+        &Op::Transpose { perm: Some(vec![1, 0]) },
+        &x.shape,
+        DType::F32,
+        DType::F32,
+        &[]
+    )
+    .is_none());
 }
 
 /// Pool kernels on the reference device (`runtime::glue`, from the spec's definition) equal the
@@ -386,17 +392,24 @@ fn host_pools_equal_the_reference_pools() {
             auto_pad: AutoPad::NotSet,
         };
         let ceil_mode = rng.gen_bool(0.5);
-        let pool = match case % 3 {
+        let pool = match case % 4 {
             0 => Op::MaxPool { window, ceil_mode, storage_order: 0 },
             1 => Op::AveragePool { window, ceil_mode, count_include_pad: rng.gen_bool(0.5) },
-            _ => Op::GlobalAveragePool,
+            2 => Op::GlobalAveragePool,
+            _ => Op::GlobalMaxPool,
         };
         let span = |d: usize| dilations[d] * (kernel[d] - 1) + 1;
-        let nchw = vec![rng.gen_range(1..3), rng.gen_range(1..6), span(0) + rng.gen_range(0..7), span(1) + rng.gen_range(0..7)];
-        let dtype = [DType::F32, DType::F16][case % 2];
+        let nchw = vec![
+            rng.gen_range(1..3),
+            rng.gen_range(1..6),
+            span(0) + rng.gen_range(0..7),
+            span(1) + rng.gen_range(0..7),
+        ];
+        // Every pool in both layouts and both types: pool case % 4, layout (case / 4) % 2, type (case / 8) % 2.
+        let dtype = [DType::F32, DType::F16][(case / 8) % 2];
         let values: Vec<f64> = (0..nchw.iter().product::<usize>()).map(|_| rng.gen_range(-8.0..8.0)).collect();
         let x = Tensor::from_f64_as(dtype, nchw.clone(), &values).unwrap();
-        let channels_last = case % 4 >= 2;
+        let channels_last = (case / 4) % 2 == 1;
         let (op, x) = if channels_last {
             let nhwc = bolt::reference::eval_op(&Op::Transpose { perm: Some(vec![0, 2, 3, 1]) }, &[Some(&x)]).unwrap();
             (Op::ChannelsLast(std::sync::Arc::new(pool)), nhwc.into_iter().next().unwrap())
@@ -412,7 +425,11 @@ fn host_pools_equal_the_reference_pools() {
         let (g, w) = (got.to_f64_vec(), want.to_f64_vec());
         for (i, (a, b)) in g.iter().zip(&w).enumerate() {
             // Both sum in f64 in the window's row-major order and round once.
-            assert!(a == b || (a - b).abs() <= 1e-6 * b.abs(), "{op:?} on {dtype} {:?}, output {i}: {a} vs {b}", x.shape);
+            assert!(
+                a == b || (a - b).abs() <= 1e-6 * b.abs(),
+                "{op:?} on {dtype} {:?}, output {i}: {a} vs {b}",
+                x.shape
+            );
         }
     }
     // SAME padding follows the input size: no fixed-window kernel, a reason instead.
@@ -431,7 +448,13 @@ fn host_pools_equal_the_reference_pools() {
     assert!(why.contains("auto_pad"), "{why}");
     // 1-D pools are not 2-D pool kernels.
     let one_d = Op::AveragePool {
-        window: Window { kernel_shape: Some(vec![3]), strides: None, pads: None, dilations: None, auto_pad: AutoPad::NotSet },
+        window: Window {
+            kernel_shape: Some(vec![3]),
+            strides: None,
+            pads: None,
+            dilations: None,
+            auto_pad: AutoPad::NotSet,
+        },
         ceil_mode: false,
         count_include_pad: false,
     };
@@ -447,7 +470,12 @@ fn host_resizes_equal_the_reference_resize() {
     use bolt::ir::{AspectPolicy, CoordTransform, NearestMode, ResizeAttrs, ResizeMode};
     use rand::{Rng, SeedableRng};
     let mut rng = rand::rngs::StdRng::seed_from_u64(17);
-    let coords = [CoordTransform::Asymmetric, CoordTransform::HalfPixel, CoordTransform::PytorchHalfPixel, CoordTransform::AlignCorners];
+    let coords = [
+        CoordTransform::Asymmetric,
+        CoordTransform::HalfPixel,
+        CoordTransform::PytorchHalfPixel,
+        CoordTransform::AlignCorners,
+    ];
     let modes = [NearestMode::Floor, NearestMode::Ceil, NearestMode::RoundPreferFloor, NearestMode::RoundPreferCeil];
     let mut kinds = std::collections::HashSet::new();
     for case in 0..120 {
@@ -464,7 +492,8 @@ fn host_resizes_equal_the_reference_resize() {
         };
         let nhwc = case % 2 == 1;
         let spatial = if nhwc { [1, 2] } else { [2, 3] };
-        let shape: Vec<usize> = (0..4).map(|d| if spatial.contains(&d) { rng.gen_range(1..7) } else { rng.gen_range(1..4) }).collect();
+        let shape: Vec<usize> =
+            (0..4).map(|d| if spatial.contains(&d) { rng.gen_range(1..7) } else { rng.gen_range(1..4) }).collect();
         let dtype = [DType::F32, DType::F16][case % 3 % 2];
         let values: Vec<f64> = (0..shape.iter().product::<usize>()).map(|_| rng.gen_range(-8.0..8.0)).collect();
         let x = Tensor::from_f64_as(dtype, shape.clone(), &values).unwrap();
@@ -509,9 +538,15 @@ fn host_resizes_equal_the_reference_resize() {
         aspect: AspectPolicy::Stretch,
     };
     let scales = Tensor::from_f32(vec![4], vec![1.0, 1.0, 2.0, 2.0]);
-    let why = bolt::plan::lower::glue_for(&Op::Resize(linear), &[1, 2, 3, 3], DType::F32, DType::F32, &[None, None, Some(&scales), None])
-        .unwrap()
-        .unwrap_err();
+    let why = bolt::plan::lower::glue_for(
+        &Op::Resize(linear),
+        &[1, 2, 3, 3],
+        DType::F32,
+        DType::F32,
+        &[None, None, Some(&scales), None],
+    )
+    .unwrap()
+    .unwrap_err();
     assert!(why.contains("nearest"), "{why}");
 }
 
@@ -610,7 +645,8 @@ fn copy_blocks_equal_the_reference_concat_and_views() {
         }
         let axes: Vec<i64> = axes.iter().map(|&a| if rng.gen_bool(0.3) { a - rank as i64 } else { a }).collect();
         let starts: Vec<i64> = axes.iter().map(|_| rng.gen_range(-7..7)).collect();
-        let ends: Vec<i64> = axes.iter().map(|_| if rng.gen_bool(0.2) { i64::MAX } else { rng.gen_range(-7..8) }).collect();
+        let ends: Vec<i64> =
+            axes.iter().map(|_| if rng.gen_bool(0.2) { i64::MAX } else { rng.gen_range(-7..8) }).collect();
         let step = if case % 10 == 9 { 2 } else { 1 };
         let mut b = bolt::ir::builder::GraphBuilder::new("slice");
         let xi = b.input("x", DType::F32, Shape::from_static(&shape));
@@ -623,7 +659,18 @@ fn copy_blocks_equal_the_reference_concat_and_views() {
         b.output(&y);
         let g = b.finish().unwrap();
         let n = &g.nodes[0];
-        let want = bolt::reference::eval_node(n, &[Some(&x), Some(&g.initializers["starts"]), Some(&g.initializers["ends"]), Some(&g.initializers["axes"]), Some(&g.initializers["steps"])]).unwrap().remove(0);
+        let want = bolt::reference::eval_node(
+            n,
+            &[
+                Some(&x),
+                Some(&g.initializers["starts"]),
+                Some(&g.initializers["ends"]),
+                Some(&g.initializers["axes"]),
+                Some(&g.initializers["steps"]),
+            ],
+        )
+        .unwrap()
+        .remove(0);
         let what = format!("slice {shape:?} starts {starts:?} ends {ends:?} axes {axes:?} step {step}");
         assert_eq!(bolt::plan::lower::is_copy_node(&g, n), step == 1, "{what}");
         match bolt::plan::lower::slice_blocks(&g, n, &shape, 4) {

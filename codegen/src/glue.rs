@@ -71,6 +71,8 @@ pub enum PoolKind {
     Average { window: PoolWindow, count_include_pad: bool },
     /// The mean over h x w (output 1 x 1).
     GlobalAverage,
+    /// The maximum over h x w (output 1 x 1), as Max's rule: a later value wins when greater.
+    GlobalMax,
 }
 
 /// Whether an activation is NCHW (the model's) or NHWC (inside the planner's conv regions).
@@ -189,7 +191,7 @@ pub fn validate(spec: &GlueSpec) -> Result<(), GlueRejection> {
                     Err(GlueRejection::Window(w))
                 }
             }
-            PoolKind::GlobalAverage => Ok(()),
+            PoolKind::GlobalAverage | PoolKind::GlobalMax => Ok(()),
         },
         GlueSpec::DepthToSpace(d) if d.blocksize == 0 => Err(GlueRejection::Blocksize),
         GlueSpec::DepthToSpace(_) => Ok(()),
@@ -214,6 +216,7 @@ impl GlueSpec {
                 PoolKind::Max(_) => ("max_pool", p.element, p.element),
                 PoolKind::Average { .. } => ("average_pool", p.element, p.element),
                 PoolKind::GlobalAverage => ("global_average_pool", p.element, p.element),
+                PoolKind::GlobalMax => ("global_max_pool", p.element, p.element),
             },
             GlueSpec::ResizeNearest(r) => ("resize_nearest", r.element, r.element),
             GlueSpec::DepthToSpace(d) => ("depth_to_space", d.element, d.element),
@@ -231,7 +234,7 @@ impl GlueSpec {
         let (p, q) = match self {
             GlueSpec::Pool(s) => match s.kind {
                 PoolKind::Max(win) | PoolKind::Average { window: win, .. } => win.floor_output(h, w),
-                PoolKind::GlobalAverage => (1, 1),
+                PoolKind::GlobalAverage | PoolKind::GlobalMax => (1, 1),
             },
             // The output extents of constant scales (floor(input * scale)); sizes: the same.
             GlueSpec::ResizeNearest(r) => match r.scales {
@@ -289,7 +292,7 @@ pub fn symbol_for(spec: &GlueSpec) -> String {
                 PoolKind::Average { window: w, count_include_pad } => {
                     base + &window(&w) + if count_include_pad { "_incl" } else { "_excl" }
                 }
-                PoolKind::GlobalAverage => base,
+                PoolKind::GlobalAverage | PoolKind::GlobalMax => base,
             }
         }
     }

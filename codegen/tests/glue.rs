@@ -11,11 +11,11 @@ use bolt_codegen::abi::{
     BoltGlueArgs, BoltGlueProblem, CanImplementFn, InitializeFn, LaunchFn, ParamsSizeFn, Status, FUNCTION_SUFFIXES,
 };
 use bolt_codegen::glue::{
-    self, CastSpec, DepthToSpaceSpec, Direction, GlueSpec, Layout, NearestRounding, PadSpec, PoolKind, PoolSpec, PoolWindow, ResizeCoord,
-    ResizeSpec, TransposeSpec,
+    self, CastSpec, DepthToSpaceSpec, Direction, GlueSpec, Layout, NearestRounding, PadSpec, PoolKind, PoolSpec,
+    PoolWindow, ResizeCoord, ResizeSpec, TransposeSpec,
 };
-use ordered_float::OrderedFloat;
 use bolt_codegen::spec::Element;
+use ordered_float::OrderedFloat;
 
 fn specs() -> Vec<GlueSpec> {
     vec![
@@ -42,6 +42,7 @@ fn specs() -> Vec<GlueSpec> {
             element: Element::F32,
         }),
         GlueSpec::Pool(PoolSpec { kind: PoolKind::GlobalAverage, layout: Layout::Nhwc, element: Element::F32 }),
+        GlueSpec::Pool(PoolSpec { kind: PoolKind::GlobalMax, layout: Layout::Nchw, element: Element::F16 }),
         // PP-OCR's FPN upsampling (x2, asymmetric, floor), channels-last.
         resize(ResizeCoord::Asymmetric, NearestRounding::Floor, Some([2.0, 2.0]), Layout::Nhwc),
         // Uneven scales, up and down, each coordinate mode and rounding.
@@ -49,8 +50,18 @@ fn specs() -> Vec<GlueSpec> {
         resize(ResizeCoord::PytorchHalfPixel, NearestRounding::RoundPreferCeil, Some([0.5, 2.5]), Layout::Nhwc),
         resize(ResizeCoord::AlignCorners, NearestRounding::Ceil, None, Layout::Nchw),
         // The test problem's 3 channels are the output's: the input has 3 * b * b.
-        GlueSpec::DepthToSpace(DepthToSpaceSpec { blocksize: 2, crd: true, layout: Layout::Nchw, element: Element::F16 }),
-        GlueSpec::DepthToSpace(DepthToSpaceSpec { blocksize: 3, crd: false, layout: Layout::Nhwc, element: Element::F32 }),
+        GlueSpec::DepthToSpace(DepthToSpaceSpec {
+            blocksize: 2,
+            crd: true,
+            layout: Layout::Nchw,
+            element: Element::F16,
+        }),
+        GlueSpec::DepthToSpace(DepthToSpaceSpec {
+            blocksize: 3,
+            crd: false,
+            layout: Layout::Nhwc,
+            element: Element::F32,
+        }),
     ]
 }
 
@@ -114,7 +125,8 @@ fn pool_problem(spec: &GlueSpec) -> BoltGlueProblem {
     let GlueSpec::Pool(PoolSpec { kind: PoolKind::Max(win) | PoolKind::Average { window: win, .. }, .. }) = spec else {
         return p;
     };
-    let extra = |o: i64, d: usize, size: i64| o + i64::from(o * i64::from(win.strides[d]) - i64::from(win.pads[d]) < size);
+    let extra =
+        |o: i64, d: usize, size: i64| o + i64::from(o * i64::from(win.strides[d]) - i64::from(win.pads[d]) < size);
     BoltGlueProblem { p: extra(p.p, 0, p.h), q: extra(p.q, 1, p.w), ..p }
 }
 
@@ -133,6 +145,9 @@ fn expected_pool(spec: &PoolSpec, p: BoltGlueProblem) -> Vec<f64> {
             PoolKind::GlobalAverage => {
                 let all: Vec<f64> = (0..h).flat_map(|y| (0..w).map(move |x| at(b, ch, y, x))).collect();
                 return all.iter().sum::<f64>() / all.len() as f64;
+            }
+            PoolKind::GlobalMax => {
+                return (0..h).flat_map(|y| (0..w).map(move |x| at(b, ch, y, x))).fold(f64::NEG_INFINITY, f64::max);
             }
         };
         let (mut vals, mut padded) = (Vec::new(), 0);

@@ -163,6 +163,7 @@ pub fn parse_op(node: &NodeProto, opset: i64) -> Result<Parsed, String> {
             count_include_pad: a.bool_or("count_include_pad", false)?,
         },
         "GlobalAveragePool" => Op::GlobalAveragePool,
+        "GlobalMaxPool" => Op::GlobalMaxPool,
         "Softmax" => Op::Softmax { axis: a.int_or("axis", -1)? },
         "LayerNormalization" => {
             let stash = a.int_or("stash_type", 1)?;

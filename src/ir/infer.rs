@@ -645,7 +645,7 @@ pub fn infer_node(op: &Op, infos: &[Option<InputInfo>]) -> Result<Vec<TensorType
             };
             vec![TensorType { dtype: t.dtype, shape }]
         }
-        Op::GlobalAveragePool => {
+        Op::GlobalAveragePool | Op::GlobalMaxPool => {
             let t = x?;
             let shape = t.shape.as_ref().map(|s| {
                 Shape(s.0.iter().enumerate().map(|(i, d)| if i < 2 { d.clone() } else { Dim::Known(1) }).collect())

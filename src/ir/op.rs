@@ -504,6 +504,7 @@ pub enum Op {
         count_include_pad: bool,
     },
     GlobalAveragePool,
+    GlobalMaxPool,
     /// Moves blocks of `blocksize` x `blocksize` channels into space: [N, C*b*b, H, W] ->
     /// [N, C, H*b, W*b]. DCR: the block index is the slowest part of the channel; CRD: fastest.
     DepthToSpace {
@@ -608,6 +609,7 @@ impl Op {
             Op::MaxPool { .. } => "MaxPool",
             Op::AveragePool { .. } => "AveragePool",
             Op::GlobalAveragePool => "GlobalAveragePool",
+            Op::GlobalMaxPool => "GlobalMaxPool",
             Op::DepthToSpace { .. } => "DepthToSpace",
             Op::Softmax { .. } => "Softmax",
             Op::LayerNormalization { .. } => "LayerNormalization",

@@ -319,6 +319,7 @@ fn layout_agnostic(op: &Op) -> bool {
             | Op::MaxPool { .. }
             | Op::AveragePool { .. }
             | Op::GlobalAveragePool
+            | Op::GlobalMaxPool
             | Op::DepthToSpace { .. }
     )
 }
@@ -426,7 +427,11 @@ fn nhwc_form(
         {
             return None
         }
-        Op::MaxPool { .. } | Op::AveragePool { .. } | Op::GlobalAveragePool | Op::DepthToSpace { .. } => {
+        Op::MaxPool { .. }
+        | Op::AveragePool { .. }
+        | Op::GlobalAveragePool
+        | Op::GlobalMaxPool
+        | Op::DepthToSpace { .. } => {
             Op::ChannelsLast(Arc::new(n.op.clone()))
         }
         op => op.clone(),

@@ -260,7 +260,7 @@ pub fn is_pool(op: &Op) -> bool {
     if let Op::ChannelsLast(inner) = op {
         return is_pool(inner);
     }
-    matches!(op, Op::MaxPool { .. } | Op::AveragePool { .. } | Op::GlobalAveragePool)
+    matches!(op, Op::MaxPool { .. } | Op::AveragePool { .. } | Op::GlobalAveragePool | Op::GlobalMaxPool)
 }
 
 fn is_glue_op(op: &Op) -> bool {
@@ -384,6 +384,7 @@ pub fn pool_spec(op: &Op, element: bolt_codegen::spec::Element) -> Result<bolt_c
             PoolKind::Average { window: window(w)?, count_include_pad: *count_include_pad }
         }
         Op::GlobalAveragePool => PoolKind::GlobalAverage,
+        Op::GlobalMaxPool => PoolKind::GlobalMax,
         _ => return Err("not a pool".into()),
     };
     let spec = PoolSpec { kind, layout, element };

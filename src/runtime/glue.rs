@@ -10,7 +10,8 @@
 use crate::ir::{DType, Tensor, TensorData};
 use bolt_codegen::abi::BoltGlueProblem;
 use bolt_codegen::glue::{
-    DepthToSpaceSpec, Direction, GlueSpec, Layout, NearestRounding, PoolKind, PoolSpec, PoolWindow, ResizeCoord, ResizeSpec,
+    DepthToSpaceSpec, Direction, GlueSpec, Layout, NearestRounding, PoolKind, PoolSpec, PoolWindow, ResizeCoord,
+    ResizeSpec,
 };
 use bolt_codegen::spec::Element;
 
@@ -193,10 +194,15 @@ fn pool(s: &PoolSpec, p: &BoltGlueProblem, x: &Tensor) -> Result<Tensor, String>
                 let sum: f64 = (0..h).flat_map(|i| (0..w).map(move |j| (i, j))).map(|(i, j)| at(b, ch, i, j)).sum();
                 return sum / (h * w) as f64;
             }
+            PoolKind::GlobalMax => {
+                let all = (0..h).flat_map(|i| (0..w).map(move |j| (i, j))).map(|(i, j)| at(b, ch, i, j));
+                return all.reduce(|best, v| if v > best { v } else { best }).unwrap_or(f64::NAN);
+            }
             PoolKind::Max(win) | PoolKind::Average { window: win, .. } => win,
         };
         let ((ys, ph), (xs, pw)) = (positions(&win, 0, y, h), positions(&win, 1, xx, w));
-        let vals: Vec<f64> = ys.iter().flat_map(|&i| xs.iter().map(move |&j| (i, j))).map(|(i, j)| at(b, ch, i, j)).collect();
+        let vals: Vec<f64> =
+            ys.iter().flat_map(|&i| xs.iter().map(move |&j| (i, j))).map(|(i, j)| at(b, ch, i, j)).collect();
         match s.kind {
             PoolKind::Max(_) => {
                 vals.iter().copied().reduce(|best, v| if v > best { v } else { best }).unwrap_or(f64::NEG_INFINITY)
@@ -205,7 +211,7 @@ fn pool(s: &PoolSpec, p: &BoltGlueProblem, x: &Tensor) -> Result<Tensor, String>
                 let divisor = if count_include_pad { ph * pw } else { vals.len() };
                 vals.iter().sum::<f64>() / divisor as f64
             }
-            PoolKind::GlobalAverage => unreachable!("returned above"),
+            PoolKind::GlobalAverage | PoolKind::GlobalMax => unreachable!("returned above"),
         }
     };
     let (out, shape) = in_output_order(s.layout, [n, c, op, oq], value);

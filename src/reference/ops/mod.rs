@@ -69,7 +69,8 @@ pub fn eval_op(op: &Op, inputs: &[Option<&Tensor>]) -> OpResult {
         Op::AveragePool { window, ceil_mode, count_include_pad } => {
             pool::average_pool(req(inputs, 0)?, window, *ceil_mode, *count_include_pad)
         }
-        Op::GlobalAveragePool => pool::global_average_pool(req(inputs, 0)?),
+        Op::GlobalAveragePool => pool::global_pool(req(inputs, 0)?, false),
+        Op::GlobalMaxPool => pool::global_pool(req(inputs, 0)?, true),
         Op::DepthToSpace { blocksize, crd } => layout::depth_to_space(req(inputs, 0)?, *blocksize, *crd),
         Op::Softmax { axis } => norm::softmax(req(inputs, 0)?, *axis),
         Op::LayerNormalization { axis, epsilon, stash_type } => {

@@ -173,8 +173,8 @@ pub fn average_pool(x: &Tensor, window: &Window, ceil_mode: bool, count_include_
     Ok(vec![Tensor::from_f64_as(x.dtype(), pool.out_shape(x), &out).expect("float dtype")])
 }
 
-/// Mean over all spatial dims, kept as size-1 dims.
-pub fn global_average_pool(x: &Tensor) -> OpResult {
+/// Mean (or, with `max`, maximum) over all spatial dims, kept as size-1 dims.
+pub fn global_pool(x: &Tensor, max: bool) -> OpResult {
     if !x.dtype().is_float() {
         return Err(format!("input must be a float tensor, is {}", x.dtype()));
     }
@@ -186,7 +186,11 @@ pub fn global_average_pool(x: &Tensor) -> OpResult {
     let mut shape = x.shape.clone();
     shape[2..].iter_mut().for_each(|d| *d = 1);
     let mean = |v: &[f64]| v.iter().sum::<f64>() / size as f64;
+    // As MaxPool: the first value is the start, a later one wins only when greater (a NaN
+    // first stays).
+    let maximum = |v: &[f64]| v.iter().copied().reduce(|best, e| if e > best { e } else { best }).unwrap_or(f64::NAN);
     let out: Vec<f64> = match &x.data {
+        _ if max => x.to_f64_vec().par_chunks(size.max(1)).map(maximum).collect(),
         // Common case without the f64 copy of the whole tensor.
         TensorData::F32(v) if size > 0 => {
             v.par_chunks(size).map(|c| c.iter().map(|&e| e as f64).sum::<f64>() / size as f64).collect()
@@ -271,10 +275,10 @@ mod tests {
 
     #[test]
     fn global_average() {
-        let r = global_average_pool(&x44()).unwrap();
+        let r = global_pool(&x44(), false).unwrap();
         assert_eq!(r[0].shape, vec![1, 1, 1, 1]);
         assert_eq!(r[0].to_f32_vec(), vec![8.5]);
-        assert!(global_average_pool(&Tensor::from_f32(vec![2], vec![1., 2.])).is_err());
+        assert!(global_pool(&Tensor::from_f32(vec![2], vec![1., 2.]), false).is_err());
     }
 
     #[test]
