@@ -725,7 +725,7 @@ fn hf_attention_block() -> Graph {
     let split = b.initializer("split", Tensor::from_i64(vec![4], vec![0, 0, heads as i64, d as i64]));
     let merge = b.initializer("merge", Tensor::from_i64(vec![3], vec![0, 0, e as i64]));
     let root = b.initializer("root_d", Tensor::scalar_f32((d as f32).sqrt()));
-    let mut heads_of = |b: &mut GraphBuilder, name: &str, perm: Vec<usize>, seed: u64| {
+    let heads_of = |b: &mut GraphBuilder, name: &str, perm: Vec<usize>, seed: u64| {
         let w = weight(b, &format!("W{name}"), seed);
         let p = b.node(&format!("{name}_proj"), Op::MatMul, &[&x, &w]);
         let r = b.node(&format!("{name}_split"), Op::Reshape { allowzero: false }, &[&p, &split]);
