@@ -117,3 +117,52 @@ fn a_plan_lowers_to_one_typed_workload_per_kernel() {
     assert_eq!(p.m, 8);
     assert_eq!(uses[2].workload.layouts, [Layout::RowMajor, Layout::ColumnMajor, Layout::RowMajor]);
 }
+
+/// TensorFlow exports pad explicitly: a Pad of zeros on the spatial axes before a Conv is the
+/// Conv's own padding (canonical pass), so the conv kernel takes it and no Pad is left. Other
+/// pads (reflect, a nonzero constant, a Pad another op reads too) stay Pad nodes. The planned
+/// graph equals the model on the reference executor (whose Pad is checked against the ONNX
+/// conformance cases): this checks the rewriting.
+#[test]
+fn zero_pads_before_convs_become_conv_padding() {
+    use bolt::ir::builder::GraphBuilder;
+    use bolt::ir::{AutoPad, DType, PadMode, Shape, Window};
+    for (mode, value, folded) in [
+        (PadMode::Constant, None, true),
+        (PadMode::Constant, Some(0.0), true),
+        (PadMode::Constant, Some(1.5), false),
+        (PadMode::Reflect, None, false),
+    ] {
+        let mut g = GraphBuilder::new("pad_conv");
+        let x = g.input("x", DType::F32, Shape::from_static(&[1, 3, 9, 7]));
+        let pads = g.initializer("pads", Tensor::from_i64(vec![8], vec![0, 0, 1, 2, 0, 0, 2, 0]));
+        let mut ins = vec![x.clone(), pads];
+        if let Some(v) = value {
+            ins.push(g.initializer("value", Tensor::scalar_f32(v)));
+        }
+        let refs: Vec<&str> = ins.iter().map(|s| s.as_str()).collect();
+        let p = g.node("pad", Op::Pad { mode }, &refs);
+        let w = g.initializer("w", common::random_tensor(&[4, 3, 3, 3], 2));
+        let window = Window {
+            kernel_shape: Some(vec![3, 3]),
+            strides: Some(vec![2, 1]),
+            pads: Some(vec![1, 0, 0, 1]),
+            dilations: None,
+            auto_pad: AutoPad::NotSet,
+        };
+        let y = g.node("conv", Op::Conv { window, group: 1 }, &[&p, &w]);
+        g.output(&y);
+        let g = g.finish().unwrap();
+        let plan = bolt::plan::plan(&g).unwrap();
+        let pads_left = plan.graph.nodes.iter().filter(|n| matches!(n.op, Op::Pad { .. })).count();
+        assert_eq!(pads_left, usize::from(!folded), "{mode:?} {value:?}");
+        let feeds = HashMap::from([("x".to_string(), common::random_tensor(&[1, 3, 9, 7], 5))]);
+        let (want, got) =
+            (bolt::reference::run(&g, &feeds).unwrap(), bolt::reference::run(&plan.graph, &feeds).unwrap());
+        let (a, b) = (&want[&g.outputs[0]], &got[&g.outputs[0]]);
+        assert_eq!(a.shape, b.shape, "{mode:?} {value:?}");
+        for (p, q) in a.to_f32_vec().iter().zip(b.to_f32_vec()) {
+            assert!((p - q).abs() <= 1e-4 * (1.0 + p.abs()), "{mode:?} {value:?}: {p} vs {q}");
+        }
+    }
+}

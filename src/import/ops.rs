@@ -164,6 +164,15 @@ pub fn parse_op(node: &NodeProto, opset: i64) -> Result<Parsed, String> {
         },
         "GlobalAveragePool" => Op::GlobalAveragePool,
         "GlobalMaxPool" => Op::GlobalMaxPool,
+        "Pad" => Op::Pad {
+            mode: match a.string("mode")?.as_deref().unwrap_or("constant") {
+                "constant" => PadMode::Constant,
+                "reflect" => PadMode::Reflect,
+                "edge" => PadMode::Edge,
+                "wrap" => PadMode::Wrap,
+                other => return Err(format!("Pad mode '{other}' is not one of constant, reflect, edge, wrap")),
+            },
+        },
         "Softmax" => Op::Softmax { axis: a.int_or("axis", -1)? },
         "LayerNormalization" => {
             let stash = a.int_or("stash_type", 1)?;

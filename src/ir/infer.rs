@@ -218,6 +218,31 @@ fn const_ints(infos: &[Option<InputInfo>], i: usize) -> Result<Option<Vec<i64>>,
     }
 }
 
+/// Pad's (begin, end) per axis of a rank-`rank` input when its pads (input 1) and axes
+/// (input 3) are constants; `Ok(None)` when they are not known here.
+pub fn pad_amounts(infos: &[Option<InputInfo>], rank: usize) -> Result<Option<Vec<(i64, i64)>>, String> {
+    let Ok(Some(pads)) = const_ints(infos, 1) else { return Ok(None) };
+    let Ok(axes) = const_ints(infos, 3) else { return Ok(None) };
+    pads_per_axis(&pads, axes.as_deref(), rank).map(Some)
+}
+
+/// ONNX Pad's `pads` (all begins, then all ends, over `axes` or every axis) as (begin, end)
+/// per axis of a rank-`rank` tensor.
+pub fn pads_per_axis(pads: &[i64], axes: Option<&[i64]>, rank: usize) -> Result<Vec<(i64, i64)>, String> {
+    let axes: Vec<usize> = match axes {
+        Some(a) => a.iter().map(|&x| norm_axis(x, rank, false)).collect::<Result<_, _>>()?,
+        None => (0..rank).collect(),
+    };
+    if pads.len() != 2 * axes.len() {
+        return Err(format!("{} pads for {} axes (begins then ends)", pads.len(), axes.len()));
+    }
+    let mut out = vec![(0, 0); rank];
+    for (k, &a) in axes.iter().enumerate() {
+        out[a] = (pads[k], pads[k + axes.len()]);
+    }
+    Ok(out)
+}
+
 fn same(t: &TensorType) -> Vec<TensorType> {
     vec![t.clone()]
 }
@@ -621,6 +646,23 @@ pub fn infer_node(op: &Op, infos: &[Option<InputInfo>]) -> Result<Vec<TensorType
                 v.push(TensorType { dtype: DType::I64, shape });
             }
             v
+        }
+        Op::Pad { .. } => {
+            let t = x?;
+            let shape = t.shape.as_ref().map(|s| match pad_amounts(infos, s.rank()) {
+                Ok(Some(pads)) => Shape(
+                    s.0.iter()
+                        .zip(&pads)
+                        .map(|(d, &(b, e))| match d {
+                            Dim::Known(n) => Dim::Known((*n as i64 + b + e).max(0) as usize),
+                            _ if b == 0 && e == 0 => d.clone(),
+                            _ => Dim::Unknown,
+                        })
+                        .collect(),
+                ),
+                _ => unknown_dims(s.rank()),
+            });
+            vec![TensorType { dtype: t.dtype, shape }]
         }
         Op::DepthToSpace { blocksize, .. } => {
             let t = x?;

@@ -333,6 +333,19 @@ impl Binary {
     }
 }
 
+/// How Pad fills the new elements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum PadMode {
+    /// The constant (0 unless given).
+    Constant,
+    /// Mirrored about the edge element, which is not repeated.
+    Reflect,
+    /// The edge element repeated.
+    Edge,
+    /// From the other end, as if the axis were a ring.
+    Wrap,
+}
+
 /// What a Reduce op computes over its axes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ReduceKind {
@@ -505,6 +518,11 @@ pub enum Op {
     },
     GlobalAveragePool,
     GlobalMaxPool,
+    /// ONNX Pad (opset 11+): pads from input 1 (begins then ends, negative crops), the
+    /// constant from input 2, axes from input 3 (opset 18+).
+    Pad {
+        mode: PadMode,
+    },
     /// Moves blocks of `blocksize` x `blocksize` channels into space: [N, C*b*b, H, W] ->
     /// [N, C, H*b, W*b]. DCR: the block index is the slowest part of the channel; CRD: fastest.
     DepthToSpace {
@@ -610,6 +628,7 @@ impl Op {
             Op::AveragePool { .. } => "AveragePool",
             Op::GlobalAveragePool => "GlobalAveragePool",
             Op::GlobalMaxPool => "GlobalMaxPool",
+            Op::Pad { .. } => "Pad",
             Op::DepthToSpace { .. } => "DepthToSpace",
             Op::Softmax { .. } => "Softmax",
             Op::LayerNormalization { .. } => "LayerNormalization",

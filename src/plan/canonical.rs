@@ -84,6 +84,7 @@ pub fn canonical(g: &Graph) -> Result<(Graph, usize)> {
         i += 1;
         count += 1;
     }
+    count += zero_pads_into_convs(&mut out);
     count += constant_reduce_axes(&mut out);
     count += reduce_keeping_dims(&mut out, &mut taken);
     count += softmax_to_last_axis(&mut out, &mut taken);
@@ -96,6 +97,63 @@ pub fn canonical(g: &Graph) -> Result<(Graph, usize)> {
         finish(&mut out)?;
     }
     Ok((out, count))
+}
+
+/// A Pad of zeros on the spatial axes whose only reader is a Conv (TensorFlow exports pad
+/// explicitly) is that Conv's own padding: the Conv reads the Pad's input with its pads grown,
+/// and the Pad goes.
+fn zero_pads_into_convs(g: &mut Graph) -> usize {
+    let mut count = 0;
+    loop {
+        let readers = super::edit::consumers(g);
+        let found = g.nodes.iter().enumerate().find_map(|(i, n)| {
+            let Op::Pad { mode: crate::ir::PadMode::Constant } = n.op else { return None };
+            let [y] = &n.outputs[..] else { return None };
+            let rank = g.types.get(n.input(0)?)?.shape.as_ref()?.rank();
+            let ints = |k: usize| n.input(k).map(|t| constant(g, t).and_then(|c| c.as_i64_vec()));
+            let pads = ints(1)??;
+            let axes = match ints(3) {
+                None => None,
+                Some(a) => Some(a?),
+            };
+            let per_axis = crate::ir::infer::pads_per_axis(&pads, axes.as_deref(), rank).ok()?;
+            let zero = match n.input(2) {
+                None => true,
+                Some(v) => constant(g, v).is_some_and(|c| c.to_f64_vec().iter().all(|&x| x == 0.0)),
+            };
+            let spatial_only = per_axis[..2.min(rank)].iter().all(|&p| p == (0, 0));
+            let grows = per_axis.iter().all(|&(b, e)| b >= 0 && e >= 0);
+            if !(zero && spatial_only && grows && (3..=4).contains(&rank)) || g.outputs.contains(y) {
+                return None;
+            }
+            let [(c, 0)] = readers.get(y)?[..] else { return None };
+            let Op::Conv { window, .. } = &g.nodes[c].op else { return None };
+            if window.auto_pad != crate::ir::AutoPad::NotSet {
+                return None;
+            }
+            let spatial = rank - 2;
+            let old = window.pads.clone().unwrap_or_else(|| vec![0; 2 * spatial]);
+            if old.len() != 2 * spatial {
+                return None;
+            }
+            let grown: Vec<usize> = (0..2 * spatial)
+                .map(|k| {
+                    let (b, e) = per_axis[2 + k % spatial];
+                    let more = if k < spatial { b } else { e };
+                    old[k] + more as usize
+                })
+                .collect();
+            Some((i, c, grown))
+        });
+        let Some((i, c, grown)) = found else { return count };
+        let x = g.nodes[i].inputs[0].clone();
+        if let Op::Conv { window, .. } = &mut g.nodes[c].op {
+            window.pads = Some(grown);
+        }
+        g.nodes[c].inputs[0] = x;
+        g.nodes.remove(i);
+        count += 1;
+    }
 }
 
 /// A reduction whose axes come as a constant input (ReduceSum from opset 13, the others

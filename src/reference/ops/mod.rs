@@ -8,6 +8,7 @@ mod fused;
 pub(crate) mod layout;
 mod matmul;
 mod norm;
+mod pad;
 mod pool;
 mod resize;
 
@@ -71,6 +72,7 @@ pub fn eval_op(op: &Op, inputs: &[Option<&Tensor>]) -> OpResult {
         }
         Op::GlobalAveragePool => pool::global_pool(req(inputs, 0)?, false),
         Op::GlobalMaxPool => pool::global_pool(req(inputs, 0)?, true),
+        Op::Pad { mode } => pad::eval(inputs, *mode),
         Op::DepthToSpace { blocksize, crd } => layout::depth_to_space(req(inputs, 0)?, *blocksize, *crd),
         Op::Softmax { axis } => norm::softmax(req(inputs, 0)?, *axis),
         Op::LayerNormalization { axis, epsilon, stash_type } => {
