@@ -300,11 +300,12 @@ unsafe extern "system" fn ep_compile(
             *node_compute_infos.add(i) = std::ptr::null_mut();
         }
         let mut made: Vec<*mut OrtNodeComputeInfo> = Vec::new();
+        // The whole model's types, taken once for every fused node of this call.
+        let hints = me.types.lock().map(|t| t.clone()).unwrap_or_default();
         let result = (|| -> Res<()> {
             for i in 0..count {
                 let (name, inputs, outputs) = node_io(*fused_nodes.add(i))?;
                 // Everything is copied out of the OrtGraph here: it is gone after Compile.
-                let hints = me.types.lock().map(|t| t.clone()).unwrap_or_default();
                 let imported = graph::import(*graphs.add(i), Some(&outputs), Some(&hints))
                     .map_err(|e| format!("fused node '{name}': cannot read its graph: {e}"))?;
                 let model_path = graph_model_path(*graphs.add(i))?;

@@ -217,16 +217,7 @@ fn is_view(op: &Op) -> bool {
 
 /// A Slice's constant bounds per axis, when every step is positive.
 fn slice_view(g: &Graph, n: &crate::ir::Node) -> Option<Vec<SliceAxis>> {
-    let ints = |i: usize| -> Option<Option<Vec<i64>>> {
-        match n.input(i) {
-            None => Some(None),
-            Some(t) => Some(Some(crate::plan::edit::constant(g, t)?.as_i64_vec()?)),
-        }
-    };
-    let rank = g.types.get(n.input(0)?)?.shape.as_ref()?.rank();
-    let (starts, ends, axes, steps) = (ints(1)??, ints(2)??, ints(3)?, ints(4)?);
-    let axes = crate::ir::infer::slice_axes(rank, &starts, &ends, axes.as_deref(), steps.as_deref()).ok()?;
-    axes.iter().all(|a| a.step > 0).then_some(axes)
+    crate::plan::lower::constant_slice(g, n).filter(|axes| axes.iter().all(|a| a.step > 0))
 }
 
 fn stitchable(op: &Op) -> bool {

@@ -896,24 +896,25 @@ pub fn fit_blocks(x: &[usize], to: usize, elem: usize) -> Option<Vec<CopyBlock>>
     box_blocks(x, &boxed, elem)
 }
 
-/// A Slice node's constant parameters, when its steps are all 1.
-fn slice_params(g: &Graph, n: &Node) -> Option<Vec<crate::ir::infer::SliceAxis>> {
+/// A Slice node's parameters per axis, when its bounds (and axes, steps) are constants.
+pub fn constant_slice(g: &Graph, n: &Node) -> Option<Vec<crate::ir::infer::SliceAxis>> {
     if !matches!(n.op, Op::Slice) {
         return None;
     }
     let ints = |i: usize| -> Option<Option<Vec<i64>>> {
         match n.input(i) {
             None => Some(None),
-            Some(t) => {
-                let c = super::edit::constant(g, t)?;
-                Some(Some(c.as_i64_vec()?))
-            }
+            Some(t) => Some(Some(super::edit::constant(g, t)?.as_i64_vec()?)),
         }
     };
     let rank = g.types.get(n.input(0)?)?.shape.as_ref()?.rank();
     let (starts, ends, axes, steps) = (ints(1)??, ints(2)??, ints(3)?, ints(4)?);
-    let params = crate::ir::infer::slice_axes(rank, &starts, &ends, axes.as_deref(), steps.as_deref()).ok()?;
-    params.iter().all(|p| p.step == 1).then_some(params)
+    crate::ir::infer::slice_axes(rank, &starts, &ends, axes.as_deref(), steps.as_deref()).ok()
+}
+
+/// A Slice node's constant parameters, when its steps are all 1 (a box: device copies).
+fn slice_params(g: &Graph, n: &Node) -> Option<Vec<crate::ir::infer::SliceAxis>> {
+    constant_slice(g, n).filter(|params| params.iter().all(|p| p.step == 1))
 }
 
 /// The copies that run Slice node `n` (constant parameters, unit steps) on an input of shape

@@ -125,13 +125,15 @@ pub fn report(model: &str, original: &Graph, plan: &Plan, opts: &PlanOptions) ->
         .collect();
     // Host ops the planner removed (a transpose the layout pass cancelled) run nowhere.
     let planned: std::collections::HashSet<&str> = plan.graph.nodes.iter().map(|n| n.name.as_str()).collect();
+    // The canonical graph: the planner's own views (a reduction's Squeeze) are in it.
+    let c = &plan.canonical;
+    let copies: std::collections::HashSet<&str> =
+        c.nodes.iter().filter(|n| super::lower::is_copy_node(c, n)).map(|n| n.name.as_str()).collect();
     let mut device_copies = 0;
     for h in plan.partitioning.host.iter().filter(|h| !on_device.contains(&h.node) && planned.contains(h.node.as_str()))
     {
         let glue_reason = plan.glue.iter().find(|p| p.node == h.node).and_then(|p| p.reason.as_ref());
-        // The canonical graph: the planner's own views (a reduction's Squeeze) are in it.
-        let c = &plan.canonical;
-        let is_copy = c.nodes.iter().any(|n| n.name == h.node && super::lower::is_copy_node(c, n));
+        let is_copy = copies.contains(h.node.as_str());
         let reason = match glue_reason {
             _ if h.reason == crate::partition::SHAPE_COMPUTATION => h.reason.clone(),
             Some(why) => format!("no glue kernel: {why}"),
