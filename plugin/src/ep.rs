@@ -735,16 +735,36 @@ unsafe fn input_on_device(k: &Kernel, i: usize, name: &str, v: *const OrtValue) 
 /// from shape inference on the input shapes (ORT allocates outputs before the work runs).
 unsafe fn compute_on_stream(k: &Arc<Kernel>, ctx: *mut OrtKernelContext, queue: &crate::host_gpu::Queue) -> Res<()> {
     use crate::host_gpu::SendPtr;
+    /// An input read now (CPU memory) or by the queued work (device memory).
+    enum Feed {
+        Staged(Tensor),
+        Later(bolt::ir::DType, Vec<usize>, SendPtr),
+    }
     let (ins, outs) = buffers(k, ctx)?;
-    let inputs: Vec<_> = ins.into_iter().map(|(n, t, d, p)| (n, t, d, SendPtr(p))).collect();
-    let outputs: Vec<_> = outs.into_iter().map(|(n, t, d, p)| (n, t, d, SendPtr(p))).collect();
+    let mut inputs = Vec::new();
+    for (name, dtype, dims, p, host) in ins {
+        // A CPU input is staged before Compute returns, as `cuMemcpyAsync` stages pageable host
+        // memory: ORT may free the buffer (and a concurrent run reuse it) as soon as Compute
+        // returns, because CPU memory knows no stream. Device memory is read when the work runs.
+        let feed = if host {
+            Feed::Staged(graph::copy_tensor(dtype, dims, p, &name)?)
+        } else {
+            Feed::Later(dtype, dims, SendPtr(p))
+        };
+        inputs.push((name, feed));
+    }
+    let outputs: Vec<_> = outs.into_iter().map(|(n, t, d, p, _)| (n, t, d, SendPtr(p))).collect();
     let (kernel, node) = (k.clone(), k.name.clone());
     crate::host_gpu::count(crate::host_gpu::COMPUTES_QUEUED);
     queue.enqueue(move || {
         let mut feeds = HashMap::new();
-        for (name, dtype, dims, p) in inputs {
-            // SAFETY: ORT keeps the input buffers alive until the stream is synchronised.
-            feeds.insert(name.clone(), unsafe { graph::copy_tensor(dtype, dims, p.0, &name)? });
+        for (name, feed) in inputs {
+            let t = match feed {
+                Feed::Staged(t) => t,
+                // SAFETY: ORT keeps device input buffers alive until the stream is synchronised.
+                Feed::Later(dtype, dims, p) => unsafe { graph::copy_tensor(dtype, dims, p.0, &name)? },
+            };
+            feeds.insert(name, t);
         }
         let mut outs = kernel.run(&feeds).map_err(|e| format!("fused node '{node}': {e}"))?;
         for (name, dtype, dims, p) in outputs {
@@ -765,8 +785,9 @@ unsafe fn compute_on_stream(k: &Arc<Kernel>, ctx: *mut OrtKernelContext, queue: 
     Ok(())
 }
 
-/// A tensor's name, type, dims and data pointer (in whatever memory ORT placed it).
-type Buffer = (String, bolt::ir::DType, Vec<usize>, *mut c_void);
+/// A tensor's name, type, dims, data pointer, and whether that pointer is CPU memory (ORT
+/// leaves some inputs of a device's fused node there).
+type Buffer = (String, bolt::ir::DType, Vec<usize>, *mut c_void, bool);
 
 /// The fused node's input buffers, and its output buffers from ORT at the shapes inference
 /// gives for these input shapes (ORT allocates outputs before any work runs).
@@ -780,7 +801,8 @@ unsafe fn buffers(k: &Kernel, ctx: *mut OrtKernelContext) -> Res<(Vec<Buffer>, V
         let mut data: *const c_void = std::ptr::null();
         check((ort.GetTensorData)(v, &mut data))?;
         graph.types.insert(name.clone(), TensorType { dtype, shape: Some(Shape::from_static(&dims)) });
-        inputs.push((name, dtype, dims, data as *mut c_void));
+        let host = crate::host_gpu::is_cpu((api().ep.Value_GetMemoryDevice)(v));
+        inputs.push((name, dtype, dims, data as *mut c_void, host));
     }
     let declared = graph.types.clone();
     bolt::ir::infer::infer_graph(&mut graph, &declared).map_err(|e| format!("output shapes: {e}"))?;
@@ -800,7 +822,7 @@ unsafe fn buffers(k: &Kernel, ctx: *mut OrtKernelContext) -> Res<(Vec<Buffer>, V
         }
         let mut data: *mut c_void = std::ptr::null_mut();
         check((ort.GetTensorMutableData)(v, &mut data))?;
-        outputs.push((name.clone(), ty.dtype, dims, data));
+        outputs.push((name.clone(), ty.dtype, dims, data, false));
     }
     Ok((inputs, outputs))
 }
@@ -817,7 +839,7 @@ unsafe fn compute_cuda(
     let mut stream: *mut c_void = std::ptr::null_mut();
     check((api().ort.KernelContext_GetGPUComputeStream)(ctx, &mut stream))?;
     let (ins, outs) = buffers(k, ctx)?;
-    let tensor = |(name, dtype, shape, p): Buffer| DeviceTensor { name, dtype, shape, ptr: p as u64 };
+    let tensor = |(name, dtype, shape, p, _): Buffer| DeviceTensor { name, dtype, shape, ptr: p as u64 };
     let ins: Vec<DeviceTensor> = ins.into_iter().map(tensor).collect();
     let outs: Vec<DeviceTensor> = outs.into_iter().map(tensor).collect();
     let mut x = x.lock().map_err(|_| "an earlier run of this node panicked".to_string())?;

@@ -530,8 +530,10 @@ def test_host_gpu_iobinding_and_concurrent_runs(host_gpu):
     assert host_gpu["iobinding_err"] < 1e-4
     # 8 threads on one session, 4 different inputs: every result equals ORT CPU's. (Before the
     # allocator waited for queued work on free, a block freed by one run was reused by another
-    # run's stream while still being read, and these differed.)
-    assert all(isinstance(e, float) and e < 1e-4 for e in host_gpu["threads"]), host_gpu["threads"]
+    # run's stream while still being read, and these differed. Likewise before CPU inputs were
+    # staged at Compute: ORT frees a CPU buffer once Compute returns, whatever is queued.)
+    bad = {i: e for i, e in enumerate(host_gpu["threads"]) if not (isinstance(e, float) and e < 1e-4)}
+    assert not bad, f"threads whose result differs or failed: {bad}"
 
 
 def test_host_gpu_bad_device_id_then_next_session_works(host_gpu):
