@@ -1113,7 +1113,7 @@ fn artifact_matches_onnxruntime(case: &str, range_of: impl Fn(&str) -> (usize, u
                 range(k, lo, hi)
             })
             .collect(),
-        source: Some(case.join("model.onnx")),
+        source: bolt::artifact::Source::File(case.join("model.onnx")),
         ..CompileOptions::new(dir.path())
     };
     println!("{}", compile(&g, &opts).unwrap());
@@ -1166,4 +1166,55 @@ fn bad_inputs_name_the_input() {
     assert!(e.contains("input 'x'") && e.contains("the model takes"), "{e}");
     let ok = HashMap::from([("x".to_string(), Tensor::from_f32(vec![2, 8], vec![-1.0; 16]))]);
     assert_eq!(exec.run(&ok).unwrap()[&g.outputs[0]].to_f32_vec(), vec![0.0; 16]);
+}
+
+/// A reference-only artifact (no arch: what TVM's `device=reference` modules embed) is built
+/// without nvcc (an empty kernel cache holds no toolchain), round-trips through its packed
+/// form, runs on the reference device like the original graph, and is refused by the cuda
+/// device and by `--check` (its source is a host's subgraph, not a file) with the reason.
+#[test]
+fn reference_only_artifact_packs_runs_and_says_what_it_cannot_do() {
+    let g = hf_attention_block();
+    let dir = tempfile::tempdir().unwrap();
+    let built = dir.path().join("built");
+    let opts = CompileOptions {
+        archs: Vec::new(),
+        dims: vec![range("S", 1, 37)],
+        cache_dir: Some(dir.path().join("empty-cache")),
+        source: bolt::artifact::Source::Host("TVM function main".into()),
+        ..CompileOptions::new(&built)
+    };
+    let report = compile(&g, &opts).unwrap();
+    assert_eq!((report.nvcc_invocations, report.library.is_some()), (0, false), "{report}");
+    assert!(report.attention_nodes + report.stitch_nodes > 0, "{report}");
+    let packed = bolt::artifact::bundle::pack(&built).unwrap();
+    let unpacked = dir.path().join("unpacked");
+    bolt::artifact::bundle::unpack(&packed, &unpacked).unwrap();
+    let art = Artifact::open(&unpacked).unwrap();
+    assert!(art.manifest.archs.is_empty() && art.library.is_none());
+    assert_eq!(art.manifest.source, "host:TVM function main");
+    let (rtol, atol) = art.manifest.precision.tolerance();
+    for s in [1, 37] {
+        let b: HashMap<String, usize> = [("S".to_string(), s)].into();
+        let inputs = bolt::compile::synthetic_inputs(&g, &b, 5).unwrap();
+        let want = bolt::reference::run(&g, &inputs).unwrap();
+        let mut exec = runtime::open(&art, DeviceKind::Reference, &RunOptions::default()).unwrap();
+        let got = runtime::outputs_as_f32(exec.run(&inputs).unwrap());
+        for o in &g.outputs {
+            for (x, y) in got[o].to_f64_vec().iter().zip(want[o].to_f64_vec()) {
+                assert!((x - y).abs() <= atol + rtol * y.abs(), "{o} at S={s}: {x} vs {y}");
+            }
+        }
+    }
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_bolt")).arg("run").arg(&unpacked).args(args).output().unwrap();
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let e = run(&["--check", "--dim", "S=4"]);
+    assert!(e.contains("no file to rerun") && e.contains("TVM function main"), "{e}");
+    if cfg!(feature = "cuda") && Path::new("/dev/nvidia0").exists() {
+        let e = run(&["--device", "cuda", "--dim", "S=4"]);
+        assert!(e.contains("reference-only"), "{e}");
+    }
 }

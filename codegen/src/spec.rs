@@ -14,6 +14,15 @@ pub enum Arch {
 }
 
 impl Arch {
+    /// `sm80`, `sm90` (or `sm90a`): the names users write (`bolt compile --arch`, host options).
+    pub fn parse(s: &str) -> Option<Arch> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "sm80" | "sm_80" => Some(Arch::Sm80),
+            "sm90" | "sm90a" | "sm_90" | "sm_90a" => Some(Arch::Sm90),
+            _ => None,
+        }
+    }
+
     /// Shared memory one threadblock may use, in bytes (opt-in maximum).
     pub fn smem_per_block(self) -> usize {
         match self {

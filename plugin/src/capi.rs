@@ -7,7 +7,7 @@
 //! ([`bolt_module_run`]). Every entry point returns 0 on success; on failure a non-zero code and
 //! a message for [`bolt_last_error`]. No panic crosses the boundary.
 
-use crate::ep::claimable;
+use crate::ep::{claimable, Runner};
 use crate::graph::{copy_tensor, write_tensor};
 use crate::options::{Device, Options};
 use bolt::ir::{DType, Graph, Tensor};
@@ -90,16 +90,16 @@ pub unsafe extern "C" fn bolt_partition_json(model: *const u8, len: usize, json_
     })
 }
 
-/// One planned subgraph, ready to run. Inputs and outputs are the model's graph inputs and
-/// outputs, in order.
+/// One planned (or loaded) subgraph, ready to run. Inputs and outputs are the model's graph
+/// inputs and outputs, in order.
 pub struct BoltModule {
     graph: Graph,
     inputs: Vec<String>,
     outputs: Vec<String>,
     report: String,
-    /// device=cuda: the GPU's ordinal and the executor of the module's artifact on it; else
-    /// the reference executor runs `graph`.
-    cuda: Option<(usize, std::sync::Mutex<bolt::runtime::cuda::CudaExecutor>)>,
+    /// The CUDA ordinal of a [`Runner::Cuda`] module.
+    device_id: usize,
+    runner: Runner,
 }
 
 fn parse_options(json: *const c_char) -> Result<Options, String> {
@@ -137,17 +137,7 @@ pub unsafe extern "C" fn bolt_module_create(
         if out.is_null() {
             return Err("null output pointer".into());
         }
-        let options = parse_options(options_json)?;
-        match options.device {
-            Device::Reference | Device::Cuda => {}
-            Device::HostGpu => return Err("device=host_gpu is ONNX Runtime's test device, not a TVM target".into()),
-        }
-        if options.device_id != 0 && options.device != Device::Cuda {
-            return Err(format!(
-                "device_id={}: no such device (the reference device has only device 0)",
-                options.device_id
-            ));
-        }
+        let options = module_options(options_json)?;
         let m = bolt::import::load_bytes(model_bytes(model, len)?, None).map_err(|e| e.to_string())?;
         let opts = bolt::plan::PlanOptions::default();
         let plan = bolt::plan::plan_with(&m.graph, &opts).map_err(|e| format!("planning failed: {e}"))?;
@@ -158,18 +148,168 @@ pub unsafe extern "C" fn bolt_module_create(
         if options.verbose {
             eprintln!("[bolt] planned '{}': {}", m.graph.name, report);
         }
-        let cuda = if options.device == Device::Cuda {
+        let runner = if options.device == Device::Cuda {
             let (_, x) = crate::ep::build_for_gpu(&m.graph, &options, &m.graph.name)?;
-            Some((options.device_id as usize, std::sync::Mutex::new(x)))
+            Runner::Cuda(std::sync::Mutex::new(x))
         } else {
-            None
+            Runner::Planned
         };
         let module = BoltModule {
             inputs: m.graph.inputs.clone(),
             outputs: m.graph.outputs.clone(),
             graph: plan.graph,
             report,
-            cuda,
+            device_id: options.device_id as usize,
+            runner,
+        };
+        *out = Box::into_raw(Box::new(module));
+        Ok(())
+    })
+}
+
+/// Checks the options every module entry point takes: the device is one a host other than
+/// ONNX Runtime can use, and the ordinal exists on the reference device.
+fn module_options(options_json: *const c_char) -> Result<Options, String> {
+    let options = parse_options(options_json)?;
+    match options.device {
+        Device::Reference | Device::Cuda => {}
+        Device::HostGpu => return Err("device=host_gpu is ONNX Runtime's test device, not a TVM target".into()),
+    }
+    if options.device_id != 0 && options.device != Device::Cuda {
+        return Err(format!("device_id={}: no such device (the reference device has only device 0)", options.device_id));
+    }
+    Ok(options)
+}
+
+/// A fresh scratch directory for building or unpacking an artifact.
+fn scratch_dir(what: &str) -> std::path::PathBuf {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    std::env::temp_dir().join(format!("bolt-{what}-{}-{n}", std::process::id()))
+}
+
+/// Compile once: builds an ONNX model into a packed artifact (plan, weights in kernel layout,
+/// and the kernel library for the `arch` option's archs: see `ep::build_archs`; a
+/// `device=reference` build has no library and runs no nvcc). A host embeds the bytes and
+/// runs them with [`bolt_module_load`], which plans and compiles nothing. Options as for
+/// [`bolt_module_create`], plus `arch`, `dims` and `label` (what the manifest names as the
+/// model's source). Free the bytes with [`bolt_bytes_free`].
+///
+/// # Safety
+/// `model` points at `len` readable bytes; `options_json` is NULL or a NUL-terminated string;
+/// `out` and `out_len` are writable.
+#[no_mangle]
+pub unsafe extern "C" fn bolt_artifact_build(
+    model: *const u8,
+    len: usize,
+    options_json: *const c_char,
+    out: *mut *mut u8,
+    out_len: *mut usize,
+) -> i32 {
+    entry("bolt_artifact_build", || {
+        if out.is_null() || out_len.is_null() {
+            return Err("null output pointer".into());
+        }
+        let (options, label) = split_label(options_json)?;
+        let options = module_options(options.as_ptr())?;
+        let m = bolt::import::load_bytes(model_bytes(model, len)?, None).map_err(|e| e.to_string())?;
+        let dir = scratch_dir("build");
+        let packed = (|| {
+            let mut opts = bolt::artifact::CompileOptions::new(&dir);
+            opts.archs = crate::ep::build_archs(&options);
+            opts.dims = options.dims.clone();
+            opts.source = bolt::artifact::Source::Host(label.unwrap_or_else(|| m.graph.name.clone()));
+            bolt::artifact::compile(&m.graph, &opts).map_err(|e| format!("'{}': {e}", m.graph.name))?;
+            bolt::artifact::bundle::pack(&dir).map_err(|e| e.to_string())
+        })();
+        let _ = std::fs::remove_dir_all(&dir);
+        let bytes = packed?.into_boxed_slice();
+        *out_len = bytes.len();
+        *out = Box::into_raw(bytes) as *mut u8;
+        Ok(())
+    })
+}
+
+/// The options without `label` (an option of [`bolt_artifact_build`] only), and the label.
+fn split_label(options_json: *const c_char) -> Result<(CString, Option<String>), String> {
+    if options_json.is_null() {
+        return Ok((CString::default(), None));
+    }
+    let text = unsafe { CStr::from_ptr(options_json) }.to_str().map_err(|e| format!("options are not UTF-8: {e}"))?;
+    if text.trim().is_empty() {
+        return Ok((CString::default(), None));
+    }
+    let mut v: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(text).map_err(|e| format!("options are not a JSON object: {e}"))?;
+    let label = v.remove("label").map(|l| l.as_str().map(str::to_string).unwrap_or_else(|| l.to_string()));
+    let rest = serde_json::Value::Object(v).to_string();
+    Ok((CString::new(rest).map_err(|e| e.to_string())?, label))
+}
+
+/// Frees bytes this library returned.
+///
+/// # Safety
+/// `p` and `len` came from [`bolt_artifact_build`] (or `p` is null) and are freed once.
+#[no_mangle]
+pub unsafe extern "C" fn bolt_bytes_free(p: *mut u8, len: usize) {
+    if !p.is_null() {
+        drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, len)));
+    }
+}
+
+/// Loads a packed artifact from [`bolt_artifact_build`] for the options' device: nothing is
+/// planned or compiled (the reference device runs the artifact as `bolt run` does; the cuda
+/// device loads its kernel library, which must hold kernels for this GPU or sm80 PTX).
+///
+/// # Safety
+/// `packed` points at `len` readable bytes; `options_json` is NULL or a NUL-terminated string;
+/// `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn bolt_module_load(
+    packed: *const u8,
+    len: usize,
+    options_json: *const c_char,
+    out: *mut *mut BoltModule,
+) -> i32 {
+    entry("bolt_module_load", || {
+        if out.is_null() {
+            return Err("null output pointer".into());
+        }
+        let options = module_options(options_json)?;
+        if packed.is_null() || len == 0 {
+            return Err("no packed artifact bytes given".into());
+        }
+        let dir = scratch_dir("load");
+        // The directory only needs to live until the kernel library is loaded.
+        let opened = bolt::artifact::bundle::unpack(std::slice::from_raw_parts(packed, len), &dir)
+            .map_err(|e| e.to_string())
+            .and_then(|()| {
+                let manifest = bolt::artifact::Artifact::open(&dir).map_err(|e| e.to_string())?.manifest;
+                crate::ep::open_artifact(&dir, &options).map(|(g, r)| (manifest, g, r))
+            });
+        let _ = std::fs::remove_dir_all(&dir);
+        let (manifest, graph, runner) = opened?;
+        let report = serde_json::json!({
+            "loaded": {
+                "model": manifest.model,
+                "source": manifest.source,
+                "archs": manifest.archs,
+                "precision": manifest.precision,
+                "bolt_version": manifest.bolt_version,
+            },
+            "device": options.device.to_string(),
+        })
+        .to_string();
+        if options.verbose {
+            eprintln!("[bolt] loaded the packed artifact of '{}' ({} bytes; planned at build time): {report}", manifest.model, len);
+        }
+        let module = BoltModule {
+            inputs: graph.inputs.clone(),
+            outputs: graph.outputs.clone(),
+            graph,
+            report,
+            device_id: options.device_id as usize,
+            runner,
         };
         *out = Box::into_raw(Box::new(module));
         Ok(())
@@ -299,7 +439,8 @@ pub unsafe extern "C" fn bolt_module_run(
                 m.outputs.len()
             ));
         }
-        if let Some((ordinal, x)) = &m.cuda {
+        if let Runner::Cuda(x) = &m.runner {
+            let ordinal = &m.device_id;
             // The GPU: DLTensors in this GPU's memory, work queued on the host's stream.
             use bolt::runtime::cuda::DeviceTensor;
             let tensor = |t: *const DLTensor, name: &String, what: &str| -> Result<DeviceTensor, String> {
@@ -331,7 +472,7 @@ pub unsafe extern "C" fn bolt_module_run(
             let tensor = copy_tensor(dtype_of(t, name)?, dims, data_ptr(t), name)?;
             feeds.insert(name.clone(), tensor);
         }
-        let mut results = bolt::reference::run(&m.graph, &feeds).map_err(|e| e.to_string())?;
+        let mut results = m.runner.run(&m.graph, &feeds)?;
         for (j, name) in m.outputs.iter().enumerate() {
             let t = (*outputs.add(j)).as_ref().ok_or_else(|| format!("output {j} ('{name}') is null"))?;
             let dims = checked_shape(t, name)?;

@@ -233,20 +233,22 @@ pub enum Runner {
     Cuda(std::sync::Mutex<bolt::runtime::cuda::CudaExecutor>),
 }
 
+impl Runner {
+    /// Runs on host tensors (`graph`: the planned graph [`Runner::Planned`] runs).
+    pub fn run(&self, graph: &Graph, feeds: &HashMap<String, Tensor>) -> Res<HashMap<String, Tensor>> {
+        use bolt::runtime::Executor;
+        const POISONED: &str = "an earlier run panicked";
+        match self {
+            Runner::Planned => bolt::reference::run(graph, feeds).map_err(|e| e.to_string()),
+            Runner::Artifact(x) => x.lock().map_err(|_| POISONED)?.run(feeds).map_err(|e| e.to_string()),
+            Runner::Cuda(x) => x.lock().map_err(|_| POISONED)?.run(feeds).map_err(|e| e.to_string()),
+        }
+    }
+}
+
 impl Kernel {
     fn run(&self, feeds: &HashMap<String, Tensor>) -> Res<HashMap<String, Tensor>> {
-        use bolt::runtime::Executor;
-        match &self.runner {
-            Runner::Planned => bolt::reference::run(&self.graph, feeds).map_err(|e| e.to_string()),
-            Runner::Artifact(x) => {
-                let mut x = x.lock().map_err(|_| "an earlier run of this node panicked".to_string())?;
-                x.run(feeds).map_err(|e| e.to_string())
-            }
-            Runner::Cuda(x) => {
-                let mut x = x.lock().map_err(|_| "an earlier run of this node panicked".to_string())?;
-                x.run(feeds).map_err(|e| e.to_string())
-            }
-        }
+        self.runner.run(&self.graph, feeds)
     }
 }
 
@@ -328,7 +330,12 @@ unsafe extern "system" fn ep_compile(
                     let out = dir.join(&rel);
                     let mut opts = bolt::artifact::CompileOptions::new(&out);
                     opts.dims = me.options.dims.clone();
-                    if me.options.device == Device::Cuda {
+                    opts.source = bolt::artifact::Source::Host(format!("ONNX Runtime fused node {name}"));
+                    // Kernels for the `arch` option, else this GPU's, else sm80's (the default:
+                    // the artifact may move to a GPU machine later).
+                    if !me.options.archs.is_empty() {
+                        opts.archs = me.options.archs.clone();
+                    } else if me.options.device == Device::Cuda {
                         opts.archs = vec![gpu_arch(me.options.device_id as usize)?];
                     }
                     let report = bolt::artifact::compile(&imported.graph, &opts)
@@ -474,6 +481,19 @@ fn gpu_arch(ordinal: usize) -> Res<bolt_codegen::spec::Arch> {
     }
 }
 
+/// The archs an artifact built now carries kernels for: the `arch` option; else, for the cuda
+/// device, the GPU of `device_id`, or sm80 when this machine has none (its PTX also runs on
+/// Hopper); the reference device needs none (a reference-only artifact, no nvcc).
+pub fn build_archs(options: &Options) -> Vec<bolt_codegen::spec::Arch> {
+    if !options.archs.is_empty() {
+        return options.archs.clone();
+    }
+    match options.device {
+        Device::Cuda => vec![gpu_arch(options.device_id as usize).unwrap_or(bolt_codegen::spec::Arch::Sm80)],
+        Device::Reference | Device::HostGpu => Vec::new(),
+    }
+}
+
 /// Builds `g` into an artifact for GPU `options.device_id` (through the kernel cache: a warm
 /// cache runs no nvcc) and opens it on that GPU; the artifact's directory is removed once
 /// open (the kernel library stays mapped, the weights are on the GPU). Both hosts use it.
@@ -488,6 +508,7 @@ pub fn build_for_gpu(g: &Graph, options: &Options, label: &str) -> Res<(Graph, b
         let mut opts = bolt::artifact::CompileOptions::new(&out);
         opts.dims = options.dims.clone();
         opts.archs = vec![arch];
+        opts.source = bolt::artifact::Source::Host(label.to_string());
         bolt::artifact::compile(g, &opts).map_err(|e| format!("'{label}': building its kernels: {e}"))?;
         let a = bolt::artifact::Artifact::open(&out).map_err(|e| e.to_string())?;
         let run = bolt::runtime::RunOptions { device: options.device_id as usize, ..Default::default() };
@@ -500,7 +521,7 @@ pub fn build_for_gpu(g: &Graph, options: &Options, label: &str) -> Res<(Graph, b
 
 /// Opens an artifact for the EP's device: its planned graph (what output shapes are inferred
 /// on) and its runner (the reference executor, or the CUDA executor on GPU `device_id`).
-fn open_artifact(dir: &std::path::Path, options: &Options) -> Res<(Graph, Runner)> {
+pub fn open_artifact(dir: &std::path::Path, options: &Options) -> Res<(Graph, Runner)> {
     let a = bolt::artifact::Artifact::open(dir).map_err(|e| e.to_string())?;
     let runner = if options.device == Device::Cuda {
         let opts = bolt::runtime::RunOptions { device: options.device_id as usize, ..Default::default() };

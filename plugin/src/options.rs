@@ -42,6 +42,9 @@ pub struct Options {
     pub dims: Vec<bolt::artifact::format::DimRange>,
     /// ORT's compile-once session keys (`ep.context_*`), read from the session config.
     pub context: Option<Context>,
+    /// GPU archs compiled artifacts carry kernels for (`arch=sm80,sm90`); empty: the GPU of
+    /// `device_id` when there is one (see `ep::build_archs`).
+    pub archs: Vec<bolt_codegen::spec::Arch>,
 }
 
 /// Compile once: with ORT's `ep.context_enable=1` each fused node becomes a Bolt artifact
@@ -76,7 +79,7 @@ pub fn context_from_session_config<'a>(
 }
 
 /// Bolt's own keys, and ORT's own keys Bolt accepts (`arena.*` as a prefix).
-pub const KNOWN: &[&str] = &["device", "verbose", "device_id", "arena.*", "dims"];
+pub const KNOWN: &[&str] = &["device", "verbose", "device_id", "arena.*", "dims", "arch"];
 
 impl Options {
     /// Parses `key=value` pairs (keys without the `ep.<name>.` prefix). Every error names the
@@ -116,6 +119,17 @@ impl Options {
                         .map(bolt::artifact::format::DimRange::parse)
                         .collect::<Result<_, _>>()
                         .map_err(|e| format!("invalid value '{v}' for EP option 'dims' (expected e.g. N=1..64,S=128): {e}"))?
+                }
+                "arch" => {
+                    o.archs = v
+                        .split(',')
+                        .filter(|a| !a.trim().is_empty())
+                        .map(|a| {
+                            bolt_codegen::spec::Arch::parse(a).ok_or_else(|| {
+                                format!("invalid value '{v}' for EP option 'arch' (expected sm80, sm90 or both: sm80,sm90)")
+                            })
+                        })
+                        .collect::<Result<_, _>>()?
                 }
                 arena if arena.starts_with("arena.") => o.arena.push((arena.to_string(), v.to_string())),
                 other => {
@@ -171,12 +185,16 @@ mod tests {
         assert!(e.contains("'device_id'") && e.contains("-1"), "{e}");
         let e = Options::parse([("verbose", "maybe")]).unwrap_err();
         assert!(e.contains("'verbose'"), "{e}");
+        let e = Options::parse([("arch", "sm75")]).unwrap_err();
+        assert!(e.contains("'arch'") && e.contains("sm80,sm90"), "{e}");
         let e = Options::parse([("dims", "N=0..4")]).unwrap_err();
         assert!(e.contains("'dims'") && e.contains("1 <= MIN <= MAX"), "{e}");
     }
 
     #[test]
     fn dims_and_compile_once_keys() {
+        let o = Options::parse([("arch", "sm90, sm80")]).unwrap();
+        assert_eq!(o.archs, [bolt_codegen::spec::Arch::Sm90, bolt_codegen::spec::Arch::Sm80]);
         let o = Options::parse([("dims", "N=1..64, S=128")]).unwrap();
         assert_eq!(
             o.dims.iter().map(|d| (d.name.as_str(), d.min, d.max)).collect::<Vec<_>>(),

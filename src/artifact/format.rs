@@ -20,6 +20,8 @@ pub const TENSOR_ALIGN: usize = 256;
 
 /// [`Manifest::source`] of an artifact of the built-in default model.
 pub const BUILTIN_DEFAULT: &str = "builtin:default";
+/// Prefix of [`Manifest::source`] for a subgraph a host framework handed over (no file).
+pub const HOST_SOURCE: &str = "host:";
 
 pub const MANIFEST_FILE: &str = "manifest.json";
 pub const PLAN_FILE: &str = "plan.json";

@@ -3,10 +3,11 @@
 //! weights in kernel layout and one kernel library. The format is documented in
 //! docs/artifact.md.
 
+pub mod bundle;
 pub mod format;
 mod read;
 mod write;
 
 pub use format::{Manifest, PlanFile, Precision};
 pub use read::{Artifact, ArtifactError};
-pub use write::{buckets, compile, resolve_precision, CompileOptions, CompileReport};
+pub use write::{buckets, compile, resolve_precision, CompileOptions, CompileReport, Source};

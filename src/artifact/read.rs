@@ -174,7 +174,8 @@ impl Artifact {
         }
         let any_kernel =
             !(plan.kernels.is_empty() && plan.chains.is_empty() && plan.glue.is_empty() && plan.stitch.is_empty());
-        if any_kernel && library.is_none() {
+        // An artifact built for no arch is reference-only: it has no library by design.
+        if any_kernel && library.is_none() && !manifest.archs.is_empty() {
             return Err(err(&mpath, "files", "the plan has kernels but the manifest lists no kernel library"));
         }
         Ok(Artifact { dir: dir.to_path_buf(), manifest, plan, weights_blob: Arc::new(blob), weights, library })

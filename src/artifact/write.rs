@@ -20,6 +20,8 @@ use std::time::Instant;
 #[derive(Clone, Debug)]
 pub struct CompileOptions {
     pub out_dir: PathBuf,
+    /// GPU archs to build kernels for; empty: a reference-only artifact (no kernel library,
+    /// no nvcc), which only the reference device runs.
     pub archs: Vec<Arch>,
     /// `None`: the model's own float type, with f32 models in TF32 (the documented default).
     pub precision: Option<Precision>,
@@ -32,8 +34,20 @@ pub struct CompileOptions {
     pub cache_dir: Option<PathBuf>,
     /// Most nvcc processes at once (`None`: the CPU count).
     pub jobs: Option<usize>,
-    /// The model's file (`None`: the built-in default model); recorded for `bolt run --check`.
-    pub source: Option<PathBuf>,
+    /// Where the model came from; recorded for `bolt run --check`.
+    pub source: Source,
+}
+
+/// Where a compiled model came from (the manifest's `source`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// The built-in default model.
+    Builtin,
+    /// An ONNX file (`bolt run --check` reruns it).
+    File(PathBuf),
+    /// A subgraph a host framework handed over (an ORT fused node, a TVM function), named by
+    /// the label: there is no file to rerun.
+    Host(String),
 }
 
 impl CompileOptions {
@@ -46,7 +60,7 @@ impl CompileOptions {
             tuning_db: None,
             cache_dir: None,
             jobs: None,
-            source: None,
+            source: Source::Builtin,
         }
     }
 }
@@ -371,11 +385,13 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
     let (mut cuda_version, mut cutlass_version) = ("none".to_string(), "none".to_string());
     let (mut nvcc_invocations, mut build_seconds, mut library) = (0, 0.0, None);
     let mut built_symbols = 0;
-    if !specs.is_empty()
+    // No archs: a reference-only artifact (plan and weights; its kernel nodes run by their
+    // meaning on the reference device), built without nvcc.
+    if !opts.archs.is_empty() && (!specs.is_empty()
         || !b2b_specs.is_empty()
         || !glue_specs.is_empty()
         || !stitch_specs.is_empty()
-        || !attention_specs.is_empty()
+        || !attention_specs.is_empty())
     {
         // Build files (sources, logs) stay out of the artifact, next to it.
         let mut bo = BuildOptions::new(opts.out_dir.join(".build"));
@@ -499,12 +515,13 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
         bolt_version: env!("CARGO_PKG_VERSION").into(),
         model: model.name.clone(),
         source: match &opts.source {
-            Some(p) => std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()).display().to_string(),
-            None => BUILTIN_DEFAULT.to_string(),
+            Source::File(p) => std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()).display().to_string(),
+            Source::Builtin => BUILTIN_DEFAULT.to_string(),
+            Source::Host(label) => format!("{HOST_SOURCE}{label}"),
         },
         source_blake3: match &opts.source {
-            Some(p) => Some(hash_file(p)?.blake3),
-            None => None,
+            Source::File(p) => Some(hash_file(p)?.blake3),
+            Source::Builtin | Source::Host(_) => None,
         },
         cuda_version,
         cutlass_version,

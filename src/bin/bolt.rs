@@ -144,11 +144,7 @@ fn parse_binding(s: &str) -> Result<(String, usize), String> {
 }
 
 fn parse_arch(s: &str) -> Result<bolt_codegen::spec::Arch, String> {
-    match s {
-        "sm80" => Ok(bolt_codegen::spec::Arch::Sm80),
-        "sm90" | "sm90a" => Ok(bolt_codegen::spec::Arch::Sm90),
-        _ => Err(format!("'{s}' is not an arch Bolt builds for (sm80, sm90)")),
-    }
+    bolt_codegen::spec::Arch::parse(s).ok_or_else(|| format!("'{s}' is not an arch Bolt builds for (sm80, sm90)"))
 }
 
 fn parse_precision(s: &str) -> Result<Precision, String> {
@@ -212,7 +208,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     precision,
                     dims,
                     tuning_db,
-                    source: model.clone(),
+                    source: model.clone().map_or(bolt::artifact::Source::Builtin, bolt::artifact::Source::File),
                     ..CompileOptions::new(dir)
                 };
                 Some(bolt::artifact::compile(&graph, &opts)?)
@@ -389,6 +385,11 @@ fn run_artifact(
     }
     let original = if m.source == bolt::artifact::format::BUILTIN_DEFAULT {
         bolt::models::default_model()?
+    } else if let Some(label) = m.source.strip_prefix(bolt::artifact::format::HOST_SOURCE) {
+        bail!(
+            "--check reruns the original model, but this artifact was compiled from a subgraph a host \
+             framework handed over ({label}; manifest field 'source'): there is no file to rerun"
+        );
     } else {
         let p = std::path::Path::new(&m.source);
         let bytes = std::fs::read(p)

@@ -204,6 +204,11 @@ impl CudaExecutor {
         };
         let library = match &artifact.library {
             Some(p) => KernelLibrary::open(p).map_err(|e| RuntimeError::Cuda(format!("kernel library: {e}")))?,
+            None if artifact.manifest.archs.is_empty() => {
+                return Err(RuntimeError::Unsupported(
+                    "the artifact is reference-only (built for no GPU arch): it has no kernels to run".into(),
+                ))
+            }
             None => return Err(RuntimeError::Unsupported("the artifact has no kernel library".into())),
         };
         let name = format!("{} (sm{major}{minor})", ctx.name().unwrap_or_else(|_| format!("GPU {}", opts.device)));
@@ -306,8 +311,15 @@ impl CudaExecutor {
                 planned.push(self.plan_copy(&graph, n, &input_addr).unwrap_or(Planned::Host));
                 continue;
             };
-            let choice: &KernelChoice =
-                nk.buckets[bucket].iter().find(|c| c.arch == self.arch).ok_or_else(|| RuntimeError::NoKernelImage {
+            // An sm80 kernel carries compute_80 PTX, which a Hopper GPU's driver JIT-compiles:
+            // an artifact built for sm80 only still runs on an H100 (slower than sm90 kernels).
+            let on_this_gpu = |c: &&KernelChoice| c.arch == self.arch;
+            let via_ptx = |c: &&KernelChoice| self.arch == Arch::Sm90 && c.arch == Arch::Sm80;
+            let choice: &KernelChoice = nk.buckets[bucket]
+                .iter()
+                .find(on_this_gpu)
+                .or_else(|| nk.buckets[bucket].iter().find(via_ptx))
+                .ok_or_else(|| RuntimeError::NoKernelImage {
                     kernel: n.name.clone(),
                     arch: self.name.clone(),
                     built: self.plan.kernels[0].buckets[bucket].iter().map(|c| format!("{:?}", c.arch)).collect(),

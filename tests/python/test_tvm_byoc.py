@@ -3,6 +3,7 @@ the CPU reference device: which subgraphs `partition_for_bolt` offloads (decided
 partitioner), and modules that are partitioned, built with the `relax.ext.bolt` codegen,
 exported, reloaded and run, against TVM's own llvm build of the unpartitioned module."""
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +24,10 @@ TESTDATA = Path(os.environ.get("BOLT_TESTDATA", REPO / "testdata"))
 rng = np.random.default_rng(7)
 
 
+# The environment's own cache settings (where the pinned nvcc lives), while tests use a fresh one.
+REAL_CACHE: dict = {}
+
+
 @pytest.fixture(scope="module", autouse=True)
 def library(tmp_path_factory):
     try:
@@ -33,6 +38,7 @@ def library(tmp_path_factory):
     # picks are the analytic model's. Restored afterwards: later modules use the real cache
     # (where the pinned toolchain lives).
     saved = {k: os.environ.get(k) for k in ("BOLT_CACHE_DIR", "BOLT_TUNING_DB")}
+    REAL_CACHE.update(saved)
     os.environ["BOLT_CACHE_DIR"] = str(tmp_path_factory.mktemp("bolt-cache"))
     os.environ["BOLT_TUNING_DB"] = str(tmp_path_factory.mktemp("no-db") / "tuning.json")
     yield path
@@ -257,18 +263,60 @@ def test_missing_library_at_run_time_is_a_clear_error(tmp_path):
     assert "cannot load the Bolt library" in r.stderr and "no-such-libbolt.so" in r.stderr, r.stderr[-2000:]
 
 
-def test_a_cuda_module_builds_anywhere_and_without_a_gpu_says_why_it_cannot_run(tmp_path):
-    """device=cuda is decided when the module runs (its kernels are built for the GPU it runs
-    on), so a machine without a GPU builds and exports it; running it there is a clear error."""
+def test_a_cuda_module_carries_its_kernels_and_without_a_gpu_says_why_it_cannot_run(tmp_path, monkeypatch):
+    """Compile once: a device=cuda module's kernels are built where TVM builds it (for the GPU
+    there, else sm80, whose PTX also runs on Hopper) and linked into the exported library, so a
+    machine without a GPU builds and exports it; running it there is a clear error."""
     if os.path.exists("/dev/nvidia0"):
         pytest.skip("this machine has a GPU: the cuda module is exercised by the GPU runs (bench/)")
+    # The kernels are built with the pinned nvcc in the environment's own cache.
+    for k in ("BOLT_CACHE_DIR",):
+        monkeypatch.delenv(k, raising=False) if REAL_CACHE.get(k) is None else monkeypatch.setenv(k, REAL_CACHE[k])
     x = randn(32, 64)
     with pytest.raises(Exception) as e:
         build_export_run(MatmulBiasGelu, [x], tmp_path, {"device": "cuda"})
     msg = str(e.value)
-    assert "bolt_module_create" in msg and ("no CUDA driver" in msg or "cuInit" in msg), msg[-2000:]
-    # It got as far as running: the library was built and exported.
-    assert (tmp_path / "model.so").is_file()
+    assert "bolt_module_load" in msg and ("no CUDA driver" in msg or "cuInit" in msg), msg[-2000:]
+    # It got as far as running: the library was built and exported with the packed artifact
+    # (stored uncompressed: its entry names are plain bytes), kernel library included.
+    blob = (tmp_path / "model.so").read_bytes()
+    assert b"manifest.json" in blob and b"kernels/libbolt_model.so" in blob
+
+
+def test_the_exported_library_is_relocatable_and_plans_nothing_when_loaded(tmp_path):
+    """The exported library carries the compiled artifact: moved elsewhere, with the build's
+    caches gone, it loads it (nothing planned, no ONNX) and finds Bolt's runtime through the
+    `bolt.library_path` global function a host registers (what `import bolt_tvm` does)."""
+    x = randn(32, 64)
+    build = tmp_path / "build"
+    build.mkdir()
+    _, got, lib = build_export_run(MatmulBiasGelu, [x], build, {"verbose": True})
+    blob = lib.read_bytes()
+    # A reference module's artifact has no kernel library (no nvcc at build), and no ONNX.
+    assert b"manifest.json" in blob and b"kernels/libbolt_model.so" not in blob
+    moved = tmp_path / "deploy" / "model.so"
+    moved.parent.mkdir()
+    shutil.move(str(lib), moved)
+    shutil.rmtree(os.environ["BOLT_CACHE_DIR"] + "/tvm", ignore_errors=True)
+    runtime = tmp_path / "runtime" / "libbolt_plugin.so"
+    runtime.parent.mkdir()
+    shutil.copy(bolt_tvm.library_path(), runtime)
+    np.save(tmp_path / "x.npy", x)
+    script = (
+        "import sys, numpy as np, tvm, tvm_ffi\nfrom tvm import relax\n"
+        f"tvm_ffi.register_global_func('bolt.library_path', lambda: {str(runtime)!r})\n"
+        f"vm = relax.VirtualMachine(tvm.runtime.load_module({str(moved)!r}), tvm.cpu())\n"
+        f"y = vm['main'](tvm.runtime.tensor(np.load({str(tmp_path / 'x.npy')!r}))).numpy()\n"
+        f"np.save({str(tmp_path / 'y.npy')!r}, y)\n"
+        f"print('mapped' if {str(runtime)!r} in open('/proc/self/maps').read() else 'not mapped')\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "BOLT_LIBRARY"}
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split() == ["mapped"], r.stdout
+    assert "loaded the packed artifact" in r.stderr and "planned" not in r.stderr.replace("planned at build", ""), r.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), got)
+    np.testing.assert_allclose(got, tvm_reference(MatmulBiasGelu, [x]), rtol=1e-5, atol=1e-5)
 
 
 def test_relax_to_onnx_rejects_what_bolt_cannot_read():

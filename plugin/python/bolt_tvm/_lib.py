@@ -30,6 +30,9 @@ def lib() -> ctypes.CDLL:
         L.bolt_module_create.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
         L.bolt_module_report.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)]
         L.bolt_module_destroy.argtypes = [ctypes.c_void_p]
+        L.bolt_artifact_build.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p,
+                                          ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t)]
+        L.bolt_bytes_free.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
         _lib = L
     return _lib
 
@@ -63,3 +66,15 @@ def plan_report(model_bytes: bytes, options: dict | None = None) -> dict:
         return json.loads(_take_string(out))
     finally:
         lib().bolt_module_destroy(m)
+
+
+def build_artifact(model_bytes: bytes, options: dict | None = None) -> bytes:
+    """Compiles an ONNX model into a packed Bolt artifact (plan, weights and, for device=cuda,
+    the kernel library for the `arch` option's archs) that bolt_module_load runs as is."""
+    out, n = ctypes.c_void_p(), ctypes.c_size_t()
+    _check(lib().bolt_artifact_build(model_bytes, len(model_bytes), json.dumps(options or {}).encode(),
+                                     ctypes.byref(out), ctypes.byref(n)))
+    try:
+        return ctypes.string_at(out.value, n.value)
+    finally:
+        lib().bolt_bytes_free(out, n)
