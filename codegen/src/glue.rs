@@ -117,13 +117,25 @@ pub enum NearestRounding {
     RoundPreferCeil,
 }
 
-/// Nearest-neighbour Resize of the two spatial axes of a 4-D activation (h, w of NCHW or
-/// NHWC). `scales`: the model's constant scales along h and w; `None`: output / input extents
-/// (a model giving sizes).
+/// How an output pixel is made from the input around its source coordinate (ONNX Resize's
+/// mode, without antialias).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Sampling {
+    /// The one input pixel the rounding picks.
+    Nearest(NearestRounding),
+    /// Bilinear: the two neighbours along each axis (clamped to the edge), weighted by the
+    /// coordinate's fractional part.
+    Linear,
+}
+
+/// Resize of the two spatial axes of a 4-D activation (h, w of NCHW or NHWC). `scales`: the
+/// model's constant scales along h and w; `None`: output / input extents (a model giving
+/// sizes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ResizeSpec {
     pub coord: ResizeCoord,
-    pub rounding: NearestRounding,
+    pub sample: Sampling,
     pub scales: Option<[ordered_float::OrderedFloat<f32>; 2]>,
     pub layout: Layout,
     pub element: Element,
@@ -148,7 +160,7 @@ pub enum GlueSpec {
     PadChannels(PadSpec),
     Cast(CastSpec),
     Pool(PoolSpec),
-    ResizeNearest(ResizeSpec),
+    Resize(ResizeSpec),
     DepthToSpace(DepthToSpaceSpec),
 }
 
@@ -161,7 +173,9 @@ pub enum GlueRejection {
     SameType(Element),
     #[error("cast {from:?} -> {to:?}: casts go between f32 and f16/bf16")]
     NotViaF32 { from: Element, to: Element },
-    #[error("pool window {0:?}: kernel, strides and dilations must be positive, each pad smaller than the window's span")]
+    #[error(
+        "pool window {0:?}: kernel, strides and dilations must be positive, each pad smaller than the window's span"
+    )]
     Window(PoolWindow),
     #[error("depth_to_space blocksize 0")]
     Blocksize,
@@ -195,7 +209,7 @@ pub fn validate(spec: &GlueSpec) -> Result<(), GlueRejection> {
         },
         GlueSpec::DepthToSpace(d) if d.blocksize == 0 => Err(GlueRejection::Blocksize),
         GlueSpec::DepthToSpace(_) => Ok(()),
-        GlueSpec::ResizeNearest(r) => match r.scales.into_iter().flatten().find(|s| !(s.0 > 0.0 && s.0.is_finite())) {
+        GlueSpec::Resize(r) => match r.scales.into_iter().flatten().find(|s| !(s.0 > 0.0 && s.0.is_finite())) {
             Some(bad) => Err(GlueRejection::Scale(bad)),
             None => Ok(()),
         },
@@ -218,7 +232,10 @@ impl GlueSpec {
                 PoolKind::GlobalAverage => ("global_average_pool", p.element, p.element),
                 PoolKind::GlobalMax => ("global_max_pool", p.element, p.element),
             },
-            GlueSpec::ResizeNearest(r) => ("resize_nearest", r.element, r.element),
+            GlueSpec::Resize(r) => match r.sample {
+                Sampling::Nearest(_) => ("resize_nearest", r.element, r.element),
+                Sampling::Linear => ("resize_linear", r.element, r.element),
+            },
             GlueSpec::DepthToSpace(d) => ("depth_to_space", d.element, d.element),
         }
     }
@@ -237,7 +254,7 @@ impl GlueSpec {
                 PoolKind::GlobalAverage | PoolKind::GlobalMax => (1, 1),
             },
             // The output extents of constant scales (floor(input * scale)); sizes: the same.
-            GlueSpec::ResizeNearest(r) => match r.scales {
+            GlueSpec::Resize(r) => match r.scales {
                 Some([sh, sw]) => ((h as f64 * f64::from(sh.0)) as i64, (w as f64 * f64::from(sw.0)) as i64),
                 None => (h, w),
             },
@@ -257,25 +274,26 @@ pub fn symbol_for(spec: &GlueSpec) -> String {
         GlueSpec::PadChannels(p) => format!("bolt_glue_{op}_{}_a{}", x.name(), p.alignment),
         GlueSpec::Cast(_) => format!("bolt_glue_{op}_{}_{}", x.name(), y.name()),
         GlueSpec::Transpose(_) => format!("bolt_glue_{op}_{}", x.name()),
-        GlueSpec::ResizeNearest(r) => {
+        GlueSpec::Resize(r) => {
             let coord = match r.coord {
                 ResizeCoord::Asymmetric => "asym",
                 ResizeCoord::HalfPixel => "half",
                 ResizeCoord::PytorchHalfPixel => "pthalf",
                 ResizeCoord::AlignCorners => "corners",
             };
-            let rounding = match r.rounding {
-                NearestRounding::Floor => "floor",
-                NearestRounding::Ceil => "ceil",
-                NearestRounding::RoundPreferFloor => "rpf",
-                NearestRounding::RoundPreferCeil => "rpc",
+            let rounding = match r.sample {
+                Sampling::Nearest(NearestRounding::Floor) => "_floor",
+                Sampling::Nearest(NearestRounding::Ceil) => "_ceil",
+                Sampling::Nearest(NearestRounding::RoundPreferFloor) => "_rpf",
+                Sampling::Nearest(NearestRounding::RoundPreferCeil) => "_rpc",
+                Sampling::Linear => "",
             };
             // Scales as their bit patterns: exact and a valid identifier.
             let scales = match r.scales {
                 Some([h, w]) => format!("s{:08x}x{:08x}", h.0.to_bits(), w.0.to_bits()),
                 None => "sizes".into(),
             };
-            format!("bolt_glue_{op}_{}_{}_{coord}_{rounding}_{scales}", layout_name(r.layout), x.name())
+            format!("bolt_glue_{op}_{}_{}_{coord}{rounding}_{scales}", layout_name(r.layout), x.name())
         }
         GlueSpec::DepthToSpace(d) => {
             let mode = if d.crd { "crd" } else { "dcr" };
@@ -320,7 +338,8 @@ struct Context<'a> {
     dilations: [u32; 2],
     pads: [u32; 4],
     count_include_pad: bool,
-    /// Resize: coordinate mode, rounding, and the scales as C++ literals ("" for sizes).
+    /// Resize: coordinate mode, rounding (nearest only), and the scales as C++ literals ("" for
+    /// sizes).
     coord: &'static str,
     /// DepthToSpace: channel order CRD (else DCR).
     crd: bool,
@@ -353,7 +372,7 @@ pub fn render(spec: &GlueSpec, symbol: &str) -> Result<String, RenderError> {
             _ => 1,
         },
         nhwc: matches!(spec, GlueSpec::Pool(p) if p.layout == Layout::Nhwc)
-            || matches!(spec, GlueSpec::ResizeNearest(r) if r.layout == Layout::Nhwc)
+            || matches!(spec, GlueSpec::Resize(r) if r.layout == Layout::Nhwc)
             || matches!(spec, GlueSpec::DepthToSpace(d) if d.layout == Layout::Nhwc),
         kernel: [0; 2],
         strides: [0; 2],
@@ -371,21 +390,25 @@ pub fn render(spec: &GlueSpec, symbol: &str) -> Result<String, RenderError> {
             strides: w.strides,
             dilations: w.dilations,
             pads: w.pads,
-            count_include_pad: matches!(spec, GlueSpec::Pool(PoolSpec { kind: PoolKind::Average { count_include_pad: true, .. }, .. })),
+            count_include_pad: matches!(
+                spec,
+                GlueSpec::Pool(PoolSpec { kind: PoolKind::Average { count_include_pad: true, .. }, .. })
+            ),
             ..context
         },
-        GlueSpec::ResizeNearest(r) => Context {
+        GlueSpec::Resize(r) => Context {
             coord: match r.coord {
                 ResizeCoord::Asymmetric => "asymmetric",
                 ResizeCoord::HalfPixel => "half_pixel",
                 ResizeCoord::PytorchHalfPixel => "pytorch_half_pixel",
                 ResizeCoord::AlignCorners => "align_corners",
             },
-            rounding: match r.rounding {
-                NearestRounding::Floor => "floor",
-                NearestRounding::Ceil => "ceil",
-                NearestRounding::RoundPreferFloor => "round_prefer_floor",
-                NearestRounding::RoundPreferCeil => "round_prefer_ceil",
+            rounding: match r.sample {
+                Sampling::Nearest(NearestRounding::Floor) => "floor",
+                Sampling::Nearest(NearestRounding::Ceil) => "ceil",
+                Sampling::Nearest(NearestRounding::RoundPreferFloor) => "round_prefer_floor",
+                Sampling::Nearest(NearestRounding::RoundPreferCeil) => "round_prefer_ceil",
+                Sampling::Linear => "",
             },
             // f32 scales exactly, as doubles (the reference computes in f64 from the f32).
             scales: r.scales.map_or([String::new(), String::new()], |s| s.map(|v| format!("{:?}", f64::from(v.0)))),

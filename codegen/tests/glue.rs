@@ -12,7 +12,7 @@ use bolt_codegen::abi::{
 };
 use bolt_codegen::glue::{
     self, CastSpec, DepthToSpaceSpec, Direction, GlueSpec, Layout, NearestRounding, PadSpec, PoolKind, PoolSpec,
-    PoolWindow, ResizeCoord, ResizeSpec, TransposeSpec,
+    PoolWindow, ResizeCoord, ResizeSpec, Sampling, TransposeSpec,
 };
 use bolt_codegen::spec::Element;
 use ordered_float::OrderedFloat;
@@ -49,6 +49,12 @@ fn specs() -> Vec<GlueSpec> {
         resize(ResizeCoord::HalfPixel, NearestRounding::RoundPreferFloor, Some([1.5, 0.75]), Layout::Nchw),
         resize(ResizeCoord::PytorchHalfPixel, NearestRounding::RoundPreferCeil, Some([0.5, 2.5]), Layout::Nhwc),
         resize(ResizeCoord::AlignCorners, NearestRounding::Ceil, None, Layout::Nchw),
+        // Bilinear: PyTorch's upsample (x2, align_corners=False), uneven up and down scales in
+        // every coordinate mode (edges clamp), and by sizes.
+        linear(ResizeCoord::PytorchHalfPixel, Some([2.0, 2.0]), Layout::Nhwc, Element::F16),
+        linear(ResizeCoord::HalfPixel, Some([1.5, 0.75]), Layout::Nchw, Element::F32),
+        linear(ResizeCoord::Asymmetric, Some([0.5, 2.5]), Layout::Nhwc, Element::F32),
+        linear(ResizeCoord::AlignCorners, None, Layout::Nchw, Element::F32),
         // The test problem's 3 channels are the output's: the input has 3 * b * b.
         GlueSpec::DepthToSpace(DepthToSpaceSpec {
             blocksize: 2,
@@ -67,7 +73,16 @@ fn specs() -> Vec<GlueSpec> {
 
 fn resize(coord: ResizeCoord, rounding: NearestRounding, scales: Option<[f32; 2]>, layout: Layout) -> GlueSpec {
     let scales = scales.map(|s| s.map(OrderedFloat));
-    GlueSpec::ResizeNearest(ResizeSpec { coord, rounding, scales, layout, element: Element::F32 })
+    GlueSpec::Resize(ResizeSpec { coord, sample: Sampling::Nearest(rounding), scales, layout, element: Element::F32 })
+}
+
+fn linear(coord: ResizeCoord, scales: Option<[f32; 2]>, layout: Layout, element: Element) -> GlueSpec {
+    let scales = scales.map(|s| s.map(OrderedFloat));
+    GlueSpec::Resize(ResizeSpec { coord, sample: Sampling::Linear, scales, layout, element })
+}
+
+fn is_linear(spec: &GlueSpec) -> bool {
+    matches!(spec, GlueSpec::Resize(ResizeSpec { sample: Sampling::Linear, .. }))
 }
 
 /// The problem a glue kernel is tested on: `problem`'s input, the spec's own output extents,
@@ -75,14 +90,14 @@ fn resize(coord: ResizeCoord, rounding: NearestRounding, scales: Option<[f32; 2]
 fn glue_problem(spec: &GlueSpec, problem: BoltGlueProblem) -> BoltGlueProblem {
     let p = spec.problem(problem.n, problem.c, problem.h, problem.w);
     match spec {
-        GlueSpec::ResizeNearest(ResizeSpec { scales: None, .. }) => BoltGlueProblem { p: 7, q: 3, ..p },
+        GlueSpec::Resize(ResizeSpec { scales: None, .. }) => BoltGlueProblem { p: 7, q: 3, ..p },
         _ => p,
     }
 }
 
-/// The input index ONNX Resize (nearest) reads for output index `o` of an axis, computed from
-/// the operator's definition in f64.
-fn nearest(spec: &ResizeSpec, o: i64, input: i64, output: i64, axis: usize) -> i64 {
+/// The source coordinate of output index `o` of an axis (ONNX Resize's
+/// coordinate_transformation_mode), from the operator's definition in f64.
+fn source_coord(spec: &ResizeSpec, o: i64, input: i64, output: i64, axis: usize) -> f64 {
     let scale = match spec.scales {
         Some(s) => f64::from(s[axis].0),
         None => output as f64 / input as f64,
@@ -96,10 +111,17 @@ fn nearest(spec: &ResizeSpec, o: i64, input: i64, output: i64, axis: usize) -> i
         ResizeCoord::AlignCorners if out_f == 1.0 => 0.0,
         ResizeCoord::AlignCorners => y * (in_f - 1.0) / (out_f - 1.0),
     };
+    x
+}
+
+/// The input index ONNX Resize (nearest) reads for output index `o` of an axis.
+fn nearest(spec: &ResizeSpec, o: i64, input: i64, output: i64, axis: usize) -> i64 {
+    let x = source_coord(spec, o, input, output, axis);
+    let Sampling::Nearest(rounding) = spec.sample else { unreachable!("a nearest resize") };
     let i = if x.fract() == 0.0 {
         x
     } else {
-        match spec.rounding {
+        match rounding {
             NearestRounding::Floor => x.floor(),
             NearestRounding::Ceil => x.ceil(),
             NearestRounding::RoundPreferFloor if x - x.floor() == 0.5 => x.floor(),
@@ -108,6 +130,32 @@ fn nearest(spec: &ResizeSpec, o: i64, input: i64, output: i64, axis: usize) -> i
         }
     };
     (i as i64).clamp(0, input - 1)
+}
+
+/// Bilinear resize outputs by the ONNX definition: along each axis the neighbours floor(x) and
+/// floor(x) + 1 of the source coordinate x, clamped to the input, weighted 1 - t and t.
+fn expected_linear(spec: &ResizeSpec, p: BoltGlueProblem) -> Vec<f64> {
+    let (n, c, h, w) = (p.n, p.c, p.h, p.w);
+    let at = |b: i64, ch: i64, y: i64, x: i64| match spec.layout {
+        Layout::Nchw => pool_input(((b * c + ch) * h + y) * w + x),
+        Layout::Nhwc => pool_input(((b * h + y) * w + x) * c + ch),
+    };
+    let taps = |o: i64, input: i64, output: i64, axis: usize| {
+        let x = source_coord(spec, o, input, output, axis);
+        let t = x - x.floor();
+        let i = x.floor() as i64;
+        [(i.clamp(0, input - 1), 1.0 - t), ((i + 1).clamp(0, input - 1), t)]
+    };
+    let value = |b: i64, ch: i64, oy: i64, ox: i64| {
+        let mut v = 0.0;
+        for (iy, wy) in taps(oy, h, p.p, 0) {
+            for (ix, wx) in taps(ox, w, p.q, 1) {
+                v += wy * wx * at(b, ch, iy, ix);
+            }
+        }
+        v
+    };
+    in_output_order(spec.layout, [n, c, p.p, p.q], value)
 }
 
 const UNEVEN: PoolWindow = PoolWindow { kernel: [3, 2], strides: [2, 1], dilations: [1, 2], pads: [1, 0, 1, 1] };
@@ -203,6 +251,16 @@ fn in_output_order<T>(layout: Layout, [n, c, h, w]: [i64; 4], mut f: impl FnMut(
 
 const VALUES: [f32; 8] = [1.0, 0.1, -2.5, 65504.0, 70000.0, 1e-7, 3.14159265, -0.0];
 
+/// A host block printing `symbol::function(p, x, i)` for every output element of `q`, on the
+/// input of [`pool_input`].
+fn value_block(s: &str, q: BoltGlueProblem, function: &str) -> String {
+    let len = q.n * q.c * q.h * q.w;
+    format!(
+        "  {{ BoltGlueProblem p{{{}, {}, {}, {}, {}, {}, {}}};\n    static {s}::ElementX x[{len}];\n    for (int64_t i = 0; i < {len}; ++i) x[i] = {s}::ElementX(float(((i * 37) % 101 - 50) / 8.0));\n    for (int64_t i = 0; i < {s}::output_elements(p); ++i) printf(\"{s} %.9g\\n\", double({s}::{function}(p, x, i))); }}\n",
+        q.n, q.c, q.h, q.w, q.c_padded, q.p, q.q
+    )
+}
+
 /// A host `main` printing every kernel's source index per output element of `problem`, and the
 /// casts of [`VALUES`].
 fn test_main(symbols: &[String], problem: BoltGlueProblem) -> String {
@@ -210,14 +268,8 @@ fn test_main(symbols: &[String], problem: BoltGlueProblem) -> String {
     let mut m = String::from("\n#include <cstdio>\nint main() {\n");
     for (spec, s) in specs().iter().zip(symbols) {
         match spec {
-            GlueSpec::Pool(_) => {
-                let q = pool_problem(spec);
-                let len = q.n * q.c * q.h * q.w;
-                m += &format!(
-                    "  {{ BoltGlueProblem p{{{}, {}, {}, {}, {}, {}, {}}};\n    static {s}::ElementX x[{len}];\n    for (int64_t i = 0; i < {len}; ++i) x[i] = {s}::ElementX(float(((i * 37) % 101 - 50) / 8.0));\n    for (int64_t i = 0; i < {s}::output_elements(p); ++i) printf(\"{s} %.9g\\n\", double({s}::pool_value(p, x, i))); }}\n",
-                    q.n, q.c, q.h, q.w, q.c_padded, q.p, q.q
-                );
-            }
+            GlueSpec::Resize(_) if is_linear(spec) => m += &value_block(s, glue_problem(spec, p), "linear_value"),
+            GlueSpec::Pool(_) => m += &value_block(s, pool_problem(spec), "pool_value"),
             GlueSpec::Cast(_) => {
                 for v in VALUES {
                     m += &format!("  printf(\"{s} %.9g\\n\", double(float({s}::convert({v:e}f))));\n");
@@ -274,7 +326,7 @@ fn expected_sources(spec: &GlueSpec, p: BoltGlueProblem) -> Vec<i64> {
                 }
             }
         }
-        GlueSpec::ResizeNearest(r) => {
+        GlueSpec::Resize(r) => {
             let q = glue_problem(spec, p);
             let src = |b: i64, ch: i64, y: i64, x: i64| {
                 let (iy, ix) = (nearest(r, y, h, q.p, 0), nearest(r, x, w, q.q, 1));
@@ -353,6 +405,15 @@ fn glue_kernels_compute_the_documented_layouts_and_answer_the_abi() {
                     assert!(g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()), "{symbol}: {g} vs {w}");
                 }
             }
+            GlueSpec::Resize(r) if is_linear(spec) => {
+                let want = expected_linear(r, glue_problem(spec, problem));
+                let got: Vec<f64> = got.iter().map(|v| v.parse().unwrap()).collect();
+                assert_eq!(got.len(), want.len(), "{symbol}");
+                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                    // f32 blends of f16-exact values: a few ulps of f32.
+                    assert!((g - w).abs() <= 1e-5 * w.abs().max(1.0), "{symbol} output {i}: {g} vs {w}");
+                }
+            }
             GlueSpec::Pool(pool) => {
                 let want = expected_pool(pool, pool_problem(spec));
                 let got: Vec<f64> = got.iter().map(|v| v.parse().unwrap()).collect();
@@ -393,7 +454,7 @@ fn glue_kernels_compute_the_documented_layouts_and_answer_the_abi() {
         } else if let GlueSpec::DepthToSpace(_) = spec {
             let other = BoltGlueProblem { q: ok.q + 1, ..ok };
             assert_eq!(status(&other), Status::UnsupportedProblem, "{symbol}: q != w * b");
-        } else if let GlueSpec::ResizeNearest(r) = spec {
+        } else if let GlueSpec::Resize(r) = spec {
             // By sizes any output extent goes; constant scales fix them.
             let other = BoltGlueProblem { p: ok.p + 1, ..ok };
             let want = if r.scales.is_some() { Status::UnsupportedProblem } else { Status::Ok };

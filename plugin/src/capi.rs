@@ -176,7 +176,10 @@ fn module_options(options_json: *const c_char) -> Result<Options, String> {
         Device::HostGpu => return Err("device=host_gpu is ONNX Runtime's test device, not a TVM target".into()),
     }
     if options.device_id != 0 && options.device != Device::Cuda {
-        return Err(format!("device_id={}: no such device (the reference device has only device 0)", options.device_id));
+        return Err(format!(
+            "device_id={}: no such device (the reference device has only device 0)",
+            options.device_id
+        ));
     }
     Ok(options)
 }
@@ -301,7 +304,10 @@ pub unsafe extern "C" fn bolt_module_load(
         })
         .to_string();
         if options.verbose {
-            eprintln!("[bolt] loaded the packed artifact of '{}' ({} bytes; planned at build time): {report}", manifest.model, len);
+            eprintln!(
+                "[bolt] loaded the packed artifact of '{}' ({} bytes; planned at build time): {report}",
+                manifest.model, len
+            );
         }
         let module = BoltModule {
             inputs: graph.inputs.clone(),

@@ -55,8 +55,8 @@ fn collect(root: &Path, dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), Artifa
 /// Entries that would land outside `dir` are refused.
 pub fn unpack(bytes: &[u8], dir: &Path) -> Result<(), ArtifactError> {
     let what = Path::new("<packed artifact>");
-    let mut z = zip::ZipArchive::new(Cursor::new(bytes))
-        .map_err(|e| err(what, format!("not a packed Bolt artifact: {e}")))?;
+    let mut z =
+        zip::ZipArchive::new(Cursor::new(bytes)).map_err(|e| err(what, format!("not a packed Bolt artifact: {e}")))?;
     std::fs::create_dir_all(dir).map_err(|e| err(dir, format!("cannot create: {e}")))?;
     for i in 0..z.len() {
         let mut f = z.by_index(i).map_err(|e| err(what, format!("entry {i}: {e}")))?;

@@ -387,11 +387,12 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
     let mut built_symbols = 0;
     // No archs: a reference-only artifact (plan and weights; its kernel nodes run by their
     // meaning on the reference device), built without nvcc.
-    if !opts.archs.is_empty() && (!specs.is_empty()
-        || !b2b_specs.is_empty()
-        || !glue_specs.is_empty()
-        || !stitch_specs.is_empty()
-        || !attention_specs.is_empty())
+    if !opts.archs.is_empty()
+        && (!specs.is_empty()
+            || !b2b_specs.is_empty()
+            || !glue_specs.is_empty()
+            || !stitch_specs.is_empty()
+            || !attention_specs.is_empty())
     {
         // Build files (sources, logs) stay out of the artifact, next to it.
         let mut bo = BuildOptions::new(opts.out_dir.join(".build"));

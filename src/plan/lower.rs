@@ -272,7 +272,7 @@ fn is_glue_op(op: &Op) -> bool {
     }
 }
 
-/// A nearest Resize of two spatial axes of a rank-4 tensor (NCHW's h, w or, as the layout
+/// A nearest or (bi)linear Resize of two spatial axes of a rank-4 tensor (NCHW's h, w or, as the layout
 /// pass leaves it inside conv regions, NHWC's) as a glue kernel: its spec and problem, from
 /// the constant scales or sizes (`constants`, by input position).
 fn resize_for(
@@ -282,10 +282,7 @@ fn resize_for(
     constants: &[Option<&crate::ir::Tensor>],
 ) -> Result<(bolt_codegen::glue::ResizeSpec, BoltGlueProblem), String> {
     use crate::ir::{AspectPolicy, CoordTransform, NearestMode, ResizeMode};
-    use bolt_codegen::glue::{Layout, NearestRounding, ResizeCoord, ResizeSpec};
-    if a.mode != ResizeMode::Nearest {
-        return Err(format!("mode {:?}: resize kernels are nearest-neighbour", a.mode));
-    }
+    use bolt_codegen::glue::{Layout, NearestRounding, ResizeCoord, ResizeSpec, Sampling};
     if a.antialias || a.axes.is_some() || a.aspect != AspectPolicy::Stretch {
         return Err("antialias, axes or keep_aspect_ratio_policy: resize kernels take plain ones".into());
     }
@@ -296,11 +293,17 @@ fn resize_for(
         CoordTransform::AlignCorners => ResizeCoord::AlignCorners,
         other => return Err(format!("coordinate_transformation_mode {other:?} has no resize kernel")),
     };
-    let rounding = match a.nearest {
-        NearestMode::Floor => NearestRounding::Floor,
-        NearestMode::Ceil => NearestRounding::Ceil,
-        NearestMode::RoundPreferFloor => NearestRounding::RoundPreferFloor,
-        NearestMode::RoundPreferCeil => NearestRounding::RoundPreferCeil,
+    // Linear's exclude_outside changes nothing: its weights never fall outside once the
+    // neighbours are clamped to the edge.
+    let sample = match a.mode {
+        ResizeMode::Nearest => Sampling::Nearest(match a.nearest {
+            NearestMode::Floor => NearestRounding::Floor,
+            NearestMode::Ceil => NearestRounding::Ceil,
+            NearestMode::RoundPreferFloor => NearestRounding::RoundPreferFloor,
+            NearestMode::RoundPreferCeil => NearestRounding::RoundPreferCeil,
+        }),
+        ResizeMode::Linear => Sampling::Linear,
+        ResizeMode::Cubic => return Err("mode cubic: resize kernels are nearest or linear".into()),
     };
     if shape.len() != 4 {
         return Err(format!("the input has rank {}: resize kernels take rank-4 data", shape.len()));
@@ -327,7 +330,7 @@ fn resize_for(
     };
     let spec = ResizeSpec {
         coord,
-        rounding,
+        sample,
         scales: scales.map(|s| hw.map(|d| ordered_float::OrderedFloat(s[d]))),
         layout,
         element,
@@ -514,7 +517,7 @@ pub fn glue_for(
             }
             (Op::Resize(a), _) => {
                 let (spec, problem) = resize_for(a, shape, ex, constants)?;
-                (GlueSpec::ResizeNearest(spec), problem)
+                (GlueSpec::Resize(spec), problem)
             }
             (op, _) => {
                 let (spec, problem) = pool_for(op, &s, ex)?;

@@ -170,7 +170,7 @@ fn glue_decisions(g: &Graph, model: &Graph, bindings: &DimBindings) -> Vec<GlueD
         let lowered = match (&bound, &placeholder) {
             (Ok(b), _) => lower::glue(b, n, bindings).unwrap_or_else(|| Err("not a glue op".into())),
             (Err(e), Some(p)) => match lower::glue(p, n, bindings) {
-                Some(Ok(u)) if matches!(u.spec, bolt_codegen::glue::GlueSpec::ResizeNearest(r) if r.scales.is_some()) => {
+                Some(Ok(u)) if matches!(u.spec, bolt_codegen::glue::GlueSpec::Resize(r) if r.scales.is_some()) => {
                     Ok(u)
                 }
                 _ => Err(format!("the model's shapes do not bind: {e}")),

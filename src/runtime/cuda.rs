@@ -20,13 +20,13 @@ use super::{bindings_of_shapes, prepare_inputs, Executor, RunOptions, RuntimeErr
 use crate::artifact::format::{KernelChoice, PlanFile};
 use crate::artifact::Artifact;
 use crate::ir::{DType, Graph, Tensor};
+use crate::plan::lower::CopyBlock;
 use bolt_codegen::abi::{
     BoltArgs, BoltAttentionArgs, BoltAttentionProblem, BoltB2bArgs, BoltGlueArgs, BoltGlueProblem, BoltStitchArgs,
     BoltStitchProblem, KernelArgs, Status,
 };
 use bolt_codegen::b2b::{B2bKernel, B2bProblem};
 use bolt_codegen::loader::{AttentionKernel, GlueKernel, Kernel, KernelLibrary, Params, StitchKernel};
-use crate::plan::lower::CopyBlock;
 use bolt_codegen::spec::Arch;
 use bolt_profiler::workload::Problem;
 use cudarc::driver::{result, sys, CudaContext, CudaSlice, CudaStream, DevicePtr};
@@ -598,8 +598,11 @@ impl CudaExecutor {
             arch: self.name.clone(),
             reason,
         };
-        let kernel =
-            self.library.attention(&a.spec).cloned().ok_or_else(|| fail("-".into(), "not in the kernel library".into()))?;
+        let kernel = self
+            .library
+            .attention(&a.spec)
+            .cloned()
+            .ok_or_else(|| fail("-".into(), "not in the kernel library".into()))?;
         let crate::ir::Op::Attention(op) = &n.op else {
             return Err(fail("-".into(), "the plan records an attention kernel for a node that is not one".into()));
         };
@@ -1118,7 +1121,11 @@ fn static_input_shapes(graph: &Graph, n: &crate::ir::Node) -> Result<Vec<Vec<usi
 }
 
 /// The arena address of node `n`'s output.
-fn at_output(x: &CudaExecutor, n: &crate::ir::Node, input_addr: &HashMap<String, (u64, usize)>) -> Result<u64, RuntimeError> {
+fn at_output(
+    x: &CudaExecutor,
+    n: &crate::ir::Node,
+    input_addr: &HashMap<String, (u64, usize)>,
+) -> Result<u64, RuntimeError> {
     x.address(&n.outputs[0], input_addr).ok_or_else(|| {
         RuntimeError::Unsupported(format!("node '{}': output '{}' is not in the arena", n.name, n.outputs[0]))
     })

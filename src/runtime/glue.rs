@@ -11,7 +11,7 @@ use crate::ir::{DType, Tensor, TensorData};
 use bolt_codegen::abi::BoltGlueProblem;
 use bolt_codegen::glue::{
     DepthToSpaceSpec, Direction, GlueSpec, Layout, NearestRounding, PoolKind, PoolSpec, PoolWindow, ResizeCoord,
-    ResizeSpec,
+    ResizeSpec, Sampling,
 };
 use bolt_codegen::spec::Element;
 
@@ -39,7 +39,7 @@ pub fn run(spec: &GlueSpec, p: &BoltGlueProblem, x: &Tensor) -> Result<Tensor, S
         GlueSpec::PadChannels(s) => s.element,
         GlueSpec::Cast(s) => s.from,
         GlueSpec::Pool(s) => s.element,
-        GlueSpec::ResizeNearest(s) => s.element,
+        GlueSpec::Resize(s) => s.element,
         GlueSpec::DepthToSpace(s) => s.element,
     };
     if x.dtype() != dtype(input) {
@@ -103,7 +103,7 @@ pub fn run(spec: &GlueSpec, p: &BoltGlueProblem, x: &Tensor) -> Result<Tensor, S
             Tensor::new(x.shape.clone(), data)
         }
         GlueSpec::Pool(s) => pool(s, p, x),
-        GlueSpec::ResizeNearest(s) => resize_nearest(s, p, x),
+        GlueSpec::Resize(s) => resize(s, p, x),
         GlueSpec::DepthToSpace(s) => depth_to_space(s, p, x),
     }
 }
@@ -122,15 +122,16 @@ fn depth_to_space(s: &DepthToSpaceSpec, p: &BoltGlueProblem, x: &Tensor) -> Resu
     Tensor::new(shape, x.data.gather(&idx))
 }
 
-/// Nearest Resize by its definition: output index o of an axis samples x = transform(o) (the
-/// coordinate mode, with the model's scale or output / input extents); a fractional x rounds
-/// by the mode, the index is clamped to the input.
-fn resize_nearest(s: &ResizeSpec, p: &BoltGlueProblem, x: &Tensor) -> Result<Tensor, String> {
+/// Resize by its definition: output index o of an axis samples x = transform(o) (the
+/// coordinate mode, with the model's scale or output / input extents). Nearest: a fractional x
+/// rounds by the mode, the index is clamped to the input. Linear: the neighbours floor(x) and
+/// floor(x) + 1, clamped, weighted 1 - t and t (t = x - floor(x)), along h then w.
+fn resize(s: &ResizeSpec, p: &BoltGlueProblem, x: &Tensor) -> Result<Tensor, String> {
     let [n, c, h, w, oh, ow] = [p.n, p.c, p.h, p.w, p.p, p.q].map(|d| d.max(0) as usize);
-    let source = |o: usize, input: usize, output: usize, axis: usize| -> usize {
+    let coord = |o: usize, input: usize, output: usize, axis: usize| -> f64 {
         let scale = s.scales.map_or(output as f64 / input as f64, |v| f64::from(v[axis].0));
         let (y, out_f) = (o as f64, scale * input as f64);
-        let pos = match s.coord {
+        match s.coord {
             ResizeCoord::Asymmetric => y / scale,
             ResizeCoord::HalfPixel => (y + 0.5) / scale - 0.5,
             ResizeCoord::PytorchHalfPixel => {
@@ -147,27 +148,45 @@ fn resize_nearest(s: &ResizeSpec, p: &BoltGlueProblem, x: &Tensor) -> Result<Ten
                     y * (input as f64 - 1.0) / (out_f - 1.0)
                 }
             }
-        };
-        let (fl, frac) = (pos.floor(), pos - pos.floor());
-        let up = frac > 0.0
-            && match s.rounding {
-                NearestRounding::Floor => false,
-                NearestRounding::Ceil => true,
-                NearestRounding::RoundPreferFloor => frac > 0.5,
-                NearestRounding::RoundPreferCeil => frac >= 0.5,
-            };
-        (fl as i64 + i64::from(up)).clamp(0, input as i64 - 1) as usize
-    };
-    let ys: Vec<usize> = (0..oh).map(|o| source(o, h, oh, 0)).collect();
-    let xs: Vec<usize> = (0..ow).map(|o| source(o, w, ow, 1)).collect();
-    let (idx, shape) = in_output_order(s.layout, [n, c, oh, ow], |bn, ch, y, xx| {
-        let (y, xx) = (ys[y], xs[xx]);
-        match s.layout {
-            Layout::Nchw => ((bn * c + ch) * h + y) * w + xx,
-            Layout::Nhwc => ((bn * h + y) * w + xx) * c + ch,
         }
+    };
+    let clamp = |i: i64, input: usize| i.clamp(0, input as i64 - 1) as usize;
+    // Per output index of an axis: (input index, weight) pairs.
+    let taps = |o: usize, input: usize, output: usize, axis: usize| -> Vec<(usize, f64)> {
+        let pos = coord(o, input, output, axis);
+        let (fl, frac) = (pos.floor(), pos - pos.floor());
+        match s.sample {
+            Sampling::Nearest(rounding) => {
+                let up = frac > 0.0
+                    && match rounding {
+                        NearestRounding::Floor => false,
+                        NearestRounding::Ceil => true,
+                        NearestRounding::RoundPreferFloor => frac > 0.5,
+                        NearestRounding::RoundPreferCeil => frac >= 0.5,
+                    };
+                vec![(clamp(fl as i64 + i64::from(up), input), 1.0)]
+            }
+            Sampling::Linear => vec![(clamp(fl as i64, input), 1.0 - frac), (clamp(fl as i64 + 1, input), frac)],
+        }
+    };
+    let ys: Vec<Vec<(usize, f64)>> = (0..oh).map(|o| taps(o, h, oh, 0)).collect();
+    let xs: Vec<Vec<(usize, f64)>> = (0..ow).map(|o| taps(o, w, ow, 1)).collect();
+    let at = |bn: usize, ch: usize, y: usize, xx: usize| match s.layout {
+        Layout::Nchw => ((bn * c + ch) * h + y) * w + xx,
+        Layout::Nhwc => ((bn * h + y) * w + xx) * c + ch,
+    };
+    if let Sampling::Nearest(_) = s.sample {
+        // One source element per output: a gather keeps the values bit for bit.
+        let (idx, shape) =
+            in_output_order(s.layout, [n, c, oh, ow], |bn, ch, y, xx| at(bn, ch, ys[y][0].0, xs[xx][0].0));
+        return Tensor::new(shape, x.data.gather(&idx));
+    }
+    let v = x.to_f64_vec();
+    let (vals, shape) = in_output_order(s.layout, [n, c, oh, ow], |bn, ch, y, xx| {
+        let row = |iy: usize| xs[xx].iter().map(|&(ix, wx)| wx * v[at(bn, ch, iy, ix)]).sum::<f64>();
+        ys[y].iter().map(|&(iy, wy)| wy * row(iy)).sum::<f64>()
     });
-    Tensor::new(shape, x.data.gather(&idx))
+    Tensor::from_f64_as(x.dtype(), shape, &vals).ok_or_else(|| format!("cannot resize {}", x.dtype()))
 }
 
 /// A pool by its definition: for every output position, the window's positions (stride,

@@ -47,7 +47,7 @@ from onnx import TensorProto, helper, numpy_helper
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO / "fuzz" / "corpus" / "graphs"
 # Bump when the generator changes what a seed builds.
-GENERATOR_VERSION = 7
+GENERATOR_VERSION = 8
 OPSET = 17
 # (rtol, atol) per graph element type. f32: folding reorders rounding, and a fused Cast to f16
 # may differ by an f16 ulp. f16 graphs: ORT rounds after every op, a fused kernel once.
@@ -347,7 +347,8 @@ def glue(b: Builder, x: str) -> str:
     nb, c, h, w = b.shapes[x]
     i64 = lambda v: b.inits.append(numpy_helper.from_array(np.array(v, np.int64), nm := b.name("i"))) or nm  # noqa: E731
     kind = rng.choice(["concat_self", "slice_ch", "slice_hw", "resize", "bcast_w", "bcast_hw", "maxpool", "two_branch",
-                       "avgpool", "squeeze_excite", "deconv", "batchnorm", "resize_half", "softmax_axis", "focus"])
+                       "avgpool", "squeeze_excite", "deconv", "batchnorm", "resize_half", "softmax_axis", "focus",
+                       "resize_linear"])
     if kind == "softmax_axis":
         # A softmax over the channels or the rows (YOLOv8's DFL head), maybe read through a
         # transpose swapping channels and rows as that head does.
@@ -387,6 +388,12 @@ def glue(b: Builder, x: str) -> str:
         b.inits.append(numpy_helper.from_array(np.array([1, 1, 2, 1.5], np.float32), scales := b.name("scales")))
         return b.op("Resize", [x, "", scales], (nb, c, 2 * h, int(w * 1.5)), mode="nearest",
                     coordinate_transformation_mode="half_pixel", nearest_mode="round_prefer_floor")
+    if kind == "resize_linear":
+        # Bilinear upsampling as PyTorch (align_corners False / True), TF and others export it.
+        coord = str(rng.choice(["pytorch_half_pixel", "align_corners", "half_pixel", "asymmetric"]))
+        b.inits.append(numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), scales := b.name("scales")))
+        return b.op("Resize", [x, "", scales], (nb, c, 2 * h, 2 * w), mode="linear",
+                    coordinate_transformation_mode=coord)
     if kind == "concat_self":
         r = b.op("Relu", [x], (nb, c, h, w))
         return b.op("Concat", [x, r] if rng.random() < 0.5 else [r, x], (nb, 2 * c, h, w), axis=int(rng.choice([1, -3])))
