@@ -124,7 +124,7 @@ fn conv_batchnorm_residual_relu_is_one_partition() {
     let p = partition(&b.finish().unwrap());
     assert_eq!(p.partitions.len(), 1);
     let e = &p.partitions[0].epilogue;
-    assert_eq!(e.batch_norm.as_deref(), Some("bn"));
+    assert_eq!(e.folds, vec![bolt::partition::ChannelFold::BatchNorm("bn".into())]);
     let src = e.form().source.as_ref().unwrap();
     assert_eq!((src.tensor.as_str(), src.at), ("r", ResidualAt::BeforeActivation));
     assert_eq!(e.form().activation, Some(Activation::Relu));

@@ -166,3 +166,81 @@ fn zero_pads_before_convs_become_conv_padding() {
         }
     }
 }
+
+/// Per-channel constant scales right after an anchor (BatchNormalizations frozen into Mul/Add
+/// constants, as torch.onnx writes them; a Div by a vector) fold into the kernel's weights and
+/// bias, for convs, MatMuls and Gemms of either B layout; a bias read through an Identity of a
+/// constant (torch.onnx's tied parameters) is still a bias. The planned graph equals the model
+/// on the reference executor: this checks the rewriting; the epilogue fuzzer and the corpus's
+/// captcha CRNN check it against onnxruntime.
+#[test]
+fn per_channel_scales_fold_into_the_weights() {
+    use bolt::ir::builder::GraphBuilder;
+    use bolt::ir::{AutoPad, Binary, DType, Shape, Unary, Window};
+    use bolt::partition::ChannelFold;
+    let scale = |len: usize, seed: u64| {
+        let t = common::random_tensor(&[len], seed);
+        // Away from 0: also divisors.
+        Tensor::from_f32(vec![len], t.to_f32_vec().iter().map(|v| v.signum() * (0.5 + v.abs())).collect())
+    };
+    let mut g = GraphBuilder::new("channel_scales");
+    let x = g.input("x", DType::F32, Shape::from_static(&[2, 3, 8, 8]));
+    let r = g.input("r", DType::F32, Shape::from_static(&[2, 6, 8, 8]));
+    let w = g.initializer("w", common::random_tensor(&[6, 3, 3, 3], 1));
+    let b0 = g.initializer("b0", common::random_tensor(&[6], 2));
+    let s = g.initializer("s", Tensor::from_f32(vec![6, 1, 1], scale(6, 3).to_f32_vec()));
+    let t = g.initializer("t", Tensor::from_f32(vec![1, 6, 1, 1], common::random_tensor(&[6], 4).to_f32_vec()));
+    let window = |p: usize| Window {
+        kernel_shape: Some(vec![3, 3]),
+        strides: None,
+        pads: Some(vec![p; 4]),
+        dilations: None,
+        auto_pad: AutoPad::NotSet,
+    };
+    // conv + own bias -> * s -> + t -> relu: one kernel, relu(acc' + bias').
+    let y = g.node("conv", Op::Conv { window: window(1), group: 1 }, &[&x, &w, &b0]);
+    let y = g.node("scale", Op::Binary(Binary::Mul), &[&s, &y]);
+    let y = g.node("shift", Op::Binary(Binary::Add), &[&y, &t]);
+    let y = g.node("relu", Op::Unary(Unary::Relu), &[&y]);
+    // A residual first: the scale would scale it too, so it is not folded.
+    let w2 = g.initializer("w2", common::random_tensor(&[6, 6, 3, 3], 5));
+    let z = g.node("conv2", Op::Conv { window: window(1), group: 1 }, &[&y, &w2]);
+    let z = g.node("res", Op::Binary(Binary::Add), &[&z, &r]);
+    let z = g.node("scale2", Op::Binary(Binary::Mul), &[&z, &s]);
+    let z = g.node("flat", Op::Flatten { axis: 1 }, &[&z]);
+    // MatMul by [K, N] / vector; Gemm with B transposed, C through an Identity, * [1, N].
+    let k = 6 * 8 * 8;
+    let wm = g.initializer("wm", common::random_tensor(&[k, 16], 6));
+    let dv = g.initializer("dv", scale(16, 7));
+    let m = g.node("mm", Op::MatMul, &[&z, &wm]);
+    let m = g.node("div", Op::Binary(Binary::Div), &[&m, &dv]);
+    let wg = g.initializer("wg", common::random_tensor(&[8, 16], 8));
+    let cg = g.initializer("cg", common::random_tensor(&[8], 9));
+    let tied = g.node("tied", Op::Identity, &[&cg]);
+    let sg = g.initializer("sg", Tensor::from_f32(vec![1, 8], scale(8, 10).to_f32_vec()));
+    let gemm = Op::Gemm { alpha: 0.5, beta: 2.0, trans_a: false, trans_b: true };
+    let o = g.node("gemm", gemm, &[&m, &wg, &tied]);
+    let o = g.node("scale3", Op::Binary(Binary::Mul), &[&o, &sg]);
+    g.output(&o);
+    let g = g.finish().unwrap();
+
+    let plan = bolt::plan::plan(&g).unwrap();
+    let folds = |anchor: &str| {
+        let p = plan.partitioning.partitions.iter().find(|p| p.anchor == anchor).unwrap();
+        (p.epilogue.folds.clone(), p.epilogue.form().bias.len(), p.nodes.len())
+    };
+    let scaled =
+        |node: &str, tensor: &str, divide| ChannelFold::Scale { node: node.into(), tensor: tensor.into(), divide };
+    assert_eq!(folds("conv"), (vec![scaled("scale", "s", false)], 2, 4));
+    assert_eq!(folds("conv2").0, vec![]);
+    assert_eq!(folds("mm"), (vec![scaled("div", "dv", true)], 0, 2));
+    // Gemm's C (through the Identity) is its bias: C, then the scale, all in one kernel.
+    assert_eq!(folds("gemm"), (vec![scaled("scale3", "sg", false)], 1, 2));
+    // The scale after the residual runs element-wise after the kernel (a stitched region).
+    assert!(plan.partitioning.partitions.iter().all(|p| !p.nodes.contains(&"scale2".to_string())));
+    let feeds = HashMap::from([
+        ("x".to_string(), common::random_tensor(&[2, 3, 8, 8], 11)),
+        ("r".to_string(), common::random_tensor(&[2, 6, 8, 8], 12)),
+    ]);
+    assert_plan_preserves("channel_scales", &g, &feeds);
+}

@@ -94,22 +94,34 @@ impl KernelForm {
     }
 }
 
+/// A per-output-channel affine map `y = s * x + t` of the anchor's output, folded into its
+/// weights (scaled by `s` per output channel) and bias at plan time. Folds come right after
+/// the anchor's own alpha and bias, before every step of the chain, in model order.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub enum ChannelFold {
+    /// An inference BatchNormalization (node name): `s = gamma / sqrt(var + eps)`,
+    /// `t = beta - s * mean`.
+    BatchNorm(String),
+    /// A Mul by the constant per-channel vector `tensor`, or a Div by it (`s = 1 / tensor`);
+    /// `t = 0`. Exporters write BatchNormalizations frozen into constants this way.
+    Scale { node: String, tensor: String, divide: bool },
+}
+
 /// What the partition's epilogue computes: the absorbed steps in model order, their kernel
-/// form, the folded BatchNormalization and the output type.
+/// form, the per-channel maps folded into the weights and the output type.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct FusedEpilogue {
     steps: Vec<Step>,
     form: KernelForm,
-    /// BatchNormalization node folded into the conv weights and bias at plan time; it comes
-    /// right after the conv (and its own bias), before every step that follows.
-    pub batch_norm: Option<String>,
+    /// Folded into the weights and bias at plan time (see [`ChannelFold`]).
+    pub folds: Vec<ChannelFold>,
     /// Output element type (a fused Cast's target, else the anchor's).
     pub output_dtype: DType,
 }
 
 impl FusedEpilogue {
     pub fn new(output_dtype: DType) -> FusedEpilogue {
-        FusedEpilogue { steps: Vec::new(), form: KernelForm::default(), batch_norm: None, output_dtype }
+        FusedEpilogue { steps: Vec::new(), form: KernelForm::default(), folds: Vec::new(), output_dtype }
     }
 
     /// Appends `step` when the kernel can compute the result; otherwise leaves the epilogue
@@ -167,8 +179,17 @@ impl fmt::Display for KernelForm {
 /// `relu(0.1*acc + bias + C) -> f16`.
 impl fmt::Display for FusedEpilogue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.batch_norm.is_some() {
-            f.write_str("[batchnorm folded] ")?;
+        if !self.folds.is_empty() {
+            let names: Vec<&str> = self
+                .folds
+                .iter()
+                .map(|k| match k {
+                    ChannelFold::BatchNorm(_) => "batchnorm",
+                    ChannelFold::Scale { divide: false, .. } => "channel scale",
+                    ChannelFold::Scale { divide: true, .. } => "channel divisor",
+                })
+                .collect();
+            write!(f, "[{} folded] ", names.join(", "))?;
         }
         write!(f, "{}", self.form)
     }

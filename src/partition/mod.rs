@@ -2,8 +2,8 @@
 //! each); everything else stays with the host framework, with the reason.
 //!
 //! An anchor (MatMul, Gemm, Conv) absorbs what follows it when each op's input is read by
-//! nobody else and is not a graph output: a BatchNormalization right after a conv (folded into
-//! the weights at plan time), then in any order scalar Mul/Div, per-column / per-channel
+//! nobody else and is not a graph output: a BatchNormalization right after a conv and Mul/Div by
+//! per-channel constants (folded into the weights at plan time), then in any order scalar Mul/Div, per-column / per-channel
 //! constant bias Adds, a residual Add and one activation in any spelling (see [`activation`]),
 //! as long as the kernel can compute the result exactly (see [`epilogue`]), then a Cast.
 
@@ -15,7 +15,7 @@ pub mod stitch;
 pub use crate::ir::ResidualAt;
 use crate::ir::{Binary, DType, Graph, Op, Tensor, TensorType, Window};
 pub use activation::Activation;
-pub use epilogue::{BiasTerm, FusedEpilogue, KernelForm, SourceTerm, Step};
+pub use epilogue::{BiasTerm, ChannelFold, FusedEpilogue, KernelForm, SourceTerm, Step};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
@@ -347,10 +347,42 @@ fn grow(cx: &mut Ctx, i: usize, kind: AnchorKind, a: String, b: String) -> Parti
             if bn.inputs[1..].iter().all(|x| x.as_ref().is_some_and(|x| cx.consts.contains_key(x)))
                 && bn.outputs.len() == 1
             {
-                e.batch_norm = Some(bn.name.clone());
+                e.folds.push(ChannelFold::BatchNorm(bn.name.clone()));
                 take(cx, ni, &mut nodes, &mut cur);
             }
         }
+    }
+    // Mul / Div by a constant per-channel vector (a BatchNormalization frozen into constants,
+    // a layer scale): folded into the weights too, when they are constants with the output
+    // channels on one axis and nothing read element by element comes before.
+    let weights_fold = match &kind {
+        AnchorKind::Conv2d { .. } => cx.consts.contains_key(&b),
+        AnchorKind::Gemm { .. } | AnchorKind::MatMul => cx.consts.get(&b).is_some_and(|w| w.rank() == 2),
+        AnchorKind::BatchedMatMul => false,
+    };
+    while weights_fold && e.form().source.is_none() {
+        let Some(ni) = cx.sole_consumer(&cur) else { break };
+        let node = &g.nodes[ni];
+        let divide = match node.op {
+            Op::Binary(Binary::Mul) => false,
+            Op::Binary(Binary::Div) if node.input(0) == Some(cur.as_str()) => true,
+            _ => break,
+        };
+        let Some(t) = other(ni, &cur) else { break };
+        // One value is a scalar step of the chain, below.
+        let vector = cx.consts.get(&t).is_some_and(|c| {
+            let v = c.to_f64_vec();
+            c.dtype().is_float() && v.len() > 1 && !(divide && v.contains(&0.0))
+        });
+        if node.outputs.len() != 1
+            || !vector
+            || !cx.is_channel_vector(&t, &kind, channels)
+            || !const_keeps_shape(cx, &cur, &t)
+        {
+            break;
+        }
+        e.folds.push(ChannelFold::Scale { node: node.name.clone(), tensor: t, divide });
+        take(cx, ni, &mut nodes, &mut cur);
     }
 
     // The chain, one op at a time, in the model's order.

@@ -1,7 +1,9 @@
 //! Pass 0: rewrites of the model before partitioning into ops Bolt's kernels take.
 //!
 //! Constant nodes become initializers: weights like any other, stored once in the artifact,
-//! instead of host steps that make their tensor again on every run.
+//! instead of host steps that make their tensor again on every run. So do Identities of
+//! constants (torch.onnx writes one for every tied or shared parameter), so that a weight or
+//! bias read through one is still a constant to the partitioner.
 //!
 //! A ConvTranspose whose windows tile the output without overlap (kernel = stride, no
 //! padding, dilation 1, one group: the 2x upsampling of decoders and detection heads) is a
@@ -32,6 +34,7 @@ pub fn canonical(g: &Graph) -> Result<(Graph, usize)> {
     });
     count += before - out.nodes.len();
     out.initializers.extend(constants);
+    count += constant_identities(&mut out);
     let mut i = 0;
     while i < out.nodes.len() {
         let n = out.nodes[i].clone();
@@ -97,6 +100,29 @@ pub fn canonical(g: &Graph) -> Result<(Graph, usize)> {
         finish(&mut out)?;
     }
     Ok((out, count))
+}
+
+/// Identity nodes of initializers (chains too) become initializers holding the same tensor;
+/// those that are graph outputs stay computed values.
+fn constant_identities(g: &mut Graph) -> usize {
+    let before = g.nodes.len();
+    let mut i = 0;
+    while i < g.nodes.len() {
+        let n = &g.nodes[i];
+        let value = match (&n.op, n.input(0), &n.outputs[..]) {
+            (Op::Identity, Some(x), [y]) if !g.outputs.contains(y) => g.initializers.get(x).cloned(),
+            _ => None,
+        };
+        match value {
+            // Nodes are in topological order: an Identity reading this one comes later.
+            Some(v) => {
+                let y = g.nodes.remove(i).outputs.swap_remove(0);
+                g.initializers.insert(y, v);
+            }
+            None => i += 1,
+        }
+    }
+    before - g.nodes.len()
 }
 
 /// A Pad of zeros on the spatial axes whose only reader is a Conv (TensorFlow exports pad

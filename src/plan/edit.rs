@@ -137,6 +137,26 @@ pub fn scale_rows(w: &Tensor, scale: &[f64]) -> Option<Tensor> {
     Tensor::new(w.shape.clone(), data).ok()
 }
 
+/// `w` with every element of its last axis `j` multiplied by `scale[j]` (a GEMM's [K, N]
+/// weights per output column); `None` for non-float tensors or a last axis of another size.
+pub fn scale_cols(w: &Tensor, scale: &[f64]) -> Option<Tensor> {
+    use crate::ir::TensorData;
+    fn scaled<T: crate::ir::Element + Copy>(v: &[T], scale: &[f64]) -> Vec<T> {
+        v.iter().zip(scale.iter().cycle()).map(|(x, &s)| T::from_f64(x.to_f64() * s)).collect()
+    }
+    if w.shape.last() != Some(&scale.len()) {
+        return None;
+    }
+    let data = match &w.data {
+        TensorData::F32(v) => TensorData::F32(scaled(v, scale)),
+        TensorData::F16(v) => TensorData::F16(scaled(v, scale)),
+        TensorData::BF16(v) => TensorData::BF16(scaled(v, scale)),
+        TensorData::F64(v) => TensorData::F64(scaled(v, scale)),
+        _ => return None,
+    };
+    Tensor::new(w.shape.clone(), data).ok()
+}
+
 /// `g` with every graph input's symbolic dims bound (unbound ones to 1) and shapes re-inferred.
 pub fn bind_inputs(g: &Graph, bindings: &HashMap<String, usize>) -> Result<Graph> {
     let mut b = g.clone();

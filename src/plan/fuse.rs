@@ -1,11 +1,12 @@
 //! Pass 1: every partition becomes one kernel node ([`Op::Fused`]) with its weights prepared
-//! once, at plan time: BatchNormalization folded into conv weights and bias, every constant
+//! once, at plan time: per-channel maps (BatchNormalization, constant channel scales) folded
+//! into the weights and bias, every constant
 //! bias term (times its coefficient in the kernel form) summed into one vector.
 
-use super::edit::{constant, finish, scale_rows};
+use super::edit::{constant, finish, scale_cols, scale_rows};
 use crate::error::{Error, Result};
 use crate::ir::{FusedKernel, Graph, Node, Op, Tensor};
-use crate::partition::{AnchorKind, Partition, Partitioning};
+use crate::partition::{AnchorKind, ChannelFold, Partition, Partitioning};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
@@ -110,9 +111,9 @@ fn fuse(g: &Graph, p: &Partition, out: &mut Graph) -> Result<Node> {
         },
         None => None,
     };
-    // Only a bias or a folded BatchNormalization needs the channel count (attention's
-    // batched GEMMs have a symbolic sequence length there).
-    let needs_channels = !form.bias.is_empty() || e.batch_norm.is_some();
+    // Only a bias or a fold needs the channel count (attention's batched GEMMs have a
+    // symbolic sequence length there).
+    let needs_channels = !form.bias.is_empty() || !e.folds.is_empty();
     let channels = match channels {
         Some(c) => c,
         None if !needs_channels => 0,
@@ -122,37 +123,48 @@ fn fuse(g: &Graph, p: &Partition, out: &mut Graph) -> Result<Node> {
     let mut weight_name = p.b.clone();
     let mut bias = vec![0.0f64; channels];
     let mut has_bias = !form.bias.is_empty();
-    let own_bias = match p.kind {
-        AnchorKind::Conv2d { .. } => anchor_node.input(2).map(str::to_string),
-        _ => None,
+    // The anchor's own bias (a conv's B, a Gemm's C) is the first bias term and comes before
+    // the folds: it is scaled by them.
+    let own_bias = match (&p.kind, &anchor_node.op) {
+        (AnchorKind::Conv2d { .. }, _) => anchor_node.input(2).is_some(),
+        (_, Op::Gemm { .. }) => anchor_node.input(2).is_some() && !form.bias.is_empty(),
+        _ => false,
     };
-    // BatchNormalization: y = s*(conv + b0 - mean) + beta with s = gamma / sqrt(var + eps);
-    // scale the weights per output channel by s and fold the shift into the bias.
-    let mut bn_scale: Option<Vec<f64>> = None;
-    if let Some(bn_name) = &e.batch_norm {
-        let bn = g.nodes.iter().find(|n| &n.name == bn_name).expect("bn exists");
-        let Op::BatchNormalization { epsilon, .. } = bn.op else { unreachable!("partitioner checked") };
-        let stat = |i: usize| -> Result<Vec<f64>> {
-            let t = bn
-                .input(i)
-                .and_then(|n| constant(g, n))
-                .ok_or_else(|| err(format!("BatchNormalization input {i} is not constant")))?;
-            Ok(t.to_f64_vec())
-        };
-        let (gamma, beta, mean, var) = (stat(1)?, stat(2)?, stat(3)?, stat(4)?);
-        let s: Vec<f64> = gamma.iter().zip(&var).map(|(g, v)| g / (v + epsilon as f64).sqrt()).collect();
-        let w = constant(g, &p.b).ok_or_else(|| err("conv weight is not constant".into()))?;
-        if w.shape.first() != Some(&channels) {
-            return Err(err(format!("conv weight {:?} does not lead with {channels} output channels", w.shape)));
+    // The folds compose to one map y = s * x + t per channel: the weights are scaled per
+    // output channel by s and t joins the bias.
+    let mut fold_scale: Option<Vec<f64>> = None;
+    if !e.folds.is_empty() {
+        let (mut s, mut t) = (vec![1.0f64; channels], vec![0.0f64; channels]);
+        for fold in &e.folds {
+            let (fs, ft) = channel_map(g, fold, channels).map_err(err)?;
+            for c in 0..channels {
+                s[c] *= fs[c];
+                t[c] = t[c] * fs[c] + ft[c];
+            }
         }
+        let w = constant(g, &p.b).ok_or_else(|| err(format!("weight '{}' is not constant", p.b)))?;
+        // Output channels lead a conv's weights and a transposed Gemm B; they are the last
+        // axis of a [K, N] B.
+        let rows = match (&p.kind, &anchor_node.op) {
+            (AnchorKind::Conv2d { .. }, _) => true,
+            (_, Op::Gemm { trans_b, .. }) => *trans_b,
+            _ => false,
+        };
+        let scaled = if rows {
+            (w.shape.first() == Some(&channels)).then(|| scale_rows(&w, &s)).flatten()
+        } else {
+            scale_cols(&w, &s)
+        };
+        let wt = scaled.ok_or_else(|| {
+            err(format!("weight {:?} ({}) has no axis of {channels} output channels to fold into", w.shape, w.dtype()))
+        })?;
         weight_name = format!("{}.bolt_folded_weight", p.anchor);
-        let wt = scale_rows(&w, &s).ok_or_else(|| err("conv weight is not a float tensor".into()))?;
         out.initializers.insert(weight_name.clone(), Arc::new(wt));
         for c in 0..channels {
-            bias[c] += form.alpha as f64 * (beta[c] - s[c] * mean[c]);
+            bias[c] += form.alpha as f64 * t[c];
         }
-        bn_scale = Some(s);
-        has_bias = true;
+        fold_scale = Some(s);
+        has_bias |= t.iter().any(|&x| x != 0.0);
     }
     for (k, term) in form.bias.iter().enumerate() {
         let t = constant(g, &term.tensor).ok_or_else(|| err(format!("bias '{}' is not constant", term.tensor)))?;
@@ -162,13 +174,11 @@ fn fuse(g: &Graph, p: &Partition, out: &mut Graph) -> Result<Node> {
         }
         for (c, b) in bias.iter_mut().enumerate() {
             let x = if v.len() == 1 { v[0] } else { v[c] };
-            // The conv's own bias (the first term) comes before the BatchNormalization and is
-            // scaled by it.
-            let through_bn = match (&bn_scale, &own_bias) {
-                (Some(s), Some(_)) if k == 0 => s[c],
+            let through_folds = match &fold_scale {
+                Some(s) if own_bias && k == 0 => s[c],
                 _ => 1.0,
             };
-            *b += term.scale as f64 * through_bn * x;
+            *b += term.scale as f64 * through_folds * x;
         }
     }
     let dtype = g.types.get(&p.a).map(|t| t.dtype).ok_or_else(|| err("input type unknown".into()))?;
@@ -199,6 +209,36 @@ fn fuse(g: &Graph, p: &Partition, out: &mut Graph) -> Result<Node> {
     Ok(Node { name: p.anchor.clone(), op: Op::Fused(Arc::new(kernel)), inputs, outputs: vec![p.output.clone()] })
 }
 
+/// The per-channel map `(s, t)` of a fold: `y = s * x + t`.
+fn channel_map(g: &Graph, fold: &ChannelFold, channels: usize) -> std::result::Result<(Vec<f64>, Vec<f64>), String> {
+    let values = |name: &str, what: &str| -> std::result::Result<Vec<f64>, String> {
+        let v = constant(g, name).ok_or_else(|| format!("{what} '{name}' is not constant"))?.to_f64_vec();
+        match v.len() {
+            1 => Ok(vec![v[0]; channels]),
+            n if n == channels => Ok(v),
+            n => Err(format!("{what} '{name}' has {n} values for {channels} channels")),
+        }
+    };
+    match fold {
+        ChannelFold::BatchNorm(name) => {
+            let bn = g.nodes.iter().find(|n| &n.name == name).ok_or_else(|| format!("no node '{name}'"))?;
+            let Op::BatchNormalization { epsilon, .. } = bn.op else {
+                return Err(format!("'{name}' is not a BatchNormalization"));
+            };
+            let stat = |i: usize| values(bn.input(i).unwrap_or_default(), "BatchNormalization input");
+            let (gamma, beta, mean, var) = (stat(1)?, stat(2)?, stat(3)?, stat(4)?);
+            let s: Vec<f64> = gamma.iter().zip(&var).map(|(g, v)| g / (v + epsilon as f64).sqrt()).collect();
+            let t = (0..channels).map(|c| beta[c] - s[c] * mean[c]).collect();
+            Ok((s, t))
+        }
+        ChannelFold::Scale { tensor, divide, .. } => {
+            let v = values(tensor, "channel scale")?;
+            let s = if *divide { v.iter().map(|x| 1.0 / x).collect() } else { v };
+            Ok((s, vec![0.0; channels]))
+        }
+    }
+}
+
 /// Inference BatchNormalizations no conv absorbed become `x * a + b` with `a = scale /
 /// sqrt(var + eps)` and `b = bias - mean * a` as [C, 1, ..] constants: element-wise ops the
 /// layout pass moves NHWC and stitching runs on the device, instead of a host op.
@@ -214,7 +254,8 @@ pub fn decompose_batch_norms(g: &mut Graph) -> Result<usize> {
         let Op::BatchNormalization { epsilon, training_mode: false, .. } = n.op else { continue };
         let rank = n.input(0).and_then(|x| g.types.get(x)).and_then(|t| t.shape.as_ref()).map(|s| s.rank());
         let dtype = n.input(0).and_then(|x| g.types.get(x)).map(|t| t.dtype);
-        let params: Option<Vec<Vec<f64>>> = (1..5).map(|k| n.input(k).and_then(|p| constant(g, p)).map(|t| t.to_f64_vec())).collect();
+        let params: Option<Vec<Vec<f64>>> =
+            (1..5).map(|k| n.input(k).and_then(|p| constant(g, p)).map(|t| t.to_f64_vec())).collect();
         let (Some(rank), Some(dtype), Some(p), 1) = (rank, dtype, params, n.outputs.len()) else { continue };
         let c = p[0].len();
         if rank < 2 || !dtype.is_float() || p.iter().any(|v| v.len() != c) {
@@ -224,10 +265,13 @@ pub fn decompose_batch_norms(g: &mut Graph) -> Result<usize> {
         let b: Vec<f64> = (0..c).map(|k| p[1][k] - p[2][k] * a[k]).collect();
         let mut shape = vec![c];
         shape.resize(rank - 1, 1);
-        let (Some(ta), Some(tb)) = (Tensor::from_f64_as(dtype, shape.clone(), &a), Tensor::from_f64_as(dtype, shape, &b)) else {
+        let (Some(ta), Some(tb)) =
+            (Tensor::from_f64_as(dtype, shape.clone(), &a), Tensor::from_f64_as(dtype, shape, &b))
+        else {
             continue;
         };
-        let (an, bn) = (fresh_name(g, &mut taken, &format!("{}.a", n.name)), fresh_name(g, &mut taken, &format!("{}.b", n.name)));
+        let (an, bn) =
+            (fresh_name(g, &mut taken, &format!("{}.a", n.name)), fresh_name(g, &mut taken, &format!("{}.b", n.name)));
         let scaled = fresh_name(g, &mut taken, &format!("{}.scaled", n.name));
         g.initializers.insert(an.clone(), Arc::new(ta));
         g.initializers.insert(bn.clone(), Arc::new(tb));

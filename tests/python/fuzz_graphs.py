@@ -47,7 +47,7 @@ from onnx import TensorProto, helper, numpy_helper
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO / "fuzz" / "corpus" / "graphs"
 # Bump when the generator changes what a seed builds.
-GENERATOR_VERSION = 8
+GENERATOR_VERSION = 9
 OPSET = 17
 # (rtol, atol) per graph element type. f32: folding reorders rounding, and a fused Cast to f16
 # may differ by an f16 ulp. f16 graphs: ORT rounds after every op, a fused kernel once.
@@ -280,8 +280,21 @@ def epilogue(b: Builder, x: str, shape, conv: bool, anchor_in: str | None) -> tu
     ch = shape[1] if conv else shape[-1]
     for _ in range(int(rng.integers(0, 6))):
         step = rng.choice(["mul", "div", "bias", "bias", "residual", "residual", "act", "act", "output_mid",
-                           "shared", "sub", "rank_raise"])
-        if step == "mul":
+                           "shared", "sub", "rank_raise", "channel_scale"])
+        if step == "channel_scale":
+            # A per-channel constant scale (a BatchNormalization frozen into Mul/Add, a layer
+            # scale), multiplied or divided; right after the anchor Bolt folds it into the weights.
+            if conv:
+                shp = [(ch, 1, 1), (1, ch, 1, 1)][int(rng.integers(0, 2))]
+            else:
+                shp = [(ch,), (1,) * (len(shape) - 1) + (ch,)][int(rng.integers(0, 2))]
+            v = rng.uniform(0.25, 2.0, shp) * rng.choice([-1.0, 1.0], shp)
+            s = b.const(v.astype(np.float32), "s")
+            if rng.random() < 0.3:
+                cur = b.op("Div", [cur, s], shape)
+            else:
+                cur = b.op("Mul", [cur, s] if rng.random() < 0.5 else [s, cur], shape)
+        elif step == "mul":
             shp = [(), (1,), (1,) * len(shape)][int(rng.integers(0, 3))]
             s = b.const(np.full(shp, float(rng.choice([0.1, 0.125, 2.0, -0.5, 3.0])), dtype=np.float32), "s")
             cur = b.op("Mul", [cur, s] if rng.random() < 0.5 else [s, cur], shape)
