@@ -587,11 +587,11 @@ fn host_depth_to_space_equals_the_reference() {
     }
 }
 
-/// The cuda device runs Concat, Split, Slice, truncations and views as rectangles of
-/// device-to-device copies (`plan::lower::copy_blocks`, `slice_blocks`, `fit_blocks`); applied
-/// to host bytes here, they give the reference executor's Concat, Split, Slice and
-/// FitLastAxis on every axis (negative too) and a view's bytes, and refuse inputs that do not
-/// fit.
+/// The cuda device runs Concat, Split, Slice, single-index Gather, truncations and views as
+/// rectangles of device-to-device copies (`plan::lower::copy_blocks`, `slice_blocks`,
+/// `gather_blocks`, `fit_blocks`); applied to host bytes here, they give the reference
+/// executor's Concat, Split, Slice, Gather and FitLastAxis on every axis (negative too) and a
+/// view's bytes, and refuse inputs that do not fit.
 #[test]
 fn copy_blocks_equal_the_reference_concat_and_views() {
     use bolt::plan::lower::copy_blocks;
@@ -688,6 +688,42 @@ fn copy_blocks_equal_the_reference_concat_and_views() {
         match bolt::plan::lower::slice_blocks(&g, n, &shape, 4) {
             Some(blocks) => assert_eq!(apply(&blocks, &[bytes(&x)], want.len() * 4), bytes(&want), "{what}"),
             None => assert!(step != 1, "{what}: no copies"),
+        }
+    }
+    // A Gather of one constant index (a scalar drops the axis, shape [1] keeps it; negative
+    // indices count from the end) copies that entry's box; several indices are no copy, an
+    // index outside the axis has no copies (the host's Gather refuses it).
+    for case in 0..200 {
+        let rank = rng.gen_range(1..5);
+        let shape: Vec<usize> = (0..rank).map(|_| rng.gen_range(1..6)).collect();
+        let v: Vec<f32> = (0..shape.iter().product::<usize>()).map(|_| rng.gen_range(-9.0..9.0)).collect();
+        let x = Tensor::from_f32(shape.clone(), v);
+        let axis = rng.gen_range(0..rank) as i64 - if rng.gen_bool(0.3) { rank as i64 } else { 0 };
+        let size = shape[axis.rem_euclid(rank as i64) as usize] as i64;
+        let i = rng.gen_range(-size..size);
+        let index = match case % 4 {
+            0 => Tensor::from_i64(vec![], vec![i]),
+            1 => Tensor::from_i64(vec![1], vec![i]),
+            2 => Tensor::from_i64(vec![], vec![size + 1]),
+            _ => Tensor::from_i64(vec![2], vec![i, 0]),
+        };
+        let mut b = bolt::ir::builder::GraphBuilder::new("gather");
+        let xi = b.input("x", DType::F32, Shape::from_static(&shape));
+        let ix = b.initializer("index", index.clone());
+        let y = b.node("gather", Op::Gather { axis }, &[&xi, &ix]);
+        b.output(&y);
+        let g = b.finish().unwrap();
+        let n = &g.nodes[0];
+        let what = format!("gather {shape:?} axis {axis} index {index:?}");
+        assert_eq!(bolt::plan::lower::is_copy_node(&g, n), case % 4 != 3, "{what}");
+        let blocks = bolt::plan::lower::gather_blocks(&g, n, &shape, 4);
+        match bolt::reference::eval_node(n, &[Some(&x), Some(&index)]) {
+            Ok(mut want) if case % 4 != 3 => {
+                let want = want.remove(0);
+                let blocks = blocks.unwrap_or_else(|| panic!("{what}: no copies"));
+                assert_eq!(apply(&blocks, &[bytes(&x)], want.len() * 4), bytes(&want), "{what}");
+            }
+            _ => assert!(blocks.is_none(), "{what}: copies"),
         }
     }
     // A FitLastAxis that truncates keeps the first `to` elements of every row.

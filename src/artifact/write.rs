@@ -470,8 +470,8 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
                         .to_string()
                 }
                 _ if crate::plan::lower::is_copy_node(&graph, n) => {
-                    "a concatenation, split, slice or truncation: the cuda device copies its rectangles on the \
-                     stream, no host round trip"
+                    "a concatenation, split, slice, single-index gather or truncation: the cuda device copies its \
+                     rectangles on the stream, no host round trip"
                         .to_string()
                 }
                 _ => "no kernel family for this op: runs on the host (CPU reference)".to_string(),

@@ -877,9 +877,37 @@ pub fn is_copy(op: &Op) -> bool {
 }
 
 /// [`is_copy`], a Slice of constant starts, ends and axes with unit steps (a box of its
-/// input: rectangles, [`slice_blocks`]), and a FitLastAxis that truncates ([`fit_blocks`]).
+/// input: rectangles, [`slice_blocks`]), a Gather of one constant index ([`gather_blocks`])
+/// and a FitLastAxis that truncates ([`fit_blocks`]).
 pub fn is_copy_node(g: &Graph, n: &Node) -> bool {
-    is_copy(&n.op) || slice_params(g, n).is_some() || truncates(g, n)
+    is_copy(&n.op) || slice_params(g, n).is_some() || gather_pick(g, n).is_some() || truncates(g, n)
+}
+
+/// A Gather node's axis (`axis` of an input of rank `rank`) and its one constant index, when
+/// it picks a single entry: a scalar index (the axis goes: a recurrent network's time step,
+/// a transformer's class token) or an index of shape [1] (the axis stays).
+fn gather_pick(g: &Graph, n: &Node) -> Option<(usize, i64)> {
+    let Op::Gather { axis } = n.op else { return None };
+    let rank = g.types.get(n.input(0)?)?.shape.as_ref()?.rank() as i64;
+    let index = super::edit::constant(g, n.input(1)?)?;
+    let [i] = index.as_i64_vec()?[..] else { return None };
+    let axis = if axis < 0 { axis + rank } else { axis };
+    (0..rank).contains(&axis).then_some((axis as usize, i))
+}
+
+/// The copies that run a Gather of one constant index ([`gather_pick`]) on an input of shape
+/// `x`: the box of that entry along the axis. `None` for any other node, or an index outside
+/// the axis (the host's Gather then says so).
+pub fn gather_blocks(g: &Graph, n: &Node, x: &[usize], elem: usize) -> Option<Vec<CopyBlock>> {
+    let (axis, i) = gather_pick(g, n)?;
+    let size = *x.get(axis)? as i64;
+    let i = if i < 0 { i + size } else { i };
+    if !(0..size).contains(&i) {
+        return None;
+    }
+    let mut boxed: Vec<(usize, usize)> = x.iter().map(|&d| (0, d)).collect();
+    boxed[axis] = (i as usize, 1);
+    box_blocks(x, &boxed, elem)
 }
 
 /// Whether `n` is a FitLastAxis that drops elements of a last axis of known size.

@@ -557,8 +557,8 @@ impl CudaExecutor {
         }
         let shape = |t: &str| graph.types.get(t)?.shape.as_ref()?.as_static();
         let elem = graph.types.get(n.outputs.first()?)?.dtype.size_bytes()?;
-        // A view reads only its data input (Reshape's shape input is a host value), a Split
-        // or Slice only its input 0 (the sizes and bounds are host values).
+        // A view reads only its data input (Reshape's shape input is a host value), a Split,
+        // Slice or Gather only its input 0 (the sizes, bounds and index are host values).
         let data: Vec<&str> = match n.op {
             crate::ir::Op::Concat { .. } => n.inputs.iter().flatten().map(String::as_str).collect(),
             _ => vec![n.input(0)?],
@@ -570,6 +570,7 @@ impl CudaExecutor {
         let out_refs: Vec<&[usize]> = out_shapes.iter().map(Vec::as_slice).collect();
         let blocks = match n.op {
             crate::ir::Op::Slice => crate::plan::lower::slice_blocks(graph, n, refs.first()?, elem)?,
+            crate::ir::Op::Gather { .. } => crate::plan::lower::gather_blocks(graph, n, refs.first()?, elem)?,
             crate::ir::Op::FitLastAxis { to } => crate::plan::lower::fit_blocks(refs.first()?, to, elem)?,
             _ => crate::plan::lower::copy_blocks(&n.op, &refs, &out_refs, elem)?,
         };
