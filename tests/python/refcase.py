@@ -62,8 +62,9 @@ def write_case(out: Path, model_path: Path, datasets: list[dict], meta: dict, st
         meta["datasets"].append({
             "inputs": {n: list(a.shape) for n, a in feeds.items()},
             "outputs": {n: list(a.shape) for n, a in zip(out_names, ref)},
-            "output_abs_max": [float(np.abs(a).max()) for a in ref],
-            "ort_opt_vs_noopt_max_abs_diff": [float(np.abs(a - b).max()) for a, b in zip(ref, plain)],
+            # In f64: outputs may be integers or booleans (masks passed through).
+            "output_abs_max": [float(np.abs(a.astype(np.float64)).max()) for a in ref],
+            "ort_opt_vs_noopt_max_abs_diff": [float(np.abs(a.astype(np.float64) - b).max()) for a, b in zip(ref, plain)],
         })
     (out / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
     (out / ".stamp").write_text(stamp + "\n")
