@@ -27,6 +27,8 @@ enum Pattern {
     RmsNorm,
     /// Abs, Neg, Max, Min and a row minimum (ReduceMin).
     MinMax,
+    /// A CTC or language-model head's LogSoftmax, and Log itself.
+    LogSoftmax,
 }
 
 fn graph(p: Pattern, rows: usize, width: usize) -> Graph {
@@ -71,6 +73,15 @@ fn graph(p: Pattern, rows: usize, width: usize) -> Graph {
             g.node("mul_half", Op::Binary(Binary::Mul), &[&c, &half])
         }
         Pattern::Softmax => g.node("softmax", Op::Softmax { axis: 1 }, &[&x]),
+        Pattern::LogSoftmax => {
+            let l = g.node("log_softmax", Op::LogSoftmax { axis: -1 }, &[&x]);
+            // log(exp(l) + 1): finite for any l.
+            let e = g.node("exp", Op::Unary(Unary::Exp), &[&l]);
+            let one = scalar(&mut g, "one", 1.0);
+            let a = g.node("add1", Op::Binary(Binary::Add), &[&e, &one]);
+            let lg = g.node("log", Op::Unary(Unary::Log), &[&a]);
+            g.node("sum", Op::Binary(Binary::Add), &[&l, &lg])
+        }
         Pattern::SoftmaxDecomposed => {
             let reduce = |kind| Op::Reduce { kind, axes: Some(vec![-1]), keepdims: true, noop_with_empty_axes: false };
             let m = g.node("max", reduce(ReduceKind::Max), &[&x]);
@@ -129,7 +140,9 @@ fn one_region(g: &Graph) -> Region {
 #[test]
 fn each_pattern_is_one_region_equal_to_its_ops_on_odd_widths_f32_and_f16() {
     use Pattern::*;
-    for p in [LayerNormOp, LayerNormDecomposed, GeluErf, Softmax, ReduceMean, SoftmaxDecomposed, RmsNorm, MinMax] {
+    for p in
+        [LayerNormOp, LayerNormDecomposed, GeluErf, Softmax, ReduceMean, SoftmaxDecomposed, RmsNorm, MinMax, LogSoftmax]
+    {
         for width in [1usize, 3, 17, 1000, 4099] {
             for dtype in [DType::F32, DType::F16] {
                 let g32 = graph(p, 3, width);
@@ -237,7 +250,9 @@ fn bert_base_regions() {
 #[test]
 fn planned_regions_become_stitched_nodes_whose_kernel_specs_mean_the_original_ops() {
     use Pattern::*;
-    for p in [LayerNormOp, LayerNormDecomposed, GeluErf, Softmax, ReduceMean, SoftmaxDecomposed, RmsNorm, MinMax] {
+    for p in
+        [LayerNormOp, LayerNormDecomposed, GeluErf, Softmax, ReduceMean, SoftmaxDecomposed, RmsNorm, MinMax, LogSoftmax]
+    {
         for width in [1usize, 3, 17, 1000, 4099] {
             for dtype in [DType::F32, DType::F16] {
                 let g32 = graph(p, 3, width);

@@ -32,6 +32,7 @@ pub enum UnaryFn {
     Neg,
     Abs,
     Reciprocal,
+    Log,
     Activation(Activation),
 }
 
@@ -267,6 +268,7 @@ impl UnaryFn {
             UnaryFn::Neg => -x,
             UnaryFn::Abs => x.abs(),
             UnaryFn::Reciprocal => 1.0 / x,
+            UnaryFn::Log => x.ln(),
             UnaryFn::Activation(a) => a.apply(x),
         }
     }
@@ -281,6 +283,7 @@ impl UnaryFn {
             UnaryFn::Neg => format!("-{x}"),
             UnaryFn::Abs => format!("fabsf({x})"),
             UnaryFn::Reciprocal => format!("1.f / {x}"),
+            UnaryFn::Log => format!("logf({x})"),
             UnaryFn::Activation(a) => match a {
                 Activation::Identity => x.to_string(),
                 Activation::Relu => format!("fmaxf({x}, 0.f)"),

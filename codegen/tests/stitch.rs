@@ -126,6 +126,20 @@ fn cases() -> Vec<(StitchSpec, Vec<usize>, Vec<Vec<usize>>)> {
             Output { step: 13, element: Element::F32, per_row: false },
         ],
     };
+    // LogSoftmax as the planner lowers it: (x - max) - log(sum(exp(x - max))).
+    let log_softmax = StitchSpec {
+        inputs: vec![input(Element::F16, Access::Dense)],
+        steps: vec![
+            Input(0),
+            Reduce(Reduction::Max, 0),
+            Binary(BinaryFn::Sub, 0, 1),
+            Unary(UnaryFn::Exp, 2),
+            Reduce(Reduction::Sum, 3),
+            Unary(UnaryFn::Log, 4),
+            Binary(BinaryFn::Sub, 2, 5),
+        ],
+        outputs: vec![Output { step: 6, element: Element::F16, per_row: false }],
+    };
     vec![
         (min_max, vec![3, 37], vec![vec![3, 37], vec![37]]),
         (softmax.clone(), vec![2, 3, 7, 33], vec![vec![2, 3, 7, 33], vec![2, 1, 1, 33]]),
@@ -138,6 +152,7 @@ fn cases() -> Vec<(StitchSpec, Vec<usize>, Vec<Vec<usize>>)> {
         // An input broadcast along the outer dim; rows of one element.
         (mean.clone(), vec![3, 4, 5], vec![vec![4, 5]]),
         (mean, vec![6, 1], vec![vec![6, 1]]),
+        (log_softmax, vec![3, 37], vec![vec![3, 37]]),
     ]
 }
 

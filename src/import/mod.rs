@@ -158,13 +158,18 @@ fn import_graph(g: &proto::GraphProto, opset: i64, base_dir: Option<&Path>) -> R
     Ok(graph)
 }
 
-/// Softmax before opset 13 flattens its input to 2-D at `axis`; over the last axis that is
-/// today's Softmax, which is how paddle2onnx and torch.onnx use it. Decided after inference,
-/// which knows the rank.
+/// Softmax and LogSoftmax before opset 13 flatten their input to 2-D at `axis`; over the last
+/// axis that is today's op, which is how paddle2onnx and torch.onnx use them. Decided after
+/// inference, which knows the rank.
 fn legacy_softmax_on_last_axis(graph: &mut Graph) {
     for n in &mut graph.nodes {
         let Op::Opaque { domain, op_type, attrs, .. } = &n.op else { continue };
-        if !(domain.is_empty() || domain == "ai.onnx") || op_type != "Softmax" || graph.opset >= 13 {
+        let log = match op_type.as_str() {
+            "Softmax" => false,
+            "LogSoftmax" => true,
+            _ => continue,
+        };
+        if !(domain.is_empty() || domain == "ai.onnx") || graph.opset >= 13 {
             continue;
         }
         let axis = attrs.iter().find(|(k, _)| k == "axis").map_or(Some(1), |(_, v)| match v {
@@ -174,7 +179,7 @@ fn legacy_softmax_on_last_axis(graph: &mut Graph) {
         let rank = n.input(0).and_then(|x| graph.types.get(x)).and_then(|t| t.shape.as_ref()).map(Shape::rank);
         if let (Some(axis), Some(rank)) = (axis, rank) {
             if rank > 0 && (axis == -1 || axis == rank as i64 - 1) {
-                n.op = Op::Softmax { axis: -1 };
+                n.op = if log { Op::LogSoftmax { axis: -1 } } else { Op::Softmax { axis: -1 } };
             }
         }
     }

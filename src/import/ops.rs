@@ -18,7 +18,7 @@ pub enum Parsed {
 /// and Unsqueeze took axes as an attribute), so nodes from older opsets stay with the host.
 fn semantics_since(op_type: &str) -> i64 {
     match op_type {
-        "Softmax" | "Squeeze" | "Unsqueeze" | "Split" => 13,
+        "Softmax" | "LogSoftmax" | "Squeeze" | "Unsqueeze" | "Split" => 13,
         "HardSwish" => 14,
         "LayerNormalization" => 17,
         "Gelu" => 20,
@@ -99,6 +99,7 @@ pub fn parse_op(node: &NodeProto, opset: i64) -> Result<Parsed, String> {
         "Neg" => Op::Unary(Unary::Neg),
         "Abs" => Op::Unary(Unary::Abs),
         "Reciprocal" => Op::Unary(Unary::Reciprocal),
+        "Log" => Op::Unary(Unary::Log),
         "Sqrt" => Op::Unary(Unary::Sqrt),
         "Erf" => Op::Unary(Unary::Erf),
         "Tanh" => Op::Unary(Unary::Tanh),
@@ -174,6 +175,7 @@ pub fn parse_op(node: &NodeProto, opset: i64) -> Result<Parsed, String> {
             },
         },
         "Softmax" => Op::Softmax { axis: a.int_or("axis", -1)? },
+        "LogSoftmax" => Op::LogSoftmax { axis: a.int_or("axis", -1)? },
         "LayerNormalization" => {
             let stash = a.int_or("stash_type", 1)?;
             Op::LayerNormalization {

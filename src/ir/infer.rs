@@ -409,9 +409,9 @@ pub fn infer_node(op: &Op, infos: &[Option<InputInfo>]) -> Result<Vec<TensorType
             };
             vec![TensorType { dtype: a.dtype, shape }]
         }
-        Op::Unary(_) | Op::Clip | Op::Identity | Op::Softmax { .. } => {
+        Op::Unary(_) | Op::Clip | Op::Identity | Op::Softmax { .. } | Op::LogSoftmax { .. } => {
             let t = x?;
-            if let Op::Softmax { axis } = op {
+            if let Op::Softmax { axis } | Op::LogSoftmax { axis } = op {
                 if let Some(s) = &t.shape {
                     norm_axis(*axis, s.rank(), false)?;
                 }

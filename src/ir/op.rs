@@ -198,6 +198,8 @@ pub enum Unary {
     Neg,
     Abs,
     Reciprocal,
+    /// Natural logarithm.
+    Log,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -273,7 +275,9 @@ impl Activation {
             Unary::HardSigmoid { alpha, beta } => Activation::HardSigmoid { alpha, beta },
             Unary::Gelu { approximate: GeluApprox::None } => Activation::GeluErf,
             Unary::Gelu { approximate: GeluApprox::Tanh } => Activation::GeluTanh,
-            Unary::Sqrt | Unary::Erf | Unary::Exp | Unary::Neg | Unary::Abs | Unary::Reciprocal => return None,
+            Unary::Sqrt | Unary::Erf | Unary::Exp | Unary::Neg | Unary::Abs | Unary::Reciprocal | Unary::Log => {
+                return None
+            }
         })
     }
 }
@@ -532,6 +536,10 @@ pub enum Op {
     Softmax {
         axis: i64,
     },
+    /// log(Softmax(x)) along `axis`, computed as x - max - log(sum(exp(x - max))).
+    LogSoftmax {
+        axis: i64,
+    },
     LayerNormalization {
         axis: i64,
         epsilon: f32,
@@ -609,6 +617,7 @@ impl Op {
                 Unary::Neg => "Neg",
                 Unary::Abs => "Abs",
                 Unary::Reciprocal => "Reciprocal",
+                Unary::Log => "Log",
             },
             Op::Clip => "Clip",
             Op::Cast { .. } => "Cast",
@@ -631,6 +640,7 @@ impl Op {
             Op::Pad { .. } => "Pad",
             Op::DepthToSpace { .. } => "DepthToSpace",
             Op::Softmax { .. } => "Softmax",
+            Op::LogSoftmax { .. } => "LogSoftmax",
             Op::LayerNormalization { .. } => "LayerNormalization",
             Op::Reduce { kind: ReduceKind::Mean, .. } => "ReduceMean",
             Op::Reduce { kind: ReduceKind::Sum, .. } => "ReduceSum",

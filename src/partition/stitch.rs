@@ -170,12 +170,18 @@ fn lower(op: &Op, args: &[usize], steps: &mut Vec<Step>, rank: usize) -> Result<
     Ok(match op {
         Op::Unary(u) => push(Step::Unary(*u, args[0]), steps),
         Op::Binary(b) => push(Step::Binary(*b, args[0], args[1]), steps),
-        Op::Softmax { axis } if last(*axis) => {
+        Op::Softmax { axis } | Op::LogSoftmax { axis } if last(*axis) => {
             let m = push(Step::Reduce(Reduce::Max, args[0]), steps);
             let d = push(Step::Binary(Binary::Sub, args[0], m), steps);
             let e = push(Step::Unary(Unary::Exp, d), steps);
             let s = push(Step::Reduce(Reduce::Sum, e), steps);
-            push(Step::Binary(Binary::Div, e, s), steps)
+            if let Op::LogSoftmax { .. } = op {
+                // (x - max) - log(sum): never the log of an underflowed quotient.
+                let l = push(Step::Unary(Unary::Log, s), steps);
+                push(Step::Binary(Binary::Sub, d, l), steps)
+            } else {
+                push(Step::Binary(Binary::Div, e, s), steps)
+            }
         }
         Op::LayerNormalization { axis, epsilon, .. } if last(*axis) && args.len() >= 2 => {
             let mean = push(Step::Reduce(Reduce::Mean, args[0]), steps);
@@ -204,7 +210,9 @@ fn lower(op: &Op, args: &[usize], steps: &mut Vec<Step>, rank: usize) -> Result<
                 push(Step::Binary(Binary::Mul, max, minus), steps)
             }
         },
-        Op::Softmax { .. } | Op::LayerNormalization { .. } => return Err("not over the last axis".into()),
+        Op::Softmax { .. } | Op::LogSoftmax { .. } | Op::LayerNormalization { .. } => {
+            return Err("not over the last axis".into())
+        }
         Op::Reduce { .. } => return Err("not a keepdims reduction over the last axis alone".into()),
         _ => return Err("not a stitchable op".into()),
     })
@@ -223,7 +231,12 @@ fn slice_view(g: &Graph, n: &crate::ir::Node) -> Option<Vec<SliceAxis>> {
 fn stitchable(op: &Op) -> bool {
     use crate::plan::layout::{TO_NCHW, TO_NHWC};
     match op {
-        Op::Unary(_) | Op::Binary(_) | Op::Softmax { .. } | Op::LayerNormalization { .. } | Op::Reduce { .. } => true,
+        Op::Unary(_)
+        | Op::Binary(_)
+        | Op::Softmax { .. }
+        | Op::LogSoftmax { .. }
+        | Op::LayerNormalization { .. }
+        | Op::Reduce { .. } => true,
         // A transpose of a region input is a strided read. The planner's own NCHW <-> NHWC
         // transforms are glue kernels' (tiled for coalescing).
         Op::Transpose { perm: Some(p) } => p[..] != TO_NHWC && p[..] != TO_NCHW,
@@ -519,7 +532,10 @@ fn region(
         }
         let out = lower(&n.op, &args, &mut r.steps, rank)
             .map_err(|e| RegionError::Node(i, format!("{} '{}': {e}", n.op.op_type(), n.name)))?;
-        if matches!(n.op, Op::Softmax { .. } | Op::LayerNormalization { .. } | Op::Reduce { .. }) {
+        if matches!(
+            n.op,
+            Op::Softmax { .. } | Op::LogSoftmax { .. } | Op::LayerNormalization { .. } | Op::Reduce { .. }
+        ) {
             // One row length per region: every reduction runs along the same last axis.
             let x = n.input(0).expect("reductions have an input");
             // Known or symbolic (the same name is the same size); not unknown.

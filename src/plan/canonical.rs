@@ -250,14 +250,14 @@ fn rewrite_each(
     count
 }
 
-/// A Softmax over another axis than the last becomes Transpose (that axis last) -> Softmax
-/// over the last axis -> Transpose back: stitched kernels reduce along rows, the first
+/// A Softmax (or LogSoftmax) over another axis than the last becomes Transpose (that axis
+/// last) -> the op over the last axis -> Transpose back: stitched kernels reduce along rows, the first
 /// transpose is a view they read in place, and the second usually meets another transpose
 /// (a detection head's DFL softmax reads one, and an NHWC conv region's entry undoes the
 /// other) and composes or cancels with it. Needs the input's rank.
 fn softmax_to_last_axis(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
     rewrite_each(g, |g, n| {
-        let Op::Softmax { axis } = n.op else { return None };
+        let (Op::Softmax { axis } | Op::LogSoftmax { axis }) = n.op else { return None };
         let rank = n.input(0).and_then(|x| g.types.get(x)?.shape.as_ref()).map(|s| s.rank())?;
         let (x, [y]) = (n.input(0)?, &n.outputs[..]) else { return None };
         let k = if axis < 0 { axis + rank as i64 } else { axis };
@@ -270,12 +270,16 @@ fn softmax_to_last_axis(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
         for (i, &d) in to_last.iter().enumerate() {
             back[d] = i;
         }
+        let mut over_last = n.op.clone();
+        if let Op::Softmax { axis } | Op::LogSoftmax { axis } = &mut over_last {
+            *axis = -1;
+        }
         let t_in = fresh_name(g, taken, &format!("{}.to_last_axis", n.name));
         let s_out = fresh_name(g, taken, &format!("{y}.last_axis"));
         let t_out = fresh_name(g, taken, &format!("{}.from_last_axis", n.name));
         Some(vec![
             node(t_in.clone(), Op::Transpose { perm: Some(to_last) }, vec![Some(x.to_string())], t_in.clone()),
-            node(n.name.clone(), Op::Softmax { axis: -1 }, vec![Some(t_in)], s_out.clone()),
+            node(n.name.clone(), over_last, vec![Some(t_in)], s_out.clone()),
             node(t_out, Op::Transpose { perm: Some(back) }, vec![Some(s_out)], y.clone()),
         ])
     })

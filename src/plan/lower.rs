@@ -677,6 +677,7 @@ pub fn stitch_spec(g: &Graph, n: &Node) -> Result<bolt_codegen::stitch::StitchSp
                     Unary::Neg => UnaryFn::Neg,
                     Unary::Abs => UnaryFn::Abs,
                     Unary::Reciprocal => UnaryFn::Reciprocal,
+                    Unary::Log => UnaryFn::Log,
                     Unary::Tanh => UnaryFn::Activation(ep::Activation::Tanh),
                     Unary::Relu => UnaryFn::Activation(ep::Activation::Relu),
                     Unary::Sigmoid => UnaryFn::Activation(ep::Activation::Sigmoid),

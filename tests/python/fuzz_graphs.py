@@ -364,13 +364,14 @@ def glue(b: Builder, x: str) -> str:
                        "resize_linear"])
     if kind == "softmax_axis":
         # A softmax over the channels or the rows (YOLOv8's DFL head), maybe read through a
-        # transpose swapping channels and rows as that head does.
+        # transpose swapping channels and rows as that head does; or a LogSoftmax (CTC heads).
+        op = "LogSoftmax" if rng.random() < 0.3 else "Softmax"
         if rng.random() < 0.5:
             x = b.op("Transpose", [x], (nb, h, c, w), perm=[0, 2, 1, 3])
             nb, c, h, w = b.shapes[x]
-            sm = b.op("Softmax", [x], (nb, c, h, w), axis=int(rng.choice([1, 2, -3])))
+            sm = b.op(op, [x], (nb, c, h, w), axis=int(rng.choice([1, 2, -3])))
             return b.op("Transpose", [sm], (nb, h, c, w), perm=[0, 2, 1, 3])
-        return b.op("Softmax", [x], (nb, c, h, w), axis=int(rng.choice([0, 1, 2, -2])))
+        return b.op(op, [x], (nb, c, h, w), axis=int(rng.choice([0, 1, 2, -2])))
     if kind == "focus" and h % 2 == 0 and w % 2 == 0:
         # YOLOv5's Focus: the four pixel phases as channels (strided slices + Concat).
         parts = [b.op("Slice", [x, i64([r, q]), i64([h, w]), i64([2, 3]), i64([2, 2])], (nb, c, h // 2, w // 2))

@@ -38,7 +38,7 @@ BOLT_OPS = frozenset("""
     Sigmoid HardSigmoid HardSwish Softplus Gelu Clip Cast Transpose Reshape Flatten Squeeze
     Unsqueeze Concat Slice Gather Shape Constant Identity MaxPool AveragePool
     GlobalAveragePool Softmax LayerNormalization ReduceMean Resize DepthToSpace Split
-    Exp Neg Abs Reciprocal Max Min ReduceSum ReduceMax ReduceMin GlobalMaxPool Pad
+    Exp Neg Abs Reciprocal Max Min ReduceSum ReduceMax ReduceMin GlobalMaxPool Pad Log LogSoftmax
 """.split())
 
 SHIPPED_KINDS = ("pytorch-converted", "pytorch-operator", "simple")

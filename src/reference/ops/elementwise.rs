@@ -78,6 +78,7 @@ pub fn unary_fn(u: Unary) -> impl Fn(f64) -> f64 + Sync {
         Unary::Neg => -x,
         Unary::Abs => x.abs(),
         Unary::Reciprocal => 1.0 / x,
+        Unary::Log => x.ln(),
         Unary::Tanh => x.tanh(),
         Unary::Relu => x.max(0.0),
         Unary::Sigmoid => 1.0 / (1.0 + (-x).exp()),

@@ -74,7 +74,8 @@ pub fn eval_op(op: &Op, inputs: &[Option<&Tensor>]) -> OpResult {
         Op::GlobalMaxPool => pool::global_pool(req(inputs, 0)?, true),
         Op::Pad { mode } => pad::eval(inputs, *mode),
         Op::DepthToSpace { blocksize, crd } => layout::depth_to_space(req(inputs, 0)?, *blocksize, *crd),
-        Op::Softmax { axis } => norm::softmax(req(inputs, 0)?, *axis),
+        Op::Softmax { axis } => norm::softmax(req(inputs, 0)?, *axis, false),
+        Op::LogSoftmax { axis } => norm::softmax(req(inputs, 0)?, *axis, true),
         Op::LayerNormalization { axis, epsilon, stash_type } => {
             norm::layer_norm(req(inputs, 0)?, req(inputs, 1)?, opt(inputs, 2), *axis, *epsilon, *stash_type)
         }

@@ -88,7 +88,7 @@ fn split(shape: &[usize], axis: usize) -> (usize, usize, usize) {
 }
 
 /// Softmax along one axis (opset 13), max-subtracted for stability.
-pub fn softmax(x: &Tensor, axis: i64) -> OpResult {
+pub fn softmax(x: &Tensor, axis: i64, log: bool) -> OpResult {
     float_check(x, "input")?;
     if x.rank() == 0 {
         return Err("input must have rank >= 1".into());
@@ -108,7 +108,9 @@ pub fn softmax(x: &Tensor, axis: i64) -> OpResult {
                     sum += e;
                 }
                 for k in 0..len {
-                    yb[k * inner + i] /= sum;
+                    let at = k * inner + i;
+                    // log softmax as x - max - log(sum): finite where softmax underflows to 0.
+                    yb[at] = if log { xb[at] - max - sum.ln() } else { yb[at] / sum };
                 }
             }
         });
