@@ -205,3 +205,50 @@ fn one_d_convolutions_are_anchors() {
     let bolt_profiler::workload::Problem::Conv2d(c) = uses[0].workload.problem else { panic!() };
     assert_eq!((c.n, c.h, c.w, c.r, c.s), (2, 1, 19, 1, 3));
 }
+
+#[test]
+fn chunk_bounds_from_known_dims_are_constants() {
+    // torch.chunk(h, 3, dim=1) of a GRU's gates, as torch.onnx 2.x writes it: the bounds are
+    // (Shape(h)[1] + 2) / 3 * k. With h [N, 12] every bound is known though N is not: the
+    // Slice keeps N, its gate feeds a GEMM, and the plan folds the arithmetic away so that the
+    // Slice is a box of constant bounds (device copies) and no shape computation is left.
+    let g = GraphProto {
+        node: vec![
+            node("shape", "Shape", &["h"], &["s"]),
+            node("g1", "Gather", &["s", "one"], &["c"]),
+            node("add", "Add", &["c", "two"], &["c2"]),
+            node("div", "Div", &["c2", "three"], &["size"]),
+            node("start", "Mul", &["size", "one1"], &["b0"]),
+            node("end", "Mul", &["size", "two1"], &["b1"]),
+            node("slice", "Slice", &["h", "b0", "b1", "one1"], &["gate"]),
+            node("mm", "MatMul", &["gate", "w"], &["y"]),
+        ],
+        initializer: vec![
+            ints("one", &[1], true),
+            ints("two", &[2], true),
+            ints("three", &[3], true),
+            ints("one1", &[1], false),
+            ints("two1", &[2], false),
+            weight("w", &[4, 5]),
+        ],
+        input: vec![typed_value_info("h", 1, vec![D::DimParam("N".into()), D::DimValue(12)])],
+        output: vec![ValueInfoProto { name: Some("y".into()), ..Default::default() }],
+        ..Default::default()
+    };
+    let g = import(17, g);
+    assert_eq!(ty(&g, "gate"), "f32[N, 4]");
+    assert_eq!(ty(&g, "y"), "f32[N, 5]");
+    assert_eq!(claimed(&g), ["mm"]);
+    let plan = bolt::plan::plan(&g).unwrap();
+    let left: Vec<&str> = plan.graph.nodes.iter().map(|n| n.op.op_type()).collect();
+    assert!(!left.iter().any(|op| matches!(*op, "Shape" | "Gather" | "Add" | "Div" | "Mul")), "{left:?}");
+    let slice = plan.graph.nodes.iter().find(|n| n.name == "slice").unwrap();
+    assert!(bolt::plan::lower::is_copy_node(&plan.graph, slice));
+    // The rewritten graph computes what the model does.
+    let h = common::random_tensor(&[3, 12], 4);
+    let feeds = std::collections::HashMap::from([("h".to_string(), h)]);
+    let (want, got) = (bolt::reference::run(&g, &feeds).unwrap(), bolt::reference::run(&plan.graph, &feeds).unwrap());
+    let (a, b) = (want["y"].to_f32_vec(), got["y"].to_f32_vec());
+    assert_eq!(want["y"].shape, vec![3, 5]);
+    assert!(a.iter().zip(&b).all(|(p, q)| (p - q).abs() <= 1e-4 * (1.0 + p.abs())), "{a:?} vs {b:?}");
+}

@@ -37,6 +37,22 @@ impl<'a> InputInfo<'a> {
 /// the partitioner leaves anchors that read them to the host and says why. Errors remain for
 /// what no run can satisfy (a MatMul whose known inner dims differ).
 pub fn infer_graph(graph: &mut Graph, declared: &HashMap<String, TensorType>) -> Result<()> {
+    infer_with_values(graph, declared).map(|_| ())
+}
+
+/// The values inference knows of `g`'s node outputs: small constant computations and shape
+/// arithmetic on known dims (each a node output; initializers are not repeated).
+pub fn known_values(g: &Graph) -> Result<HashMap<String, Arc<Tensor>>> {
+    let mut g = g.clone();
+    let declared = g.types.clone();
+    infer_with_values(&mut g, &declared)
+}
+
+/// [`infer_graph`], returning [`known_values`].
+fn infer_with_values(
+    graph: &mut Graph,
+    declared: &HashMap<String, TensorType>,
+) -> Result<HashMap<String, Arc<Tensor>>> {
     let mut consts: HashMap<String, Arc<Tensor>> = graph.initializers.clone();
     let mut shape_vals: HashMap<String, Vec<Dim>> = HashMap::new();
     for i in 0..graph.nodes.len() {
@@ -120,10 +136,32 @@ pub fn infer_graph(graph: &mut Graph, declared: &HashMap<String, TensorType>) ->
             }
         }
         if let Some(d) = new_dims {
-            shape_vals.entry(node.outputs[0].clone()).or_insert(d);
+            // Shape arithmetic whose every entry is known is a constant (torch's `chunk` and
+            // `split` compute Slice bounds as Shape(x)[1] / 3 * k): later nodes fold on it,
+            // and a Slice with such bounds has a known shape.
+            let out = &node.outputs[0];
+            if !consts.contains_key(out) {
+                if let Some(t) = known_value(&d, graph.types.get(out)) {
+                    consts.insert(out.clone(), Arc::new(t));
+                }
+            }
+            shape_vals.entry(out.clone()).or_insert(d);
         }
     }
-    Ok(())
+    consts.retain(|k, _| !graph.initializers.contains_key(k));
+    Ok(consts)
+}
+
+/// The integer tensor whose elements are `dims`, when every dim is known and the value's type
+/// (integer, static shape of as many elements) says how to lay them out.
+fn known_value(dims: &[Dim], ty: Option<&TensorType>) -> Option<Tensor> {
+    let ty = ty.filter(|t| t.dtype.is_integer())?;
+    let shape = ty.shape.as_ref()?.as_static()?;
+    if shape.len() > 1 || shape.iter().product::<usize>() != dims.len() {
+        return None;
+    }
+    let v: Vec<i64> = dims.iter().map(|d| d.known().map(|x| x as i64)).collect::<Option<_>>()?;
+    Tensor::from_i64_as(ty.dtype, shape, &v)
 }
 
 /// Evaluates a node whose inputs are all small constants.
@@ -512,7 +550,11 @@ pub fn infer_node(op: &Op, infos: &[Option<InputInfo>]) -> Result<Vec<TensorType
             let Some(s) = &t.shape else { return Ok(vec![TensorType { dtype: t.dtype, shape: None }; *outputs]) };
             let a = norm_axis(*axis, s.rank(), false)?;
             let sizes: Option<Vec<usize>> = match const_ints(infos, 1) {
-                Ok(Some(v)) => Some(v.iter().map(|&x| usize::try_from(x).map_err(|_| format!("split size {x} is negative"))).collect::<Result<_, _>>()?),
+                Ok(Some(v)) => Some(
+                    v.iter()
+                        .map(|&x| usize::try_from(x).map_err(|_| format!("split size {x} is negative")))
+                        .collect::<Result<_, _>>()?,
+                ),
                 Ok(None) => s.0[a].known().map(|d| split_sizes(d, *outputs)),
                 Err(()) => None,
             };
@@ -829,7 +871,13 @@ const TO_NHWC: [usize; 4] = [0, 2, 3, 1];
 fn permute4(t: &TensorType, p: [usize; 4]) -> TensorType {
     TensorType {
         dtype: t.dtype,
-        shape: t.shape.as_ref().map(|s| if s.rank() == 4 { Shape(p.iter().map(|&i| s.0[i].clone()).collect()) } else { s.clone() }),
+        shape: t.shape.as_ref().map(|s| {
+            if s.rank() == 4 {
+                Shape(p.iter().map(|&i| s.0[i].clone()).collect())
+            } else {
+                s.clone()
+            }
+        }),
     }
 }
 

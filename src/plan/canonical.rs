@@ -3,7 +3,9 @@
 //! Constant nodes become initializers: weights like any other, stored once in the artifact,
 //! instead of host steps that make their tensor again on every run. So do Identities of
 //! constants (torch.onnx writes one for every tied or shared parameter), so that a weight or
-//! bias read through one is still a constant to the partitioner.
+//! bias read through one is still a constant to the partitioner. So do nodes whose outputs
+//! inference knows: shape arithmetic on known dims (torch's `chunk` computes a GRU's gate
+//! bounds as `Shape(x)[1] / 3 * k`), so a Slice with such bounds is a box (device copies).
 //!
 //! A ConvTranspose whose windows tile the output without overlap (kernel = stride, no
 //! padding, dilation 1, one group: the 2x upsampling of decoders and detection heads) is a
@@ -35,6 +37,7 @@ pub fn canonical(g: &Graph) -> Result<(Graph, usize)> {
     count += before - out.nodes.len();
     out.initializers.extend(constants);
     count += constant_identities(&mut out);
+    count += fold_known_values(&mut out)?;
     let mut i = 0;
     while i < out.nodes.len() {
         let n = out.nodes[i].clone();
@@ -100,6 +103,48 @@ pub fn canonical(g: &Graph) -> Result<(Graph, usize)> {
         finish(&mut out)?;
     }
     Ok((out, count))
+}
+
+/// Nodes (but Constant nodes, already initializers, and graph outputs) whose every output
+/// inference knows become those initializers.
+fn fold_known_values(g: &mut Graph) -> Result<usize> {
+    let values = crate::ir::infer::known_values(g)?;
+    let before = g.nodes.len();
+    let read_before: HashSet<String> = g.nodes.iter().flat_map(|n| n.inputs.iter().flatten().cloned()).collect();
+    let mut folded = Vec::new();
+    g.nodes.retain(|n| {
+        let known = !n.outputs.is_empty()
+            && !matches!(n.op, Op::Constant { .. })
+            && n.outputs.iter().all(|o| values.contains_key(o) && !g.outputs.contains(o));
+        if known {
+            folded.extend(n.outputs.iter().map(|o| (o.clone(), values[o].clone())));
+        }
+        !known
+    });
+    g.initializers.extend(folded);
+    // What fed only folded nodes (the Shape of a tensor of symbolic batch whose one known dim
+    // was used) is read by nobody now. Subgraphs (If, Loop) read the graph's values without
+    // naming them as inputs: with one, nothing is known dead.
+    let subgraphs = g.nodes.iter().any(|n| match &n.op {
+        Op::Opaque { attrs, .. } => attrs.iter().any(|(_, v)| v.holds_graph()),
+        _ => false,
+    });
+    while !subgraphs {
+        let used: HashSet<&String> = g.nodes.iter().flat_map(|n| n.inputs.iter().flatten()).chain(&g.outputs).collect();
+        let dead: HashSet<String> = g
+            .nodes
+            .iter()
+            .filter(|n| {
+                n.outputs.iter().all(|o| !used.contains(o)) && n.outputs.iter().any(|o| read_before.contains(o))
+            })
+            .map(|n| n.name.clone())
+            .collect();
+        if dead.is_empty() {
+            break;
+        }
+        g.nodes.retain(|n| !dead.contains(&n.name));
+    }
+    Ok(before - g.nodes.len())
 }
 
 /// Identity nodes of initializers (chains too) become initializers holding the same tensor;

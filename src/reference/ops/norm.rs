@@ -284,10 +284,18 @@ mod tests {
     #[test]
     fn softmax_axes() {
         let x = t(&[2, 2], &[0., 0., 1000., 1000. + 2f32.ln()]);
-        close(&softmax(&x, -1).unwrap()[0].to_f32_vec(), &[0.5, 0.5, 1. / 3., 2. / 3.]);
-        let y = softmax(&x, 0).unwrap()[0].to_f32_vec();
+        close(&softmax(&x, -1, false).unwrap()[0].to_f32_vec(), &[0.5, 0.5, 1. / 3., 2. / 3.]);
+        let y = softmax(&x, 0, false).unwrap()[0].to_f32_vec();
         close(&y, &[0., 0., 1., 1.]);
-        assert!(softmax(&x, 2).is_err());
+        assert!(softmax(&x, 2, false).is_err());
+        // LogSoftmax stays finite where softmax underflows to 0 (log 0 would be -inf).
+        let l = softmax(&x, 0, true).unwrap()[0].to_f32_vec();
+        close(&l, &[-1000., -1000. - 2f32.ln(), 0., 0.]);
+        // Row [1000, 1000 + ln 2] as stored in f32: log of exp(v) / (exp(a) + exp(b)).
+        let (a, b) = (x.to_f64_vec()[2], x.to_f64_vec()[3]);
+        let lse = b + (1.0 + (a - b).exp()).ln();
+        let l = softmax(&x, -1, true).unwrap()[0].to_f32_vec();
+        close(&l, &[-(2f32.ln()), -(2f32.ln()), (a - lse) as f32, (b - lse) as f32]);
     }
 
     #[test]
