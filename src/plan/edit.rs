@@ -113,45 +113,42 @@ pub fn into_ohwi(t: Arc<Tensor>) -> Option<Tensor> {
 }
 
 /// `w` with every row (leading-axis slice) `r` multiplied by `scale[r]`, computed in f64
-/// and rounded once to the weight's type.
+/// and rounded once to the weight's type; `None` for non-float tensors or rows of another
+/// count.
 pub fn scale_rows(w: &Tensor, scale: &[f64]) -> Option<Tensor> {
-    use crate::ir::TensorData;
-    use rayon::prelude::*;
-    fn scaled<T: crate::ir::Element + Copy + Send + Sync>(v: &[T], scale: &[f64]) -> Vec<T> {
-        let per = v.len() / scale.len().max(1);
-        let mut out = v.to_vec();
-        out.par_chunks_mut(per.max(1)).zip(scale.par_iter()).for_each(|(row, &s)| {
-            for x in row {
-                *x = T::from_f64(x.to_f64() * s);
-            }
-        });
-        out
+    if w.shape.first() != Some(&scale.len()) {
+        return None;
     }
-    let data = match &w.data {
-        TensorData::F32(v) => TensorData::F32(scaled(v, scale)),
-        TensorData::F16(v) => TensorData::F16(scaled(v, scale)),
-        TensorData::BF16(v) => TensorData::BF16(scaled(v, scale)),
-        TensorData::F64(v) => TensorData::F64(scaled(v, scale)),
-        _ => return None,
-    };
-    Tensor::new(w.shape.clone(), data).ok()
+    let per = (w.len() / scale.len().max(1)).max(1);
+    scale_elements(w, scale, |i| i / per)
 }
 
 /// `w` with every element of its last axis `j` multiplied by `scale[j]` (a GEMM's [K, N]
-/// weights per output column); `None` for non-float tensors or a last axis of another size.
+/// weights per output column), likewise.
 pub fn scale_cols(w: &Tensor, scale: &[f64]) -> Option<Tensor> {
-    use crate::ir::TensorData;
-    fn scaled<T: crate::ir::Element + Copy>(v: &[T], scale: &[f64]) -> Vec<T> {
-        v.iter().zip(scale.iter().cycle()).map(|(x, &s)| T::from_f64(x.to_f64() * s)).collect()
-    }
     if w.shape.last() != Some(&scale.len()) {
         return None;
     }
+    scale_elements(w, scale, |i| i % scale.len())
+}
+
+/// `w` with element `i` (row-major) multiplied by `scale[at(i)]`. Parallel: ResNet-50 moves
+/// 25M weights through here.
+fn scale_elements(w: &Tensor, scale: &[f64], at: impl Fn(usize) -> usize + Sync) -> Option<Tensor> {
+    use crate::ir::TensorData;
+    use rayon::prelude::*;
+    fn scaled<T: crate::ir::Element + Copy + Send + Sync>(
+        v: &[T],
+        scale: &[f64],
+        at: &(impl Fn(usize) -> usize + Sync),
+    ) -> Vec<T> {
+        v.par_iter().enumerate().map(|(i, x)| T::from_f64(x.to_f64() * scale[at(i)])).collect()
+    }
     let data = match &w.data {
-        TensorData::F32(v) => TensorData::F32(scaled(v, scale)),
-        TensorData::F16(v) => TensorData::F16(scaled(v, scale)),
-        TensorData::BF16(v) => TensorData::BF16(scaled(v, scale)),
-        TensorData::F64(v) => TensorData::F64(scaled(v, scale)),
+        TensorData::F32(v) => TensorData::F32(scaled(v, scale, &at)),
+        TensorData::F16(v) => TensorData::F16(scaled(v, scale, &at)),
+        TensorData::BF16(v) => TensorData::BF16(scaled(v, scale, &at)),
+        TensorData::F64(v) => TensorData::F64(scaled(v, scale, &at)),
         _ => return None,
     };
     Tensor::new(w.shape.clone(), data).ok()

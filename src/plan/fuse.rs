@@ -150,11 +150,7 @@ fn fuse(g: &Graph, p: &Partition, out: &mut Graph) -> Result<Node> {
             (_, Op::Gemm { trans_b, .. }) => *trans_b,
             _ => false,
         };
-        let scaled = if rows {
-            (w.shape.first() == Some(&channels)).then(|| scale_rows(&w, &s)).flatten()
-        } else {
-            scale_cols(&w, &s)
-        };
+        let scaled = if rows { scale_rows(&w, &s) } else { scale_cols(&w, &s) };
         let wt = scaled.ok_or_else(|| {
             err(format!("weight {:?} ({}) has no axis of {channels} output channels to fold into", w.shape, w.dtype()))
         })?;
