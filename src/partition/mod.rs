@@ -2,10 +2,11 @@
 //! each); everything else stays with the host framework, with the reason.
 //!
 //! An anchor (MatMul, Gemm, Conv) absorbs what follows it when each op's input is read by
-//! nobody else and is not a graph output: a BatchNormalization right after a conv and Mul/Div by
-//! per-channel constants (folded into the weights at plan time), then in any order scalar Mul/Div, per-column / per-channel
-//! constant bias Adds, a residual Add and one activation in any spelling (see [`activation`]),
-//! as long as the kernel can compute the result exactly (see [`epilogue`]), then a Cast.
+//! nobody else and is not a graph output: a BatchNormalization right after a conv and Mul/Div
+//! by per-channel constants (folded into the weights at plan time), then in any order scalar
+//! Mul/Div, per-column / per-channel constant bias Adds, a residual Add and one activation in
+//! any spelling (see [`activation`]), as long as the kernel can compute the result exactly
+//! (see [`epilogue`]), then a Cast.
 
 pub mod activation;
 pub mod attention;

@@ -1,7 +1,7 @@
 //! Pass 1: every partition becomes one kernel node ([`Op::Fused`]) with its weights prepared
 //! once, at plan time: per-channel maps (BatchNormalization, constant channel scales) folded
-//! into the weights and bias, every constant
-//! bias term (times its coefficient in the kernel form) summed into one vector.
+//! into the weights and bias, every constant bias term (times its coefficient in the kernel
+//! form) summed into one vector.
 
 use super::edit::{constant, finish, scale_cols, scale_rows};
 use crate::error::{Error, Result};
