@@ -944,21 +944,47 @@ pub fn constant_slice(g: &Graph, n: &Node) -> Option<Vec<crate::ir::infer::Slice
     crate::ir::infer::slice_axes(rank, &starts, &ends, axes.as_deref(), steps.as_deref()).ok()
 }
 
-/// A Slice node's constant parameters, when its steps are all 1 (a box: device copies).
+/// A Slice node's constant parameters, when every step other than 1 (a reversal, a stride)
+/// is on an axis before the last, so that its copies are whole runs of the inner axes.
 fn slice_params(g: &Graph, n: &Node) -> Option<Vec<crate::ir::infer::SliceAxis>> {
-    constant_slice(g, n).filter(|params| params.iter().all(|p| p.step == 1))
+    let rank = g.types.get(n.input(0)?)?.shape.as_ref()?.rank();
+    constant_slice(g, n).filter(|params| params.iter().all(|p| p.step == 1 || p.axis + 1 < rank))
 }
 
-/// The copies that run Slice node `n` (constant parameters, unit steps) on an input of shape
-/// `x` (`elem` bytes per element); `None` for any other node.
+/// The copies that run Slice node `n` ([`slice_params`]) on an input of shape `x` (`elem`
+/// bytes per element): a box for unit steps; for other steps one box per output index of the
+/// stepped axes (torch.flip's reversal of a bidirectional RNN's time axis), at most 4096
+/// copies in all. `None` for any other node, or more copies.
 pub fn slice_blocks(g: &Graph, n: &Node, x: &[usize], elem: usize) -> Option<Vec<CopyBlock>> {
     let params = slice_params(g, n)?;
     let mut boxed: Vec<(usize, usize)> = x.iter().map(|&d| (0, d)).collect();
+    let mut stepped = Vec::new();
     for p in &params {
         let r = p.resolve(*x.get(p.axis)?);
         boxed[p.axis] = (r.start.max(0) as usize, r.len);
+        if r.step != 1 {
+            stepped.push((p.axis, r.start, r.step, r.len));
+        }
     }
-    box_blocks(x, &boxed, elem)
+    let out: Vec<usize> = boxed.iter().map(|b| b.1).collect();
+    let out_strides = crate::ir::strides(&out);
+    let picks: usize = stepped.iter().map(|s| s.3).product();
+    let mut blocks = Vec::new();
+    for k in 0..picks {
+        // Output index j of each stepped axis reads input index start + j * step.
+        let (mut rem, mut dst) = (k, 0);
+        for &(axis, start, step, len) in stepped.iter().rev() {
+            let j = rem % len;
+            rem /= len;
+            boxed[axis] = (usize::try_from(start + j as i64 * step).ok()?, 1);
+            dst += j * out_strides[axis];
+        }
+        blocks.extend(box_blocks_into(x, &boxed, &out_strides, dst, elem)?);
+        if blocks.len() > 4096 {
+            return None;
+        }
+    }
+    Some(blocks)
 }
 
 /// The copies of box `boxed` ((start, length) per axis) of a row-major tensor of shape `x`
@@ -966,7 +992,20 @@ pub fn slice_blocks(g: &Graph, n: &Node, x: &[usize], elem: usize) -> Option<Vec
 /// merge, the innermost two are one 2-D rectangle, the outer ones one rectangle each (at
 /// most 4096).
 pub fn box_blocks(x: &[usize], boxed: &[(usize, usize)], elem: usize) -> Option<Vec<CopyBlock>> {
-    if x.len() != boxed.len() || boxed.iter().zip(x).any(|(&(s, l), &d)| s + l > d) {
+    let dense = crate::ir::strides(&boxed.iter().map(|b| b.1).collect::<Vec<_>>());
+    box_blocks_into(x, boxed, &dense, 0, elem)
+}
+
+/// [`box_blocks`] into a tensor with element strides `dst_strides` (per axis of `x`), the
+/// box's first element at element `dst_base`.
+fn box_blocks_into(
+    x: &[usize],
+    boxed: &[(usize, usize)],
+    dst_strides: &[usize],
+    dst_base: usize,
+    elem: usize,
+) -> Option<Vec<CopyBlock>> {
+    if x.len() != boxed.len() || dst_strides.len() != x.len() || boxed.iter().zip(x).any(|(&(s, l), &d)| s + l > d) {
         return None;
     }
     let total: usize = boxed.iter().map(|b| b.1).product();
@@ -974,11 +1013,10 @@ pub fn box_blocks(x: &[usize], boxed: &[(usize, usize)], elem: usize) -> Option<
         return Some(Vec::new());
     }
     let src_strides: Vec<usize> = crate::ir::strides(x);
-    let dst_strides: Vec<usize> = crate::ir::strides(&boxed.iter().map(|b| b.1).collect::<Vec<_>>());
     let base: usize = boxed.iter().zip(&src_strides).map(|(b, s)| b.0 * s).sum();
     // (extent, src stride, dst stride), axes of extent 1 dropped, contiguous runs merged.
     let mut dims: Vec<(usize, usize, usize)> = Vec::new();
-    for ((b, &ss), &ds) in boxed.iter().zip(&src_strides).zip(&dst_strides) {
+    for ((b, &ss), &ds) in boxed.iter().zip(&src_strides).zip(dst_strides) {
         if b.1 == 1 {
             continue;
         }
@@ -1004,7 +1042,7 @@ pub fn box_blocks(x: &[usize], boxed: &[(usize, usize)], elem: usize) -> Option<
     }
     let mut blocks = Vec::with_capacity(count);
     for i in 0..count {
-        let (mut rem, mut src, mut dst) = (i, base, 0);
+        let (mut rem, mut src, mut dst) = (i, base, dst_base);
         for &(extent, ss, ds) in outer.iter().rev() {
             src += (rem % extent) * ss;
             dst += (rem % extent) * ds;
