@@ -93,7 +93,7 @@ pub fn canonical(g: &Graph) -> Result<(Graph, usize)> {
     count += zero_pads_into_convs(&mut out);
     count += constant_reduce_axes(&mut out);
     count += reduce_keeping_dims(&mut out, &mut taken);
-    count += softmax_to_last_axis(&mut out, &mut taken);
+    count += row_ops_to_last_axis(&mut out, &mut taken);
     count += compose_transposes(&mut out);
     if count > 0 {
         finish(&mut out)?;
@@ -295,14 +295,28 @@ fn rewrite_each(
     count
 }
 
-/// A Softmax (or LogSoftmax) over another axis than the last becomes Transpose (that axis
-/// last) -> the op over the last axis -> Transpose back: stitched kernels reduce along rows, the first
-/// transpose is a view they read in place, and the second usually meets another transpose
-/// (a detection head's DFL softmax reads one, and an NHWC conv region's entry undoes the
-/// other) and composes or cancels with it. Needs the input's rank.
-fn softmax_to_last_axis(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
+/// A Softmax, LogSoftmax or single-axis reduction (keeping its axis) over another axis than
+/// the last becomes Transpose (that axis last) -> the op over the last axis -> Transpose back:
+/// stitched kernels reduce along rows, the first transpose is a view they read in place, and
+/// the second usually meets another transpose (a detection head's DFL softmax reads one, and
+/// an NHWC conv region's entry undoes the other) and composes or cancels with it; after a
+/// reduction it moves an axis of one element. Needs the input's rank.
+fn row_ops_to_last_axis(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
     rewrite_each(g, |g, n| {
-        let (Op::Softmax { axis } | Op::LogSoftmax { axis }) = n.op else { return None };
+        let (axis, over_last) = match &n.op {
+            Op::Softmax { axis } => (*axis, Op::Softmax { axis: -1 }),
+            Op::LogSoftmax { axis } => (*axis, Op::LogSoftmax { axis: -1 }),
+            Op::Reduce { kind, axes: Some(axes), keepdims: true, noop_with_empty_axes } if axes.len() == 1 => {
+                let over_last = Op::Reduce {
+                    kind: *kind,
+                    axes: Some(vec![-1]),
+                    keepdims: true,
+                    noop_with_empty_axes: *noop_with_empty_axes,
+                };
+                (axes[0], over_last)
+            }
+            _ => return None,
+        };
         let rank = n.input(0).and_then(|x| g.types.get(x)?.shape.as_ref()).map(|s| s.rank())?;
         let (x, [y]) = (n.input(0)?, &n.outputs[..]) else { return None };
         let k = if axis < 0 { axis + rank as i64 } else { axis };
@@ -314,10 +328,6 @@ fn softmax_to_last_axis(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
         let mut back = vec![0; rank];
         for (i, &d) in to_last.iter().enumerate() {
             back[d] = i;
-        }
-        let mut over_last = n.op.clone();
-        if let Op::Softmax { axis } | Op::LogSoftmax { axis } = &mut over_last {
-            *axis = -1;
         }
         let t_in = fresh_name(g, taken, &format!("{}.to_last_axis", n.name));
         let s_out = fresh_name(g, taken, &format!("{y}.last_axis"));
