@@ -170,6 +170,11 @@ fn lower(op: &Op, args: &[usize], steps: &mut Vec<Step>, rank: usize) -> Result<
     Ok(match op {
         Op::Unary(u) => push(Step::Unary(*u, args[0]), steps),
         Op::Binary(b) => push(Step::Binary(*b, args[0], args[1]), steps),
+        // min(max(x, lo), hi): NaN stays NaN, and lo > hi gives hi, as ONNX's Clip.
+        Op::Clip => {
+            let lo = push(Step::Binary(Binary::Max, args[0], args[1]), steps);
+            push(Step::Binary(Binary::Min, lo, args[2]), steps)
+        }
         Op::Softmax { axis } | Op::LogSoftmax { axis } if last(*axis) => {
             let m = push(Step::Reduce(Reduce::Max, args[0]), steps);
             let d = push(Step::Binary(Binary::Sub, args[0], m), steps);
@@ -218,6 +223,15 @@ fn lower(op: &Op, args: &[usize], steps: &mut Vec<Step>, rank: usize) -> Result<
     })
 }
 
+/// The bound a Clip without input `pos` (1: min, 2: max) has: none.
+fn clip_unbounded(pos: usize) -> f64 {
+    if pos == 1 {
+        f64::NEG_INFINITY
+    } else {
+        f64::INFINITY
+    }
+}
+
 /// Ops a region reads its input through (strides and an offset), never computing them.
 fn is_view(op: &Op) -> bool {
     matches!(op, Op::Transpose { perm: Some(_) } | Op::Slice)
@@ -233,6 +247,7 @@ fn stitchable(op: &Op) -> bool {
     match op {
         Op::Unary(_)
         | Op::Binary(_)
+        | Op::Clip
         | Op::Softmax { .. }
         | Op::LogSoftmax { .. }
         | Op::LayerNormalization { .. }
@@ -510,7 +525,14 @@ fn region(
             continue;
         }
         let mut args = Vec::new();
-        for x in n.inputs.iter().flatten() {
+        for (pos, x) in n.inputs.iter().enumerate() {
+            let Some(x) = x else {
+                if let Op::Clip = n.op {
+                    r.steps.push(Step::Const(clip_unbounded(pos)));
+                    args.push(r.steps.len() - 1);
+                }
+                continue;
+            };
             if let Some(&s) = value.get(x) {
                 args.push(s);
                 continue;
@@ -529,6 +551,13 @@ fn region(
             r.steps.push(s);
             value.insert(x.clone(), r.steps.len() - 1);
             args.push(r.steps.len() - 1);
+        }
+        if let Op::Clip = n.op {
+            // Bounds left out at the end: none.
+            while args.len() < 3 {
+                r.steps.push(Step::Const(clip_unbounded(args.len())));
+                args.push(r.steps.len() - 1);
+            }
         }
         let out = lower(&n.op, &args, &mut r.steps, rank)
             .map_err(|e| RegionError::Node(i, format!("{} '{}': {e}", n.op.op_type(), n.name)))?;
