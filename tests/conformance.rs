@@ -7,7 +7,7 @@
 
 mod common;
 
-use bolt::cases::{run_case, run_planned_case, ExpectedFailures, Tolerance, Verdict};
+use bolt::cases::{run_case, run_planned_case, CaseResult, ExpectedFailures, Tolerance, Verdict};
 use rayon::prelude::*;
 use std::collections::BTreeMap;
 
@@ -20,20 +20,27 @@ struct IndexEntry {
     atol: f64,
 }
 
-#[test]
-fn onnx_conformance_cases_pass_or_have_a_written_reason() {
-    let Some(root) = common::testdata("onnx-conformance") else { return };
+/// The generated cases' index, the written reasons, and every case's result through `run`.
+fn run_all(run: fn(&std::path::Path, Tolerance) -> CaseResult) -> Option<(Vec<IndexEntry>, Vec<CaseResult>, Verdict)> {
+    let root = common::testdata("onnx-conformance")?;
     let index: Vec<IndexEntry> =
         serde_json::from_str(&std::fs::read_to_string(root.join("index.json")).expect("index.json"))
             .expect("index.json parses");
     let expected = ExpectedFailures::parse(include_str!("conformance/expected_failures.txt"))
         .expect("expected_failures.txt parses");
-
     let results: Vec<_> = index
         .par_iter()
-        .map(|e| run_case(&root.join(&e.dir), Tolerance { rtol: e.rtol.max(1e-3), atol: e.atol.max(1e-7) }))
+        .map(|e| run(&root.join(&e.dir), Tolerance { rtol: e.rtol.max(1e-3), atol: e.atol.max(1e-7) }))
         .collect();
     let verdict = Verdict::judge(&results, &expected);
+    Some((index, results, verdict))
+}
+
+#[test]
+fn onnx_conformance_cases_pass_or_have_a_written_reason() {
+    let Some((index, results, verdict)) = run_all(run_case) else { return };
+    let expected = ExpectedFailures::parse(include_str!("conformance/expected_failures.txt"))
+        .expect("expected_failures.txt parses");
 
     // Per-op report: cases exercising each op, passed / failed with a written reason.
     let mut per_op: BTreeMap<&str, (usize, usize, usize)> = BTreeMap::new();
@@ -79,17 +86,7 @@ fn onnx_conformance_cases_pass_or_have_a_written_reason() {
 
 #[test]
 fn planned_graphs_pass_the_same_conformance_cases() {
-    let Some(root) = common::testdata("onnx-conformance") else { return };
-    let index: Vec<IndexEntry> =
-        serde_json::from_str(&std::fs::read_to_string(root.join("index.json")).expect("index.json"))
-            .expect("index.json parses");
-    let expected = ExpectedFailures::parse(include_str!("conformance/expected_failures.txt"))
-        .expect("expected_failures.txt parses");
-    let results: Vec<_> = index
-        .par_iter()
-        .map(|e| run_planned_case(&root.join(&e.dir), Tolerance { rtol: e.rtol.max(1e-3), atol: e.atol.max(1e-7) }))
-        .collect();
-    let verdict = Verdict::judge(&results, &expected);
+    let Some((_, _, verdict)) = run_all(run_planned_case) else { return };
     for (case, err) in &verdict.unexpected {
         println!("  UNEXPECTED FAILURE (planned) {case}: {err}");
     }

@@ -34,6 +34,21 @@ enum Pattern {
     Clip,
 }
 
+impl Pattern {
+    const ALL: [Pattern; 10] = [
+        Pattern::LayerNormOp,
+        Pattern::LayerNormDecomposed,
+        Pattern::GeluErf,
+        Pattern::Softmax,
+        Pattern::ReduceMean,
+        Pattern::SoftmaxDecomposed,
+        Pattern::RmsNorm,
+        Pattern::MinMax,
+        Pattern::LogSoftmax,
+        Pattern::Clip,
+    ];
+}
+
 fn graph(p: Pattern, rows: usize, width: usize) -> Graph {
     let mut g = GraphBuilder::new("region");
     let x = g.input("x", DType::F32, Shape::from_static(&[rows, width]));
@@ -149,26 +164,14 @@ fn one_region(g: &Graph) -> Region {
 
 #[test]
 fn each_pattern_is_one_region_equal_to_its_ops_on_odd_widths_f32_and_f16() {
-    use Pattern::*;
-    for p in [
-        LayerNormOp,
-        LayerNormDecomposed,
-        GeluErf,
-        Softmax,
-        ReduceMean,
-        SoftmaxDecomposed,
-        RmsNorm,
-        MinMax,
-        LogSoftmax,
-        Clip,
-    ] {
+    for p in Pattern::ALL {
         for width in [1usize, 3, 17, 1000, 4099] {
             for dtype in [DType::F32, DType::F16] {
                 let g32 = graph(p, 3, width);
                 let g = if dtype == DType::F16 { convert_floats(&g32, DType::F16).unwrap() } else { g32 };
                 let r = one_region(&g);
                 assert_eq!(r.nodes.len(), g.nodes.len(), "{p:?}: every op in the region");
-                assert_eq!(r.reduces(), !matches!(p, GeluErf | Clip), "{p:?}");
+                assert_eq!(r.reduces(), !matches!(p, Pattern::GeluErf | Pattern::Clip), "{p:?}");
                 let x = random(&[3, width], 1);
                 let x = Tensor::from_f64_as(dtype, x.shape.clone(), &x.to_f64_vec()).unwrap();
                 let want = bolt::reference::run(&g, &HashMap::from([("x".to_string(), x.clone())])).unwrap();
@@ -268,19 +271,7 @@ fn bert_base_regions() {
 /// The generated code is checked against that same meaning in codegen/tests/stitch.rs.
 #[test]
 fn planned_regions_become_stitched_nodes_whose_kernel_specs_mean_the_original_ops() {
-    use Pattern::*;
-    for p in [
-        LayerNormOp,
-        LayerNormDecomposed,
-        GeluErf,
-        Softmax,
-        ReduceMean,
-        SoftmaxDecomposed,
-        RmsNorm,
-        MinMax,
-        LogSoftmax,
-        Clip,
-    ] {
+    for p in Pattern::ALL {
         for width in [1usize, 3, 17, 1000, 4099] {
             for dtype in [DType::F32, DType::F16] {
                 let g32 = graph(p, 3, width);
