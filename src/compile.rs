@@ -21,7 +21,9 @@ pub fn bind_shape(dims: &[Dim], bindings: &DimBindings) -> Vec<usize> {
         .collect()
 }
 
-/// Seeded inputs for every graph input: uniform [-1, 1) for floats, zeros otherwise.
+/// Seeded inputs for every graph input: uniform [-1, 1) for floats, ones (true) otherwise: a
+/// valid token id, and an attention mask that keeps every key (zeros would mask them all and
+/// leave the scores to the rounding of the mask's -1e4, which no two evaluation orders agree on).
 pub fn synthetic_inputs(g: &Graph, bindings: &DimBindings, seed: u64) -> Result<HashMap<String, Tensor>> {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut out = HashMap::new();
@@ -31,7 +33,7 @@ pub fn synthetic_inputs(g: &Graph, bindings: &DimBindings, seed: u64) -> Result<
         let dims = bind_shape(&shape.0, bindings);
         let n: usize = dims.iter().product();
         let vals: Vec<f64> =
-            if ty.dtype.is_float() { (0..n).map(|_| rng.gen_range(-1.0..1.0)).collect() } else { vec![0.0; n] };
+            if ty.dtype.is_float() { (0..n).map(|_| rng.gen_range(-1.0..1.0)).collect() } else { vec![1.0; n] };
         let t = Tensor::from_f64_as(ty.dtype, dims, &vals)
             .ok_or_else(|| Error::tensor(name, format!("graph input of type {} cannot be synthesised", ty.dtype)))?;
         out.insert(name.clone(), t);

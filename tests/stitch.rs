@@ -7,7 +7,7 @@ mod common;
 
 use bolt::ir::builder::GraphBuilder;
 use bolt::ir::precision::convert_floats;
-use bolt::ir::{Binary, DType, Graph, Op, ReduceKind, Shape, Tensor, Unary};
+use bolt::ir::{Binary, Compare, DType, Graph, Logic, Op, ReduceKind, Shape, Tensor, Unary};
 use bolt::partition::stitch::{find, Region};
 use std::collections::{HashMap, HashSet};
 
@@ -32,10 +32,13 @@ enum Pattern {
     /// Clip with a lower bound only, then with an upper bound only (a count clamped away
     /// from 0 before a division, as masked mean pooling does).
     Clip,
+    /// An attention-style mask of bools and token ids (Cast to int64, Equal, GreaterOrEqual,
+    /// Not, Or, Less, Xor, Where, Cast of a bool) under a softmax.
+    Mask,
 }
 
 impl Pattern {
-    const ALL: [Pattern; 10] = [
+    const ALL: [Pattern; 11] = [
         Pattern::LayerNormOp,
         Pattern::LayerNormDecomposed,
         Pattern::GeluErf,
@@ -46,6 +49,7 @@ impl Pattern {
         Pattern::MinMax,
         Pattern::LogSoftmax,
         Pattern::Clip,
+        Pattern::Mask,
     ];
 }
 
@@ -91,6 +95,25 @@ fn graph(p: Pattern, rows: usize, width: usize) -> Graph {
             g.node("mul_half", Op::Binary(Binary::Mul), &[&c, &half])
         }
         Pattern::Softmax => g.node("softmax", Op::Softmax { axis: 1 }, &[&x]),
+        Pattern::Mask => {
+            // Token ids from the data (truncated: -1, 0, 1), so the masks vary per element.
+            let ids = g.node("ids", Op::Cast { to: DType::I64, saturate: true }, &[&x]);
+            let pad = g.initializer("pad", Tensor::from_i64(vec![], vec![1]));
+            let padded = g.node("padded", Op::Compare(Compare::Equal), &[&ids, &pad]);
+            let minus_half = scalar(&mut g, "minus_half", -0.5);
+            let kept = g.node("kept", Op::Compare(Compare::GreaterOrEqual), &[&x, &minus_half]);
+            let dropped = g.node("dropped", Op::Not, &[&kept]);
+            let either = g.node("either", Op::Logic(Logic::Or), &[&padded, &dropped]);
+            let half = scalar(&mut g, "half", 0.5);
+            let small = g.node("small", Op::Compare(Compare::Less), &[&x, &half]);
+            let masked = g.node("masked", Op::Logic(Logic::Xor), &[&either, &small]);
+            // Small enough that -100 - 1 is exact in f16 (the reference rounds each op).
+            let low = scalar(&mut g, "low", -100.0);
+            let w = g.node("where", Op::Where, &[&masked, &low, &x]);
+            let f = g.node("cast", Op::Cast { to: DType::F32, saturate: true }, &[&either]);
+            let s = g.node("sub", Op::Binary(Binary::Sub), &[&w, &f]);
+            g.node("softmax", Op::Softmax { axis: -1 }, &[&s])
+        }
         Pattern::Clip => {
             let lo = scalar(&mut g, "lo", -0.5);
             let hi = scalar(&mut g, "hi", 0.75);
@@ -177,8 +200,7 @@ fn each_pattern_is_one_region_equal_to_its_ops_on_odd_widths_f32_and_f16() {
                 let want = bolt::reference::run(&g, &HashMap::from([("x".to_string(), x.clone())])).unwrap();
                 let inputs: Vec<Tensor> =
                     r.inputs.iter().map(|n| if n == "x" { x.clone() } else { (*g.initializers[n]).clone() }).collect();
-                let types = g.types.iter().map(|(k, t)| (k.clone(), t.dtype)).collect();
-                let got = r.eval(&inputs.iter().collect::<Vec<_>>(), &types).unwrap();
+                let got = r.eval(&inputs.iter().collect::<Vec<_>>()).unwrap();
                 assert_eq!(r.outputs.len(), 1);
                 let w = &want[&r.outputs[0].0];
                 assert_eq!((got[0].dtype(), &got[0].shape), (w.dtype(), &w.shape), "{p:?}");

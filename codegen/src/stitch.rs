@@ -11,6 +11,10 @@
 //! the smallest power of two >= width / 4 threads (1..=1024), and a block of at least 128
 //! threads holds several narrow rows.
 //!
+//! Values are typed ([`Kind`]): floats compute in f32, integers in int64 and bools as bools, so
+//! the masks exporters write around attention and padding (`Equal`, `Not`, `Where`, `Cast`
+//! of bools and token ids) stitch with the float ops they feed, exactly.
+//!
 //! The element code is `__host__ __device__`: `host_run` executes the same phase functions on
 //! the host, one row at a time, which is how tests check the generated code without a GPU.
 
@@ -21,6 +25,211 @@ use crate::abi::{BoltStitchProblem, STITCH_MAX_INPUTS, STITCH_MAX_OUTPUTS, STITC
 use crate::epilogue::Activation;
 use crate::render::RenderError;
 use crate::spec::Element;
+
+/// What a stitched kernel reads and writes: the float types it computes with, and the integer
+/// and bool tensors of masks and token ids.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Storage {
+    F16,
+    BF16,
+    F32,
+    I32,
+    I64,
+    /// One byte per element, 0 or 1 (ONNX bool).
+    Bool,
+}
+
+impl Storage {
+    pub fn size_bytes(self) -> usize {
+        match self {
+            Storage::Bool => 1,
+            Storage::F16 | Storage::BF16 => 2,
+            Storage::F32 | Storage::I32 => 4,
+            Storage::I64 => 8,
+        }
+    }
+
+    fn cpp(self) -> &'static str {
+        match self {
+            Storage::F16 => "cutlass::half_t",
+            Storage::BF16 => "cutlass::bfloat16_t",
+            Storage::F32 => "float",
+            Storage::I32 => "int32_t",
+            Storage::I64 => "int64_t",
+            Storage::Bool => "bool",
+        }
+    }
+
+    /// The type a kernel computes a value of this storage in.
+    pub fn kind(self) -> Kind {
+        match self {
+            Storage::F16 | Storage::BF16 | Storage::F32 => Kind::Float,
+            Storage::I32 | Storage::I64 => Kind::Int,
+            Storage::Bool => Kind::Bool,
+        }
+    }
+
+    /// `v` (of kind `from`) converted to this storage and back to its kind, as the kernel
+    /// does: floats round to the type's precision, floats to integers truncate toward zero
+    /// (saturating, NaN to 0: the GPU's conversion) and narrow integers wrap.
+    pub fn convert(self, v: Scalar) -> Scalar {
+        let float = |x: f64| match self {
+            Storage::F16 => half::f16::from_f64(x).to_f64(),
+            Storage::BF16 => half::bf16::from_f64(x).to_f64(),
+            _ => x as f32 as f64,
+        };
+        match (self.kind(), v) {
+            (Kind::Float, Scalar::F(x)) => Scalar::F(float(x)),
+            (Kind::Float, Scalar::I(i)) => Scalar::F(float(i as f64)),
+            (Kind::Bool, Scalar::F(x)) => Scalar::I(i64::from(x != 0.0)),
+            (Kind::Bool, Scalar::I(i)) => Scalar::I(i64::from(i != 0)),
+            (Kind::Int, v) => {
+                let i = match v {
+                    Scalar::F(x) => x as i64,
+                    Scalar::I(i) => i,
+                };
+                Scalar::I(if self == Storage::I32 { i as i32 as i64 } else { i })
+            }
+        }
+    }
+}
+
+impl From<Element> for Storage {
+    fn from(e: Element) -> Storage {
+        match e {
+            Element::F16 => Storage::F16,
+            Element::BF16 => Storage::BF16,
+            Element::F32 => Storage::F32,
+        }
+    }
+}
+
+/// The type a step computes in: f32, int64 or bool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    Float,
+    Int,
+    Bool,
+}
+
+impl Kind {
+    fn cpp(self) -> &'static str {
+        match self {
+            Kind::Float => "float",
+            Kind::Int => "int64_t",
+            Kind::Bool => "bool",
+        }
+    }
+}
+
+/// One value on the host: floats in f64, integers and bools (0 / 1) in i64 (exactly).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Scalar {
+    F(f64),
+    I(i64),
+}
+
+impl Scalar {
+    /// The float of a float step (an integer where a float is expected is a validation bug).
+    pub fn f(self) -> f64 {
+        match self {
+            Scalar::F(x) => x,
+            Scalar::I(i) => i as f64,
+        }
+    }
+
+    fn truth(self) -> bool {
+        match self {
+            Scalar::F(x) => x != 0.0,
+            Scalar::I(i) => i != 0,
+        }
+    }
+}
+
+/// An input's elements on the host, in its own shape.
+#[derive(Clone, Copy, Debug)]
+pub enum HostInput<'a> {
+    Float(&'a [f64]),
+    /// Integers and bools (0 / 1).
+    Int(&'a [i64]),
+}
+
+impl HostInput<'_> {
+    fn at(&self, i: usize) -> Scalar {
+        match self {
+            HostInput::Float(v) => Scalar::F(v[i]),
+            HostInput::Int(v) => Scalar::I(v[i]),
+        }
+    }
+}
+
+/// Element-wise comparisons (bool results).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CompareFn {
+    Eq,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+impl CompareFn {
+    pub fn apply(self, a: Scalar, b: Scalar) -> bool {
+        fn cmp<T: PartialOrd>(f: CompareFn, a: T, b: T) -> bool {
+            match f {
+                CompareFn::Eq => a == b,
+                CompareFn::Lt => a < b,
+                CompareFn::Le => a <= b,
+                CompareFn::Gt => a > b,
+                CompareFn::Ge => a >= b,
+            }
+        }
+        match (a, b) {
+            (Scalar::I(x), Scalar::I(y)) => cmp(self, x, y),
+            (a, b) => cmp(self, a.f(), b.f()),
+        }
+    }
+
+    fn cpp(self) -> &'static str {
+        match self {
+            CompareFn::Eq => "==",
+            CompareFn::Lt => "<",
+            CompareFn::Le => "<=",
+            CompareFn::Gt => ">",
+            CompareFn::Ge => ">=",
+        }
+    }
+}
+
+/// Logic on bools.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogicFn {
+    And,
+    Or,
+    Xor,
+}
+
+impl LogicFn {
+    pub fn apply(self, a: bool, b: bool) -> bool {
+        match self {
+            LogicFn::And => a && b,
+            LogicFn::Or => a || b,
+            LogicFn::Xor => a != b,
+        }
+    }
+
+    fn cpp(self) -> &'static str {
+        match self {
+            LogicFn::And => "&&",
+            LogicFn::Or => "||",
+            LogicFn::Xor => "!=",
+        }
+    }
+}
 
 /// Element-wise functions of one argument.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -69,20 +278,31 @@ pub enum Step {
     Binary(BinaryFn, usize, usize),
     /// One value per row (broadcast back along the row).
     Reduce(Reduction, usize),
+    /// A comparison of two values of one kind.
+    Compare(CompareFn, usize, usize),
+    Logic(LogicFn, usize, usize),
+    Not(usize),
+    /// `cond ? a : b` (cond a bool; a and b of one kind).
+    Select(usize, usize, usize),
+    /// The value converted to the storage type (and computed on in that type's kind).
+    Cast(Storage, usize),
 }
 
 /// How an input is addressed: `Dense` when its shape is the iteration space (index =
-/// row * width + col), else through the problem's strides (broadcasts).
+/// row * width + col), else through the problem's strides (broadcasts); `Row` likewise, for
+/// an input with one value per row (broadcast along it: a mask unsqueezed on the last axis),
+/// so values computed from it alone are per-row outputs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Access {
     Dense,
     Strided,
+    Row,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Input {
-    pub element: Element,
+    pub element: Storage,
     pub access: Access,
 }
 
@@ -91,7 +311,7 @@ pub struct Input {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Output {
     pub step: usize,
-    pub element: Element,
+    pub element: Storage,
     pub per_row: bool,
 }
 
@@ -120,6 +340,10 @@ pub enum StitchRejection {
     NoStep(usize, usize),
     #[error("output {0} is per row but step {1} varies along the row")]
     NotPerRow(usize, usize),
+    #[error("step {0}: {1}")]
+    Kind(usize, String),
+    #[error("output {0} stores {1:?} but step {2} computes a {3:?}")]
+    OutputKind(usize, Storage, usize, Kind),
 }
 
 impl StitchSpec {
@@ -127,9 +351,55 @@ impl StitchSpec {
     fn args(s: &Step) -> Vec<usize> {
         match *s {
             Step::Input(_) | Step::Const(_) => vec![],
-            Step::Unary(_, a) | Step::Reduce(_, a) => vec![a],
-            Step::Binary(_, a, b) => vec![a, b],
+            Step::Unary(_, a) | Step::Reduce(_, a) | Step::Not(a) | Step::Cast(_, a) => vec![a],
+            Step::Binary(_, a, b) | Step::Compare(_, a, b) | Step::Logic(_, a, b) => vec![a, b],
+            Step::Select(c, a, b) => vec![c, a, b],
         }
+    }
+
+    /// The type each step computes in, or the first step whose arguments do not fit it
+    /// (arithmetic and reductions take floats, logic takes bools, a comparison or a select
+    /// two values of one kind). Steps must be in order.
+    pub fn kinds(&self) -> Result<Vec<Kind>, StitchRejection> {
+        let mut k: Vec<Kind> = Vec::with_capacity(self.steps.len());
+        for (j, s) in self.steps.iter().enumerate() {
+            let bad = |why: String| Err(StitchRejection::Kind(j, why));
+            let of = |a: usize| k.get(a).copied().ok_or(StitchRejection::Order(j, a));
+            let kind = match *s {
+                Step::Input(i) => self.inputs.get(i).ok_or(StitchRejection::NoInput(j, i))?.element.kind(),
+                Step::Const(_) => Kind::Float,
+                Step::Unary(_, a) | Step::Reduce(_, a) => match of(a)? {
+                    Kind::Float => Kind::Float,
+                    other => return bad(format!("arithmetic on a {other:?} value (step {a})")),
+                },
+                Step::Binary(_, a, b) => match (of(a)?, of(b)?) {
+                    (Kind::Float, Kind::Float) => Kind::Float,
+                    (p, q) => return bad(format!("arithmetic on {p:?} and {q:?} values")),
+                },
+                Step::Compare(_, a, b) => match (of(a)?, of(b)?) {
+                    (p, q) if p == q => Kind::Bool,
+                    (p, q) => return bad(format!("compares a {p:?} with a {q:?}")),
+                },
+                Step::Logic(_, a, b) => match (of(a)?, of(b)?) {
+                    (Kind::Bool, Kind::Bool) => Kind::Bool,
+                    (p, q) => return bad(format!("logic on {p:?} and {q:?} values")),
+                },
+                Step::Not(a) => match of(a)? {
+                    Kind::Bool => Kind::Bool,
+                    other => return bad(format!("negates a {other:?} value")),
+                },
+                Step::Select(c, a, b) => match (of(c)?, of(a)?, of(b)?) {
+                    (Kind::Bool, p, q) if p == q => p,
+                    (c, p, q) => return bad(format!("selects by a {c:?} between {p:?} and {q:?}")),
+                },
+                Step::Cast(to, a) => {
+                    of(a)?;
+                    to.kind()
+                }
+            };
+            k.push(kind);
+        }
+        Ok(k)
     }
 
     /// Phase of each step: how many reductions lie on its longest path (a reduction is
@@ -149,10 +419,11 @@ impl StitchSpec {
         let mut v = Vec::with_capacity(self.steps.len());
         for s in &self.steps {
             v.push(match *s {
-                Step::Input(_) => true,
+                Step::Input(i) => self.inputs.get(i).is_none_or(|x| x.access != Access::Row),
                 Step::Const(_) | Step::Reduce(..) => false,
-                Step::Unary(_, a) => v[a],
-                Step::Binary(_, a, b) => v[a] || v[b],
+                Step::Unary(_, a) | Step::Not(a) | Step::Cast(_, a) => v[a],
+                Step::Binary(_, a, b) | Step::Compare(_, a, b) | Step::Logic(_, a, b) => v[a] || v[b],
+                Step::Select(c, a, b) => v[c] || v[a] || v[b],
             });
         }
         v
@@ -191,16 +462,23 @@ impl StitchSpec {
                 return Err(format!("input {i} of shape {s:?} (strides {st:?}) is read densely over {shape:?}"));
             }
         }
-        BoltStitchProblem::with_strides(shape, inputs)
-            .ok_or_else(|| format!("inputs {inputs:?} do not broadcast to {shape:?}"))
+        let p = BoltStitchProblem::with_strides(shape, inputs)
+            .ok_or_else(|| format!("inputs {inputs:?} do not broadcast to {shape:?}"))?;
+        for (i, x) in self.inputs.iter().enumerate() {
+            if x.access == Access::Row && p.strides[i][shape.len() - 1] != 0 {
+                return Err(format!("input {i} of shape {:?} varies along rows of {shape:?}", inputs[i].0));
+            }
+        }
+        Ok(p)
     }
 
-    /// The spec's meaning on host data (f64, per row), for tests of the rendered code and of
-    /// callers' lowerings: `inputs[i]` holds input i's elements in its own shape, addressed
-    /// through `problem`'s strides. Returns each output's values (rows x width, or rows).
-    pub fn eval(&self, p: &BoltStitchProblem, inputs: &[&[f64]]) -> Vec<Vec<f64>> {
+    /// The spec's meaning on host data (per row; floats in f64, integers and bools exactly),
+    /// for tests of the rendered code and of callers' lowerings: `inputs[i]` holds input i's
+    /// elements in its own shape, addressed through `problem`'s strides. Returns each
+    /// output's values (rows x width, or rows), converted to the output's storage.
+    pub fn eval(&self, p: &BoltStitchProblem, inputs: &[HostInput]) -> Vec<Vec<Scalar>> {
         let (rows, width, rank) = (p.rows as usize, p.width as usize, p.rank as usize);
-        let mut outs: Vec<Vec<f64>> =
+        let mut outs: Vec<Vec<Scalar>> =
             self.outputs.iter().map(|o| Vec::with_capacity(if o.per_row { rows } else { rows * width })).collect();
         let phases = self.phases();
         for row in 0..rows {
@@ -220,24 +498,36 @@ impl StitchSpec {
             };
             let mut reduced = vec![0.0f64; self.steps.len()];
             let max_phase = phases.iter().copied().max().unwrap_or(0);
-            let value = |col: usize, reduced: &[f64]| -> Vec<f64> {
-                let mut v = vec![0.0f64; self.steps.len()];
+            let value = |col: usize, reduced: &[f64]| -> Vec<Scalar> {
+                let mut v: Vec<Scalar> = Vec::with_capacity(self.steps.len());
                 for (j, s) in self.steps.iter().enumerate() {
-                    v[j] = match *s {
-                        Step::Input(i) => inputs[i][index(i, col)],
-                        Step::Const(c) => c.0 as f64,
-                        Step::Unary(f, a) => f.apply(v[a]),
-                        Step::Binary(f, a, b) => f.apply(v[a], v[b]),
-                        Step::Reduce(..) => reduced[j],
+                    let x = match *s {
+                        Step::Input(i) => inputs[i].at(index(i, col)),
+                        Step::Const(c) => Scalar::F(c.0 as f64),
+                        Step::Unary(f, a) => Scalar::F(f.apply(v[a].f())),
+                        Step::Binary(f, a, b) => Scalar::F(f.apply(v[a].f(), v[b].f())),
+                        Step::Reduce(..) => Scalar::F(reduced[j]),
+                        Step::Compare(f, a, b) => Scalar::I(i64::from(f.apply(v[a], v[b]))),
+                        Step::Logic(f, a, b) => Scalar::I(i64::from(f.apply(v[a].truth(), v[b].truth()))),
+                        Step::Not(a) => Scalar::I(i64::from(!v[a].truth())),
+                        Step::Select(c, a, b) => {
+                            if v[c].truth() {
+                                v[a]
+                            } else {
+                                v[b]
+                            }
+                        }
+                        Step::Cast(to, a) => to.convert(v[a]),
                     };
+                    v.push(x);
                 }
                 v
             };
             for phase in 1..=max_phase {
-                let cols: Vec<Vec<f64>> = (0..width).map(|c| value(c, &reduced)).collect();
+                let cols: Vec<Vec<Scalar>> = (0..width).map(|c| value(c, &reduced)).collect();
                 for (j, s) in self.steps.iter().enumerate() {
                     if let (Step::Reduce(kind, a), true) = (s, phases[j] == phase) {
-                        let it = cols.iter().map(|v| v[*a]);
+                        let it = cols.iter().map(|v| v[*a].f());
                         reduced[j] = match kind {
                             Reduction::Sum => it.sum(),
                             Reduction::Mean => it.sum::<f64>() / width as f64,
@@ -250,7 +540,7 @@ impl StitchSpec {
                 let v = value(col, &reduced);
                 for (o, out) in self.outputs.iter().zip(outs.iter_mut()) {
                     if !o.per_row || col == 0 {
-                        out.push(v[o.step]);
+                        out.push(o.element.convert(v[o.step]));
                     }
                 }
             }
@@ -352,10 +642,14 @@ pub fn validate(spec: &StitchSpec) -> Result<(), StitchRejection> {
             _ => {}
         }
     }
+    let kinds = spec.kinds()?;
     let varies = spec.varies();
     for (i, o) in spec.outputs.iter().enumerate() {
         if o.step >= spec.steps.len() {
             return Err(StitchRejection::NoStep(i, o.step));
+        }
+        if o.element.kind() != kinds[o.step] {
+            return Err(StitchRejection::OutputKind(i, o.element, o.step, kinds[o.step]));
         }
         if o.per_row && varies[o.step] {
             return Err(StitchRejection::NotPerRow(i, o.step));
@@ -378,6 +672,8 @@ pub const TEMPLATE: &str = "stitch.cu.tera";
 #[derive(Serialize)]
 struct InputContext {
     element: &'static str,
+    /// The type it is loaded as.
+    kind: &'static str,
     dense: bool,
 }
 
@@ -388,11 +684,12 @@ struct OutputContext {
     per_row: bool,
 }
 
-/// A step as the template writes it: `float v<index> = <expr>;`.
+/// A step as the template writes it: `<ty> const v<index> = <expr>;`.
 #[derive(Serialize)]
 struct StepContext {
     index: usize,
     phase: usize,
+    ty: &'static str,
     expr: String,
 }
 
@@ -427,6 +724,7 @@ pub fn render(spec: &StitchSpec, symbol: &str) -> Result<String, RenderError> {
     crate::render::check_symbol(symbol)?;
     validate(spec).map_err(|r| RenderError::Unsupported { field: "stitch", reason: r.to_string() })?;
     let phases = spec.phases();
+    let kinds = spec.kinds().map_err(|r| RenderError::Unsupported { field: "stitch", reason: r.to_string() })?;
     let v = |j: usize| format!("v{j}");
     let mut exprs = Vec::new();
     let mut reductions = Vec::new();
@@ -454,6 +752,19 @@ pub fn render(spec: &StitchSpec, symbol: &str) -> Result<String, RenderError> {
                 });
                 format!("red[{slot}]")
             }
+            Step::Compare(f, x, y) => format!("{} {} {}", v(x), f.cpp(), v(y)),
+            Step::Logic(f, x, y) => format!("{} {} {}", v(x), f.cpp(), v(y)),
+            Step::Not(x) => format!("!{}", v(x)),
+            Step::Select(c, x, y) => format!("{} ? {} : {}", v(c), v(x), v(y)),
+            Step::Cast(to, x) => match (to, kinds[x]) {
+                (Storage::F32, _) => format!("float({})", v(x)),
+                (Storage::Bool, Kind::Float) => format!("{} != 0.f", v(x)),
+                (Storage::F16 | Storage::BF16, _) => format!("float({}(float({})))", to.cpp(), v(x)),
+                (Storage::Bool, _) => format!("{} != 0", v(x)),
+                (Storage::I64, _) => format!("static_cast<int64_t>({})", v(x)),
+                // Through int64 then wrapped, as the host's meaning (`Storage::convert`).
+                (Storage::I32, _) => format!("int64_t(int32_t(static_cast<int64_t>({})))", v(x)),
+            },
         });
     }
     // The steps a set of roots needs, in order (a finished reduction is a leaf).
@@ -467,7 +778,7 @@ pub fn render(spec: &StitchSpec, symbol: &str) -> Result<String, RenderError> {
         }
         (0..spec.steps.len())
             .filter(|&j| live[j])
-            .map(|j| StepContext { index: j, phase: phases[j], expr: exprs[j].clone() })
+            .map(|j| StepContext { index: j, phase: phases[j], ty: kinds[j].cpp(), expr: exprs[j].clone() })
             .collect()
     };
     let max_phase = phases.iter().copied().max().unwrap_or(0);
@@ -481,7 +792,11 @@ pub fn render(spec: &StitchSpec, symbol: &str) -> Result<String, RenderError> {
         inputs: spec
             .inputs
             .iter()
-            .map(|i| InputContext { element: i.element.cpp(), dense: i.access == Access::Dense })
+            .map(|i| InputContext {
+                element: i.element.cpp(),
+                kind: i.element.kind().cpp(),
+                dense: i.access == Access::Dense,
+            })
             .collect(),
         outputs: spec
             .outputs
@@ -513,8 +828,8 @@ mod tests {
     fn softmax() -> StitchSpec {
         StitchSpec {
             inputs: vec![
-                Input { element: Element::F16, access: Access::Dense },
-                Input { element: Element::F32, access: Access::Strided },
+                Input { element: Storage::F16, access: Access::Dense },
+                Input { element: Storage::F32, access: Access::Strided },
             ],
             steps: vec![
                 Step::Input(0),
@@ -526,7 +841,7 @@ mod tests {
                 Step::Reduce(Reduction::Sum, 5),
                 Step::Binary(BinaryFn::Div, 5, 6),
             ],
-            outputs: vec![Output { step: 7, element: Element::F16, per_row: false }],
+            outputs: vec![Output { step: 7, element: Storage::F16, per_row: false }],
         }
     }
 
@@ -555,6 +870,56 @@ mod tests {
     }
 
     #[test]
+    fn steps_are_typed_and_mismatches_name_the_step() {
+        // mask (bool), ids (i64): where(!mask && ids == ids, x, -inf) in f16.
+        let spec = StitchSpec {
+            inputs: vec![
+                Input { element: Storage::F16, access: Access::Dense },
+                Input { element: Storage::Bool, access: Access::Strided },
+                Input { element: Storage::I64, access: Access::Strided },
+            ],
+            steps: vec![
+                Step::Input(0),
+                Step::Input(1),
+                Step::Input(2),
+                Step::Not(1),
+                Step::Compare(CompareFn::Eq, 2, 2),
+                Step::Logic(LogicFn::And, 3, 4),
+                Step::Const(f32::NEG_INFINITY.into()),
+                Step::Select(5, 0, 6),
+                Step::Cast(Storage::I32, 7),
+            ],
+            outputs: vec![
+                Output { step: 7, element: Storage::F16, per_row: false },
+                Output { step: 8, element: Storage::I32, per_row: false },
+                Output { step: 5, element: Storage::Bool, per_row: false },
+            ],
+        };
+        assert!(validate(&spec).is_ok(), "{:?}", validate(&spec));
+        use Kind::*;
+        assert_eq!(spec.kinds().unwrap(), vec![Float, Bool, Int, Bool, Bool, Bool, Float, Float, Int]);
+        let mut s = spec.clone();
+        s.steps[3] = Step::Unary(UnaryFn::Exp, 1);
+        assert!(matches!(validate(&s), Err(StitchRejection::Kind(3, _))), "exp of a bool");
+        let mut s = spec.clone();
+        s.steps[4] = Step::Compare(CompareFn::Eq, 2, 0);
+        assert!(matches!(validate(&s), Err(StitchRejection::Kind(4, _))), "an int compared with a float");
+        let mut s = spec.clone();
+        s.steps[7] = Step::Select(0, 0, 6);
+        assert!(matches!(validate(&s), Err(StitchRejection::Kind(7, _))), "a float condition");
+        let mut s = spec.clone();
+        s.outputs[1].element = Storage::F32;
+        assert_eq!(validate(&s), Err(StitchRejection::OutputKind(1, Storage::F32, 8, Int)));
+        // Casts as the kernel does them: truncation, wrapping, rounding, truth.
+        assert_eq!(Storage::I64.convert(Scalar::F(-2.7)), Scalar::I(-2));
+        assert_eq!(Storage::I32.convert(Scalar::I(1 << 32 | 5)), Scalar::I(5));
+        assert_eq!(Storage::F16.convert(Scalar::I(2049)), Scalar::F(2048.0));
+        assert_eq!(Storage::Bool.convert(Scalar::F(f64::NAN)), Scalar::I(1));
+        let code = render(&spec, &symbol_for(&spec)).unwrap();
+        assert!(code.contains("bool const v3 = !v1;") && code.contains("int64_t const v8"), "{code}");
+    }
+
+    #[test]
     fn problems_broadcast_inputs_through_zero_strides() {
         let p = softmax().problem(&[2, 3, 5], &[&[2, 3, 5], &[2, 1, 5]]).unwrap();
         assert_eq!((p.rows, p.width, p.rank), (6, 5, 3));
@@ -570,11 +935,13 @@ mod tests {
         let p = s.problem(&[2, 3], &[&[2, 3], &[3]]).unwrap();
         let x = [1.0, 2.0, 3.0, 0.0, 0.0, 0.0];
         let mask = [0.0, 0.0, -1e4];
-        let out = &s.eval(&p, &[&x, &mask])[0];
+        let out: Vec<f64> =
+            s.eval(&p, &[HostInput::Float(&x), HostInput::Float(&mask)])[0].iter().map(|v| v.f()).collect();
         let e = [1f64.exp(), 2f64.exp()];
-        assert!((out[0] - e[0] / (e[0] + e[1])).abs() < 1e-12);
-        assert!(out[2].abs() < 1e-12);
-        assert!((out[3] - 0.5).abs() < 1e-12 && (out[4] - 0.5).abs() < 1e-12);
+        // The output is f16: 3 significant digits.
+        assert!((out[0] - e[0] / (e[0] + e[1])).abs() < 1e-3);
+        assert!(out[2].abs() < 1e-4);
+        assert!(out[3] == 0.5 && out[4] == 0.5);
     }
 
     #[test]

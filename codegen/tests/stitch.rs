@@ -1,5 +1,6 @@
 //! Stitched kernels: a unit of several region shapes (softmax with a broadcast mask, LayerNorm,
-//! an element-wise GELU chain in f16, a per-row mean, a two-level reduction) is compiled for
+//! an element-wise GELU chain in f16, a per-row mean, a two-level reduction, a softmax under a
+//! mask of bools and token ids with int and bool outputs) is compiled for
 //! sm_80 and linked twice. An executable runs each kernel's phase functions on the host
 //! (`host_run`: the device's element code, one row at a time) on random data of odd widths,
 //! compared with the spec's meaning in f64 (`StitchSpec::eval`); a library answers the ABI's
@@ -12,26 +13,28 @@ use std::process::Command;
 
 use bolt_codegen::abi::{BoltStitchArgs, BoltStitchProblem, CanImplementFn, InitializeFn, ParamsSizeFn, Status};
 use bolt_codegen::epilogue::Activation;
-use bolt_codegen::spec::Element;
-use bolt_codegen::stitch::{self, Access, BinaryFn, Input, Output, Reduction, Step, StitchSpec, UnaryFn};
+use bolt_codegen::stitch::{
+    self, Access, BinaryFn, CompareFn, HostInput, Input, LogicFn, Output, Reduction, Scalar, Step, StitchSpec, Storage,
+    UnaryFn,
+};
 
 /// The case whose first input is a transposed view.
-const TRANSPOSED: usize = 6;
+const TRANSPOSED: usize = 7;
 
 fn gelu_strided() -> StitchSpec {
     StitchSpec {
-        inputs: vec![input(Element::F32, Access::Strided), input(Element::F32, Access::Strided)],
+        inputs: vec![input(Storage::F32, Access::Strided), input(Storage::F32, Access::Strided)],
         steps: vec![
             Step::Input(0),
             Step::Input(1),
             Step::Binary(BinaryFn::Sub, 0, 1),
             Step::Unary(UnaryFn::Activation(Activation::GeluTanh), 2),
         ],
-        outputs: vec![Output { step: 3, element: Element::F32, per_row: false }],
+        outputs: vec![Output { step: 3, element: Storage::F32, per_row: false }],
     }
 }
 
-fn input(element: Element, access: Access) -> Input {
+fn input(element: Storage, access: Access) -> Input {
     Input { element, access }
 }
 
@@ -39,7 +42,7 @@ fn input(element: Element, access: Access) -> Input {
 fn cases() -> Vec<(StitchSpec, Vec<usize>, Vec<Vec<usize>>)> {
     use Step::*;
     let softmax = StitchSpec {
-        inputs: vec![input(Element::F32, Access::Dense), input(Element::F32, Access::Strided)],
+        inputs: vec![input(Storage::F32, Access::Dense), input(Storage::F32, Access::Strided)],
         steps: vec![
             Input(0),
             Const(0.125.into()),
@@ -52,13 +55,13 @@ fn cases() -> Vec<(StitchSpec, Vec<usize>, Vec<Vec<usize>>)> {
             Reduce(Reduction::Sum, 7),
             Binary(BinaryFn::Div, 7, 8),
         ],
-        outputs: vec![Output { step: 9, element: Element::F32, per_row: false }],
+        outputs: vec![Output { step: 9, element: Storage::F32, per_row: false }],
     };
     let layer_norm = StitchSpec {
         inputs: vec![
-            input(Element::F16, Access::Dense),
-            input(Element::F16, Access::Strided),
-            input(Element::F16, Access::Strided),
+            input(Storage::F16, Access::Dense),
+            input(Storage::F16, Access::Strided),
+            input(Storage::F16, Access::Strided),
         ],
         steps: vec![
             Input(0),
@@ -76,12 +79,12 @@ fn cases() -> Vec<(StitchSpec, Vec<usize>, Vec<Vec<usize>>)> {
             Binary(BinaryFn::Add, 10, 11),
         ],
         outputs: vec![
-            Output { step: 12, element: Element::F16, per_row: false },
-            Output { step: 1, element: Element::F32, per_row: true },
+            Output { step: 12, element: Storage::F16, per_row: false },
+            Output { step: 1, element: Storage::F32, per_row: true },
         ],
     };
     let gelu = StitchSpec {
-        inputs: vec![input(Element::F16, Access::Dense), input(Element::BF16, Access::Strided)],
+        inputs: vec![input(Storage::F16, Access::Dense), input(Storage::BF16, Access::Strided)],
         steps: vec![
             Input(0),
             Input(1),
@@ -92,19 +95,19 @@ fn cases() -> Vec<(StitchSpec, Vec<usize>, Vec<Vec<usize>>)> {
             Unary(UnaryFn::Erf, 2),
         ],
         outputs: vec![
-            Output { step: 3, element: Element::F16, per_row: false },
-            Output { step: 5, element: Element::F32, per_row: false },
-            Output { step: 6, element: Element::BF16, per_row: false },
+            Output { step: 3, element: Storage::F16, per_row: false },
+            Output { step: 5, element: Storage::F32, per_row: false },
+            Output { step: 6, element: Storage::BF16, per_row: false },
         ],
     };
     let mean = StitchSpec {
-        inputs: vec![input(Element::F32, Access::Strided)],
+        inputs: vec![input(Storage::F32, Access::Strided)],
         steps: vec![Input(0), Unary(UnaryFn::Activation(Activation::Tanh), 0), Reduce(Reduction::Mean, 1)],
-        outputs: vec![Output { step: 2, element: Element::F32, per_row: true }],
+        outputs: vec![Output { step: 2, element: Storage::F32, per_row: true }],
     };
     // Abs, Neg, Max, Min, Reciprocal, a row maximum of their mix, and a -inf constant.
     let min_max = StitchSpec {
-        inputs: vec![input(Element::F32, Access::Dense), input(Element::F32, Access::Strided)],
+        inputs: vec![input(Storage::F32, Access::Dense), input(Storage::F32, Access::Strided)],
         steps: vec![
             Input(0),
             Input(1),
@@ -122,13 +125,13 @@ fn cases() -> Vec<(StitchSpec, Vec<usize>, Vec<Vec<usize>>)> {
             Binary(BinaryFn::Max, 5, 12),
         ],
         outputs: vec![
-            Output { step: 11, element: Element::F32, per_row: false },
-            Output { step: 13, element: Element::F32, per_row: false },
+            Output { step: 11, element: Storage::F32, per_row: false },
+            Output { step: 13, element: Storage::F32, per_row: false },
         ],
     };
     // LogSoftmax as the planner lowers it: (x - max) - log(sum(exp(x - max))).
     let log_softmax = StitchSpec {
-        inputs: vec![input(Element::F16, Access::Dense)],
+        inputs: vec![input(Storage::F16, Access::Dense)],
         steps: vec![
             Input(0),
             Reduce(Reduction::Max, 0),
@@ -138,9 +141,46 @@ fn cases() -> Vec<(StitchSpec, Vec<usize>, Vec<Vec<usize>>)> {
             Unary(UnaryFn::Log, 4),
             Binary(BinaryFn::Sub, 2, 5),
         ],
-        outputs: vec![Output { step: 6, element: Element::F16, per_row: false }],
+        outputs: vec![Output { step: 6, element: Storage::F16, per_row: false }],
+    };
+    // A softmax under a mask made of a bool padding mask and token ids (Not, Cast, Compare,
+    // Xor, Select), with an int output (scores truncated to i32) and a bool one.
+    let masked = StitchSpec {
+        inputs: vec![
+            input(Storage::F32, Access::Dense),
+            input(Storage::Bool, Access::Strided),
+            input(Storage::I64, Access::Strided),
+        ],
+        steps: vec![
+            Input(0),
+            Input(1),
+            Not(1),
+            Input(2),
+            Cast(Storage::F32, 3),
+            Const(0.0.into()),
+            Compare(CompareFn::Gt, 4, 5),
+            Logic(LogicFn::Xor, 2, 6),
+            Const((-1e4).into()),
+            Select(7, 0, 8),
+            Reduce(Reduction::Max, 9),
+            Binary(BinaryFn::Sub, 9, 10),
+            Unary(UnaryFn::Exp, 11),
+            Reduce(Reduction::Sum, 12),
+            Binary(BinaryFn::Div, 12, 13),
+            Cast(Storage::I32, 0),
+            Compare(CompareFn::Eq, 3, 15),
+            Logic(LogicFn::Or, 16, 1),
+            Cast(Storage::F16, 3),
+        ],
+        outputs: vec![
+            Output { step: 14, element: Storage::F16, per_row: false },
+            Output { step: 15, element: Storage::I32, per_row: false },
+            Output { step: 17, element: Storage::Bool, per_row: false },
+            Output { step: 18, element: Storage::BF16, per_row: false },
+        ],
     };
     vec![
+        (masked, vec![2, 3, 37], vec![vec![2, 3, 37], vec![2, 1, 37], vec![2, 1, 37]]),
         (min_max, vec![3, 37], vec![vec![3, 37], vec![37]]),
         (softmax.clone(), vec![2, 3, 7, 33], vec![vec![2, 3, 7, 33], vec![2, 1, 1, 33]]),
         (softmax, vec![5, 4099], vec![vec![5, 4099], vec![4099]]),
@@ -167,35 +207,72 @@ fn values(n: usize, seed: u64) -> Vec<f64> {
         .collect()
 }
 
-/// Values rounded to `e` and their little-endian bytes.
-fn encode(e: Element, v: &[f64]) -> (Vec<f64>, Vec<u8>) {
+/// Values as input type `e` holds them (integers: rounded, scaled to collide often; bools:
+/// the positive ones), and their little-endian bytes.
+fn encode(e: Storage, v: &[f64]) -> (Host, Vec<u8>) {
+    let ints = |f: &dyn Fn(f64) -> i64| v.iter().map(|&x| f(x)).collect::<Vec<i64>>();
     match e {
-        Element::F32 => {
-            (v.iter().map(|&x| x as f32 as f64).collect(), v.iter().flat_map(|&x| (x as f32).to_le_bytes()).collect())
-        }
-        Element::F16 => {
+        Storage::F32 => (
+            Host::F(v.iter().map(|&x| x as f32 as f64).collect()),
+            v.iter().flat_map(|&x| (x as f32).to_le_bytes()).collect(),
+        ),
+        Storage::F16 => {
             let h: Vec<half::f16> = v.iter().map(|&x| half::f16::from_f64(x)).collect();
-            (h.iter().map(|x| x.to_f64()).collect(), h.iter().flat_map(|x| x.to_le_bytes()).collect())
+            (Host::F(h.iter().map(|x| x.to_f64()).collect()), h.iter().flat_map(|x| x.to_le_bytes()).collect())
         }
-        Element::BF16 => {
+        Storage::BF16 => {
             let h: Vec<half::bf16> = v.iter().map(|&x| half::bf16::from_f64(x)).collect();
-            (h.iter().map(|x| x.to_f64()).collect(), h.iter().flat_map(|x| x.to_le_bytes()).collect())
+            (Host::F(h.iter().map(|x| x.to_f64()).collect()), h.iter().flat_map(|x| x.to_le_bytes()).collect())
+        }
+        Storage::I32 => {
+            let i = ints(&|x| (x * 2.0).round() as i64);
+            let b = i.iter().flat_map(|&x| (x as i32).to_le_bytes()).collect();
+            (Host::I(i), b)
+        }
+        Storage::I64 => {
+            let i = ints(&|x| (x * 2.0).round() as i64);
+            let b = i.iter().flat_map(|&x| x.to_le_bytes()).collect();
+            (Host::I(i), b)
+        }
+        Storage::Bool => {
+            let i = ints(&|x| i64::from(x > 0.0));
+            let b = i.iter().map(|&x| x as u8).collect();
+            (Host::I(i), b)
         }
     }
 }
 
-fn decode(e: Element, b: &[u8]) -> Vec<f64> {
-    match e {
-        Element::F32 => b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap()) as f64).collect(),
-        Element::F16 => b.chunks_exact(2).map(|c| half::f16::from_le_bytes(c.try_into().unwrap()).to_f64()).collect(),
-        Element::BF16 => b.chunks_exact(2).map(|c| half::bf16::from_le_bytes(c.try_into().unwrap()).to_f64()).collect(),
+enum Host {
+    F(Vec<f64>),
+    I(Vec<i64>),
+}
+
+impl Host {
+    fn input(&self) -> HostInput<'_> {
+        match self {
+            Host::F(v) => HostInput::Float(v),
+            Host::I(v) => HostInput::Int(v),
+        }
     }
 }
 
-fn size(e: Element) -> usize {
+fn decode(e: Storage, b: &[u8]) -> Vec<Scalar> {
     match e {
-        Element::F32 => 4,
-        _ => 2,
+        Storage::F32 => {
+            b.chunks_exact(4).map(|c| Scalar::F(f32::from_le_bytes(c.try_into().unwrap()) as f64)).collect()
+        }
+        Storage::F16 => {
+            b.chunks_exact(2).map(|c| Scalar::F(half::f16::from_le_bytes(c.try_into().unwrap()).to_f64())).collect()
+        }
+        Storage::BF16 => {
+            b.chunks_exact(2).map(|c| Scalar::F(half::bf16::from_le_bytes(c.try_into().unwrap()).to_f64())).collect()
+        }
+        Storage::I32 => {
+            b.chunks_exact(4).map(|c| Scalar::I(i32::from_le_bytes(c.try_into().unwrap()) as i64)).collect()
+        }
+        Storage::I64 => b.chunks_exact(8).map(|c| Scalar::I(i64::from_le_bytes(c.try_into().unwrap()))).collect(),
+        // A C++ bool is one byte, 0 or 1.
+        Storage::Bool => b.iter().map(|&x| Scalar::I(i64::from(x))).collect(),
     }
 }
 
@@ -219,7 +296,7 @@ fn test_main(dir: &Path, cases: &[(String, StitchSpec, BoltStitchProblem, Vec<us
             );
         }
         for (o, out) in spec.outputs.iter().enumerate() {
-            let bytes = sizes[o] * size(out.element);
+            let bytes = sizes[o] * out.element.size_bytes();
             m += &format!("    std::vector<char> out{o}({bytes});\n    args.outputs[{o}] = out{o}.data();\n");
         }
         m += &format!("    {symbol}::host_run(p, args);\n");
@@ -264,7 +341,7 @@ fn stitched_kernels_compute_their_specs_and_answer_the_abi() {
             std::fs::write(dir.join(format!("in_{c}_{i}.bin")), bytes).unwrap();
             host_inputs.push(rounded);
         }
-        let refs: Vec<&[f64]> = host_inputs.iter().map(|v| v.as_slice()).collect();
+        let refs: Vec<HostInput> = host_inputs.iter().map(Host::input).collect();
         let want = spec.eval(&p, &refs);
         let sizes = want.iter().map(Vec::len).collect();
         runs.push((stitch::symbol_for(&spec), spec.clone(), p, sizes));
@@ -304,17 +381,20 @@ fn stitched_kernels_compute_their_specs_and_answer_the_abi() {
         for (o, (output, want)) in spec.outputs.iter().zip(want).enumerate() {
             let got = decode(output.element, &std::fs::read(dir.join(format!("out_{c}_{o}.bin"))).unwrap());
             assert_eq!(got.len(), want.len(), "case {c} output {o}");
-            // f32 arithmetic, then one rounding to the output type.
+            // f32 arithmetic, then one rounding to the output type; integers and bools exact.
             let tol = match output.element {
-                Element::F32 => 2e-5,
-                Element::F16 => 2e-3,
-                Element::BF16 => 1e-2,
+                Storage::F32 => 2e-5,
+                Storage::F16 => 2e-3,
+                Storage::BF16 => 1e-2,
+                Storage::I32 | Storage::I64 | Storage::Bool => 0.0,
             };
             for (k, (g, w)) in got.iter().zip(want).enumerate() {
-                assert!(
-                    g == w || (g - w).abs() <= tol * (1.0 + w.abs()),
-                    "{symbol} case {c} output {o}[{k}]: {g} vs {w}"
-                );
+                let ok = match (g, w) {
+                    (Scalar::I(g), Scalar::I(w)) => g == w,
+                    (Scalar::F(g), Scalar::F(w)) => g == w || (g - w).abs() <= tol * (1.0 + w.abs()),
+                    _ => false,
+                };
+                assert!(ok, "{symbol} case {c} output {o}[{k}]: {g:?} vs {w:?}");
             }
         }
     }

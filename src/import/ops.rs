@@ -119,6 +119,17 @@ pub fn parse_op(node: &NodeProto, opset: i64) -> Result<Parsed, String> {
             };
             Op::Unary(Unary::Gelu { approximate })
         }
+        "Equal" => Op::Compare(Compare::Equal),
+        "Less" => Op::Compare(Compare::Less),
+        "LessOrEqual" => Op::Compare(Compare::LessOrEqual),
+        "Greater" => Op::Compare(Compare::Greater),
+        "GreaterOrEqual" => Op::Compare(Compare::GreaterOrEqual),
+        "And" => Op::Logic(Logic::And),
+        "Or" => Op::Logic(Logic::Or),
+        "Xor" => Op::Logic(Logic::Xor),
+        "Not" => Op::Not,
+        "Where" => Op::Where,
+        "Expand" => Op::Expand,
         "Clip" => Op::Clip,
         "Cast" => {
             let to = a.int("to")?.ok_or("missing required attribute 'to'")?;

@@ -98,6 +98,20 @@ fn infer_with_values(
             None => inferred.into_iter().map(Some).collect(),
         };
         let mut new_dims = if folded.is_none() { shape_value(&node.op, &infos) } else { None };
+        if let Op::Compare(_) | Op::Where = node.op {
+            // Shape arithmetic through a comparison or a select (torch's `Where(Equal(shape,
+            // -1), 1, shape)`) folds with symbolic dims too.
+            let h = super::infer_host::infer_host("", node.op.op_type(), &[], &infos, 1);
+            if folded.is_none() {
+                if let Some(v) = h.value {
+                    out_types[0] = Some(TensorType::new(v.dtype(), Shape::from_static(&v.shape)));
+                    folded = Some(vec![v]);
+                }
+            }
+            if folded.is_none() {
+                new_dims = h.dims;
+            }
+        }
         if let Some(h) = host {
             out_types = h.types;
             if let Some(v) = h.value {
@@ -841,6 +855,54 @@ pub fn infer_node(op: &Op, infos: &[Option<InputInfo>]) -> Result<Vec<TensorType
                 Shape(d)
             });
             vec![TensorType { dtype: t.dtype, shape }]
+        }
+        Op::Compare(_) | Op::Logic(_) | Op::Not | Op::Where | Op::Expand => {
+            let same = |i: usize, j: usize| -> Result<(), String> {
+                let (a, b) = (ty(infos, i)?, ty(infos, j)?);
+                match a.dtype == b.dtype {
+                    true => Ok(()),
+                    false => Err(format!("inputs {i} and {j} differ in type: {} vs {}", a.dtype, b.dtype)),
+                }
+            };
+            let bool_input = |i: usize| -> Result<(), String> {
+                match ty(infos, i)?.dtype {
+                    DType::Bool => Ok(()),
+                    t => Err(format!("input {i} is {t}, not bool")),
+                }
+            };
+            match op {
+                Op::Compare(_) => same(0, 1)?,
+                Op::Logic(_) => {
+                    bool_input(0)?;
+                    bool_input(1)?
+                }
+                Op::Not => bool_input(0)?,
+                Op::Where => {
+                    bool_input(0)?;
+                    same(1, 2)?
+                }
+                _ => {
+                    if !ty(infos, 1)?.dtype.is_integer() {
+                        return Err("the target shape (input 1) is not an integer tensor".into());
+                    }
+                }
+            }
+            if !matches!(op, Op::Expand) {
+                let shapes: Option<Vec<&Shape>> = infos.iter().flatten().map(|i| i.shape()).collect();
+                if let Some(shapes) = shapes {
+                    let mut acc = shapes[0].clone();
+                    for s in &shapes[1..] {
+                        acc = broadcast_shapes(&acc, s)
+                            .ok_or_else(|| format!("input shapes {shapes:?} do not broadcast"))?;
+                    }
+                }
+            }
+            // One place for these ops' shapes and the shape values they fold: the host rules.
+            let h = super::infer_host::infer_host("", op.op_type(), &[], infos, 1);
+            match h.types.into_iter().next().flatten() {
+                Some(t) => vec![t],
+                None => return Err("inputs do not broadcast".into()),
+            }
         }
         Op::Opaque { .. } => vec![],
     })

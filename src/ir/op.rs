@@ -337,6 +337,47 @@ impl Binary {
     }
 }
 
+/// Element-wise comparisons (ONNX Equal, Less, ...): bool outputs, broadcasting inputs of one
+/// type. A NaN compares unequal to everything.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Compare {
+    Equal,
+    Less,
+    LessOrEqual,
+    Greater,
+    GreaterOrEqual,
+}
+
+impl Compare {
+    pub fn apply<T: PartialOrd>(self, p: T, q: T) -> bool {
+        match self {
+            Compare::Equal => p == q,
+            Compare::Less => p < q,
+            Compare::LessOrEqual => p <= q,
+            Compare::Greater => p > q,
+            Compare::GreaterOrEqual => p >= q,
+        }
+    }
+}
+
+/// Element-wise logic on bool tensors (ONNX And, Or, Xor), broadcasting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Logic {
+    And,
+    Or,
+    Xor,
+}
+
+impl Logic {
+    pub fn apply(self, p: bool, q: bool) -> bool {
+        match self {
+            Logic::And => p && q,
+            Logic::Or => p || q,
+            Logic::Xor => p != q,
+        }
+    }
+}
+
 /// How Pad fills the new elements.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum PadMode {
@@ -470,6 +511,14 @@ pub enum Op {
     },
     Binary(Binary),
     Unary(Unary),
+    Compare(Compare),
+    Logic(Logic),
+    /// Logical negation of a bool tensor.
+    Not,
+    /// `cond ? x : y` element-wise, the three inputs broadcast (attention masks, padding).
+    Where,
+    /// Input 0 broadcast to the shape of input 1 (numpy rules: the result may be larger).
+    Expand,
     /// Clip with min/max as optional inputs 1 and 2.
     Clip,
     Cast {
@@ -619,6 +668,21 @@ impl Op {
                 Unary::Reciprocal => "Reciprocal",
                 Unary::Log => "Log",
             },
+            Op::Compare(c) => match c {
+                Compare::Equal => "Equal",
+                Compare::Less => "Less",
+                Compare::LessOrEqual => "LessOrEqual",
+                Compare::Greater => "Greater",
+                Compare::GreaterOrEqual => "GreaterOrEqual",
+            },
+            Op::Logic(l) => match l {
+                Logic::And => "And",
+                Logic::Or => "Or",
+                Logic::Xor => "Xor",
+            },
+            Op::Not => "Not",
+            Op::Where => "Where",
+            Op::Expand => "Expand",
             Op::Clip => "Clip",
             Op::Cast { .. } => "Cast",
             Op::Transpose { .. } => "Transpose",

@@ -112,6 +112,19 @@ impl TensorData {
         })
     }
 
+    /// `self`'s elements followed by `other`'s; `None` when their types differ.
+    pub fn chained(&self, other: &TensorData) -> Option<TensorData> {
+        macro_rules! chain {
+            ($($v:ident),*) => {
+                match (self, other) {
+                    $((TensorData::$v(a), TensorData::$v(b)) => Some(TensorData::$v([a.as_slice(), b].concat())),)*
+                    _ => None,
+                }
+            };
+        }
+        chain!(F32, F16, BF16, F64, I64, I32, I16, I8, U8, U16, U32, U64, Bool)
+    }
+
     /// Elements gathered by index: `out[i] = self[idx[i]]`. The workhorse of layout ops.
     pub fn gather(&self, idx: &[usize]) -> TensorData {
         map_data!(self, v => idx.iter().map(|&i| v[i]).collect())

@@ -13,7 +13,7 @@
 
 use super::attention;
 use crate::ir::infer::SliceAxis;
-use crate::ir::{Binary, DType, Graph, Op, ReduceKind, Tensor, Unary};
+use crate::ir::{Binary, Compare, DType, Graph, Logic, Op, ReduceKind, Tensor, TensorData, Unary};
 use crate::ir::{Dim, Shape, TensorType};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -35,6 +35,14 @@ pub enum Step {
     Unary(Unary, usize),
     Binary(Binary, usize, usize),
     Reduce(Reduce, usize),
+    /// A comparison (bool result) of two values of one type.
+    Compare(Compare, usize, usize),
+    Logic(Logic, usize, usize),
+    Not(usize),
+    /// `cond ? a : b` (ONNX Where).
+    Select(usize, usize, usize),
+    /// ONNX Cast to the type.
+    Cast(DType, usize),
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -53,6 +61,8 @@ pub struct Region {
     pub steps: Vec<Step>,
     /// Tensors read outside the region (or graph outputs), with the step computing each.
     pub outputs: Vec<(String, usize)>,
+    /// Each output's element type (a mask region reads bools and writes floats).
+    pub dtypes: Vec<DType>,
 }
 
 impl Region {
@@ -73,9 +83,14 @@ impl Region {
                     self.viewed_shape(i, s)?
                 }
                 Step::Const(_) => Shape(vec![]),
-                Step::Unary(_, a) => out[a].clone(),
-                Step::Binary(_, a, b) => crate::ir::broadcast_shapes(&out[a], &out[b])
-                    .ok_or_else(|| format!("step {j}: {} and {} do not broadcast", out[a], out[b]))?,
+                Step::Unary(_, a) | Step::Not(a) | Step::Cast(_, a) => out[a].clone(),
+                Step::Binary(_, a, b) | Step::Compare(_, a, b) | Step::Logic(_, a, b) => {
+                    crate::ir::broadcast_shapes(&out[a], &out[b])
+                        .ok_or_else(|| format!("step {j}: {} and {} do not broadcast", out[a], out[b]))?
+                }
+                Step::Select(c, a, b) => crate::ir::broadcast_shapes(&out[c], &out[a])
+                    .and_then(|s| crate::ir::broadcast_shapes(&s, &out[b]))
+                    .ok_or_else(|| format!("step {j}: {}, {} and {} do not broadcast", out[c], out[a], out[b]))?,
                 Step::Reduce(_, a) => {
                     let mut d = out[a].0.clone();
                     match d.last_mut() {
@@ -137,9 +152,8 @@ impl Region {
         w
     }
 
-    /// The outputs' types given the inputs' (a region computes in its inputs' float type).
+    /// The outputs' types given the inputs' (their element types are the region's).
     pub fn output_types(&self, inputs: &[&TensorType]) -> Result<Vec<TensorType>, String> {
-        let dtype = inputs.first().ok_or("a region without inputs")?.dtype;
         let shapes: Option<Vec<&Shape>> = inputs.iter().map(|t| t.shape.as_ref()).collect();
         let steps = match shapes {
             Some(s) => Some(self.shapes(&s)?),
@@ -148,8 +162,14 @@ impl Region {
         Ok(self
             .outputs
             .iter()
-            .map(|(_, j)| TensorType { dtype, shape: steps.as_ref().map(|s| s[*j].clone()) })
+            .enumerate()
+            .map(|(k, (_, j))| TensorType { dtype: self.dtype(k), shape: steps.as_ref().map(|s| s[*j].clone()) })
             .collect())
+    }
+
+    /// Output `k`'s element type.
+    pub fn dtype(&self, k: usize) -> DType {
+        self.dtypes.get(k).copied().unwrap_or(DType::F32)
     }
 }
 
@@ -170,6 +190,11 @@ fn lower(op: &Op, args: &[usize], steps: &mut Vec<Step>, rank: usize) -> Result<
     Ok(match op {
         Op::Unary(u) => push(Step::Unary(*u, args[0]), steps),
         Op::Binary(b) => push(Step::Binary(*b, args[0], args[1]), steps),
+        Op::Compare(c) => push(Step::Compare(*c, args[0], args[1]), steps),
+        Op::Logic(l) => push(Step::Logic(*l, args[0], args[1]), steps),
+        Op::Not => push(Step::Not(args[0]), steps),
+        Op::Where => push(Step::Select(args[0], args[1], args[2]), steps),
+        Op::Cast { to, .. } => push(Step::Cast(*to, args[0]), steps),
         // min(max(x, lo), hi): NaN stays NaN, and lo > hi gives hi, as ONNX's Clip.
         Op::Clip => {
             let lo = push(Step::Binary(Binary::Max, args[0], args[1]), steps);
@@ -251,7 +276,12 @@ fn stitchable(op: &Op) -> bool {
         | Op::Softmax { .. }
         | Op::LogSoftmax { .. }
         | Op::LayerNormalization { .. }
-        | Op::Reduce { .. } => true,
+        | Op::Reduce { .. }
+        | Op::Compare(_)
+        | Op::Logic(_)
+        | Op::Not
+        | Op::Where
+        | Op::Cast { .. } => true,
         // A transpose of a region input is a strided read. The planner's own NCHW <-> NHWC
         // transforms are glue kernels' (tiled for coalescing).
         Op::Transpose { perm: Some(p) } => p[..] != TO_NHWC && p[..] != TO_NCHW,
@@ -275,6 +305,12 @@ pub fn find_with(g: &Graph, taken: &HashSet<String>, leave_attention: bool) -> (
     let attention_nodes: HashSet<String> =
         if leave_attention { attention::find(g).0.into_iter().flat_map(|a| a.nodes).collect() } else { HashSet::new() };
     let float = |t: &str| g.types.get(t).is_some_and(|ty| ty.dtype.is_float() && ty.shape.is_some());
+    // What mask ops (comparisons, logic, selects, casts) may read and write besides floats.
+    let typed = |t: &str| {
+        g.types.get(t).is_some_and(|ty| {
+            ty.shape.is_some() && (ty.dtype.is_float() || matches!(ty.dtype, DType::I32 | DType::I64 | DType::Bool))
+        })
+    };
     // Shape computations stay whole on the host (see `partition::shape_computations`).
     let metadata = super::shape_computations(g);
     let mut cand: Vec<bool> = g
@@ -295,6 +331,16 @@ pub fn find_with(g: &Graph, taken: &HashSet<String>, leave_attention: bool) -> (
             if matches!(n.op, Op::Slice) {
                 // Read in place: its bounds are constants, its data a float tensor.
                 return n.outputs.len() == 1 && float(&n.outputs[0]) && n.input(0).is_some_and(float);
+            }
+            if let (Op::Cast { .. }, Some(x)) = (&n.op, n.input(0)) {
+                // Casts between floats are glue kernels' (vectorised, and what the planner's
+                // own precision changes use); casts of masks and ids are stitched.
+                if float(x) && n.outputs.first().is_some_and(|y| float(y)) {
+                    return false;
+                }
+            }
+            if matches!(n.op, Op::Compare(_) | Op::Logic(_) | Op::Not | Op::Where | Op::Cast { .. }) {
+                return n.outputs.len() == 1 && typed(&n.outputs[0]) && n.inputs.iter().flatten().all(|x| typed(x));
             }
             n.outputs.len() == 1 && float(&n.outputs[0]) && n.inputs.iter().flatten().all(|x| float(x))
         })
@@ -500,7 +546,9 @@ fn region(
         slices: Vec::new(),
         steps: Vec::new(),
         outputs: Vec::new(),
+        dtypes: Vec::new(),
     };
+    let dtype = |t: &str| g.types.get(t).map_or(DType::F32, |ty| ty.dtype);
     let mut value: HashMap<String, usize> = HashMap::new();
     let mut row: Option<crate::ir::Dim> = None;
     for &i in members {
@@ -521,6 +569,7 @@ fn region(
             let read_outside = consumers.get(n.outputs[0].as_str()).is_some_and(|c| c.iter().any(|c| !set.contains(c)));
             if read_outside || g.outputs.contains(&n.outputs[0]) {
                 r.outputs.push((n.outputs[0].clone(), r.steps.len() - 1));
+                r.dtypes.push(dtype(&n.outputs[0]));
             }
             continue;
         }
@@ -584,27 +633,80 @@ fn region(
         let read_outside = consumers.get(n.outputs[0].as_str()).is_some_and(|c| c.iter().any(|c| !set.contains(c)));
         if read_outside || g.outputs.contains(&n.outputs[0]) {
             r.outputs.push((n.outputs[0].clone(), out));
+            r.dtypes.push(dtype(&n.outputs[0]));
         }
     }
     Ok(r)
 }
 
-/// A value during evaluation: row-major f64 with its shape.
+/// A value during evaluation, row-major with its shape: floats in f64, integers and bools
+/// (0 / 1) exactly in i64.
 #[derive(Clone)]
 struct Value {
     shape: Vec<usize>,
-    v: Vec<f64>,
+    data: Data,
 }
 
-/// `x`'s values at every index of `shape` (which `x` broadcasts to).
-fn expand(x: &Value, shape: &[usize]) -> Vec<f64> {
-    crate::ir::broadcast_index(&x.shape, shape).into_iter().map(|i| x.v[i]).collect()
+#[derive(Clone)]
+enum Data {
+    F(Vec<f64>),
+    I(Vec<i64>),
+}
+
+impl Value {
+    fn of(t: &Tensor) -> Value {
+        let data = match &t.data {
+            TensorData::Bool(b) => Data::I(b.iter().map(|&x| i64::from(x)).collect()),
+            _ => match t.as_i64_vec() {
+                Some(v) => Data::I(v),
+                None => Data::F(t.to_f64_vec()),
+            },
+        };
+        Value { shape: t.shape.clone(), data }
+    }
+
+    fn floats(&self) -> Vec<f64> {
+        match &self.data {
+            Data::F(v) => v.clone(),
+            Data::I(v) => v.iter().map(|&i| i as f64).collect(),
+        }
+    }
+
+    fn truths(&self) -> Vec<bool> {
+        match &self.data {
+            Data::F(v) => v.iter().map(|&x| x != 0.0).collect(),
+            Data::I(v) => v.iter().map(|&i| i != 0).collect(),
+        }
+    }
+
+    /// The value at every index of `shape` (which it broadcasts to).
+    fn expand(&self, shape: &[usize]) -> Data {
+        let idx = crate::ir::broadcast_index(&self.shape, shape);
+        match &self.data {
+            Data::F(v) => Data::F(idx.into_iter().map(|i| v[i]).collect()),
+            Data::I(v) => Data::I(idx.into_iter().map(|i| v[i]).collect()),
+        }
+    }
+
+    /// As a tensor of its own precision (f64 or i64), for the reference's ops.
+    fn tensor(&self) -> Tensor {
+        match &self.data {
+            Data::F(v) => Tensor { shape: self.shape.clone(), data: TensorData::F64(v.clone()) },
+            Data::I(v) => Tensor::from_i64(self.shape.clone(), v.clone()),
+        }
+    }
+}
+
+fn broadcast(a: &[usize], b: &[usize]) -> Result<Vec<usize>, String> {
+    crate::ir::broadcast_static(a, b).ok_or_else(|| format!("{a:?} and {b:?} do not broadcast"))
 }
 
 impl Region {
     /// Every output of the region on `inputs` (by the region's input order), each rounded once
-    /// to its type in `types` (f32 when unknown).
-    pub fn eval(&self, inputs: &[&Tensor], types: &HashMap<String, DType>) -> Result<Vec<Tensor>, String> {
+    /// to its type ([`Region::dtypes`]): floats compute in f64 and round at a Cast or an
+    /// output only, as a stitched kernel keeping intermediates on chip would; integers and
+    /// bools are exact.
+    pub fn eval(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>, String> {
         if inputs.len() != self.inputs.len() {
             return Err(format!("{} inputs for {} region inputs", inputs.len(), self.inputs.len()));
         }
@@ -625,56 +727,120 @@ impl Region {
                     )
                     .map_err(|e| format!("input {i}: {e}"))?
                     .remove(0);
-                    Value { shape: t.shape.clone(), v: t.to_f64_vec() }
+                    Value::of(&t)
                 }
                 Step::Input(i) => match self.view(i) {
-                    None => Value { shape: inputs[i].shape.clone(), v: inputs[i].to_f64_vec() },
+                    None => Value::of(inputs[i]),
                     Some(perm) => {
                         let t = crate::reference::ops::layout::transpose(inputs[i], Some(perm))
                             .map_err(|e| format!("input {i}: {e}"))?
                             .remove(0);
-                        Value { shape: t.shape.clone(), v: t.to_f64_vec() }
+                        Value::of(&t)
                     }
                 },
-                Step::Const(c) => Value { shape: vec![], v: vec![c] },
+                Step::Const(c) => Value { shape: vec![], data: Data::F(vec![c]) },
                 Step::Unary(u, a) => {
                     let f = crate::reference::unary_fn(u);
-                    Value { shape: vals[a].shape.clone(), v: vals[a].v.iter().map(|&x| f(x)).collect() }
+                    Value { shape: vals[a].shape.clone(), data: Data::F(vals[a].floats().into_iter().map(f).collect()) }
                 }
                 Step::Binary(b, x, y) => {
-                    let shape = crate::ir::broadcast_static(&vals[x].shape, &vals[y].shape)
-                        .ok_or_else(|| format!("{:?} and {:?} do not broadcast", vals[x].shape, vals[y].shape))?;
-                    let (p, q) = (expand(&vals[x], &shape), expand(&vals[y], &shape));
+                    let shape = broadcast(&vals[x].shape, &vals[y].shape)?;
+                    let (p, q) = (Value::floats_at(&vals[x], &shape), Value::floats_at(&vals[y], &shape));
                     let v = p.iter().zip(&q).map(|(&p, &q)| b.apply(p, q)).collect();
-                    Value { shape, v }
+                    Value { shape, data: Data::F(v) }
                 }
                 Step::Reduce(kind, a) => {
                     let x = &vals[a];
                     let len = x.shape.last().copied().unwrap_or(1).max(1);
-                    let v =
-                        x.v.chunks(len)
-                            .map(|row| match kind {
-                                Reduce::Sum => row.iter().sum(),
-                                Reduce::Mean => row.iter().sum::<f64>() / len as f64,
-                                Reduce::Max => row.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-                            })
-                            .collect();
+                    let v = x
+                        .floats()
+                        .chunks(len)
+                        .map(|row| match kind {
+                            Reduce::Sum => row.iter().sum(),
+                            Reduce::Mean => row.iter().sum::<f64>() / len as f64,
+                            Reduce::Max => row.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+                        })
+                        .collect();
                     let mut shape = x.shape.clone();
                     if let Some(l) = shape.last_mut() {
                         *l = 1;
                     }
-                    Value { shape, v }
+                    Value { shape, data: Data::F(v) }
+                }
+                Step::Compare(c, x, y) => {
+                    let shape = broadcast(&vals[x].shape, &vals[y].shape)?;
+                    let v: Vec<i64> = match (vals[x].expand(&shape), vals[y].expand(&shape)) {
+                        (Data::I(p), Data::I(q)) => p.iter().zip(&q).map(|(&p, &q)| i64::from(c.apply(p, q))).collect(),
+                        _ => {
+                            let (p, q) = (Value::floats_at(&vals[x], &shape), Value::floats_at(&vals[y], &shape));
+                            p.iter().zip(&q).map(|(&p, &q)| i64::from(c.apply(p, q))).collect()
+                        }
+                    };
+                    Value { shape, data: Data::I(v) }
+                }
+                Step::Logic(l, x, y) => {
+                    let shape = broadcast(&vals[x].shape, &vals[y].shape)?;
+                    let (p, q) = (vals[x].truths(), vals[y].truths());
+                    let (ip, iq) = (
+                        crate::ir::broadcast_index(&vals[x].shape, &shape),
+                        crate::ir::broadcast_index(&vals[y].shape, &shape),
+                    );
+                    let v = ip.iter().zip(&iq).map(|(&i, &j)| i64::from(l.apply(p[i], q[j]))).collect();
+                    Value { shape, data: Data::I(v) }
+                }
+                Step::Not(a) => Value {
+                    shape: vals[a].shape.clone(),
+                    data: Data::I(vals[a].truths().into_iter().map(|t| i64::from(!t)).collect()),
+                },
+                Step::Select(c, x, y) => {
+                    let shape = broadcast(&broadcast(&vals[c].shape, &vals[x].shape)?, &vals[y].shape)?;
+                    let cond: Vec<bool> = {
+                        let t = vals[c].truths();
+                        crate::ir::broadcast_index(&vals[c].shape, &shape).into_iter().map(|i| t[i]).collect()
+                    };
+                    let data = match (vals[x].expand(&shape), vals[y].expand(&shape)) {
+                        (Data::I(p), Data::I(q)) => Data::I(
+                            cond.iter().zip(p.iter().zip(&q)).map(|(&c, (&p, &q))| if c { p } else { q }).collect(),
+                        ),
+                        _ => {
+                            let (p, q) = (Value::floats_at(&vals[x], &shape), Value::floats_at(&vals[y], &shape));
+                            Data::F(
+                                cond.iter().zip(p.iter().zip(&q)).map(|(&c, (&p, &q))| if c { p } else { q }).collect(),
+                            )
+                        }
+                    };
+                    Value { shape, data }
+                }
+                Step::Cast(to, a) => {
+                    // The reference executor's Cast, from the value's exact f64 / i64.
+                    let t = crate::reference::eval_op(&Op::Cast { to, saturate: true }, &[Some(&vals[a].tensor())])?
+                        .remove(0);
+                    Value::of(&t)
                 }
             };
             vals.push(v);
         }
         self.outputs
             .iter()
-            .map(|(name, s)| {
-                let dt = types.get(name).copied().unwrap_or(DType::F32);
-                Tensor::from_f64_as(dt, vals[*s].shape.clone(), &vals[*s].v)
-                    .ok_or_else(|| format!("output '{name}': cannot hold {dt}"))
+            .enumerate()
+            .map(|(k, (name, s))| {
+                let dt = self.dtype(k);
+                let v = &vals[*s];
+                let t = match &v.data {
+                    Data::I(i) if !dt.is_float() => Tensor::from_i64_as(dt, v.shape.clone(), i),
+                    _ => Tensor::from_f64_as(dt, v.shape.clone(), &v.floats()),
+                };
+                t.ok_or_else(|| format!("output '{name}': cannot hold {dt}"))
             })
             .collect()
+    }
+}
+
+impl Value {
+    fn floats_at(&self, shape: &[usize]) -> Vec<f64> {
+        match self.expand(shape) {
+            Data::F(v) => v,
+            Data::I(v) => v.into_iter().map(|i| i as f64).collect(),
+        }
     }
 }

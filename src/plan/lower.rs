@@ -41,6 +41,17 @@ pub fn element(d: DType) -> Option<Element> {
     }
 }
 
+/// What a stitched kernel stores a tensor of type `d` as, if it can.
+pub fn stitch_storage(d: DType) -> Option<bolt_codegen::stitch::Storage> {
+    use bolt_codegen::stitch::Storage;
+    match d {
+        DType::I32 => Some(Storage::I32),
+        DType::I64 => Some(Storage::I64),
+        DType::Bool => Some(Storage::Bool),
+        d => element(d).map(Storage::from),
+    }
+}
+
 pub fn activation(a: Activation) -> ep::Activation {
     match a {
         Activation::Relu => ep::Activation::Relu,
@@ -627,16 +638,17 @@ pub fn chains(g: &Graph, uses: &[KernelUse], skipped: &[Unlowered]) -> (Vec<Chai
 /// else through broadcast strides) and whether each output has one value per row. Symbolic
 /// dims count as equal when they have the same name. `Err`: why no stitched kernel takes it.
 pub fn stitch_spec(g: &Graph, n: &Node) -> Result<bolt_codegen::stitch::StitchSpec, String> {
-    use crate::ir::{Binary, Dim, Shape, Unary};
+    use crate::ir::{Binary, Compare, Dim, Logic, Shape, Unary};
     use crate::partition::stitch::{Reduce, Step};
-    use bolt_codegen::stitch::{self as st, Access, BinaryFn, Reduction, StitchSpec, UnaryFn};
+    use bolt_codegen::stitch::{self as st, Access, BinaryFn, CompareFn, LogicFn, Reduction, StitchSpec, UnaryFn};
     let Op::Stitched(r) = &n.op else { return Err("not a stitched node".into()) };
     let ty = |t: &str| g.types.get(t).ok_or_else(|| format!("tensor '{t}' has no type"));
     let mut shapes = Vec::new();
     let mut inputs = Vec::new();
     for x in n.inputs.iter().flatten() {
         let t = ty(x)?;
-        let e = element(t.dtype).ok_or_else(|| format!("input '{x}' is {}: stitched kernels read floats", t.dtype))?;
+        let e = stitch_storage(t.dtype)
+            .ok_or_else(|| format!("input '{x}' is {}: stitched kernels read f32, f16, bf16, i32, i64 and bool", t.dtype))?;
         shapes.push(t.shape.clone().ok_or_else(|| format!("input '{x}' has no known rank"))?);
         inputs.push(e);
     }
@@ -711,6 +723,32 @@ pub fn stitch_spec(g: &Graph, n: &Node) -> Result<bolt_codegen::stitch::StitchSp
                 x,
                 y,
             ),
+            Step::Compare(c, a, b) => st::Step::Compare(
+                match c {
+                    Compare::Equal => CompareFn::Eq,
+                    Compare::Less => CompareFn::Lt,
+                    Compare::LessOrEqual => CompareFn::Le,
+                    Compare::Greater => CompareFn::Gt,
+                    Compare::GreaterOrEqual => CompareFn::Ge,
+                },
+                a,
+                b,
+            ),
+            Step::Logic(l, a, b) => st::Step::Logic(
+                match l {
+                    Logic::And => LogicFn::And,
+                    Logic::Or => LogicFn::Or,
+                    Logic::Xor => LogicFn::Xor,
+                },
+                a,
+                b,
+            ),
+            Step::Not(a) => st::Step::Not(a),
+            Step::Select(c, a, b) => st::Step::Select(c, a, b),
+            Step::Cast(to, a) => st::Step::Cast(
+                stitch_storage(to).ok_or_else(|| format!("step {j} casts to {to}, which stitched kernels do not store"))?,
+                a,
+            ),
             Step::Reduce(kind, a) => {
                 // The kernel reduces along the space's rows: the reduced value must span them.
                 if step_shapes[a].0.last() != Some(width) {
@@ -736,11 +774,19 @@ pub fn stitch_spec(g: &Graph, n: &Node) -> Result<bolt_codegen::stitch::StitchSp
     let mut varies: Vec<bool> = Vec::with_capacity(r.steps.len());
     for s in &r.steps {
         let (d, v) = match *s {
-            Step::Input(i) => ([i].into(), true),
+            // An input with one value per row (its last dim 1) does not vary along it.
+            Step::Input(i) => ([i].into(), viewed[i].0.last() != Some(&Dim::Known(1))),
             Step::Const(_) => (Default::default(), false),
             Step::Unary(_, a) => (deps[a].clone(), varies[a]),
             Step::Reduce(_, a) => (deps[a].clone(), false),
-            Step::Binary(_, a, b) => (deps[a].union(&deps[b]).copied().collect(), varies[a] || varies[b]),
+            Step::Not(a) | Step::Cast(_, a) => (deps[a].clone(), varies[a]),
+            Step::Binary(_, a, b) | Step::Compare(_, a, b) | Step::Logic(_, a, b) => {
+                (deps[a].union(&deps[b]).copied().collect(), varies[a] || varies[b])
+            }
+            Step::Select(c, a, b) => (
+                deps[c].union(&deps[a]).chain(&deps[b]).copied().collect(),
+                varies[c] || varies[a] || varies[b],
+            ),
         };
         deps.push(d);
         varies.push(v);
@@ -751,7 +797,7 @@ pub fn stitch_spec(g: &Graph, n: &Node) -> Result<bolt_codegen::stitch::StitchSp
     for ((name, j), out) in r.outputs.iter().zip(&n.outputs) {
         debug_assert_eq!(name, out);
         let t = ty(out)?;
-        let element = element(t.dtype).ok_or_else(|| format!("output '{out}' is {}", t.dtype))?;
+        let element = stitch_storage(t.dtype).ok_or_else(|| format!("output '{out}' is {}", t.dtype))?;
         let shape = &step_shapes[*j];
         let per_row = if unknown {
             // Unknown sizes compare equal without being equal: an output is the iteration
@@ -800,7 +846,12 @@ pub fn stitch_spec(g: &Graph, n: &Node) -> Result<bolt_codegen::stitch::StitchSp
             .map(|(i, element)| {
                 let known = viewed[i].0.iter().all(|d| !matches!(d, Dim::Unknown));
                 let dense = r.view(i).is_none() && r.slice(i).is_none() && known && viewed[i] == space;
-                st::Input { element, access: if dense { Access::Dense } else { Access::Strided } }
+                let access = match (dense, viewed[i].0.last()) {
+                    (true, _) => Access::Dense,
+                    (false, Some(Dim::Known(1))) => Access::Row,
+                    _ => Access::Strided,
+                };
+                st::Input { element, access }
             })
             .collect(),
         steps,

@@ -8,7 +8,8 @@ single-op and decomposed spellings, casts, shared intermediates, graph outputs i
 a chain), and attention blocks in the forms exporters write (heads split by transposes, Kᵀ
 by [0,2,3,1] / [0,1,3,2] or given, K and V shared by the heads, the scale after the MatMul or
 on Q and K, padding / causal / full masks, the head merge, cross-attention lengths, head dims
-the kernels do and do not take), and between conv blocks data movement and memory-intensive
+the kernels do and do not take; masks made in the graph from bool / int64 attention masks and
+token ids as HuggingFace exports write them), and between conv blocks data movement and memory-intensive
 ops (Concat, Slice with and without steps, YOLOv5's Focus, Resize, pools, softmax over a
 channel or row axis, maybe through a transpose). Every graph is checked three ways against things Bolt did
 not compute:
@@ -47,7 +48,7 @@ from onnx import TensorProto, helper, numpy_helper
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO / "fuzz" / "corpus" / "graphs"
 # Bump when the generator changes what a seed builds.
-GENERATOR_VERSION = 9
+GENERATOR_VERSION = 10
 OPSET = 17
 # (rtol, atol) per graph element type. f32: folding reorders rounding, and a fused Cast to f16
 # may differ by an f16 ulp. f16 graphs: ORT rounds after every op, a fused kernel once.
@@ -120,6 +121,15 @@ class Builder:
         self.inputs.append(helper.make_tensor_value_info(name, self.elem, list(shape)))
         self.feeds[name] = self.rng.standard_normal(shape).astype(self.np_type)
         self.shapes[name] = tuple(shape)
+        return name
+
+    def typed_input(self, values: np.ndarray, stem: str = "mask") -> str:
+        """A graph input of the values' own type (bool masks, int64 token ids)."""
+        name = self.name(stem)
+        elem = helper.np_dtype_to_tensor_dtype(values.dtype)
+        self.inputs.append(helper.make_tensor_value_info(name, elem, list(values.shape)))
+        self.feeds[name] = values
+        self.shapes[name] = tuple(values.shape)
         return name
 
     def op(self, op_type: str, ins: list, shape, **attrs) -> str:
@@ -493,7 +503,8 @@ def attention_block(b: Builder) -> str:
     elif where.startswith("mul"):
         c = scalar(b, float(d) ** -0.5)
         x = b.op("Mul", [x, c] if where == "mul_right" else [c, x], scores)
-    mask = rng.choice(["none", "padding", "causal", "full"])
+    mask = rng.choice(["none", "padding", "causal", "full", "attention_mask", "token_ids"])
+    mask_shape = (nb, 1, 1, sk) if rank4 else (nb, 1, sk)
     if mask == "padding":
         m = b.input((nb, 1, 1, sk) if rank4 else (nb, 1, sk))
         b.feeds[m] = np.where(rng.random(b.shapes[m]) < 0.3, -1e4, 0.0).astype(b.np_type)
@@ -504,6 +515,27 @@ def attention_block(b: Builder) -> str:
         m = b.const(np.where(np.arange(sk)[None, :] > np.arange(sq)[:, None], -1e4, 0.0), "causal")
     elif mask == "full":
         m = b.input((nb, 1, sq, sk) if rank4 else (nb, sq, sk))
+    elif mask == "attention_mask":
+        # HuggingFace's BERT export: (1 - mask[:, None, None, :].float()) * -1e4 from a bool or
+        # int64 attention mask (a stitched mask region ahead of the attention).
+        keep = rng.random((nb, sk)) >= 0.3
+        keep[:, 0] = True
+        a = b.typed_input(keep if rng.random() < 0.5 else keep.astype(np.int64))
+        u = b.op("Unsqueeze", [a, b.const_i64([1, 2] if rank4 else [1])], mask_shape)
+        f = b.op("Cast", [u], mask_shape, to=b.elem)
+        inv = b.op("Sub", [scalar(b, 1.0), f], mask_shape)
+        m = b.op("Mul", [inv, scalar(b, -1e4)], mask_shape)
+    elif mask == "token_ids":
+        # A mask from token ids (pad id 0): Where(ids == pad, -1e4, 0), or Not and a bool Cast.
+        ids = rng.integers(0, 4, (nb, sk)).astype(np.int64)
+        ids[:, 0] = 1
+        eq = b.op("Equal", [b.typed_input(ids, "ids"), b.const_i64([0])], (nb, sk))
+        u = b.op("Unsqueeze", [eq, b.const_i64([1, 2] if rank4 else [1])], mask_shape)
+        if rng.random() < 0.5:
+            m = b.op("Where", [u, scalar(b, -1e4), scalar(b, 0.0)], mask_shape)
+        else:
+            keep = b.op("Cast", [b.op("Not", [u], mask_shape)], mask_shape, to=b.elem)
+            m = b.op("Mul", [b.op("Sub", [keep, scalar(b, 1.0)], mask_shape), scalar(b, 1e4)], mask_shape)
     if mask != "none":
         x = b.op("Add", [x, m] if rng.random() < 0.5 else [m, x], scores)
     p = b.op("Softmax", [x], scores, axis=-1)

@@ -4,7 +4,7 @@
 //! C-like wrapping, so int64 shape arithmetic stays exact.
 
 use super::OpResult;
-use crate::ir::{broadcast_index, broadcast_static, Binary, DType, GeluApprox, Tensor, Unary};
+use crate::ir::{broadcast_index, broadcast_static, Binary, Compare, DType, GeluApprox, Logic, Tensor, Unary};
 use rayon::prelude::*;
 
 enum Class {
@@ -171,4 +171,84 @@ pub fn cast(x: &Tensor, to: DType, _saturate: bool) -> OpResult {
         Tensor::from_i64_as(to, x.shape.clone(), &iv)
     };
     out.map(|t| vec![t]).ok_or_else(|| format!("cannot cast {from} to {to}"))
+}
+
+/// Each element of `t` broadcast to `shape`, as integers (bools as 0 / 1) or floats.
+enum Lanes {
+    Int(Vec<i64>),
+    Float(Vec<f64>),
+}
+
+fn lanes(t: &Tensor, shape: &[usize]) -> Lanes {
+    let idx = broadcast_index(&t.shape, shape);
+    match &t.data {
+        crate::ir::TensorData::Bool(v) => Lanes::Int(idx.iter().map(|&i| i64::from(v[i])).collect()),
+        _ if t.dtype().is_integer() => {
+            let v = t.as_i64_vec().expect("integer tensor");
+            Lanes::Int(idx.iter().map(|&i| v[i]).collect())
+        }
+        _ => {
+            let v = t.to_f64_vec();
+            Lanes::Float(idx.iter().map(|&i| v[i]).collect())
+        }
+    }
+}
+
+/// The broadcast shape of `ts`, or why there is none.
+fn broadcast_all(ts: &[&Tensor]) -> Result<Vec<usize>, String> {
+    let mut shape = ts[0].shape.clone();
+    for t in &ts[1..] {
+        shape = broadcast_static(&shape, &t.shape)
+            .ok_or_else(|| format!("shapes {shape:?} and {:?} do not broadcast", t.shape))?;
+    }
+    Ok(shape)
+}
+
+/// Equal, Less, ... in the inputs' own type (integers exactly, floats with IEEE rules).
+pub fn compare(op: Compare, a: &Tensor, b: &Tensor) -> OpResult {
+    if a.dtype() != b.dtype() {
+        return Err(format!("input types differ: {} vs {}", a.dtype(), b.dtype()));
+    }
+    let shape = broadcast_all(&[a, b])?;
+    let v: Vec<bool> = match (lanes(a, &shape), lanes(b, &shape)) {
+        (Lanes::Int(x), Lanes::Int(y)) => x.iter().zip(&y).map(|(&p, &q)| op.apply(p, q)).collect(),
+        (Lanes::Float(x), Lanes::Float(y)) => x.iter().zip(&y).map(|(&p, &q)| op.apply(p, q)).collect(),
+        _ => unreachable!("one dtype, one class"),
+    };
+    Ok(vec![Tensor::new(shape, crate::ir::TensorData::Bool(v))?])
+}
+
+fn bools<'a>(t: &'a Tensor, what: &str) -> Result<&'a [bool], String> {
+    match &t.data {
+        crate::ir::TensorData::Bool(v) => Ok(v),
+        _ => Err(format!("{what} must be bool, is {}", t.dtype())),
+    }
+}
+
+pub fn logic(op: Logic, a: &Tensor, b: &Tensor) -> OpResult {
+    let (x, y) = (bools(a, "input 0")?, bools(b, "input 1")?);
+    let shape = broadcast_all(&[a, b])?;
+    let (ia, ib) = (broadcast_index(&a.shape, &shape), broadcast_index(&b.shape, &shape));
+    let v = ia.iter().zip(&ib).map(|(&i, &j)| op.apply(x[i], y[j])).collect();
+    Ok(vec![Tensor::new(shape, crate::ir::TensorData::Bool(v))?])
+}
+
+pub fn not(a: &Tensor) -> OpResult {
+    let v = bools(a, "the input")?.iter().map(|&x| !x).collect();
+    Ok(vec![Tensor::new(a.shape.clone(), crate::ir::TensorData::Bool(v))?])
+}
+
+/// `cond ? x : y` with the three broadcast; x and y of any one type.
+pub fn select(cond: &Tensor, x: &Tensor, y: &Tensor) -> OpResult {
+    let c = bools(cond, "the condition")?;
+    if x.dtype() != y.dtype() {
+        return Err(format!("the branches differ in type: {} vs {}", x.dtype(), y.dtype()));
+    }
+    let shape = broadcast_all(&[cond, x, y])?;
+    let ic = broadcast_index(&cond.shape, &shape);
+    let (ix, iy) = (broadcast_index(&x.shape, &shape), broadcast_index(&y.shape, &shape));
+    // One gather from x's elements followed by y's.
+    let both = x.data.chained(&y.data).expect("one dtype");
+    let idx: Vec<usize> = (0..ic.len()).map(|k| if c[ic[k]] { ix[k] } else { x.len() + iy[k] }).collect();
+    Ok(vec![Tensor::new(shape, both.gather(&idx))?])
 }

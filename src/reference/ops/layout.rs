@@ -275,7 +275,9 @@ pub fn split(x: &Tensor, split: Option<&Tensor>, axis: i64, outputs: usize) -> O
     let mut out = Vec::with_capacity(outputs);
     for &n in &sizes {
         let idx: Vec<usize> = (0..outer)
-            .flat_map(|o| (start..start + n).flat_map(move |k| (0..inner).map(move |i| (o * x.shape[a] + k) * inner + i)))
+            .flat_map(|o| {
+                (start..start + n).flat_map(move |k| (0..inner).map(move |i| (o * x.shape[a] + k) * inner + i))
+            })
             .collect();
         let mut shape = x.shape.clone();
         shape[a] = n;
@@ -283,4 +285,17 @@ pub fn split(x: &Tensor, split: Option<&Tensor>, axis: i64, outputs: usize) -> O
         start += n;
     }
     Ok(out)
+}
+
+/// Expand: `x` broadcast with the shape in `shape` (numpy rules, so a 1 in `shape` keeps
+/// `x`'s dim and the result may have more axes than `shape` says).
+pub fn expand(x: &Tensor, shape: &Tensor) -> OpResult {
+    let target: Vec<usize> = ints(shape, "shape")?
+        .into_iter()
+        .map(|d| usize::try_from(d).map_err(|_| format!("the shape holds {d}")))
+        .collect::<Result<_, _>>()?;
+    let out = crate::ir::broadcast_static(&x.shape, &target)
+        .ok_or_else(|| format!("shape {:?} does not broadcast to {target:?}", x.shape))?;
+    let idx = crate::ir::broadcast_index(&x.shape, &out);
+    Ok(vec![Tensor { data: x.data.gather(&idx), shape: out }])
 }

@@ -50,6 +50,11 @@ pub fn eval_op(op: &Op, inputs: &[Option<&Tensor>]) -> OpResult {
         }
         Op::Binary(b) => elementwise::binary(*b, req(inputs, 0)?, req(inputs, 1)?),
         Op::Unary(u) => elementwise::unary(*u, req(inputs, 0)?),
+        Op::Compare(c) => elementwise::compare(*c, req(inputs, 0)?, req(inputs, 1)?),
+        Op::Logic(l) => elementwise::logic(*l, req(inputs, 0)?, req(inputs, 1)?),
+        Op::Not => elementwise::not(req(inputs, 0)?),
+        Op::Where => elementwise::select(req(inputs, 0)?, req(inputs, 1)?, req(inputs, 2)?),
+        Op::Expand => layout::expand(req(inputs, 0)?, req(inputs, 1)?),
         Op::Clip => elementwise::clip(req(inputs, 0)?, opt(inputs, 1), opt(inputs, 2)),
         Op::Cast { to, saturate } => elementwise::cast(req(inputs, 0)?, *to, *saturate),
         Op::Transpose { perm } => layout::transpose(req(inputs, 0)?, perm.as_deref()),
@@ -87,10 +92,7 @@ pub fn eval_op(op: &Op, inputs: &[Option<&Tensor>]) -> OpResult {
         Op::FusedChain(layers) => fused::fused_chain(layers, inputs),
         Op::Stitched(r) => {
             let args: Vec<&Tensor> = (0..r.inputs.len()).map(|i| req(inputs, i)).collect::<Result<_, _>>()?;
-            // A region computes in its inputs' float type.
-            let dtype = args.first().map_or(crate::ir::DType::F32, |t| t.dtype());
-            let types = r.outputs.iter().map(|(name, _)| (name.clone(), dtype)).collect();
-            r.eval(&args, &types)
+            r.eval(&args)
         }
         Op::Attention(a) => {
             let args: Vec<&Tensor> = inputs.iter().map(|t| t.ok_or("missing input")).collect::<Result<_, _>>()?;
