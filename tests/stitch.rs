@@ -643,3 +643,61 @@ fn reductions_dropping_their_axes_are_stitched_with_a_squeeze_after() {
         }
     }
 }
+
+/// A transformer's embeddings block as exporters write it: Gather(word table, token ids) +
+/// position embeddings, then LayerNorm. The lookup joins the region (the table read by row,
+/// the ids one per row), so the block is one stitched kernel; its meaning and its kernel
+/// spec's equal the reference running the original ops, negative ids included.
+#[test]
+fn embedding_lookups_stitch_with_what_follows() {
+    let (batch, seq, vocab, width) = (2usize, 5usize, 11usize, 37usize);
+    let ids: Vec<i64> = (0..batch * seq).map(|i| (i as i64 * 7) % 13 - 2).collect();
+    let ids = Tensor::from_i64(vec![batch, seq], ids);
+    for dtype in [DType::F32, DType::F16] {
+        let mut b = GraphBuilder::new("embeddings");
+        let x = b.input("ids", DType::I64, Shape::from_static(&[batch, seq]));
+        let table = b.initializer("word", random(&[vocab, width], 3));
+        let pos = b.initializer("pos", random(&[seq, width], 4));
+        let gamma = b.initializer("gamma", random(&[width], 5));
+        let beta = b.initializer("beta", random(&[width], 6));
+        let e = b.node("lookup", Op::Gather { axis: 0 }, &[&table, &x]);
+        let s = b.node("add_pos", Op::Binary(Binary::Add), &[&e, &pos]);
+        let ln = Op::LayerNormalization { axis: -1, epsilon: 1e-5, stash_type: DType::F32 };
+        let y = b.node("ln", ln, &[&s, &gamma, &beta]);
+        b.output(&y);
+        let g32 = b.finish().unwrap();
+        let g = if dtype == DType::F16 { convert_floats(&g32, DType::F16).unwrap() } else { g32 };
+        let want = bolt::reference::run(&g, &HashMap::from([("ids".to_string(), ids.clone())])).unwrap()[&y].clone();
+        let close = |got: &Tensor, what: &str| {
+            assert_eq!((got.dtype(), &got.shape), (want.dtype(), &want.shape), "{what}");
+            let tol = if dtype == DType::F16 { 2e-2 } else { 1e-5 };
+            let worst = got
+                .to_f32_vec()
+                .iter()
+                .zip(want.to_f32_vec())
+                .map(|(a, b)| (a - b).abs() / (1.0 + b.abs()))
+                .fold(0f32, f32::max);
+            assert!(worst <= tol, "{what} {dtype}: {worst}");
+        };
+        let r = one_region(&g);
+        assert_eq!(r.nodes, ["lookup", "add_pos", "ln"]);
+        let inputs: Vec<Tensor> =
+            r.inputs.iter().map(|n| if n == "ids" { ids.clone() } else { (*g.initializers[n]).clone() }).collect();
+        close(&r.eval(&inputs.iter().collect::<Vec<_>>()).unwrap()[0], "region");
+
+        let plan = bolt::plan::plan(&g).unwrap();
+        assert_eq!(plan.graph.nodes.len(), 1, "one stitched kernel: {:?}", plan.stitched);
+        let n = &plan.graph.nodes[0];
+        let Op::Stitched(region) = &n.op else { panic!("{:?}", n.op) };
+        let spec = bolt::plan::lower::stitch_spec(&plan.graph, n).unwrap();
+        let inputs: Vec<Tensor> = n
+            .inputs
+            .iter()
+            .flatten()
+            .map(|t| if t == "ids" { ids.clone() } else { (*plan.graph.initializers[t]).clone() })
+            .collect();
+        let got =
+            bolt::runtime::stitch::run(&spec, region, &inputs.iter().collect::<Vec<_>>(), &[want.dtype()]).unwrap();
+        close(&got[0], "kernel spec");
+    }
+}

@@ -49,7 +49,7 @@
 extern "C" {
 #endif
 
-#define BOLT_ABI_VERSION 4
+#define BOLT_ABI_VERSION 5
 
 // Alignment (bytes) of the params buffer given to initialize, update and launch (CUTLASS 3
 // Params hold 128-byte-aligned members).
@@ -164,6 +164,8 @@ typedef struct BoltGlueArgs {
 // seen as `rows` rows of `width` elements (the last dim; every reduction runs along it).
 // Input i is read at sum(coord[d] * strides[i][d]) (stride 0: broadcast along d); outputs are
 // dense, of the iteration space or (a reduction's result) of one value per row. No workspace.
+// A gathered input (an embedding table) is read by row: element (index, col) at
+// index * strides[i][rank - 2] + col * strides[i][rank - 1], of table_rows[i] rows.
 #define BOLT_STITCH_MAX_RANK 6
 #define BOLT_STITCH_MAX_INPUTS 8
 #define BOLT_STITCH_MAX_OUTPUTS 4
@@ -174,6 +176,7 @@ typedef struct BoltStitchProblem {
   int64_t rank;
   int64_t shape[BOLT_STITCH_MAX_RANK];
   int64_t strides[BOLT_STITCH_MAX_INPUTS][BOLT_STITCH_MAX_RANK];
+  int64_t table_rows[BOLT_STITCH_MAX_INPUTS];
 } BoltStitchProblem;
 
 typedef struct BoltStitchArgs {

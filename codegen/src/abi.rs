@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use crate::spec::{Family, Layout};
 
 /// `BOLT_ABI_VERSION` of the header; recorded in every manifest and checked on load.
-pub const ABI_VERSION: u32 = 4;
+pub const ABI_VERSION: u32 = 5;
 
 /// `BOLT_PARAMS_ALIGNMENT`: alignment in bytes of a kernel's params buffer.
 pub const PARAMS_ALIGNMENT: usize = 128;
@@ -317,7 +317,9 @@ pub const STITCH_MAX_INPUTS: usize = 8;
 pub const STITCH_MAX_OUTPUTS: usize = 4;
 
 /// `BoltStitchProblem`: a stitched region's iteration space (`rank` dims, `rows` rows of
-/// `width` elements) and each input's element strides over it (0: broadcast).
+/// `width` elements) and each input's element strides over it (0: broadcast). A gathered
+/// input (an embedding table) has its row stride at `rank - 2`, its column stride at
+/// `rank - 1` and `table_rows` rows.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct BoltStitchProblem {
@@ -326,6 +328,7 @@ pub struct BoltStitchProblem {
     pub rank: i64,
     pub shape: [i64; STITCH_MAX_RANK],
     pub strides: [[i64; STITCH_MAX_RANK]; STITCH_MAX_INPUTS],
+    pub table_rows: [i64; STITCH_MAX_INPUTS],
 }
 
 impl BoltStitchProblem {

@@ -286,6 +286,9 @@ pub enum Step {
     Select(usize, usize, usize),
     /// The value converted to the storage type (and computed on in that type's kind).
     Cast(Storage, usize),
+    /// Row `index` (an int step, one value per row; negative counts from the end) of table
+    /// input `.0` at the column: an embedding lookup. An index outside the table gives NaN.
+    Gather(usize, usize),
 }
 
 /// How an input is addressed: `Dense` when its shape is the iteration space (index =
@@ -298,6 +301,9 @@ pub enum Access {
     Dense,
     Strided,
     Row,
+    /// An embedding table read by row through [`Step::Gather`] (row stride at the space's
+    /// `rank - 2`, column stride at `rank - 1`, `table_rows` rows); never broadcast.
+    Table,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -351,7 +357,7 @@ impl StitchSpec {
     fn args(s: &Step) -> Vec<usize> {
         match *s {
             Step::Input(_) | Step::Const(_) => vec![],
-            Step::Unary(_, a) | Step::Reduce(_, a) | Step::Not(a) | Step::Cast(_, a) => vec![a],
+            Step::Unary(_, a) | Step::Reduce(_, a) | Step::Not(a) | Step::Cast(_, a) | Step::Gather(_, a) => vec![a],
             Step::Binary(_, a, b) | Step::Compare(_, a, b) | Step::Logic(_, a, b) => vec![a, b],
             Step::Select(c, a, b) => vec![c, a, b],
         }
@@ -396,6 +402,17 @@ impl StitchSpec {
                     of(a)?;
                     to.kind()
                 }
+                Step::Gather(t, a) => {
+                    let table = self.inputs.get(t).ok_or(StitchRejection::NoInput(j, t))?;
+                    match (table.access, table.element.kind(), of(a)?) {
+                        (Access::Table, Kind::Float, Kind::Int) => Kind::Float,
+                        (access, kind, index) => {
+                            return bad(format!(
+                                "gathers from a {access:?} input of {kind:?} by a {index:?} index (a float table by an int)"
+                            ))
+                        }
+                    }
+                }
             };
             k.push(kind);
         }
@@ -420,6 +437,7 @@ impl StitchSpec {
         for s in &self.steps {
             v.push(match *s {
                 Step::Input(i) => self.inputs.get(i).is_none_or(|x| x.access != Access::Row),
+                Step::Gather(..) => true,
                 Step::Const(_) | Step::Reduce(..) => false,
                 Step::Unary(_, a) | Step::Not(a) | Step::Cast(_, a) => v[a],
                 Step::Binary(_, a, b) | Step::Compare(_, a, b) | Step::Logic(_, a, b) => v[a] || v[b],
@@ -462,8 +480,27 @@ impl StitchSpec {
                 return Err(format!("input {i} of shape {s:?} (strides {st:?}) is read densely over {shape:?}"));
             }
         }
-        let p = BoltStitchProblem::with_strides(shape, inputs)
+        // Tables are read by row, not broadcast: a scalar here, their strides set below.
+        let broadcast: Vec<(&[usize], &[i64])> = self
+            .inputs
+            .iter()
+            .zip(inputs)
+            .map(|(x, &v)| if x.access == Access::Table { (&[][..], &[][..]) } else { v })
+            .collect();
+        let mut p = BoltStitchProblem::with_strides(shape, &broadcast)
             .ok_or_else(|| format!("inputs {inputs:?} do not broadcast to {shape:?}"))?;
+        for (i, (x, (s, st))) in self.inputs.iter().zip(inputs).enumerate() {
+            if x.access != Access::Table {
+                continue;
+            }
+            let rank = shape.len();
+            if s.len() != 2 || s[1] != shape[rank - 1] || rank < 2 {
+                return Err(format!("table input {i} of shape {s:?} for rows of {shape:?}"));
+            }
+            p.strides[i][rank - 2] = st[0];
+            p.strides[i][rank - 1] = st[1];
+            p.table_rows[i] = s[0] as i64;
+        }
         for (i, x) in self.inputs.iter().enumerate() {
             if x.access == Access::Row && p.strides[i][shape.len() - 1] != 0 {
                 return Err(format!("input {i} of shape {:?} varies along rows of {shape:?}", inputs[i].0));
@@ -518,6 +555,19 @@ impl StitchSpec {
                             }
                         }
                         Step::Cast(to, a) => to.convert(v[a]),
+                        Step::Gather(t, a) => {
+                            let rows = p.table_rows[t];
+                            let Scalar::I(mut k) = v[a] else { unreachable!("validated: an int index") };
+                            if k < 0 {
+                                k += rows;
+                            }
+                            if k < 0 || k >= rows {
+                                Scalar::F(f64::NAN)
+                            } else {
+                                let at = k * p.strides[t][rank - 2] + col as i64 * p.strides[t][rank - 1];
+                                inputs[t].at(at as usize)
+                            }
+                        }
                     };
                     v.push(x);
                 }
@@ -644,6 +694,17 @@ pub fn validate(spec: &StitchSpec) -> Result<(), StitchRejection> {
     }
     let kinds = spec.kinds()?;
     let varies = spec.varies();
+    for (j, s) in spec.steps.iter().enumerate() {
+        match *s {
+            Step::Gather(_, a) if varies[a] => {
+                return Err(StitchRejection::Kind(j, format!("the index (step {a}) varies along the row")))
+            }
+            Step::Input(i) if spec.inputs[i].access == Access::Table => {
+                return Err(StitchRejection::Kind(j, format!("table input {i} is read only by a gather")))
+            }
+            _ => {}
+        }
+    }
     for (i, o) in spec.outputs.iter().enumerate() {
         if o.step >= spec.steps.len() {
             return Err(StitchRejection::NoStep(i, o.step));
@@ -675,6 +736,7 @@ struct InputContext {
     /// The type it is loaded as.
     kind: &'static str,
     dense: bool,
+    table: bool,
 }
 
 #[derive(Serialize)]
@@ -756,6 +818,7 @@ pub fn render(spec: &StitchSpec, symbol: &str) -> Result<String, RenderError> {
             Step::Logic(f, x, y) => format!("{} {} {}", v(x), f.cpp(), v(y)),
             Step::Not(x) => format!("!{}", v(x)),
             Step::Select(c, x, y) => format!("{} ? {} : {}", v(c), v(x), v(y)),
+            Step::Gather(t, x) => format!("gather_{t}(p, a, col, {})", v(x)),
             Step::Cast(to, x) => match (to, kinds[x]) {
                 (Storage::F32, _) => format!("float({})", v(x)),
                 (Storage::Bool, Kind::Float) => format!("{} != 0.f", v(x)),
@@ -796,6 +859,7 @@ pub fn render(spec: &StitchSpec, symbol: &str) -> Result<String, RenderError> {
                 element: i.element.cpp(),
                 kind: i.element.kind().cpp(),
                 dense: i.access == Access::Dense,
+                table: i.access == Access::Table,
             })
             .collect(),
         outputs: spec

@@ -1,6 +1,6 @@
 //! Stitched kernels: a unit of several region shapes (softmax with a broadcast mask, LayerNorm,
 //! an element-wise GELU chain in f16, a per-row mean, a two-level reduction, a softmax under a
-//! mask of bools and token ids with int and bool outputs) is compiled for
+//! mask of bools and token ids with int and bool outputs, an embedding lookup) is compiled for
 //! sm_80 and linked twice. An executable runs each kernel's phase functions on the host
 //! (`host_run`: the device's element code, one row at a time) on random data of odd widths,
 //! compared with the spec's meaning in f64 (`StitchSpec::eval`); a library answers the ABI's
@@ -19,7 +19,7 @@ use bolt_codegen::stitch::{
 };
 
 /// The case whose first input is a transposed view.
-const TRANSPOSED: usize = 7;
+const TRANSPOSED: usize = 8;
 
 fn gelu_strided() -> StitchSpec {
     StitchSpec {
@@ -179,7 +179,35 @@ fn cases() -> Vec<(StitchSpec, Vec<usize>, Vec<Vec<usize>>)> {
             Output { step: 18, element: Storage::BF16, per_row: false },
         ],
     };
+    // A transformer's embeddings: rows of an f16 table by token ids (negative ones count from
+    // the end), plus position embeddings, then a LayerNorm.
+    let embeddings = StitchSpec {
+        inputs: vec![
+            input(Storage::F16, Access::Table),
+            input(Storage::I64, Access::Row),
+            input(Storage::F32, Access::Strided),
+        ],
+        steps: vec![
+            Input(1),
+            Gather(0, 0),
+            Input(2),
+            Binary(BinaryFn::Add, 1, 2),
+            Reduce(Reduction::Mean, 3),
+            Binary(BinaryFn::Sub, 3, 4),
+            Binary(BinaryFn::Mul, 5, 5),
+            Reduce(Reduction::Mean, 6),
+            Const(1e-5.into()),
+            Binary(BinaryFn::Add, 7, 8),
+            Unary(UnaryFn::Sqrt, 9),
+            Binary(BinaryFn::Div, 5, 10),
+        ],
+        outputs: vec![
+            Output { step: 11, element: Storage::F16, per_row: false },
+            Output { step: 1, element: Storage::F32, per_row: false },
+        ],
+    };
     vec![
+        (embeddings, vec![2, 3, 37], vec![vec![7, 37], vec![2, 3, 1], vec![3, 37]]),
         (masked, vec![2, 3, 37], vec![vec![2, 3, 37], vec![2, 1, 37], vec![2, 1, 37]]),
         (min_max, vec![3, 37], vec![vec![3, 37], vec![37]]),
         (softmax.clone(), vec![2, 3, 7, 33], vec![vec![2, 3, 7, 33], vec![2, 1, 1, 33]]),
@@ -279,7 +307,15 @@ fn decode(e: Storage, b: &[u8]) -> Vec<Scalar> {
 fn c_problem(p: &BoltStitchProblem) -> String {
     let list = |v: &[i64]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ");
     let strides: Vec<String> = p.strides.iter().map(|s| format!("{{{}}}", list(s))).collect();
-    format!("{{{}, {}, {}, {{{}}}, {{{}}}}}", p.rows, p.width, p.rank, list(&p.shape), strides.join(", "))
+    format!(
+        "{{{}, {}, {}, {{{}}}, {{{}}}, {{{}}}}}",
+        p.rows,
+        p.width,
+        p.rank,
+        list(&p.shape),
+        strides.join(", "),
+        list(&p.table_rows)
+    )
 }
 
 /// A host `main` running case `c` (read inputs `in_<c>_<i>.bin`, write `out_<c>_<o>.bin`).

@@ -43,6 +43,9 @@ pub enum Step {
     Select(usize, usize, usize),
     /// ONNX Cast to the type.
     Cast(DType, usize),
+    /// Rows of table input `.0` (a constant [rows, width] embedding table) by the int indices
+    /// of step `.1` (a row-index input: one per row of the result): ONNX Gather on axis 0.
+    Gather(usize, usize),
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -63,6 +66,10 @@ pub struct Region {
     pub outputs: Vec<(String, usize)>,
     /// Each output's element type (a mask region reads bools and writes floats).
     pub dtypes: Vec<DType>,
+    /// Per input: whether it holds a gather's row indices, read as one value per row of the
+    /// iteration space (its shape with a 1 appended).
+    #[serde(default)]
+    pub row_index: Vec<bool>,
 }
 
 impl Region {
@@ -81,6 +88,15 @@ impl Region {
                 Step::Input(i) => {
                     let s = inputs.get(i).ok_or_else(|| format!("step {j} reads a missing input {i}"))?;
                     self.viewed_shape(i, s)?
+                }
+                Step::Gather(t, a) => {
+                    let table = inputs.get(t).ok_or_else(|| format!("step {j} reads a missing table {t}"))?;
+                    let (Some(w), Some(_)) = (table.0.get(1).filter(|_| table.rank() == 2), out[a].0.last()) else {
+                        return Err(format!("step {j} gathers from a table of shape {table}"));
+                    };
+                    let mut d = out[a].0.clone();
+                    *d.last_mut().expect("checked") = w.clone();
+                    Shape(d)
                 }
                 Step::Const(_) => Shape(vec![]),
                 Step::Unary(_, a) | Step::Not(a) | Step::Cast(_, a) => out[a].clone(),
@@ -115,9 +131,25 @@ impl Region {
         self.slices.get(i).and_then(|v| v.as_deref())
     }
 
+    /// Whether input `i` holds a gather's row indices.
+    pub fn row_index(&self, i: usize) -> bool {
+        self.row_index.get(i).copied().unwrap_or(false)
+    }
+
+    /// Whether input `i` is a gather's table (read by row, never broadcast).
+    pub fn is_table(&self, i: usize) -> bool {
+        self.steps.iter().any(|s| matches!(s, Step::Gather(t, _) if *t == i))
+    }
+
     /// Input `i` of shape `s` as the region reads it: through its permutation or its slice
-    /// (a sliced dim of unknown or symbolic size has an unknown size).
+    /// (a sliced dim of unknown or symbolic size has an unknown size), or with a 1 appended
+    /// (a gather's row indices).
     pub fn viewed_shape(&self, i: usize, s: &Shape) -> Result<Shape, String> {
+        if self.row_index(i) {
+            let mut d = s.0.clone();
+            d.push(Dim::Known(1));
+            return Ok(Shape(d));
+        }
         if let Some(p) = self.view(i) {
             return match p.len() == s.rank() && p.iter().all(|&d| d < s.rank()) {
                 true => Ok(Shape(p.iter().map(|&d| s.0[d].clone()).collect())),
@@ -281,7 +313,8 @@ fn stitchable(op: &Op) -> bool {
         | Op::Logic(_)
         | Op::Not
         | Op::Where
-        | Op::Cast { .. } => true,
+        | Op::Cast { .. }
+        | Op::Gather { .. } => true,
         // A transpose of a region input is a strided read. The planner's own NCHW <-> NHWC
         // transforms are glue kernels' (tiled for coalescing).
         Op::Transpose { perm: Some(p) } => p[..] != TO_NHWC && p[..] != TO_NCHW,
@@ -327,6 +360,20 @@ pub fn find_with(g: &Graph, taken: &HashSet<String>, leave_attention: bool) -> (
                     reason: "attention core: left for attention fusion".into(),
                 });
                 return false;
+            }
+            if let Op::Gather { axis } = n.op {
+                // An embedding lookup: rows of a constant float table [rows, width] by indices
+                // computed at run time (constant indices are device copies).
+                let table = n.input(0).and_then(|t| g.initializers.get(t)).filter(|t| t.rank() == 2);
+                let ids = n.input(1).filter(|x| !g.initializers.contains_key(*x));
+                let int = ids.and_then(|x| g.types.get(x)).is_some_and(|t| {
+                    matches!(t.dtype, DType::I32 | DType::I64) && t.shape.as_ref().is_some_and(|s| s.rank() >= 1)
+                });
+                return table.is_some_and(|t| t.dtype().is_float())
+                    && (axis == 0 || axis == -2)
+                    && int
+                    && n.outputs.len() == 1
+                    && float(&n.outputs[0]);
             }
             if matches!(n.op, Op::Slice) {
                 // Read in place: its bounds are constants, its data a float tensor.
@@ -547,6 +594,7 @@ fn region(
         steps: Vec::new(),
         outputs: Vec::new(),
         dtypes: Vec::new(),
+        row_index: Vec::new(),
     };
     let dtype = |t: &str| g.types.get(t).map_or(DType::F32, |ty| ty.dtype);
     let mut value: HashMap<String, usize> = HashMap::new();
@@ -563,12 +611,43 @@ fn region(
                 _ => None,
             });
             r.slices.push(slice_view(g, n));
+            r.row_index.push(false);
             r.steps.push(Step::Input(r.inputs.len() - 1));
             value.insert(n.outputs[0].clone(), r.steps.len() - 1);
             r.nodes.push(n.name.clone());
             let read_outside = consumers.get(n.outputs[0].as_str()).is_some_and(|c| c.iter().any(|c| !set.contains(c)));
             if read_outside || g.outputs.contains(&n.outputs[0]) {
                 r.outputs.push((n.outputs[0].clone(), r.steps.len() - 1));
+                r.dtypes.push(dtype(&n.outputs[0]));
+            }
+            continue;
+        }
+        if let Op::Gather { .. } = n.op {
+            // The table and the indices are inputs of their own: the indices read per row.
+            let (Some(table), Some(ids)) = (n.input(0), n.input(1)) else {
+                return Err(RegionError::Node(i, format!("'{}' lacks an input", n.name)));
+            };
+            if producer.get(ids).is_some_and(|p| set.contains(p)) {
+                return Err(RegionError::Node(
+                    i,
+                    format!("Gather '{}': its indices are computed in the region", n.name),
+                ));
+            }
+            for (x, rows) in [(table, false), (ids, true)] {
+                r.inputs.push(x.to_string());
+                r.views.push(None);
+                r.slices.push(None);
+                r.row_index.push(rows);
+            }
+            let k = r.inputs.len();
+            r.steps.push(Step::Input(k - 1));
+            r.steps.push(Step::Gather(k - 2, r.steps.len() - 1));
+            let out = r.steps.len() - 1;
+            value.insert(n.outputs[0].clone(), out);
+            r.nodes.push(n.name.clone());
+            let read_outside = consumers.get(n.outputs[0].as_str()).is_some_and(|c| c.iter().any(|c| !set.contains(c)));
+            if read_outside || g.outputs.contains(&n.outputs[0]) {
+                r.outputs.push((n.outputs[0].clone(), out));
                 r.dtypes.push(dtype(&n.outputs[0]));
             }
             continue;
@@ -594,6 +673,7 @@ fn region(
                     r.inputs.push(x.clone());
                     r.views.push(None);
                     r.slices.push(None);
+                    r.row_index.push(false);
                     Step::Input(r.inputs.len() - 1)
                 }
             };
@@ -729,6 +809,11 @@ impl Region {
                     .remove(0);
                     Value::of(&t)
                 }
+                Step::Input(i) if self.row_index(i) => {
+                    let mut v = Value::of(inputs[i]);
+                    v.shape.push(1);
+                    v
+                }
                 Step::Input(i) => match self.view(i) {
                     None => Value::of(inputs[i]),
                     Some(perm) => {
@@ -810,6 +895,14 @@ impl Region {
                         }
                     };
                     Value { shape, data }
+                }
+                Step::Gather(t, a) => {
+                    // The reference executor's Gather on the indices (their appended 1 dropped).
+                    let mut idx = vals[a].tensor();
+                    idx.shape.pop();
+                    let y =
+                        crate::reference::eval_op(&Op::Gather { axis: 0 }, &[Some(inputs[t]), Some(&idx)])?.remove(0);
+                    Value::of(&y)
                 }
                 Step::Cast(to, a) => {
                     // The reference executor's Cast, from the value's exact f64 / i64.

@@ -655,9 +655,12 @@ pub fn stitch_spec(g: &Graph, n: &Node) -> Result<bolt_codegen::stitch::StitchSp
     // Each input as the region reads it (a transposed input through its permutation, a
     // sliced one through its window).
     let viewed: Vec<Shape> = shapes.iter().enumerate().map(|(i, s)| r.viewed_shape(i, s)).collect::<Result<_, _>>()?;
+    // A gather's table is read by row, not broadcast: its rows' width is the space's.
     let space = viewed
         .iter()
-        .try_fold(Shape(vec![]), |acc, s| crate::ir::broadcast_shapes(&acc, s))
+        .enumerate()
+        .map(|(i, s)| if r.is_table(i) { Shape(s.0.last().cloned().into_iter().collect()) } else { s.clone() })
+        .try_fold(Shape(vec![]), |acc, s| crate::ir::broadcast_shapes(&acc, &s))
         .ok_or("the inputs do not broadcast together")?;
     if space.rank() == 0 || space.rank() > bolt_codegen::abi::STITCH_MAX_RANK {
         return Err(format!("an iteration space of rank {} (stitched kernels take 1..=6)", space.rank()));
@@ -745,6 +748,7 @@ pub fn stitch_spec(g: &Graph, n: &Node) -> Result<bolt_codegen::stitch::StitchSp
             ),
             Step::Not(a) => st::Step::Not(a),
             Step::Select(c, a, b) => st::Step::Select(c, a, b),
+            Step::Gather(t, a) => st::Step::Gather(t, a),
             Step::Cast(to, a) => st::Step::Cast(
                 stitch_storage(to).ok_or_else(|| format!("step {j} casts to {to}, which stitched kernels do not store"))?,
                 a,
@@ -780,6 +784,7 @@ pub fn stitch_spec(g: &Graph, n: &Node) -> Result<bolt_codegen::stitch::StitchSp
             Step::Unary(_, a) => (deps[a].clone(), varies[a]),
             Step::Reduce(_, a) => (deps[a].clone(), false),
             Step::Not(a) | Step::Cast(_, a) => (deps[a].clone(), varies[a]),
+            Step::Gather(t, a) => (deps[a].iter().copied().chain([t]).collect(), true),
             Step::Binary(_, a, b) | Step::Compare(_, a, b) | Step::Logic(_, a, b) => {
                 (deps[a].union(&deps[b]).copied().collect(), varies[a] || varies[b])
             }
@@ -847,6 +852,7 @@ pub fn stitch_spec(g: &Graph, n: &Node) -> Result<bolt_codegen::stitch::StitchSp
                 let known = viewed[i].0.iter().all(|d| !matches!(d, Dim::Unknown));
                 let dense = r.view(i).is_none() && r.slice(i).is_none() && known && viewed[i] == space;
                 let access = match (dense, viewed[i].0.last()) {
+                    _ if r.is_table(i) => Access::Table,
                     (true, _) => Access::Dense,
                     (false, Some(Dim::Known(1))) => Access::Row,
                     _ => Access::Strided,
@@ -884,6 +890,13 @@ pub fn stitch_problem(
     for (i, s) in inputs.iter().enumerate() {
         let strides = bolt_codegen::abi::contiguous_strides(s);
         let (view, offset) = match region.view(i) {
+            // A gather's indices: one per row of the space.
+            None if region.row_index(i) => {
+                let (mut shape, mut st) = (s.to_vec(), strides.clone());
+                shape.push(1);
+                st.push(0);
+                ((shape, st), 0)
+            }
             None => {
                 let w = region.window(i, s);
                 let offset = w.iter().zip(&strides).map(|(&(start, _, _), &st)| start as i64 * st).sum::<i64>();
@@ -899,9 +912,12 @@ pub fn stitch_problem(
         views.push(view);
         offsets.push(offset);
     }
+    // A gather's table is read by row, not broadcast: its rows' width is the space's.
     let space = views
         .iter()
-        .try_fold(Vec::new(), |acc, (s, _)| crate::ir::broadcast_static(&acc, s))
+        .enumerate()
+        .map(|(i, (s, _))| if region.is_table(i) { s.last().copied().into_iter().collect() } else { s.clone() })
+        .try_fold(Vec::new(), |acc, s: Vec<usize>| crate::ir::broadcast_static(&acc, &s))
         .ok_or_else(|| format!("inputs {inputs:?} do not broadcast together"))?;
     let refs: Vec<(&[usize], &[i64])> = views.iter().map(|(s, t)| (s.as_slice(), t.as_slice())).collect();
     Ok(StitchLaunch { problem: spec.problem_of_views(&space, &refs)?, offsets })
