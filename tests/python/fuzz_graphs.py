@@ -9,7 +9,8 @@ a chain), and attention blocks in the forms exporters write (heads split by tran
 by [0,2,3,1] / [0,1,3,2] or given, K and V shared by the heads, the scale after the MatMul or
 on Q and K, padding / causal / full masks, the head merge, cross-attention lengths, head dims
 the kernels do and do not take; masks made in the graph from bool / int64 attention masks and
-token ids as HuggingFace exports write them), and between conv blocks data movement and memory-intensive
+token ids as HuggingFace exports write them; embedding lookups by token ids ahead of GEMMs),
+and between conv blocks data movement and memory-intensive
 ops (Concat, Slice with and without steps, YOLOv5's Focus, Resize, pools, softmax over a
 channel or row axis, maybe through a transpose). Every graph is checked three ways against things Bolt did
 not compute:
@@ -547,6 +548,21 @@ def attention_block(b: Builder) -> str:
     return out
 
 
+def embeddings(b: Builder) -> tuple[str, int]:
+    """A transformer's embeddings ahead of the GEMMs: rows of a table by int64 token ids
+    (negative ones count from the end), maybe plus position embeddings and a LayerNorm."""
+    rng = b.rng
+    m, k, vocab = int(rng.integers(1, 9)), int(rng.choice([4, 5, 8, 16])), int(rng.integers(2, 20))
+    ids = b.typed_input(rng.integers(-vocab, vocab, (m,)).astype(np.int64), "ids")
+    x = b.op("Gather", [b.const(rng.standard_normal((vocab, k)), "table"), ids], (m, k), axis=0)
+    if rng.random() < 0.6:
+        x = b.op("Add", [x, b.const(rng.standard_normal((m, k)) * 0.1, "pos")], (m, k))
+    if rng.random() < 0.6:
+        gamma, beta = b.const(1 + 0.1 * rng.standard_normal(k)), b.const(0.1 * rng.standard_normal(k))
+        x = b.op("LayerNormalization", [x, gamma, beta], (m, k), axis=-1, epsilon=1e-5)
+    return x, k
+
+
 def generate(seed: int) -> tuple[onnx.ModelProto, dict]:
     """The graph of `seed`: 1 to 3 anchor blocks of one family, each with its epilogue chain."""
     rng = np.random.default_rng([GENERATOR_VERSION, seed])
@@ -556,6 +572,8 @@ def generate(seed: int) -> tuple[onnx.ModelProto, dict]:
         b.output(attention_block(b))
         return b.model(f"fuzz_v{GENERATOR_VERSION}_seed{seed}"), b.feeds
     x, k = None, None
+    if family == "gemm" and b.rng.random() < 0.25:
+        x, k = embeddings(b)
     for _ in range(int(b.rng.integers(1, 4))):
         if family == "gemm":
             y, shape = gemm_anchor(b, x, k)
