@@ -228,10 +228,14 @@ fn hints(g: &Graph, plan: &Plan) -> Vec<Hint> {
             } else {
                 "not an epilogue Bolt fuses".to_string()
             };
+            // Left out of the epilogue, the op may still run on the device in a stitched kernel:
+            // one more round trip through memory rather than a trip to the host.
+            let stitched = plan.stitched.iter().any(|d| d.stitched.is_some() && d.nodes.contains(&n.name));
+            let runs = if stitched { "runs in a stitched kernel of its own" } else { "runs on the host" };
             out.push(Hint {
                 kind: HintKind::ActivationBreaksFusion,
                 nodes: vec![p.anchor.clone(), n.name.clone()],
-                message: format!("{} ({}) after kernel {} runs on the host: {why}", n.name, n.op.op_type(), p.anchor),
+                message: format!("{} ({}) after kernel {} {runs}: {why}", n.name, n.op.op_type(), p.anchor),
             });
         }
     }
