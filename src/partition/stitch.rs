@@ -596,8 +596,19 @@ fn region(
         dtypes: Vec::new(),
         row_index: Vec::new(),
     };
-    let dtype = |t: &str| g.types.get(t).map_or(DType::F32, |ty| ty.dtype);
     let mut value: HashMap<String, usize> = HashMap::new();
+    // Node `n` joined the region with its output at step `out`: an output of the region too
+    // when read outside it (or by the graph).
+    let joined = |r: &mut Region, value: &mut HashMap<String, usize>, n: &crate::ir::Node, out: usize| {
+        let y = &n.outputs[0];
+        value.insert(y.clone(), out);
+        r.nodes.push(n.name.clone());
+        let read_outside = consumers.get(y.as_str()).is_some_and(|c| c.iter().any(|c| !set.contains(c)));
+        if read_outside || g.outputs.contains(y) {
+            r.outputs.push((y.clone(), out));
+            r.dtypes.push(g.types.get(y).map_or(DType::F32, |ty| ty.dtype));
+        }
+    };
     let mut row: Option<crate::ir::Dim> = None;
     for &i in members {
         let n = &g.nodes[i];
@@ -613,13 +624,8 @@ fn region(
             r.slices.push(slice_view(g, n));
             r.row_index.push(false);
             r.steps.push(Step::Input(r.inputs.len() - 1));
-            value.insert(n.outputs[0].clone(), r.steps.len() - 1);
-            r.nodes.push(n.name.clone());
-            let read_outside = consumers.get(n.outputs[0].as_str()).is_some_and(|c| c.iter().any(|c| !set.contains(c)));
-            if read_outside || g.outputs.contains(&n.outputs[0]) {
-                r.outputs.push((n.outputs[0].clone(), r.steps.len() - 1));
-                r.dtypes.push(dtype(&n.outputs[0]));
-            }
+            let out = r.steps.len() - 1;
+            joined(&mut r, &mut value, n, out);
             continue;
         }
         if let Op::Gather { .. } = n.op {
@@ -643,13 +649,7 @@ fn region(
             r.steps.push(Step::Input(k - 1));
             r.steps.push(Step::Gather(k - 2, r.steps.len() - 1));
             let out = r.steps.len() - 1;
-            value.insert(n.outputs[0].clone(), out);
-            r.nodes.push(n.name.clone());
-            let read_outside = consumers.get(n.outputs[0].as_str()).is_some_and(|c| c.iter().any(|c| !set.contains(c)));
-            if read_outside || g.outputs.contains(&n.outputs[0]) {
-                r.outputs.push((n.outputs[0].clone(), out));
-                r.dtypes.push(dtype(&n.outputs[0]));
-            }
+            joined(&mut r, &mut value, n, out);
             continue;
         }
         let mut args = Vec::new();
@@ -708,13 +708,7 @@ fn region(
                 (_, Some(b)) => row = Some(b),
             }
         }
-        value.insert(n.outputs[0].clone(), out);
-        r.nodes.push(n.name.clone());
-        let read_outside = consumers.get(n.outputs[0].as_str()).is_some_and(|c| c.iter().any(|c| !set.contains(c)));
-        if read_outside || g.outputs.contains(&n.outputs[0]) {
-            r.outputs.push((n.outputs[0].clone(), out));
-            r.dtypes.push(dtype(&n.outputs[0]));
-        }
+        joined(&mut r, &mut value, n, out);
     }
     Ok(r)
 }
