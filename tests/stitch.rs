@@ -701,3 +701,134 @@ fn embedding_lookups_stitch_with_what_follows() {
         close(&got[0], "kernel spec");
     }
 }
+
+/// A HuggingFace-style encoder layer from token ids, as its exports write it: embeddings
+/// (Gather of the word table + position embeddings, LayerNorm), the int64 attention mask made
+/// additive in the graph (Unsqueeze, Cast, 1 - m, * -1e4), self-attention with the heads split
+/// and merged by Reshape/Transpose, output projection + residual + LayerNorm, and a GELU FFN +
+/// residual + LayerNorm. Planned, nothing is left but views: the embeddings block and the mask
+/// are stitched kernels, the attention core a fused attention kernel, the projections GEMMs.
+/// The planned graph equals the model on the reference (this checks the rewriting; each
+/// stitched spec's meaning is checked in the tests above).
+#[test]
+fn hf_style_encoder_layer_from_token_ids_runs_whole_on_the_device() {
+    let (batch, seq, vocab, hidden, heads) = (2usize, 8usize, 30usize, 32usize, 4usize);
+    let dh = hidden / heads;
+    let mut b = GraphBuilder::new("hf_layer");
+    let ids = b.input("input_ids", DType::I64, Shape::from_static(&[batch, seq]));
+    let mask = b.input("attention_mask", DType::I64, Shape::from_static(&[batch, seq]));
+    let mut seed = 10;
+    let mut w = |b: &mut GraphBuilder, name: &str, shape: &[usize]| {
+        seed += 1;
+        let t = random(shape, seed);
+        let fan_in = shape[0].max(1) as f32;
+        b.initializer(
+            name,
+            Tensor::from_f32(t.shape.clone(), t.to_f32_vec().iter().map(|v| v / fan_in.sqrt()).collect()),
+        )
+    };
+    let i64s =
+        |b: &mut GraphBuilder, name: &str, v: &[i64]| b.initializer(name, Tensor::from_i64(vec![v.len()], v.to_vec()));
+    let ln = |b: &mut GraphBuilder, name: &str, x: &str, gamma: &str, beta: &str| {
+        let op = Op::LayerNormalization { axis: -1, epsilon: 1e-12, stash_type: DType::F32 };
+        b.node(name, op, &[x, gamma, beta])
+    };
+    let (word, pos) = (w(&mut b, "word", &[vocab, hidden]), w(&mut b, "pos", &[seq, hidden]));
+    let (g0, b0, g1, b1, g2, b2) = (
+        w(&mut b, "ln0_g", &[hidden]),
+        w(&mut b, "ln0_b", &[hidden]),
+        w(&mut b, "ln1_g", &[hidden]),
+        w(&mut b, "ln1_b", &[hidden]),
+        w(&mut b, "ln2_g", &[hidden]),
+        w(&mut b, "ln2_b", &[hidden]),
+    );
+    let e = b.node("word_lookup", Op::Gather { axis: 0 }, &[&word, &ids]);
+    let e = b.node("add_pos", Op::Binary(Binary::Add), &[&e, &pos]);
+    let x = ln(&mut b, "ln0", &e, &g0, &b0);
+    // The additive mask: (1 - mask[:, None, None, :].float()) * -1e4.
+    let axes = i64s(&mut b, "axes12", &[1, 2]);
+    let m = b.node("unsqueeze_mask", Op::Unsqueeze, &[&mask, &axes]);
+    let m = b.node("cast_mask", Op::Cast { to: DType::F32, saturate: true }, &[&m]);
+    let one = b.initializer("one", Tensor::scalar_f32(1.0));
+    let m = b.node("invert_mask", Op::Binary(Binary::Sub), &[&one, &m]);
+    let big = b.initializer("minus_1e4", Tensor::scalar_f32(-1e4));
+    let m = b.node("scale_mask", Op::Binary(Binary::Mul), &[&m, &big]);
+    // Self-attention.
+    let split = i64s(&mut b, "split_heads", &[batch as i64, seq as i64, heads as i64, dh as i64]);
+    let merge = i64s(&mut b, "merge_heads", &[batch as i64, seq as i64, hidden as i64]);
+    let mut proj = |b: &mut GraphBuilder, name: &str, x: &str| {
+        let (wt, bias) = (w(b, &format!("{name}_w"), &[hidden, hidden]), w(b, &format!("{name}_b"), &[hidden]));
+        let y = b.node(&format!("{name}_matmul"), Op::MatMul, &[x, &wt]);
+        b.node(&format!("{name}_bias"), Op::Binary(Binary::Add), &[&y, &bias])
+    };
+    let heads_of = |b: &mut GraphBuilder, name: &str, x: &str, perm: Vec<usize>| {
+        let r = b.node(&format!("{name}_split"), Op::Reshape { allowzero: false }, &[x, &split]);
+        b.node(&format!("{name}_heads"), Op::Transpose { perm: Some(perm) }, &[&r])
+    };
+    let q = proj(&mut b, "q", &x);
+    let k = proj(&mut b, "k", &x);
+    let v = proj(&mut b, "v", &x);
+    let q = heads_of(&mut b, "q", &q, vec![0, 2, 1, 3]);
+    let kt = heads_of(&mut b, "k", &k, vec![0, 2, 3, 1]);
+    let v = heads_of(&mut b, "v", &v, vec![0, 2, 1, 3]);
+    let s = b.node("scores", Op::MatMul, &[&q, &kt]);
+    let scale = b.initializer("sqrt_dh", Tensor::scalar_f32((dh as f32).sqrt()));
+    let s = b.node("scale", Op::Binary(Binary::Div), &[&s, &scale]);
+    let s = b.node("add_mask", Op::Binary(Binary::Add), &[&s, &m]);
+    let p = b.node("softmax", Op::Softmax { axis: -1 }, &[&s]);
+    let c = b.node("context", Op::MatMul, &[&p, &v]);
+    let c = b.node("merge_transpose", Op::Transpose { perm: Some(vec![0, 2, 1, 3]) }, &[&c]);
+    let c = b.node("merge_reshape", Op::Reshape { allowzero: false }, &[&c, &merge]);
+    let o = proj(&mut b, "out", &c);
+    let o = b.node("residual1", Op::Binary(Binary::Add), &[&o, &x]);
+    let h = ln(&mut b, "ln1", &o, &g1, &b1);
+    let f = proj(&mut b, "ffn_in", &h);
+    let f = b.node("gelu", Op::Unary(Unary::Gelu { approximate: bolt::ir::GeluApprox::None }), &[&f]);
+    let f = proj(&mut b, "ffn_out", &f);
+    let f = b.node("residual2", Op::Binary(Binary::Add), &[&f, &h]);
+    let y = ln(&mut b, "ln2", &f, &g2, &b2);
+    b.output(&y);
+    let g = b.finish().unwrap();
+
+    let plan = bolt::plan::plan(&g).unwrap();
+    let mut left: Vec<&str> = plan
+        .graph
+        .nodes
+        .iter()
+        .filter(|n| !matches!(n.op, Op::Stitched(_) | Op::Fused(_) | Op::FusedChain(_) | Op::Attention(_)))
+        .map(|n| n.op.op_type())
+        .collect();
+    left.sort();
+    left.dedup();
+    assert!(left.iter().all(|op| ["Reshape", "Unsqueeze"].contains(op)), "only views are left: {left:?}");
+    let stitched: Vec<&bolt::ir::Node> = plan.graph.nodes.iter().filter(|n| matches!(n.op, Op::Stitched(_))).collect();
+    for n in &stitched {
+        bolt::plan::lower::stitch_spec(&plan.graph, n).unwrap_or_else(|e| panic!("{}: {e}", n.name));
+    }
+    let regions: Vec<&Vec<String>> = stitched
+        .iter()
+        .filter_map(|n| match &n.op {
+            Op::Stitched(r) => Some(&r.nodes),
+            _ => None,
+        })
+        .collect();
+    assert!(regions.iter().any(|r| r[..] == ["word_lookup", "add_pos", "ln0"]), "{regions:?}");
+    assert!(regions.iter().any(|r| r[..] == ["cast_mask", "invert_mask", "scale_mask"]), "{regions:?}");
+    assert_eq!(plan.graph.nodes.iter().filter(|n| matches!(n.op, Op::Attention(_))).count(), 1);
+
+    let ids_v: Vec<i64> = (0..batch * seq).map(|i| (i as i64 * 11) % vocab as i64).collect();
+    let keep: Vec<i64> = (0..batch * seq).map(|i| i64::from(i % seq < seq - 2 * (i / seq))).collect();
+    let inputs = HashMap::from([
+        ("input_ids".to_string(), Tensor::from_i64(vec![batch, seq], ids_v)),
+        ("attention_mask".to_string(), Tensor::from_i64(vec![batch, seq], keep)),
+    ]);
+    let want = bolt::reference::run(&g, &inputs).unwrap();
+    let got = bolt::reference::run(&plan.graph, &inputs).unwrap();
+    let worst = got[&y]
+        .to_f32_vec()
+        .iter()
+        .zip(want[&y].to_f32_vec())
+        .map(|(a, b)| (a - b).abs() / (1.0 + b.abs()))
+        .fold(0f32, f32::max);
+    assert!(worst <= 1e-3, "planned vs model: {worst}");
+}
