@@ -7,11 +7,11 @@ use bolt::ir::{Binary, DType, Graph, Op};
 use bolt::plan::offload::{offload, subgraph, Group};
 use common::nets::{inputs, Net};
 
-/// A keepdims mean over axis 1 of a rank-4 tensor: an op Bolt leaves to the host.
-/// A mean over the channels and rows: no Bolt kernel (stitched reductions run along one axis,
-/// moved last), so it stays with the host.
-fn channel_mean() -> Op {
-    Op::Reduce { kind: bolt::ir::ReduceKind::Mean, axes: Some(vec![1, 2]), keepdims: true, noop_with_empty_axes: false }
+/// `x` broadcast to its own shape by an Expand: a copy Bolt leaves to the host (the reference
+/// computes it, no device kernel takes it).
+fn host_copy(n: &mut Net, x: &str) -> String {
+    let shape = n.b.initializer(&format!("{x}.expand_shape"), bolt::ir::Tensor::from_i64(vec![1], vec![1]));
+    n.op("expand", Op::Expand, &[x, &shape])
 }
 
 fn any_partition(_: &bolt::partition::Partition) -> Result<(), String> {
@@ -66,14 +66,13 @@ fn a_host_op_splits_the_groups_and_an_unclaimable_partition_stays_with_the_host(
     let x = n.input("x", &[2, 8, 8, 8]);
     let y = n.conv(&x, 8, 8, 3, 1, 1);
     let y = n.relu(&y);
-    // A mean over the channels and rows: a host op.
-    let y = n.op("mean", channel_mean(), &[&y]);
-    let y = n.conv(&y, 1, 8, 1, 1, 0);
+    let y = host_copy(&mut n, &y);
+    let y = n.conv(&y, 8, 8, 1, 1, 0);
     let y = n.relu(&y);
     let g = n.finish(&[&y]);
     let o = offload(&g, &any_partition);
     assert_eq!(o.groups.len(), 2, "{:?}", o.groups);
-    assert!(o.groups.iter().all(|gr| !gr.nodes.iter().any(|n| n.starts_with("mean"))));
+    assert!(o.groups.iter().all(|gr| !gr.nodes.iter().any(|n| n.starts_with("expand"))));
     groups_compute_the_model(&g, &o.groups);
     // The host refuses the second partition: one group left, and why.
     let second = o.groups[1].anchors[0].clone();
@@ -85,15 +84,15 @@ fn a_host_op_splits_the_groups_and_an_unclaimable_partition_stays_with_the_host(
 
 #[test]
 fn connected_work_with_a_host_op_between_its_parts_is_cut_into_two_groups() {
-    // a = relu(conv(x)); b = conv(mean(a)) + a: the second conv reads `a` directly (its
-    // residual) and through the host's channel mean, so {conv1, conv2} as one fused node would
-    // wait on the mean, which waits on it. The cut goes where the mean lies between them.
+    // a = relu(conv(x)); b = conv(expand(a)) + a: the second conv reads `a` directly (its
+    // residual) and through the host's copy, so {conv1, conv2} as one fused node would wait on
+    // the copy, which waits on it. The cut goes where the copy lies between them.
     let mut n = Net::new(DType::F32);
     let x = n.input("x", &[1, 8, 8, 8]);
     let a = n.conv(&x, 8, 8, 3, 1, 1);
     let a = n.relu(&a);
-    let s = n.op("mean", channel_mean(), &[&a]);
-    let b = n.conv(&s, 1, 8, 1, 1, 0);
+    let s = host_copy(&mut n, &a);
+    let b = n.conv(&s, 8, 8, 1, 1, 0);
     let y = n.op("add", Op::Binary(Binary::Add), &[&b, &a]);
     let g = n.finish(&[&y]);
     let o = offload(&g, &any_partition);

@@ -62,31 +62,49 @@ fn a_pool_between_convs_runs_channels_last_inside_the_region() {
 }
 
 /// conv -> relu -> conv -> relu -> mean over `axes` -> 1x1 conv.
-fn convs_around_a_mean(axes: Vec<i64>) -> Graph {
+/// x -> conv -> relu -> conv -> relu -> `middle` (giving `channels` channels) -> conv.
+fn convs_around(middle: impl FnOnce(&mut Net, &str) -> String, channels: usize) -> Graph {
     let mut n = Net::new(DType::F32);
     let x = n.input("x", &[2, 8, 16, 16]);
     let y = n.conv(&x, 8, 16, 3, 1, 1);
     let y = n.relu(&y);
     let y = n.conv(&y, 16, 16, 3, 1, 1);
     let y = n.relu(&y);
-    let mean =
-        Op::Reduce { kind: bolt::ir::ReduceKind::Mean, axes: Some(axes), keepdims: true, noop_with_empty_axes: false };
-    let y = n.op("mean", mean, &[&y]);
-    let y = n.conv(&y, 1, 32, 1, 1, 0);
+    let y = middle(&mut n, &y);
+    let y = n.conv(&y, channels, 32, 1, 1, 0);
     n.finish(&[&y])
+}
+
+/// A keepdims mean over `axes`.
+fn mean(axes: Vec<i64>) -> impl FnOnce(&mut Net, &str) -> String {
+    move |n: &mut Net, y: &str| {
+        let op = Op::Reduce {
+            kind: bolt::ir::ReduceKind::Mean,
+            axes: Some(axes),
+            keepdims: true,
+            noop_with_empty_axes: false,
+        };
+        n.op("mean", op, &[y])
+    }
 }
 
 #[test]
 fn consecutive_convs_share_one_region_and_a_host_op_splits_regions() {
     // A mean over the channels moves its axis last (a stitched row reduction): in NHWC that
     // is no move at all, so x -> [conv, conv, mean, conv] -> out is one NHWC stretch.
-    let p = planned(&convs_around_a_mean(vec![1]));
+    let p = planned(&convs_around(mean(vec![1]), 1));
     let dirs: Vec<Direction> = p.layout.iter().map(|t| t.direction).collect();
     assert_eq!(dirs, [Direction::NchwToNhwc, Direction::NhwcToNchw], "{:?}", p.layout);
     assert_eq!(transposes(&p), 2);
-    // A mean over the channels and rows runs on the host in NCHW: x -> [conv, conv] -> mean
-    // -> [conv] -> out, an entry and an exit per region.
-    let g = convs_around_a_mean(vec![1, 2]);
+    // A host op (an Expand, a broadcast copy Bolt leaves to the host) runs in NCHW:
+    // x -> [conv, conv] -> expand -> [conv] -> out, an entry and an exit per region.
+    let g = convs_around(
+        |n: &mut Net, y: &str| {
+            let shape = n.b.initializer("expand_shape", bolt::ir::Tensor::from_i64(vec![1], vec![1]));
+            n.op("expand", Op::Expand, &[y, &shape])
+        },
+        16,
+    );
     let p = planned(&g);
     let dirs: Vec<(usize, Direction)> = p.layout.iter().map(|t| (t.region, t.direction)).collect();
     assert_eq!(

@@ -90,9 +90,11 @@ pub fn canonical(g: &Graph) -> Result<(Graph, usize)> {
         i += 1;
         count += 1;
     }
+    count += same_type_casts(&mut out);
     count += zero_pads_into_convs(&mut out);
     count += constant_reduce_axes(&mut out);
     count += reduce_keeping_dims(&mut out, &mut taken);
+    count += merge_reduced_axes(&mut out, &mut taken);
     count += row_ops_to_last_axis(&mut out, &mut taken);
     count += compose_transposes(&mut out);
     if count > 0 {
@@ -244,6 +246,20 @@ fn constant_reduce_axes(g: &mut Graph) -> usize {
     count
 }
 
+/// A Cast to the type its input already has (torch exports of `.float()` on f32 data) is an
+/// Identity: a view, not a kernel.
+fn same_type_casts(g: &mut Graph) -> usize {
+    let mut count = 0;
+    for i in 0..g.nodes.len() {
+        let Op::Cast { to, .. } = g.nodes[i].op else { continue };
+        if g.nodes[i].input(0).and_then(|x| g.types.get(x)).is_some_and(|t| t.dtype == to) {
+            g.nodes[i].op = Op::Identity;
+            count += 1;
+        }
+    }
+    count
+}
+
 /// A reduction that drops its axes (jax2tf writes them so) keeps them and a Squeeze drops
 /// them after: the stitcher reduces rows into a length-1 axis, and the Squeeze is a view.
 fn reduce_keeping_dims(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
@@ -269,6 +285,70 @@ fn reduce_keeping_dims(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
         let reduce = crate::ir::Node { op: keeping, outputs: vec![kept.clone()], ..n.clone() };
         let squeeze_name = fresh_name(g, taken, &format!("{}.squeeze", n.name));
         Some(vec![reduce, node(squeeze_name, Op::Squeeze, vec![Some(kept), Some(axes_name)], y.clone())])
+    })
+}
+
+/// A reduction over several axes (keeping them) becomes one over a single last axis: a
+/// Transpose moving the reduced axes last (none when they already are), a Reshape merging
+/// them (`[0, .., 0, -1]`: kept dims copied, so symbolic sizes are fine), the reduction over
+/// the last axis, a Reshape back to the kept dims and ones, and the inverse Transpose. Sums,
+/// means, maxima and minima over the merged axis are those over the axes (TF's global pooling
+/// `ReduceMean(axes=[1, 2])` of NHWC data, SE blocks' `ReduceMean(axes=[2, 3])`); the
+/// reshapes are views and the transposes NCHW <-> NHWC glue kernels or strided reads.
+fn merge_reduced_axes(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
+    rewrite_each(g, |g, n| {
+        let Op::Reduce { kind, axes: Some(axes), keepdims: true, noop_with_empty_axes } = &n.op else { return None };
+        let rank = n.input(0).and_then(|x| g.types.get(x)?.shape.as_ref()).map(|s| s.rank())?;
+        let (x, [y]) = (n.input(0)?, &n.outputs[..]) else { return None };
+        let mut reduced: Vec<usize> = axes
+            .iter()
+            .map(|&a| (-(rank as i64)..rank as i64).contains(&a).then(|| a.rem_euclid(rank as i64) as usize))
+            .collect::<Option<_>>()?;
+        reduced.sort_unstable();
+        reduced.dedup();
+        if reduced.len() < 2 {
+            return None;
+        }
+        let kept: Vec<usize> = (0..rank).filter(|d| !reduced.contains(d)).collect();
+        let perm: Vec<usize> = kept.iter().chain(&reduced).copied().collect();
+        let moved = perm.iter().enumerate().any(|(i, &d)| i != d);
+        let mut back = vec![0; rank];
+        for (i, &d) in perm.iter().enumerate() {
+            back[d] = i;
+        }
+        let mut shape_const = |what: &str, v: Vec<i64>| {
+            let name = fresh_name(g, taken, &format!("{}.{what}", n.name));
+            g.initializers.insert(name.clone(), Arc::new(Tensor::from_i64(vec![v.len()], v)));
+            name
+        };
+        let zeros = vec![0i64; kept.len()];
+        let merged_shape = shape_const("merged_shape", zeros.iter().copied().chain([-1]).collect());
+        let kept_shape =
+            shape_const("kept_shape", zeros.iter().copied().chain(std::iter::repeat_n(1, reduced.len())).collect());
+        let mut name = |stem: &str| fresh_name(g, taken, &format!("{}.{stem}", n.name));
+        let (t_in, merged, r, unmerged, t_out) =
+            (name("reduced_last"), name("merged"), name("over_merged"), name("unmerged"), name("back"));
+        let over_last = Op::Reduce {
+            kind: *kind,
+            axes: Some(vec![-1]),
+            keepdims: true,
+            noop_with_empty_axes: *noop_with_empty_axes,
+        };
+        let reshape = Op::Reshape { allowzero: false };
+        let mut out = Vec::new();
+        let mut src = x.to_string();
+        if moved {
+            out.push(node(t_in.clone(), Op::Transpose { perm: Some(perm) }, vec![Some(src)], t_in.clone()));
+            src = t_in;
+        }
+        out.push(node(merged.clone(), reshape.clone(), vec![Some(src), Some(merged_shape)], merged.clone()));
+        out.push(node(n.name.clone(), over_last, vec![Some(merged)], r.clone()));
+        let last = if moved { unmerged.clone() } else { y.clone() };
+        out.push(node(unmerged.clone(), reshape, vec![Some(r), Some(kept_shape)], last));
+        if moved {
+            out.push(node(t_out, Op::Transpose { perm: Some(back) }, vec![Some(unmerged)], y.clone()));
+        }
+        Some(out)
     })
 }
 
