@@ -608,8 +608,10 @@ def feeds_for(model: onnx.ModelProto, seed: int) -> dict:
     return feeds
 
 
-def precision(feeds: dict) -> str:
-    return "f16" if any(a.dtype == np.float16 for a in feeds.values()) else "f32"
+def precision(model: onnx.ModelProto, feeds: dict) -> str:
+    """f16 when any input or weight is (a graph fed only token ids has f16 tables)."""
+    f16 = any(a.dtype == np.float16 for a in feeds.values())
+    return "f16" if f16 or any(t.data_type == TensorProto.FLOAT16 for t in model.graph.initializer) else "f32"
 
 
 def ort_cpu(model: onnx.ModelProto, feeds: dict) -> list:
@@ -680,7 +682,7 @@ def check_cases(cases: dict, provider: bool = True) -> Outcome:
         root = Path(tmp)
         for name, (model, feeds) in cases.items():
             want = ort_cpu(model, feeds)
-            prec = precision(feeds)
+            prec = precision(model, feeds)
             k = magnitude(want)
             case = root / prec / f"m{k}" / name
             write_case(case, model, feeds, want)
