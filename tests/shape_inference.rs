@@ -252,3 +252,38 @@ fn chunk_bounds_from_known_dims_are_constants() {
     assert_eq!(want["y"].shape, vec![3, 5]);
     assert!(a.iter().zip(&b).all(|(p, q)| (p - q).abs() <= 1e-4 * (1.0 + p.abs())), "{a:?} vs {b:?}");
 }
+
+#[test]
+fn position_ids_sliced_to_the_length_keep_its_symbol() {
+    // HF's position embeddings: Gather(table, Slice(position_ids[1, 512], 0, Shape(ids)[1],
+    // axis 1)) added to the word embeddings [B, S, 16]: the slice is [1, S] (the end taken
+    // within the buffer, as onnxruntime's symbolic inference does), so the sum keeps S.
+    let g = GraphProto {
+        node: vec![
+            with_int(node("words", "Gather", &["word_table", "ids"], &["we"]), "axis", 0),
+            with_int(node("len", "Shape", &["ids"], &["len"]), "start", 1),
+            node("slice", "Slice", &["position_ids", "zero", "len", "one"], &["pids"]),
+            with_int(node("positions", "Gather", &["pos_table", "pids"], &["pe"]), "axis", 0),
+            node("add", "Add", &["we", "pe"], &["e"]),
+            node("mm", "MatMul", &["e", "w"], &["y"]),
+        ],
+        initializer: vec![
+            ints("position_ids", &(0..512).collect::<Vec<i64>>(), false),
+            ints("zero", &[0], false),
+            ints("one", &[1], false),
+            weight("word_table", &[100, 16]),
+            weight("pos_table", &[512, 16]),
+            weight("w", &[16, 4]),
+        ],
+        input: vec![typed_value_info("ids", 7, vec![D::DimParam("B".into()), D::DimParam("S".into())])],
+        output: vec![ValueInfoProto { name: Some("y".into()), ..Default::default() }],
+        ..Default::default()
+    };
+    let mut g = g;
+    // The buffer is [1, 512].
+    g.initializer[0].dims = vec![1, 512];
+    let g = import(17, g);
+    assert_eq!(ty(&g, "pids"), "i64[1, S]");
+    assert_eq!(ty(&g, "e"), "f32[B, S, 16]");
+    assert_eq!(claimed(&g), ["mm"]);
+}

@@ -7,7 +7,7 @@ mod common;
 
 use bolt::ir::builder::GraphBuilder;
 use bolt::ir::precision::convert_floats;
-use bolt::ir::{Binary, Compare, DType, Graph, Logic, Op, ReduceKind, Shape, Tensor, Unary};
+use bolt::ir::{Binary, Compare, DType, Dim, Graph, Logic, Op, ReduceKind, Shape, Tensor, Unary};
 use bolt::partition::stitch::{find, Region};
 use std::collections::{HashMap, HashSet};
 
@@ -699,10 +699,12 @@ fn embedding_lookups_stitch_with_what_follows() {
 }
 
 /// A HuggingFace-style encoder layer from token ids, as its exports write it: embeddings
-/// (Gather of the word table + position embeddings, LayerNorm), the int64 attention mask made
+/// (Gathers of the word table by the ids and of the position table by a slice of the position
+/// ids buffer up to the length, added, LayerNorm), the int64 attention mask made
 /// additive in the graph (Unsqueeze, Cast, 1 - m, * -1e4), self-attention with the heads split
 /// and merged by Reshape/Transpose, output projection + residual + LayerNorm, and a GELU FFN +
-/// residual + LayerNorm. Planned, nothing is left but views: the embeddings block and the mask
+/// residual + LayerNorm, with symbolic batch and length. Planned, nothing is left but views and
+/// the position ids' shape computation: the embeddings block (both lookups) and the mask
 /// are stitched kernels, the attention core a fused attention kernel, the projections GEMMs.
 /// The planned graph equals the model on the reference (this checks the rewriting; each
 /// stitched spec's meaning is checked in the tests above).
@@ -711,8 +713,10 @@ fn hf_style_encoder_layer_from_token_ids_runs_whole_on_the_device() {
     let (batch, seq, vocab, hidden, heads) = (2usize, 8usize, 30usize, 32usize, 4usize);
     let dh = hidden / heads;
     let mut b = GraphBuilder::new("hf_layer");
-    let ids = b.input("input_ids", DType::I64, Shape::from_static(&[batch, seq]));
-    let mask = b.input("attention_mask", DType::I64, Shape::from_static(&[batch, seq]));
+    // Symbolic batch and length, as exported: nothing about the positions folds at plan time.
+    let dims = Shape(vec![Dim::Sym("batch".into()), Dim::Sym("seq".into())]);
+    let ids = b.input("input_ids", DType::I64, dims.clone());
+    let mask = b.input("attention_mask", DType::I64, dims);
     let mut seed = 10;
     let mut w = |b: &mut GraphBuilder, name: &str, shape: &[usize]| {
         seed += 1;
@@ -739,7 +743,13 @@ fn hf_style_encoder_layer_from_token_ids_runs_whole_on_the_device() {
         w(&mut b, "ln2_b", &[hidden]),
     );
     let e = b.node("word_lookup", Op::Gather { axis: 0 }, &[&word, &ids]);
-    let e = b.node("add_pos", Op::Binary(Binary::Add), &[&e, &pos]);
+    // Position ids as HF writes them: a slice of a [1, max_positions] buffer up to the length.
+    let buffer = b.initializer("position_ids", Tensor::from_i64(vec![1, 2 * seq], (0..2 * seq as i64).collect()));
+    let len = b.node("ids_shape", Op::Shape { start: 1, end: Some(2) }, &[&ids]);
+    let (zero, one) = (i64s(&mut b, "zero", &[0]), i64s(&mut b, "one_axis", &[1]));
+    let p = b.node("position_slice", Op::Slice, &[&buffer, &zero, &len, &one]);
+    let pe = b.node("position_lookup", Op::Gather { axis: 0 }, &[&pos, &p]);
+    let e = b.node("add_pos", Op::Binary(Binary::Add), &[&e, &pe]);
     let x = ln(&mut b, "ln0", &e, &g0, &b0);
     // The additive mask: (1 - mask[:, None, None, :].float()) * -1e4.
     let axes = i64s(&mut b, "axes12", &[1, 2]);
@@ -750,8 +760,8 @@ fn hf_style_encoder_layer_from_token_ids_runs_whole_on_the_device() {
     let big = b.initializer("minus_1e4", Tensor::scalar_f32(-1e4));
     let m = b.node("scale_mask", Op::Binary(Binary::Mul), &[&m, &big]);
     // Self-attention.
-    let split = i64s(&mut b, "split_heads", &[batch as i64, seq as i64, heads as i64, dh as i64]);
-    let merge = i64s(&mut b, "merge_heads", &[batch as i64, seq as i64, hidden as i64]);
+    let split = i64s(&mut b, "split_heads", &[0, 0, heads as i64, dh as i64]);
+    let merge = i64s(&mut b, "merge_heads", &[0, 0, hidden as i64]);
     let mut proj = |b: &mut GraphBuilder, name: &str, x: &str| {
         let (wt, bias) = (w(b, &format!("{name}_w"), &[hidden, hidden]), w(b, &format!("{name}_b"), &[hidden]));
         let y = b.node(&format!("{name}_matmul"), Op::MatMul, &[x, &wt]);
@@ -787,16 +797,20 @@ fn hf_style_encoder_layer_from_token_ids_runs_whole_on_the_device() {
     let g = b.finish().unwrap();
 
     let plan = bolt::plan::plan(&g).unwrap();
-    let mut left: Vec<&str> = plan
+    // Left: views, and the position ids' shape computation (Shape, Slice of the buffer).
+    let metadata = bolt::partition::shape_computations(&plan.graph);
+    let left: Vec<(usize, &bolt::ir::Node)> = plan
         .graph
         .nodes
         .iter()
-        .filter(|n| !matches!(n.op, Op::Stitched(_) | Op::Fused(_) | Op::FusedChain(_) | Op::Attention(_)))
-        .map(|n| n.op.op_type())
+        .enumerate()
+        .filter(|(_, n)| !matches!(n.op, Op::Stitched(_) | Op::Fused(_) | Op::FusedChain(_) | Op::Attention(_)))
+        .filter(|(_, n)| !n.op.is_view())
         .collect();
-    left.sort();
-    left.dedup();
-    assert!(left.iter().all(|op| ["Reshape", "Unsqueeze"].contains(op)), "only views are left: {left:?}");
+    for (i, n) in &left {
+        assert!(metadata.contains(i), "{} ({}) is left and no shape computation", n.name, n.op.op_type());
+    }
+    assert_eq!(left.len(), 2, "{:?}", left.iter().map(|(_, n)| &n.name).collect::<Vec<_>>());
     let stitched: Vec<&bolt::ir::Node> = plan.graph.nodes.iter().filter(|n| matches!(n.op, Op::Stitched(_))).collect();
     for n in &stitched {
         bolt::plan::lower::stitch_spec(&plan.graph, n).unwrap_or_else(|e| panic!("{}: {e}", n.name));
@@ -808,7 +822,7 @@ fn hf_style_encoder_layer_from_token_ids_runs_whole_on_the_device() {
             _ => None,
         })
         .collect();
-    assert!(regions.iter().any(|r| r[..] == ["word_lookup", "add_pos", "ln0"]), "{regions:?}");
+    assert!(regions.iter().any(|r| r[..] == ["word_lookup", "position_lookup", "add_pos", "ln0"]), "{regions:?}");
     assert!(regions.iter().any(|r| r[..] == ["cast_mask", "invert_mask", "scale_mask"]), "{regions:?}");
     assert_eq!(plan.graph.nodes.iter().filter(|n| matches!(n.op, Op::Attention(_))).count(), 1);
 

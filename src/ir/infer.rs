@@ -654,7 +654,7 @@ pub fn infer_node(op: &Op, infos: &[Option<InputInfo>]) -> Result<Vec<TensorType
                             })
                             .collect(),
                     )),
-                    None => Some(unknown_dims(s.rank())),
+                    None => Some(symbolic_slice(infos, s).unwrap_or_else(|| unknown_dims(s.rank()))),
                 },
             };
             vec![TensorType { dtype: t.dtype, shape }]
@@ -1185,6 +1185,29 @@ impl SliceAxis {
 }
 
 /// Slice parameters when starts/ends (and optional axes/steps) are constants.
+/// A Slice whose ends are run-time sizes, from 0 in steps of 1 (HF's position ids:
+/// `Slice(position_ids, 0, Shape(input_ids)[1])`): each such axis has the end's size, taken
+/// to lie within the axis as onnxruntime's symbolic inference does (beyond it, the model's
+/// own broadcasts fail at run time, where shapes are concrete). Other sliced axes: unknown.
+fn symbolic_slice(infos: &[Option<InputInfo>], s: &Shape) -> Option<Shape> {
+    let starts = const_ints(infos, 1).ok()??;
+    let ends = dims_operand(infos, 2)?;
+    let axes = const_ints(infos, 3).ok()?.unwrap_or_else(|| (0..starts.len() as i64).collect());
+    let steps = const_ints(infos, 4).ok()?.unwrap_or_else(|| vec![1; starts.len()]);
+    if ends.len() != starts.len() || axes.len() != starts.len() || steps.len() != starts.len() {
+        return None;
+    }
+    let mut out = s.clone();
+    for (((&start, end), &axis), &step) in starts.iter().zip(&ends).zip(&axes).zip(&steps) {
+        let a = norm_axis(axis, s.rank(), false).ok()?;
+        out.0[a] = match end {
+            Dim::Sym(_) if start == 0 && step == 1 => end.clone(),
+            _ => Dim::Unknown,
+        };
+    }
+    Some(out)
+}
+
 fn slice_params(infos: &[Option<InputInfo>], rank: usize) -> Option<Vec<SliceAxis>> {
     let starts = const_ints(infos, 1).ok()??;
     let ends = const_ints(infos, 2).ok()??;

@@ -198,6 +198,13 @@ pub fn shape_computations(g: &Graph) -> HashSet<usize> {
         if !from_metadata || n.outputs.is_empty() {
             continue;
         }
+        // A lookup in a weight table by shape-derived indices (position embeddings by
+        // `Slice(position_ids, 0, Shape(x)[1])`) makes activation-sized floats: device work.
+        let table =
+            n.input(0).and_then(|t| g.initializers.get(t)).is_some_and(|t| t.dtype().is_float() && t.rank() >= 2);
+        if matches!(n.op, Op::Gather { .. }) && table {
+            continue;
+        }
         meta.extend(n.outputs.iter().map(String::as_str));
         // Arithmetic on constants alone (outside canonical's folding) counts when integral.
         let integral = n.outputs.iter().all(|t| g.types.get(t).is_some_and(|ty| !ty.dtype.is_float()));
