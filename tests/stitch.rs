@@ -892,3 +892,41 @@ fn reductions_over_several_axes_are_stitched_over_the_merged_axes() {
         }
     }
 }
+
+/// An f16 model's softmax computed in f32 as autocast exports write it (Cast up, Softmax, Cast
+/// down, then a scale): one stitched kernel rounding at the casts, equal to the reference; a
+/// cast between floats alone stays a glue kernel.
+#[test]
+fn float_casts_next_to_a_region_join_it() {
+    let (rows, width) = (3usize, 37usize);
+    let mut b = GraphBuilder::new("autocast");
+    let x = b.input("x", DType::F16, Shape::from_static(&[rows, width]));
+    let up = b.node("up", Op::Cast { to: DType::F32, saturate: true }, &[&x]);
+    let p = b.node("softmax", Op::Softmax { axis: -1 }, &[&up]);
+    let down = b.node("down", Op::Cast { to: DType::F16, saturate: true }, &[&p]);
+    let scale = b.initializer("scale", Tensor::from_f64_as(DType::F16, vec![], &[3.0]).unwrap());
+    let y = b.node("scale_mul", Op::Binary(Binary::Mul), &[&down, &scale]);
+    b.output(&y);
+    let g = b.finish().unwrap();
+    let r = one_region(&g);
+    assert_eq!(r.nodes, ["up", "softmax", "down", "scale_mul"]);
+    let x_t = Tensor::from_f64_as(DType::F16, vec![rows, width], &random(&[rows, width], 2).to_f64_vec()).unwrap();
+    let want = bolt::reference::run(&g, &HashMap::from([("x".to_string(), x_t.clone())])).unwrap()[&y].clone();
+    let plan = bolt::plan::plan(&g).unwrap();
+    assert_eq!(plan.graph.nodes.len(), 1, "{:?}", plan.stitched);
+    let n = &plan.graph.nodes[0];
+    let Op::Stitched(region) = &n.op else { panic!("{:?}", n.op) };
+    let spec = bolt::plan::lower::stitch_spec(&plan.graph, n).unwrap();
+    let got = bolt::runtime::stitch::run(&spec, region, &[&x_t], &[DType::F16]).unwrap();
+    assert_eq!(got[0].dtype(), DType::F16);
+    for (a, b) in got[0].to_f32_vec().iter().zip(want.to_f32_vec()) {
+        assert!((a - b).abs() <= 2e-3 * (1.0 + b.abs()), "{a} vs {b}");
+    }
+    // Alone, a cast between floats is a glue kernel's.
+    let mut b = GraphBuilder::new("cast_alone");
+    let x = b.input("x", DType::F16, Shape::from_static(&[rows, width]));
+    let up = b.node("up", Op::Cast { to: DType::F32, saturate: true }, &[&x]);
+    b.output(&up);
+    let (regions, _) = find(&b.finish().unwrap(), &HashSet::new());
+    assert!(regions.is_empty(), "{regions:?}");
+}

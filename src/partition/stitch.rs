@@ -380,8 +380,9 @@ pub fn find_with(g: &Graph, taken: &HashSet<String>, leave_attention: bool) -> (
                 return n.outputs.len() == 1 && float(&n.outputs[0]) && n.input(0).is_some_and(float);
             }
             if let (Op::Cast { .. }, Some(x)) = (&n.op, n.input(0)) {
-                // Casts between floats are glue kernels' (vectorised, and what the planner's
-                // own precision changes use); casts of masks and ids are stitched.
+                // Casts between floats alone are glue kernels' (vectorised, and what the
+                // planner's own precision changes use; next to a region they join it, below);
+                // casts of masks and ids are stitched.
                 if float(x) && n.outputs.first().is_some_and(|y| float(y)) {
                     return false;
                 }
@@ -398,6 +399,19 @@ pub fn find_with(g: &Graph, taken: &HashSet<String>, leave_attention: bool) -> (
     for (i, n) in g.nodes.iter().enumerate() {
         for x in n.inputs.iter().flatten() {
             consumers.entry(x.as_str()).or_default().push(i);
+        }
+    }
+    // A cast between floats joins a region it touches: an f16 model's softmax computed in f32
+    // (Cast -> Softmax -> Cast) is one kernel.
+    for (i, n) in g.nodes.iter().enumerate() {
+        let (Op::Cast { .. }, Some(x), [y]) = (&n.op, n.input(0), &n.outputs[..]) else { continue };
+        if cand[i] || taken.contains(&n.name) || metadata.contains(&i) || attention_nodes.contains(&n.name) {
+            continue;
+        }
+        if float(x) && float(y) {
+            let from_region = producer.get(x).is_some_and(|&p| cand[p]);
+            let into_region = consumers.get(y.as_str()).is_some_and(|r| r.iter().any(|&c| cand[c]));
+            cand[i] = from_region || into_region;
         }
     }
     // A slice joins only as a view of what a region reads: one of constant bounds stepping
