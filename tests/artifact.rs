@@ -816,6 +816,40 @@ fn hf_attention_block_artifact_runs_one_attention_kernel() {
     }
 }
 
+/// Infinite constants (a one-sided Clip fused into the GEMM's epilogue, a `-inf` mask value in
+/// a stitched kernel, a `ConstantOfShape` fill of `-inf` left with the host) survive the plan's
+/// and the kernel library's JSON: they were written as `null`, which no reader takes back.
+#[test]
+fn infinite_constants_survive_the_artifact() {
+    use bolt::ir::builder::GraphBuilder;
+    let s = Dim::Sym("S".into());
+    let mut b = GraphBuilder::new("infinities");
+    let x = b.input("x", DType::F32, Shape(vec![s.clone(), Dim::Known(8)]));
+    let keep = b.input("keep", DType::Bool, Shape(vec![s, Dim::Known(16)]));
+    let w = b.initializer("w", common::random_tensor(&[8, 16], 7));
+    let zero = b.initializer("zero", Tensor::scalar_f32(0.0));
+    let minus_inf = b.initializer("minus_inf", Tensor::scalar_f32(f32::NEG_INFINITY));
+    let y = b.node("mm", Op::MatMul, &[&x, &w]);
+    let y = b.node("clip_below", Op::Clip, &[&y, &zero]);
+    let shape = b.node("shape", Op::Shape { start: 0, end: None }, &[&y]);
+    let fill = Tensor::from_f32(vec![1], vec![f32::NEG_INFINITY]);
+    let fill = b.node("fill", Op::ConstantOfShape { value: Some(std::sync::Arc::new(fill)) }, &[&shape]);
+    let a = b.node("where_fill", Op::Where, &[&keep, &y, &fill]);
+    let a = b.node("exp_a", Op::Unary(Unary::Exp), &[&a]);
+    let c = b.node("where_const", Op::Where, &[&keep, &minus_inf, &y]);
+    let c = b.node("exp_c", Op::Unary(Unary::Exp), &[&c]);
+    b.output(&a);
+    b.output(&c);
+    let g = b.finish().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let art = build_and_check(&g, dir.path(), &[Arch::Sm80], None, vec![range("S", 1, 9)]);
+    let epilogue = format!("{:?}", art.plan.kernels[0]);
+    assert!(epilogue.contains("inf"), "the clip's open bound is in the kernel: {epilogue}");
+    assert!(!art.plan.stitch.is_empty(), "the masks run in stitched kernels");
+    let plan = std::fs::read_to_string(dir.path().join(PLAN_FILE)).unwrap();
+    assert!(plan.contains("\"-inf\""), "the host's fill is in the plan");
+}
+
 /// The memory plan of real plans: no two tensors that are live at once share a byte, and the
 /// arena is never larger than one allocation per tensor.
 #[test]

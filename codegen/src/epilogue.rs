@@ -17,7 +17,9 @@ pub enum Activation {
     HardSwish,
     /// max(0, min(1, alpha*x + beta)); ONNX's defaults are alpha 0.2, beta 0.5.
     HardSigmoid {
+        #[serde(with = "crate::json_float::ordered_f32")]
         alpha: OrderedFloat<f32>,
+        #[serde(with = "crate::json_float::ordered_f32")]
         beta: OrderedFloat<f32>,
     },
     Softplus,
@@ -26,10 +28,14 @@ pub enum Activation {
     Silu,
     Tanh,
     LeakyRelu {
+        #[serde(with = "crate::json_float::ordered_f32")]
         alpha: OrderedFloat<f32>,
     },
+    /// A one-sided clip has an infinite bound.
     Clip {
+        #[serde(with = "crate::json_float::ordered_f32")]
         min: OrderedFloat<f32>,
+        #[serde(with = "crate::json_float::ordered_f32")]
         max: OrderedFloat<f32>,
     },
 }

@@ -9,6 +9,7 @@ pub mod cache;
 pub mod candidates;
 pub mod epilogue;
 pub mod glue;
+pub mod json_float;
 pub mod loader;
 pub mod manifest;
 pub mod render;

@@ -273,7 +273,7 @@ pub enum Reduction {
 pub enum Step {
     /// The spec's input `i`.
     Input(usize),
-    Const(OrderedFloat<f32>),
+    Const(#[serde(with = "crate::json_float::ordered_f32")] OrderedFloat<f32>),
     Unary(UnaryFn, usize),
     Binary(BinaryFn, usize, usize),
     /// One value per row (broadcast back along the row).

@@ -153,6 +153,14 @@ pub fn parse_op(node: &NodeProto, opset: i64) -> Result<Parsed, String> {
             None => return Ok(Parsed::Opaque("Constant holding strings or a sparse tensor")),
         },
         "Identity" => Op::Identity,
+        "ConstantOfShape" => match a.tensor("value")? {
+            Some(t) if t.len() != 1 => return Err(format!("value must hold one element, holds {}", t.len())),
+            Some(t) if matches!(t.dtype(), DType::Other(_)) => {
+                return Ok(Parsed::Opaque("ConstantOfShape of a type Bolt does not compute with"))
+            }
+            value => Op::ConstantOfShape { value: value.map(Arc::new) },
+        },
+        "Range" => Op::Range,
         "DepthToSpace" => {
             let blocksize = a.int("blocksize")?.ok_or("missing required attribute 'blocksize'")?;
             if blocksize < 1 {
@@ -211,9 +219,78 @@ pub fn parse_op(node: &NodeProto, opset: i64) -> Result<Parsed, String> {
             }
         }
         "Resize" => Op::Resize(resize(&a)?),
+        "RNN" | "GRU" | "LSTM" => match recurrent(node.op_type(), &a)? {
+            Ok(r) => Op::Recurrent(r),
+            Err(why) => return Ok(Parsed::Opaque(why)),
+        },
         _ => return Ok(Parsed::Opaque("operator outside Bolt's supported list")),
     };
     Ok(Parsed::Op(op))
+}
+
+/// A recurrent layer's attributes; `Ok(Err(why))` for valid ones Bolt does not compute.
+fn recurrent(op_type: &str, a: &Attrs) -> Result<Result<Recurrent, &'static str>, String> {
+    let cell = match op_type {
+        "RNN" => Cell::Rnn,
+        "GRU" => Cell::Gru { linear_before_reset: a.bool_or("linear_before_reset", false)? },
+        _ => Cell::Lstm { input_forget: a.bool_or("input_forget", false)? },
+    };
+    let direction = match a.string("direction")?.as_deref().unwrap_or("forward") {
+        "forward" => RnnDirection::Forward,
+        "reverse" => RnnDirection::Reverse,
+        "bidirectional" => RnnDirection::Bidirectional,
+        other => return Err(format!("direction '{other}' is not one of forward, reverse, bidirectional")),
+    };
+    let hidden_size = match a.int("hidden_size")? {
+        None => None,
+        Some(h) if h > 0 => Some(h as usize),
+        Some(h) => return Err(format!("hidden_size must be positive, found {h}")),
+    };
+    let clip = match a.has("clip").then(|| a.float_or("clip", 0.0)).transpose()? {
+        Some(c) if !(c > 0.0) => return Err(format!("clip must be positive, found {c}")),
+        c => c,
+    };
+    let batch_major = match a.int_or("layout", 0)? {
+        0 => false,
+        1 => true,
+        l => return Err(format!("layout must be 0 or 1, found {l}")),
+    };
+    let per_direction = cell.default_activations().len();
+    let names = a.strings("activations")?.unwrap_or_default();
+    let activations = if names.is_empty() {
+        cell.default_activations().repeat(direction.count())
+    } else {
+        if names.len() != per_direction * direction.count() {
+            return Err(format!(
+                "activations lists {} functions; a {op_type} with {} direction(s) takes {}",
+                names.len(),
+                direction.count(),
+                per_direction * direction.count()
+            ));
+        }
+        // Parameters are consumed in order by the functions that take them (onnxruntime's rule).
+        let mut alphas = a.floats("activation_alpha")?.unwrap_or_default().into_iter();
+        let mut betas = a.floats("activation_beta")?.unwrap_or_default().into_iter();
+        let mut out = Vec::with_capacity(names.len());
+        for name in &names {
+            out.push(match name.to_ascii_lowercase().as_str() {
+                "sigmoid" => Unary::Sigmoid,
+                "tanh" => Unary::Tanh,
+                "relu" => Unary::Relu,
+                "softplus" => Unary::Softplus,
+                "leakyrelu" => Unary::LeakyRelu { alpha: alphas.next().unwrap_or(0.01) },
+                "hardsigmoid" => {
+                    Unary::HardSigmoid { alpha: alphas.next().unwrap_or(0.2), beta: betas.next().unwrap_or(0.5) }
+                }
+                "affine" | "thresholdedrelu" | "scaledtanh" | "elu" | "softsign" => return Ok(Err(
+                    "a recurrent activation outside Bolt's list (Affine, ThresholdedRelu, ScaledTanh, Elu, Softsign)",
+                )),
+                other => return Err(format!("unknown recurrent activation '{other}'")),
+            });
+        }
+        out
+    };
+    Ok(Ok(Recurrent { cell, direction, hidden_size, activations, clip, batch_major }))
 }
 
 fn window(a: &Attrs) -> Result<Window, String> {

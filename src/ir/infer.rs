@@ -821,6 +821,33 @@ pub fn infer_node(op: &Op, infos: &[Option<InputInfo>]) -> Result<Vec<TensorType
             };
             vec![TensorType { dtype: t.dtype, shape }]
         }
+        Op::Recurrent(r) => {
+            let t = x?;
+            if !t.dtype.is_float() {
+                return Err(format!("X must be a float tensor, is {}", t.dtype));
+            }
+            if t.shape.as_ref().is_some_and(|s| s.rank() != 3) {
+                return Err(format!("X must have rank 3, has rank {}", t.shape.as_ref().map_or(0, Shape::rank)));
+            }
+            for (i, name) in [(1, "W"), (2, "R")] {
+                let w = ty(infos, i)?;
+                if w.dtype != t.dtype {
+                    return Err(format!("{name} is {}, X is {}", w.dtype, t.dtype));
+                }
+                if w.shape.as_ref().is_some_and(|s| s.rank() != 3) {
+                    return Err(format!("{name} must have rank 3"));
+                }
+            }
+            let hidden = match r.hidden_size {
+                Some(h) => Dim::Known(h),
+                None => ty(infos, 2)?.shape.as_ref().map_or(Dim::Unknown, |s| s.0[2].clone()),
+            };
+            let lstm = matches!(r.cell, Cell::Lstm { .. });
+            super::infer_host::recurrent_types(t, r.direction.count(), hidden, r.batch_major, lstm)
+                .into_iter()
+                .map(|t| t.expect("recurrent outputs are typed"))
+                .collect()
+        }
         Op::Fused(k) => vec![fused_type(k, x?, ty(infos, 1)?)?],
         Op::FusedChain(layers) => {
             let mut cur = x?.clone();
@@ -903,6 +930,18 @@ pub fn infer_node(op: &Op, infos: &[Option<InputInfo>]) -> Result<Vec<TensorType
                 Some(t) => vec![t],
                 None => return Err("inputs do not broadcast".into()),
             }
+        }
+        // One place for their shapes and folds: the host rules (which also fold small
+        // integer fills and know symbolic dims of the shape operand).
+        Op::ConstantOfShape { value } => {
+            let attrs: Vec<(String, AttrValue)> =
+                value.iter().map(|v| ("value".to_string(), AttrValue::Tensor(v.clone()))).collect();
+            let h = super::infer_host::infer_host("", op.op_type(), &attrs, infos, 1);
+            vec![h.types.into_iter().next().flatten().ok_or("the shape operand has no type")?]
+        }
+        Op::Range => {
+            let h = super::infer_host::infer_host("", op.op_type(), &[], infos, 1);
+            vec![h.types.into_iter().next().flatten().ok_or("start has no type")?]
         }
         Op::Opaque { .. } => vec![],
     })

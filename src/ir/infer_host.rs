@@ -387,24 +387,54 @@ fn recurrent(attrs: &[(String, AttrValue)], infos: &[Option<InputInfo>], lstm: b
         _ => 1,
     };
     let hidden = attr_int(attrs, "hidden_size").filter(|&h| h > 0).map_or(Dim::Unknown, |h| Dim::Known(h as usize));
-    let layout = attr_int(attrs, "layout").unwrap_or(0);
-    let s = t.shape.as_ref().filter(|s| s.rank() == 3);
-    let (seq, batch) = match (s, layout) {
-        (Some(s), 0) => (s.0[0].clone(), s.0[1].clone()),
-        (Some(s), _) => (s.0[1].clone(), s.0[0].clone()),
+    let batch_major = attr_int(attrs, "layout").unwrap_or(0) != 0;
+    recurrent_types(t, dirs, hidden, batch_major, lstm)
+}
+
+/// The outputs of a recurrent layer over input `x`: Y, Y_h and (LSTM) Y_c, in either layout.
+pub(crate) fn recurrent_types(
+    x: &TensorType,
+    dirs: usize,
+    hidden: Dim,
+    batch_major: bool,
+    lstm: bool,
+) -> Vec<Option<TensorType>> {
+    let s = x.shape.as_ref().filter(|s| s.rank() == 3);
+    let (seq, batch) = match (s, batch_major) {
+        (Some(s), false) => (s.0[0].clone(), s.0[1].clone()),
+        (Some(s), true) => (s.0[1].clone(), s.0[0].clone()),
         _ => (Dim::Unknown, Dim::Unknown),
     };
     let d = Dim::Known(dirs);
-    let (y, state) = if layout == 0 {
+    let (y, state) = if !batch_major {
         (vec![seq, d.clone(), batch.clone(), hidden.clone()], vec![d, batch, hidden])
     } else {
         (vec![batch.clone(), seq, d.clone(), hidden.clone()], vec![batch, d, hidden])
     };
-    let mut v = vec![with_shape(t.dtype, Some(Shape(y))), with_shape(t.dtype, Some(Shape(state.clone())))];
+    let mut v = vec![with_shape(x.dtype, Some(Shape(y))), with_shape(x.dtype, Some(Shape(state.clone())))];
     if lstm {
-        v.push(with_shape(t.dtype, Some(Shape(state))));
+        v.push(with_shape(x.dtype, Some(Shape(state))));
     }
     v
+}
+
+/// A single-output host op computed from concrete inputs where inference folds it (small
+/// integer shape arithmetic: ConstantOfShape, Range, Size, ...), so that the reference
+/// executor runs a model's shape computations by the rules the planner folds them with.
+pub fn fold_host(
+    domain: &str,
+    op_type: &str,
+    attrs: &[(String, AttrValue)],
+    inputs: &[Option<&Tensor>],
+) -> Option<Tensor> {
+    let types: Vec<Option<TensorType>> =
+        inputs.iter().map(|t| t.map(|t| TensorType::new(t.dtype(), Shape::from_static(&t.shape)))).collect();
+    let infos: Vec<Option<InputInfo>> = inputs
+        .iter()
+        .zip(&types)
+        .map(|(t, ty)| t.map(|t| InputInfo { ty: ty.as_ref(), value: Some(t), dims: None }))
+        .collect();
+    infer_host(domain, op_type, attrs, &infos, 1).value
 }
 
 /// Known element values of a small 1-D (or scalar) integer operand: constants, or dims where

@@ -13,6 +13,7 @@ mod tensor;
 
 pub use dtype::DType;
 pub use graph::{Graph, Node};
+pub use infer_host::fold_host;
 pub use op::*;
 pub use shape::{broadcast_index, broadcast_shapes, broadcast_static, Dim, Shape, TensorType};
 pub use tensor::{strides, Element, Tensor, TensorData};

@@ -191,9 +191,16 @@ pub enum Unary {
     Sigmoid,
     Softplus,
     HardSwish,
-    LeakyRelu { alpha: f32 },
-    HardSigmoid { alpha: f32, beta: f32 },
-    Gelu { approximate: GeluApprox },
+    LeakyRelu {
+        alpha: f32,
+    },
+    HardSigmoid {
+        alpha: f32,
+        beta: f32,
+    },
+    Gelu {
+        approximate: GeluApprox,
+    },
     Exp,
     Neg,
     Abs,
@@ -217,13 +224,24 @@ pub enum Activation {
     GeluErf,
     GeluTanh,
     HardSwish,
-    HardSigmoid { alpha: f32, beta: f32 },
+    HardSigmoid {
+        alpha: f32,
+        beta: f32,
+    },
     Softplus,
     Sigmoid,
     Silu,
     Tanh,
-    LeakyRelu { alpha: f32 },
-    Clip { min: f32, max: f32 },
+    LeakyRelu {
+        alpha: f32,
+    },
+    /// A one-sided clip has an infinite bound.
+    Clip {
+        #[serde(with = "bolt_codegen::json_float::f32")]
+        min: f32,
+        #[serde(with = "bolt_codegen::json_float::f32")]
+        max: f32,
+    },
 }
 
 /// The function as the report writes it: `relu`, `leaky_relu[0.1]`, `clip[0, 6]`.
@@ -459,6 +477,75 @@ pub struct ResizeAttrs {
     pub aspect: AspectPolicy,
 }
 
+/// The cell of a recurrent layer (ONNX RNN, GRU, LSTM), with its variant attributes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Cell {
+    /// `H = f(X·Wᵀ + H·Rᵀ + b)`: one gate.
+    Rnn,
+    /// Gates z, r, h in that order in W, R and B. With `linear_before_reset` the reset gate
+    /// scales `H·Rhᵀ + Rbh` (cuDNN's and PyTorch's GRU) instead of `H` before the product.
+    Gru { linear_before_reset: bool },
+    /// Gates i, o, f, c in that order (peepholes i, o, f). `input_forget` couples the forget
+    /// gate to the input gate: f = 1 - i.
+    Lstm { input_forget: bool },
+}
+
+impl Cell {
+    /// Gates per direction: the rows of W and R are `gates() * hidden_size`.
+    pub fn gates(self) -> usize {
+        match self {
+            Cell::Rnn => 1,
+            Cell::Gru { .. } => 3,
+            Cell::Lstm { .. } => 4,
+        }
+    }
+
+    /// Activation functions per direction (f; f, g; f, g, h) and ONNX's defaults.
+    pub fn default_activations(self) -> &'static [Unary] {
+        match self {
+            Cell::Rnn => &[Unary::Tanh],
+            Cell::Gru { .. } => &[Unary::Sigmoid, Unary::Tanh],
+            Cell::Lstm { .. } => &[Unary::Sigmoid, Unary::Tanh, Unary::Tanh],
+        }
+    }
+}
+
+/// Which way a recurrent layer walks the sequence; bidirectional runs both and stacks them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum RnnDirection {
+    Forward,
+    Reverse,
+    Bidirectional,
+}
+
+impl RnnDirection {
+    pub fn count(self) -> usize {
+        if self == RnnDirection::Bidirectional {
+            2
+        } else {
+            1
+        }
+    }
+}
+
+/// One recurrent layer (ONNX RNN, GRU, LSTM). Inputs: X, W `[D, G*H, I]`, R `[D, G*H, H]`,
+/// then optional B `[D, 2*G*H]` (W's biases then R's), sequence_lens `[batch]`, initial_h
+/// `[D, batch, H]`, and for LSTM initial_c and peepholes P `[D, 3*H]`. Outputs: Y (every
+/// step's hidden state; 0 past a sequence's length), Y_h (the last), and for LSTM Y_c.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Recurrent {
+    pub cell: Cell,
+    pub direction: RnnDirection,
+    /// From the attribute; else R's last dim.
+    pub hidden_size: Option<usize>,
+    /// The cell's activations for each direction in turn (forward's, then reverse's).
+    pub activations: Vec<Unary>,
+    /// Gate pre-activations are clipped to [-clip, clip] when set.
+    pub clip: Option<f32>,
+    /// ONNX `layout` 1: X and Y batch-major (`[batch, seq, ..]`), states `[batch, D, H]`.
+    pub batch_major: bool,
+}
+
 /// A generic ONNX attribute value, kept for opaque nodes so a host framework can run them.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum AttrValue {
@@ -558,6 +645,13 @@ pub enum Op {
     Constant {
         value: Arc<Tensor>,
     },
+    /// A tensor of the shape input 0 gives, filled with `value`'s one element (f32 0 when
+    /// absent): initial states, masks, padding amounts.
+    ConstantOfShape {
+        value: Option<Arc<Tensor>>,
+    },
+    /// `start, start + delta, ...` below `limit` (inputs 0..=2, scalars of one type).
+    Range,
     Identity,
     MaxPool {
         window: Window,
@@ -604,6 +698,8 @@ pub enum Op {
     },
     /// roi, scales, sizes from inputs 1..=3.
     Resize(ResizeAttrs),
+    /// RNN, GRU, LSTM.
+    Recurrent(Recurrent),
     /// A planned kernel: an anchor and its fused epilogue (never imported; the planner makes it).
     Fused(Arc<FusedKernel>),
     /// Planned back-to-back kernels run as one: each layer's output is the next one's A
@@ -696,6 +792,8 @@ impl Op {
             Op::Gather { .. } => "Gather",
             Op::Shape { .. } => "Shape",
             Op::Constant { .. } => "Constant",
+            Op::ConstantOfShape { .. } => "ConstantOfShape",
+            Op::Range => "Range",
             Op::Identity => "Identity",
             Op::MaxPool { .. } => "MaxPool",
             Op::AveragePool { .. } => "AveragePool",
@@ -711,6 +809,11 @@ impl Op {
             Op::Reduce { kind: ReduceKind::Max, .. } => "ReduceMax",
             Op::Reduce { kind: ReduceKind::Min, .. } => "ReduceMin",
             Op::Resize(_) => "Resize",
+            Op::Recurrent(r) => match r.cell {
+                Cell::Rnn => "RNN",
+                Cell::Gru { .. } => "GRU",
+                Cell::Lstm { .. } => "LSTM",
+            },
             Op::Fused(_) => "BoltKernel",
             Op::FusedChain(_) => "BoltKernelChain",
             Op::Stitched(_) => "BoltStitched",

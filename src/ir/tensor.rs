@@ -6,10 +6,11 @@ use half::{bf16, f16};
 /// Row-major storage, one variant per element type Bolt computes with.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum TensorData {
-    F32(Vec<f32>),
+    // Infinities (mask fills) survive JSON (plans carry small tensors in attributes).
+    F32(#[serde(with = "bolt_codegen::json_float::vec_f32")] Vec<f32>),
     F16(Vec<f16>),
     BF16(Vec<bf16>),
-    F64(Vec<f64>),
+    F64(#[serde(with = "bolt_codegen::json_float::vec_f64")] Vec<f64>),
     I64(Vec<i64>),
     I32(Vec<i32>),
     I16(Vec<i16>),

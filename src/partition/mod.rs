@@ -165,6 +165,9 @@ pub fn partition(g: &Graph) -> Partitioning {
             _ if metadata.contains(&i) => SHAPE_COMPUTATION.into(),
             (Op::Opaque { why, .. }, _) => why.to_string(),
             (Op::Constant { .. }, _) => "constant (weights are read by the partitions that use them)".into(),
+            (Op::Recurrent(_), _) => {
+                "a recurrent layer (RNN/GRU/LSTM): its steps are sequential; no Bolt kernel runs it yet".into()
+            }
             _ => "not a GEMM/Conv anchor, nor fusable into one's epilogue".into(),
         };
         out.host.push(HostNode { node: n.name.clone(), op_type: n.op.op_type().to_string(), reason });

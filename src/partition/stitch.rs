@@ -31,7 +31,7 @@ pub enum Reduce {
 pub enum Step {
     /// Region input `i` (a tensor from outside: activation or non-scalar constant).
     Input(usize),
-    Const(f64),
+    Const(#[serde(with = "bolt_codegen::json_float::f64")] f64),
     Unary(Unary, usize),
     Binary(Binary, usize, usize),
     Reduce(Reduce, usize),

@@ -52,10 +52,17 @@ pub enum RuntimeError {
     Cuda(String),
     #[error("the executor is poisoned by an earlier CUDA error ({0}); open a new one (the CUDA context may need a process restart)")]
     Poisoned(String),
+    /// The node's error in the message and not again as a source (error chains print once).
     #[error("host op: {0}")]
-    Host(#[from] crate::Error),
+    Host(crate::Error),
     #[error("{0}")]
     Unsupported(String),
+}
+
+impl From<crate::Error> for RuntimeError {
+    fn from(e: crate::Error) -> RuntimeError {
+        RuntimeError::Host(e)
+    }
 }
 
 /// Per-kernel device time and host overhead of the last timed run (`bolt run --bench`).
@@ -227,11 +234,15 @@ impl Executor for Reference {
             }
             if let Some(spec) = self.attention.get(&node.name) {
                 let crate::ir::Op::Attention(op) = &node.op else {
-                    return Err(crate::Error::node(node, "the plan records an attention kernel for a node that is not one"));
+                    return Err(crate::Error::node(
+                        node,
+                        "the plan records an attention kernel for a node that is not one",
+                    ));
                 };
                 let xs: Option<Vec<&Tensor>> = args.iter().copied().collect();
                 let xs = xs.ok_or_else(|| crate::Error::node(node, "an attention node's input is missing"))?;
-                let y = attention::run(spec, op, &xs).map_err(|why| crate::Error::node(node, format!("attention kernel: {why}")))?;
+                let y = attention::run(spec, op, &xs)
+                    .map_err(|why| crate::Error::node(node, format!("attention kernel: {why}")))?;
                 return Ok(vec![y]);
             }
             let Some(spec) = self.glue.get(&node.name) else {

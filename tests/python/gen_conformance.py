@@ -39,7 +39,8 @@ BOLT_OPS = frozenset("""
     Unsqueeze Concat Slice Gather Shape Constant Identity MaxPool AveragePool
     GlobalAveragePool Softmax LayerNormalization ReduceMean Resize DepthToSpace Split
     Exp Neg Abs Reciprocal Max Min ReduceSum ReduceMax ReduceMin GlobalMaxPool Pad Log LogSoftmax
-    Equal Less LessOrEqual Greater GreaterOrEqual And Or Xor Not Where Expand
+    Equal Less LessOrEqual Greater GreaterOrEqual And Or Xor Not Where Expand RNN GRU LSTM
+    ConstantOfShape Range
 """.split())
 
 SHIPPED_KINDS = ("pytorch-converted", "pytorch-operator", "simple")

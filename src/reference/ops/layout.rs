@@ -299,3 +299,50 @@ pub fn expand(x: &Tensor, shape: &Tensor) -> OpResult {
     let idx = crate::ir::broadcast_index(&x.shape, &out);
     Ok(vec![Tensor { data: x.data.gather(&idx), shape: out }])
 }
+
+/// ONNX ConstantOfShape: `shape` (1-D int64, entries >= 0) filled with `value`'s element.
+pub fn constant_of_shape(shape: &Tensor, value: Option<&Tensor>) -> OpResult {
+    let dims = shape.as_i64_vec().filter(|_| shape.rank() == 1).ok_or("the shape must be a 1-D integer tensor")?;
+    let dims: Vec<usize> = dims
+        .iter()
+        .map(|&d| usize::try_from(d).map_err(|_| format!("shape {dims:?} has a negative entry")))
+        .collect::<Result<_, _>>()?;
+    let n: usize = dims.iter().product();
+    let fill = value.cloned().unwrap_or_else(|| Tensor::scalar_f32(0.0));
+    let t = match fill.as_i64_vec() {
+        Some(v) => Tensor::from_i64_as(fill.dtype(), dims, &vec![v[0]; n]),
+        None => Tensor::from_f64_as(fill.dtype(), dims, &vec![fill.to_f64_vec()[0]; n]),
+    };
+    Ok(vec![t.ok_or_else(|| format!("cannot fill a {} tensor", fill.dtype()))?])
+}
+
+/// ONNX Range: `start + i * delta` for i in 0..max(ceil((limit - start) / delta), 0), exact
+/// for integer types.
+pub fn range(start: &Tensor, limit: &Tensor, delta: &Tensor) -> OpResult {
+    let dt = start.dtype();
+    for (name, t) in [("start", start), ("limit", limit), ("delta", delta)] {
+        if t.len() != 1 || t.dtype() != dt {
+            return Err(format!("{name} must be a scalar of start's type {dt}, is {} {:?}", t.dtype(), t.shape));
+        }
+    }
+    if let (Some(s), Some(l), Some(d)) = (start.as_i64_vec(), limit.as_i64_vec(), delta.as_i64_vec()) {
+        let (s, l, d) = (s[0], l[0], d[0]);
+        if d == 0 {
+            return Err("delta is 0".into());
+        }
+        let span = l - s;
+        let n = (span / d + i64::from(span % d != 0 && (span < 0) == (d < 0))).max(0);
+        let v: Vec<i64> = (0..n).map(|i| s + i * d).collect();
+        return Ok(vec![Tensor::from_i64_as(dt, vec![v.len()], &v).ok_or("integer range")?]);
+    }
+    let (s, l, d) = (start.to_f64_vec()[0], limit.to_f64_vec()[0], delta.to_f64_vec()[0]);
+    if d == 0.0 || !d.is_finite() {
+        return Err(format!("delta is {d}"));
+    }
+    let n = ((l - s) / d).ceil();
+    if !(n.is_finite() && n < 1e9) {
+        return Err(format!("range from {s} to {l} by {d} has no finite length"));
+    }
+    let v: Vec<f64> = (0..n.max(0.0) as usize).map(|i| s + i as f64 * d).collect();
+    Ok(vec![Tensor::from_f64_as(dt, vec![v.len()], &v).ok_or("float range")?])
+}

@@ -10,6 +10,7 @@ mod matmul;
 mod norm;
 mod pad;
 mod pool;
+mod recurrent;
 mod resize;
 
 use crate::ir::{Op, Tensor};
@@ -69,6 +70,8 @@ pub fn eval_op(op: &Op, inputs: &[Option<&Tensor>]) -> OpResult {
         Op::Shape { start, end } => layout::shape(req(inputs, 0)?, *start, *end),
         Op::Constant { value } => Ok(vec![value.as_ref().clone()]),
         Op::Identity => Ok(vec![req(inputs, 0)?.clone()]),
+        Op::ConstantOfShape { value } => layout::constant_of_shape(req(inputs, 0)?, value.as_deref()),
+        Op::Range => layout::range(req(inputs, 0)?, req(inputs, 1)?, req(inputs, 2)?),
         Op::MaxPool { window, ceil_mode, storage_order } => {
             pool::max_pool(req(inputs, 0)?, window, *ceil_mode, *storage_order)
         }
@@ -88,6 +91,7 @@ pub fn eval_op(op: &Op, inputs: &[Option<&Tensor>]) -> OpResult {
             norm::reduce(*kind, req(inputs, 0)?, axes.as_deref(), opt(inputs, 1), *keepdims, *noop_with_empty_axes)
         }
         Op::Resize(attrs) => resize::resize(req(inputs, 0)?, opt(inputs, 1), opt(inputs, 2), opt(inputs, 3), attrs),
+        Op::Recurrent(r) => recurrent::eval(r, inputs),
         Op::Fused(k) => fused::fused(k, inputs),
         Op::FusedChain(layers) => fused::fused_chain(layers, inputs),
         Op::Stitched(r) => {
