@@ -294,3 +294,42 @@ fn bolt_check_exits_non_zero_when_a_case_fails() {
     let out = run();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
 }
+
+#[test]
+fn compile_says_which_symbolic_dims_ran_at_their_default_size() {
+    // x[1, 2, H, W] -> MaxPool 2x2: at H = W = 1 (the default) the window does not fit.
+    use common::onnx_proto::{typed_value_info, with_ints};
+    use tensor_shape_proto::dimension::Value;
+    let dims = |h: Value, w: Value| vec![Value::DimValue(1), Value::DimValue(2), h, w];
+    let m = ModelProto {
+        ir_version: Some(8),
+        opset_import: vec![OperatorSetIdProto { domain: Some(String::new()), version: Some(17) }],
+        graph: Some(GraphProto {
+            name: Some("pool".into()),
+            node: vec![with_ints(node("pool", "MaxPool", &["x"], &["y"]), "kernel_shape", &[2, 2])],
+            input: vec![typed_value_info("x", 1, dims(Value::DimParam("H".into()), Value::DimParam("W".into())))],
+            output: vec![typed_value_info("y", 1, dims(Value::DimParam("h".into()), Value::DimParam("w".into())))],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pool.onnx");
+    std::fs::write(&path, m.encode_to_vec()).unwrap();
+    let compile = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_bolt"))
+            .arg("compile")
+            .arg("--no-artifact")
+            .args(extra)
+            .arg(&path)
+            .output()
+            .unwrap()
+    };
+    let out = compile(&[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("symbolic dims H, W were 1") && stderr.contains("--dim"), "{stderr}");
+    assert!(stderr.contains("'pool'"), "the node is still named: {stderr}");
+    let out = compile(&["--dim", "H=4", "--dim", "W=6"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}

@@ -151,6 +151,23 @@ fn parse_precision(s: &str) -> Result<Precision, String> {
     Precision::parse(s).ok_or_else(|| format!("'{s}' is not one of f32, tf32, f16, bf16"))
 }
 
+/// Symbolic dims of `g`'s inputs that `bindings` leaves at their default of 1.
+fn defaulted_dims(g: &bolt::ir::Graph, bindings: &DimBindings) -> Vec<String> {
+    let mut names: Vec<String> = g
+        .inputs
+        .iter()
+        .filter_map(|i| g.types.get(i)?.shape.as_ref())
+        .flat_map(|s| s.0.iter())
+        .filter_map(|d| match d {
+            bolt::ir::Dim::Sym(n) if !bindings.contains_key(n) => Some(n.clone()),
+            _ => None,
+        })
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_env("BOLT_LOG"))
@@ -173,7 +190,19 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 None => bolt::models::default_model()?,
             };
             let bindings: DimBindings = dims.iter().map(|d| (d.name.clone(), d.max)).collect();
-            let summary = compile::summarize(&graph, &bindings, !no_run)?;
+            // Unbound symbolic dims run at 1, which a detector's 1x1 image cannot pass through:
+            // say so with the error.
+            let defaulted = defaulted_dims(&graph, &bindings);
+            let hint = |e: bolt::Error| -> anyhow::Error {
+                if defaulted.is_empty() {
+                    return e.into();
+                }
+                anyhow::Error::from(e).context(format!(
+                    "the model's symbolic dims {} were 1 (the default); give real sizes with --dim NAME=SIZE or NAME=MIN..MAX",
+                    defaulted.join(", ")
+                ))
+            };
+            let summary = compile::summarize(&graph, &bindings, !no_run).map_err(hint)?;
             if !json {
                 if model.is_none() {
                     println!("(no model given: using the built-in default model)\n");
@@ -211,7 +240,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     source: model.clone().map_or(bolt::artifact::Source::Builtin, bolt::artifact::Source::File),
                     ..CompileOptions::new(dir)
                 };
-                Some(bolt::artifact::compile(&graph, &opts)?)
+                Some(bolt::artifact::compile(&graph, &opts).map_err(hint)?)
             };
             if json {
                 let v = serde_json::json!({ "summary": summary, "artifact": report });
