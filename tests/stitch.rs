@@ -439,8 +439,8 @@ fn transposed_inputs_are_strided_views() {
     }
 }
 
-/// A group of ops joined through an op no region takes (Softplus -> Add -> an Expand, a copy
-/// left to the host -> Mul, the Mul also reading the Softplus) cannot be one stitched node: it
+/// A group of ops joined through an op no region takes (Softplus -> Add -> an Expand adding a
+/// leading axis, left to the host -> Mul, the Mul also reading the Softplus) cannot be one stitched node: it
 /// would feed itself (the shape of epilogue-fuzzer seed 147, which made a cycle through a Clip
 /// before Clip was stitched). It is split where the path leaves and comes back: {Softplus,
 /// Add} and {Mul} are two stitched nodes around the host's op, and the plan still equals the
@@ -452,7 +452,7 @@ fn a_region_joined_through_a_host_op_is_split_where_the_path_leaves() {
     let one = g.initializer("one", Tensor::from_f64_as(DType::F32, vec![], &[1.0]).unwrap());
     let sp = g.node("softplus", Op::Unary(Unary::Softplus), &[&x]);
     let a = g.node("add", Op::Binary(Binary::Add), &[&sp, &one]);
-    let shape = g.initializer("shape", Tensor::from_i64(vec![1], vec![1]));
+    let shape = g.initializer("shape", Tensor::from_i64(vec![3], vec![2, 4, 8]));
     let c = g.node("expand", Op::Expand, &[&a, &shape]);
     let y = g.node("mul", Op::Binary(Binary::Mul), &[&sp, &c]);
     g.output(&y);
@@ -929,4 +929,38 @@ fn float_casts_next_to_a_region_join_it() {
     b.output(&up);
     let (regions, _) = find(&b.finish().unwrap(), &HashSet::new());
     assert!(regions.is_empty(), "{regions:?}");
+}
+
+/// jax2tf writes `BroadcastTo(x, Shape(x))` in every LayerNorm: an Expand to the shape its
+/// input already has (symbolic dims included) is an Identity, so the LayerNorm around it is one
+/// stitched kernel; an Expand that does broadcast (a dim of 1 to the batch) is left as it is.
+#[test]
+fn expands_to_their_own_shape_are_identities() {
+    let mut g = GraphBuilder::new("broadcast_to");
+    let b = Dim::Sym("B".into());
+    let x = g.input("x", DType::F32, Shape(vec![b.clone(), Dim::Known(6)]));
+    let ones = g.input("ones", DType::F32, Shape(vec![Dim::Known(1), Dim::Known(6)]));
+    let shape = g.node("shape", Op::Shape { start: 0, end: None }, &[&x]);
+    let mean = g.node(
+        "mean",
+        Op::Reduce { kind: ReduceKind::Mean, axes: Some(vec![-1]), keepdims: true, noop_with_empty_axes: false },
+        &[&x],
+    );
+    let same = g.node("same", Op::Expand, &[&x, &shape]);
+    let d = g.node("sub", Op::Binary(Binary::Sub), &[&same, &mean]);
+    let wide = g.node("wide", Op::Expand, &[&ones, &shape]);
+    let y = g.node("mul", Op::Binary(Binary::Mul), &[&d, &wide]);
+    g.output(&y);
+    let g = g.finish().unwrap();
+    let plan = bolt::plan::plan(&g).unwrap();
+    let ops: Vec<&str> = plan.graph.nodes.iter().map(|n| n.op.op_type()).collect();
+    assert_eq!(ops.iter().filter(|o| **o == "Expand").count(), 1, "only the broadcasting one stays: {ops:?}");
+    assert!(plan.graph.nodes.iter().any(|n| n.op.op_type() == "Identity" && n.inputs.len() == 1), "{ops:?}");
+    let inputs = HashMap::from([("x".to_string(), random(&[3, 6], 1)), ("ones".to_string(), random(&[1, 6], 2))]);
+    let want = bolt::reference::run(&g, &inputs).unwrap();
+    let got = bolt::reference::run(&plan.graph, &inputs).unwrap();
+    // (The stitched Sub rounds once, in f64: last-bit differences only.)
+    for (a, b) in want[&g.outputs[0]].to_f32_vec().iter().zip(got[&g.outputs[0]].to_f32_vec()) {
+        assert!((a - b).abs() <= 1e-6 * a.abs().max(1.0), "{a} vs {b}");
+    }
 }

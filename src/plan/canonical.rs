@@ -91,6 +91,7 @@ pub fn canonical(g: &Graph) -> Result<(Graph, usize)> {
         count += 1;
     }
     count += same_type_casts(&mut out);
+    count += same_shape_expands(&mut out);
     count += zero_pads_into_convs(&mut out);
     count += constant_reduce_axes(&mut out);
     count += reduce_keeping_dims(&mut out, &mut taken);
@@ -254,6 +255,27 @@ fn same_type_casts(g: &mut Graph) -> usize {
         let Op::Cast { to, .. } = g.nodes[i].op else { continue };
         if g.nodes[i].input(0).and_then(|x| g.types.get(x)).is_some_and(|t| t.dtype == to) {
             g.nodes[i].op = Op::Identity;
+            count += 1;
+        }
+    }
+    count
+}
+
+/// An Expand to the shape its input already has (jax2tf's `BroadcastTo(x, Shape(x))` in every
+/// LayerNorm) is an Identity. Shapes must be proved equal: known dims, or one symbol.
+fn same_shape_expands(g: &mut Graph) -> usize {
+    let mut count = 0;
+    for i in 0..g.nodes.len() {
+        let n = &g.nodes[i];
+        let (Op::Expand, Some(x), [y]) = (&n.op, n.input(0), &n.outputs[..]) else { continue };
+        let shape = |t: &str| g.types.get(t).and_then(|t| t.shape.clone());
+        let same = match (shape(x), shape(y)) {
+            (Some(a), Some(b)) => a == b && !a.0.contains(&crate::ir::Dim::Unknown),
+            _ => false,
+        };
+        if same {
+            g.nodes[i].op = Op::Identity;
+            g.nodes[i].inputs.truncate(1);
             count += 1;
         }
     }
