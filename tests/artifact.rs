@@ -370,6 +370,63 @@ fn host_glue_equals_the_reference_ops() {
     .is_none());
 }
 
+/// Pad kernels on the reference device (`runtime::glue`, from the spec's definition) equal the
+/// reference executor's Pad (checked against the ONNX conformance cases) on random shapes of
+/// rank 1 to 4, pads of the last two axes (given by `axes` or all of them, wider than the axis
+/// for reflect and wrap), every mode, a constant value or none; pads of a leading axis, crops
+/// and run-time pads are refused with a reason.
+#[test]
+fn host_pads_equal_the_reference_pad() {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(23);
+    let modes = [PadMode::Constant, PadMode::Reflect, PadMode::Edge, PadMode::Wrap];
+    for case in 0..80 {
+        let rank = rng.gen_range(1..5);
+        let shape: Vec<usize> = (0..rank).map(|_| rng.gen_range(1..6)).collect();
+        let dtype = [DType::F32, DType::F16, DType::BF16][case % 3];
+        let values: Vec<f64> = (0..shape.iter().product::<usize>()).map(|_| rng.gen_range(-9.0..9.0)).collect();
+        let x = Tensor::from_f64_as(dtype, shape.clone(), &values).unwrap();
+        let mode = modes[case % 4];
+        let padded = rank.min(2);
+        let mut begins = vec![0i64; rank];
+        let mut ends = vec![0i64; rank];
+        for k in rank - padded..rank {
+            begins[k] = rng.gen_range(0..8);
+            ends[k] = rng.gen_range(0..8);
+        }
+        // Pads for every axis, or for the padded ones through `axes` (negative, as torch writes).
+        let (pads, axes) = if rng.gen_bool(0.5) {
+            (Tensor::from_i64(vec![2 * rank], [begins, ends].concat()), None)
+        } else {
+            let axes: Vec<i64> = (rank - padded..rank).map(|k| k as i64 - rank as i64).collect();
+            let sel = |v: &[i64]| (rank - padded..rank).map(|k| v[k]).collect::<Vec<_>>();
+            (
+                Tensor::from_i64(vec![2 * padded], [sel(&begins), sel(&ends)].concat()),
+                Some(Tensor::from_i64(vec![padded], axes)),
+            )
+        };
+        let value = (mode == PadMode::Constant && rng.gen_bool(0.5))
+            .then(|| Tensor::from_f64_as(dtype, vec![], &[-2.5]).unwrap());
+        let inputs = [Some(&x), Some(&pads), value.as_ref(), axes.as_ref()];
+        let op = Op::Pad { mode };
+        let (spec, problem) = bolt::plan::lower::glue_for(&op, &x.shape, dtype, dtype, &inputs).unwrap().unwrap();
+        let got = bolt::runtime::glue::run(&spec, &problem, &x).unwrap();
+        let want = bolt::reference::eval_op(&op, &inputs).unwrap().remove(0);
+        assert_eq!(got, want, "{mode:?} of {dtype} {shape:?} by {pads:?} (axes {axes:?})");
+    }
+    let x = Tensor::from_f32(vec![2, 3, 4], vec![0.0; 24]);
+    let refused = |pads: Vec<i64>, constants: bool| {
+        let pads = Tensor::from_i64(vec![pads.len()], pads);
+        let inputs = [Some(&x), constants.then_some(&pads)];
+        bolt::plan::lower::glue_for(&Op::Pad { mode: PadMode::Reflect }, &x.shape, DType::F32, DType::F32, &inputs)
+            .unwrap()
+            .unwrap_err()
+    };
+    assert!(refused(vec![1, 0, 0, 0, 0, 0], true).contains("last two axes"));
+    assert!(refused(vec![0, 0, -1, 0, 0, 0], true).contains("crop"));
+    assert!(refused(vec![0, 0, 1, 0, 0, 0], false).contains("run time"));
+}
+
 /// Pool kernels on the reference device (`runtime::glue`, from the spec's definition) equal the
 /// reference executor's pools (checked against the ONNX conformance cases) on random windows:
 /// kernel, stride, dilation, pads, ceil mode and the average's divisor, NCHW and (as the
@@ -817,7 +874,8 @@ fn hf_attention_block_artifact_runs_one_attention_kernel() {
 }
 
 /// Infinite constants (a one-sided Clip fused into the GEMM's epilogue, a `-inf` mask value in
-/// a stitched kernel, a `ConstantOfShape` fill of `-inf` left with the host) survive the plan's
+/// a stitched kernel, a `ConstantOfShape` fill of `-inf` left with the host, a pad kernel's
+/// `-inf`) survive the plan's
 /// and the kernel library's JSON: they were written as `null`, which no reader takes back.
 #[test]
 fn infinite_constants_survive_the_artifact() {
@@ -838,14 +896,23 @@ fn infinite_constants_survive_the_artifact() {
     let a = b.node("exp_a", Op::Unary(Unary::Exp), &[&a]);
     let c = b.node("where_const", Op::Where, &[&keep, &minus_inf, &y]);
     let c = b.node("exp_c", Op::Unary(Unary::Exp), &[&c]);
+    let pads = b.initializer("pads", Tensor::from_i64(vec![4], vec![0, 1, 0, 2]));
+    let d = b.node("pad", Op::Pad { mode: PadMode::Constant }, &[&y, &pads, &minus_inf]);
+    let d = b.node("exp_d", Op::Unary(Unary::Exp), &[&d]);
     b.output(&a);
     b.output(&c);
+    b.output(&d);
     let g = b.finish().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let art = build_and_check(&g, dir.path(), &[Arch::Sm80], None, vec![range("S", 1, 9)]);
     let epilogue = format!("{:?}", art.plan.kernels[0]);
     assert!(epilogue.contains("inf"), "the clip's open bound is in the kernel: {epilogue}");
     assert!(!art.plan.stitch.is_empty(), "the masks run in stitched kernels");
+    assert!(
+        art.plan.glue.iter().any(|g| matches!(g.spec, GlueSpec::Pad(p) if p.value.0 == f32::NEG_INFINITY)),
+        "the pad of -inf is a glue kernel: {:?}",
+        art.plan.glue
+    );
     let plan = std::fs::read_to_string(dir.path().join(PLAN_FILE)).unwrap();
     assert!(plan.contains("\"-inf\""), "the host's fill is in the plan");
 }

@@ -152,6 +152,34 @@ pub struct DepthToSpaceSpec {
     pub element: Element,
 }
 
+/// How a spatial pad fills the new elements (ONNX Pad's modes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PadFill {
+    /// The spec's value.
+    Constant,
+    /// Mirrored about the edge element, which is not repeated (period 2(d - 1); an axis of one
+    /// element repeats it).
+    Reflect,
+    /// The edge element repeated.
+    Edge,
+    /// From the other end, as if the axis were a ring.
+    Wrap,
+}
+
+/// ONNX Pad of the last two axes of data viewed as `[n, h, w]` (every leading axis is `n`;
+/// a 1-D pad has h = 1): output `[n, h + pads[0] + pads[2], w + pads[1] + pads[3]]` (`pads`:
+/// begin h, begin w, end h, end w; never negative: crops are copies).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SpatialPadSpec {
+    pub fill: PadFill,
+    pub pads: [u32; 4],
+    /// What `Constant` writes (0 for the other modes).
+    #[serde(with = "crate::json_float::ordered_f32")]
+    pub value: ordered_float::OrderedFloat<f32>,
+    pub element: Element,
+}
+
 /// One glue kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -162,6 +190,7 @@ pub enum GlueSpec {
     Pool(PoolSpec),
     Resize(ResizeSpec),
     DepthToSpace(DepthToSpaceSpec),
+    Pad(SpatialPadSpec),
 }
 
 /// Why a glue spec is refused.
@@ -181,6 +210,8 @@ pub enum GlueRejection {
     Blocksize,
     #[error("resize scale {0}: must be positive and finite")]
     Scale(ordered_float::OrderedFloat<f32>),
+    #[error("pad value NaN")]
+    PadValue,
 }
 
 pub fn validate(spec: &GlueSpec) -> Result<(), GlueRejection> {
@@ -209,6 +240,8 @@ pub fn validate(spec: &GlueSpec) -> Result<(), GlueRejection> {
         },
         GlueSpec::DepthToSpace(d) if d.blocksize == 0 => Err(GlueRejection::Blocksize),
         GlueSpec::DepthToSpace(_) => Ok(()),
+        GlueSpec::Pad(p) if p.value.0.is_nan() => Err(GlueRejection::PadValue),
+        GlueSpec::Pad(_) => Ok(()),
         GlueSpec::Resize(r) => match r.scales.into_iter().flatten().find(|s| !(s.0 > 0.0 && s.0.is_finite())) {
             Some(bad) => Err(GlueRejection::Scale(bad)),
             None => Ok(()),
@@ -237,6 +270,7 @@ impl GlueSpec {
                 Sampling::Linear => ("resize_linear", r.element, r.element),
             },
             GlueSpec::DepthToSpace(d) => ("depth_to_space", d.element, d.element),
+            GlueSpec::Pad(p) => ("pad", p.element, p.element),
         }
     }
 
@@ -259,6 +293,7 @@ impl GlueSpec {
                 None => (h, w),
             },
             GlueSpec::DepthToSpace(d) => (h * i64::from(d.blocksize), w * i64::from(d.blocksize)),
+            GlueSpec::Pad(s) => (h + i64::from(s.pads[0] + s.pads[2]), w + i64::from(s.pads[1] + s.pads[3])),
             _ => (h, w),
         };
         crate::abi::BoltGlueProblem { n, c, h, w, c_padded, p, q }
@@ -295,6 +330,14 @@ pub fn symbol_for(spec: &GlueSpec) -> String {
             };
             format!("bolt_glue_{op}_{}_{}_{coord}{rounding}_{scales}", layout_name(r.layout), x.name())
         }
+        GlueSpec::Pad(p) => {
+            let pads = p.pads.map(|v| v.to_string()).join("x");
+            let value = match p.fill {
+                PadFill::Constant => format!("_v{:08x}", p.value.0.to_bits()),
+                _ => String::new(),
+            };
+            format!("bolt_glue_{op}_{}_{}_p{pads}{value}", fill_name(p.fill), x.name())
+        }
         GlueSpec::DepthToSpace(d) => {
             let mode = if d.crd { "crd" } else { "dcr" };
             format!("bolt_glue_{op}_{}_{}_b{}_{mode}", layout_name(d.layout), x.name(), d.blocksize)
@@ -313,6 +356,24 @@ pub fn symbol_for(spec: &GlueSpec) -> String {
                 PoolKind::GlobalAverage | PoolKind::GlobalMax => base,
             }
         }
+    }
+}
+
+fn fill_name(f: PadFill) -> &'static str {
+    match f {
+        PadFill::Constant => "constant",
+        PadFill::Reflect => "reflect",
+        PadFill::Edge => "edge",
+        PadFill::Wrap => "wrap",
+    }
+}
+
+/// An f32 as a C++ expression (infinities by name).
+fn cpp_f32(v: f32) -> String {
+    match v {
+        v if v == f32::INFINITY => "INFINITY".into(),
+        v if v == f32::NEG_INFINITY => "(-INFINITY)".into(),
+        v => format!("{v:e}f"),
     }
 }
 
@@ -345,6 +406,9 @@ struct Context<'a> {
     crd: bool,
     rounding: &'static str,
     scales: [String; 2],
+    /// Pad: the fill mode and what a constant pad (and every other kernel's -1 source) writes.
+    fill: &'static str,
+    fill_value: String,
 }
 
 pub const TEMPLATE: &str = "glue.cu.tera";
@@ -383,8 +447,13 @@ pub fn render(spec: &GlueSpec, symbol: &str) -> Result<String, RenderError> {
         crd: matches!(spec, GlueSpec::DepthToSpace(d) if d.crd),
         rounding: "",
         scales: [String::new(), String::new()],
+        fill: "",
+        fill_value: "0.f".into(),
     };
     let context = match spec {
+        GlueSpec::Pad(p) => {
+            Context { pads: p.pads, fill: fill_name(p.fill), fill_value: cpp_f32(p.value.0), ..context }
+        }
         GlueSpec::Pool(PoolSpec { kind: PoolKind::Max(w) | PoolKind::Average { window: w, .. }, .. }) => Context {
             kernel: w.kernel,
             strides: w.strides,

@@ -11,8 +11,8 @@ use bolt_codegen::abi::{
     BoltGlueArgs, BoltGlueProblem, CanImplementFn, InitializeFn, LaunchFn, ParamsSizeFn, Status, FUNCTION_SUFFIXES,
 };
 use bolt_codegen::glue::{
-    self, CastSpec, DepthToSpaceSpec, Direction, GlueSpec, Layout, NearestRounding, PadSpec, PoolKind, PoolSpec,
-    PoolWindow, ResizeCoord, ResizeSpec, Sampling, TransposeSpec,
+    self, CastSpec, DepthToSpaceSpec, Direction, GlueSpec, Layout, NearestRounding, PadFill, PadSpec, PoolKind,
+    PoolSpec, PoolWindow, ResizeCoord, ResizeSpec, Sampling, SpatialPadSpec, TransposeSpec,
 };
 use bolt_codegen::spec::Element;
 use ordered_float::OrderedFloat;
@@ -68,7 +68,18 @@ fn specs() -> Vec<GlueSpec> {
             layout: Layout::Nhwc,
             element: Element::F32,
         }),
+        // STFT front ends' reflect pad of the last axis (wider than the axis: it reflects
+        // again), and every mode on both axes; a constant of -inf.
+        pad(PadFill::Reflect, [0, 7, 0, 6], 0.0, Element::F32),
+        pad(PadFill::Reflect, [3, 1, 2, 4], 0.0, Element::F16),
+        pad(PadFill::Edge, [2, 0, 1, 3], 0.0, Element::BF16),
+        pad(PadFill::Wrap, [5, 2, 0, 6], 0.0, Element::F32),
+        pad(PadFill::Constant, [1, 2, 3, 4], f32::NEG_INFINITY, Element::F16),
     ]
+}
+
+fn pad(fill: PadFill, pads: [u32; 4], value: f32, element: Element) -> GlueSpec {
+    GlueSpec::Pad(SpatialPadSpec { fill, pads, value: value.into(), element })
 }
 
 fn resize(coord: ResizeCoord, rounding: NearestRounding, scales: Option<[f32; 2]>, layout: Layout) -> GlueSpec {
@@ -346,6 +357,32 @@ fn expected_sources(spec: &GlueSpec, p: BoltGlueProblem) -> Vec<i64> {
                 Layout::Nhwc => ((bn * h + y / b) * w + x / b) * c * b * b + from(ch, y % b, x % b),
             };
             out = in_output_order(d.layout, [n, c, h * b, w * b], src);
+        }
+        GlueSpec::Pad(s) => {
+            // ONNX Pad per axis: reflect mirrors about the edges, again and again while out.
+            let source = |mut i: i64, d: i64| -> i64 {
+                match s.fill {
+                    _ if (0..d).contains(&i) => i,
+                    PadFill::Constant => -1,
+                    PadFill::Edge => i.clamp(0, d - 1),
+                    PadFill::Wrap => i.rem_euclid(d),
+                    PadFill::Reflect => {
+                        while !(0..d).contains(&i) {
+                            i = if i < 0 { -i } else { 2 * (d - 1) - i };
+                        }
+                        i
+                    }
+                }
+            };
+            let [top, left, bottom, right] = s.pads.map(i64::from);
+            for plane in 0..n * c {
+                for y in 0..h + top + bottom {
+                    for x in 0..w + left + right {
+                        let (sy, sx) = (source(y - top, h), source(x - left, w));
+                        out.push(if sy < 0 || sx < 0 { -1 } else { (plane * h + sy) * w + sx });
+                    }
+                }
+            }
         }
         GlueSpec::Cast(_) | GlueSpec::Pool(_) => unreachable!(),
     }

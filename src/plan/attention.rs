@@ -45,7 +45,12 @@ pub fn fuse(g: &mut Graph) -> Result<Vec<AttentionDecision>> {
         let Fusable { op, mut inputs, pad_d, pad_dv } = match fusable(g, &a) {
             Ok(x) => x,
             Err(why) => {
-                decisions.push(AttentionDecision { nodes: a.nodes, fused: None, reason: Some(why), padding: Vec::new() });
+                decisions.push(AttentionDecision {
+                    nodes: a.nodes,
+                    fused: None,
+                    reason: Some(why),
+                    padding: Vec::new(),
+                });
                 continue;
             }
         };
@@ -186,9 +191,9 @@ fn fusable(g: &Graph, a: &Attention) -> std::result::Result<Fusable, String> {
     }
     // Types: one float type for every operand, which names the kernel's element.
     let dtype = |t: &str| g.types.get(t).map(|t| t.dtype);
-    let element = dtype(&q).and_then(lower::element).ok_or_else(|| {
-        format!("Q is {:?}: attention kernels take f32, f16 and bf16", dtype(&q))
-    })?;
+    let element = dtype(&q)
+        .and_then(lower::element)
+        .ok_or_else(|| format!("Q is {:?}: attention kernels take f32, f16 and bf16", dtype(&q)))?;
     let mut operands = vec![("K", k.clone()), ("V", v.clone())];
     if let Some((m, _)) = &a.mask {
         operands.push(("the mask", m.clone()));

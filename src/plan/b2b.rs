@@ -12,10 +12,10 @@
 
 use super::edit::{bound_shape, constant, finish};
 use super::DeviceSpec;
-use bolt_profiler::analytic::Estimate;
 use super::PlanOptions;
 use crate::error::Result;
 use crate::ir::{ConvLayout, DType, FusedKernel, Graph, Node, Op};
+use bolt_profiler::analytic::Estimate;
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -285,8 +285,7 @@ fn best_single_kernel(
     let a = n.input(0).ok_or("no input")?;
     let a_shape = bound_shape(g, a, bindings).ok_or_else(|| format!("'{a}' has an unknown shape"))?;
     let a_type = g.types.get(a).map(|t| t.dtype).ok_or("untyped input")?;
-    let (workload, ..) =
-        super::lower::lower_one(g, &n.name, k, (a_shape, a_type), (n.input(1), n.input(2)), bindings)?;
+    let (workload, ..) = super::lower::lower_one(g, &n.name, k, (a_shape, a_type), (n.input(1), n.input(2)), bindings)?;
     let best = bolt_profiler::analytic::rank(&workload, dev, dev.arch).into_iter().next().ok_or("no candidate")?;
     Ok((bolt_codegen::render::symbol_for(&best.spec), best.estimate))
 }

@@ -431,9 +431,7 @@ fn nhwc_form(
         | Op::AveragePool { .. }
         | Op::GlobalAveragePool
         | Op::GlobalMaxPool
-        | Op::DepthToSpace { .. } => {
-            Op::ChannelsLast(Arc::new(n.op.clone()))
-        }
+        | Op::DepthToSpace { .. } => Op::ChannelsLast(Arc::new(n.op.clone())),
         op => op.clone(),
     };
     Some((inputs, op, consts))

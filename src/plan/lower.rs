@@ -254,6 +254,9 @@ pub fn glue(g: &Graph, n: &Node, bindings: &HashMap<String, usize>) -> Option<Re
     let constants: Vec<Option<std::sync::Arc<crate::ir::Tensor>>> =
         n.inputs.iter().map(|i| i.as_deref().and_then(|t| super::edit::constant(g, t))).collect();
     let constants: Vec<Option<&crate::ir::Tensor>> = constants.iter().map(|c| c.as_deref()).collect();
+    if matches!(n.op, Op::Pad { .. }) && n.input(2).is_some() && constants.get(2).copied().flatten().is_none() {
+        return Some(Err("the pad value is computed at run time: pad kernels take a constant".into()));
+    }
     glue_for(&n.op, &shape, xt, yt, &constants)
         .map(|r| r.map(|(spec, problem)| GlueUse { node: n.name.clone(), spec, problem }))
 }
@@ -277,7 +280,7 @@ pub fn is_pool(op: &Op) -> bool {
 fn is_glue_op(op: &Op) -> bool {
     match op {
         Op::Transpose { .. } | Op::FitLastAxis { .. } | Op::Cast { .. } | Op::Resize(_) => true,
-        Op::DepthToSpace { .. } => true,
+        Op::DepthToSpace { .. } | Op::Pad { .. } => true,
         Op::ChannelsLast(inner) if matches!(**inner, Op::DepthToSpace { .. }) => true,
         op => is_pool(op),
     }
@@ -406,6 +409,54 @@ pub fn pool_spec(op: &Op, element: bolt_codegen::spec::Element) -> Result<bolt_c
     Ok(spec)
 }
 
+/// A Pad of the last two axes (or the last) of an input of `shape` as a glue kernel, from its
+/// constant pads, value and axes (`constants`, by input position). Crops are copies, not this.
+fn pad_for(
+    mode: crate::ir::PadMode,
+    shape: &[i64],
+    element: bolt_codegen::spec::Element,
+    constants: &[Option<&crate::ir::Tensor>],
+) -> Result<(bolt_codegen::glue::GlueSpec, BoltGlueProblem), String> {
+    use crate::ir::PadMode;
+    use bolt_codegen::glue::{GlueSpec, PadFill, SpatialPadSpec};
+    let given = |k: usize| constants.get(k).copied().flatten();
+    let ints = |k: usize, what: &str| -> Result<Option<Vec<i64>>, String> {
+        given(k).map(|t| t.as_i64_vec().ok_or_else(|| format!("{what} are not integers"))).transpose()
+    };
+    let pads = ints(1, "the pads")?.ok_or("the pads are computed at run time: pad kernels take constant pads")?;
+    let axes = ints(3, "the axes")?;
+    let rank = shape.len();
+    let per_axis = crate::ir::infer::pads_per_axis(&pads, axes.as_deref(), rank)?;
+    if per_axis.iter().any(|&(b, e)| b < 0 || e < 0) {
+        return Err(format!("pads {pads:?} crop: pad kernels only grow"));
+    }
+    let padded = |k: usize| per_axis[k] != (0, 0);
+    if rank == 0 || (0..rank.saturating_sub(2)).any(padded) {
+        return Err(format!("pads {pads:?} of a rank-{rank} input: pad kernels pad the last two axes"));
+    }
+    let value = match given(2) {
+        Some(v) if v.len() == 1 => v.to_f64_vec()[0] as f32,
+        Some(v) => return Err(format!("a pad value of {} elements", v.len())),
+        // Absent (a value computed at run time is refused by `glue`).
+        None => 0.0,
+    };
+    let fill = match mode {
+        PadMode::Constant => PadFill::Constant,
+        PadMode::Reflect => PadFill::Reflect,
+        PadMode::Edge => PadFill::Edge,
+        PadMode::Wrap => PadFill::Wrap,
+    };
+    let (h, hp) = if rank >= 2 { (shape[rank - 2], per_axis[rank - 2]) } else { (1, (0, 0)) };
+    let (w, wp) = (shape[rank - 1], per_axis[rank - 1]);
+    let n: i64 = shape[..rank.saturating_sub(2)].iter().product();
+    let u32_of = |v: i64| u32::try_from(v).map_err(|_| format!("pad {v} above the kernels' range"));
+    let pads = [u32_of(hp.0)?, u32_of(wp.0)?, u32_of(hp.1)?, u32_of(wp.1)?];
+    let value = if fill == PadFill::Constant { value } else { 0.0 };
+    let spec = SpatialPadSpec { fill, pads, value: value.into(), element };
+    let problem = GlueSpec::Pad(spec).problem(n, 1, h, w);
+    Ok((GlueSpec::Pad(spec), problem))
+}
+
 /// DepthToSpace of an input of `shape` (in `layout`) as a glue kernel.
 fn depth_to_space_for(
     blocksize: usize,
@@ -530,6 +581,7 @@ pub fn glue_for(
                 let (spec, problem) = resize_for(a, shape, ex, constants)?;
                 (GlueSpec::Resize(spec), problem)
             }
+            (Op::Pad { mode }, _) => pad_for(*mode, &s, ex, constants)?,
             (op, _) => {
                 let (spec, problem) = pool_for(op, &s, ex)?;
                 (GlueSpec::Pool(spec), problem)
@@ -647,8 +699,9 @@ pub fn stitch_spec(g: &Graph, n: &Node) -> Result<bolt_codegen::stitch::StitchSp
     let mut inputs = Vec::new();
     for x in n.inputs.iter().flatten() {
         let t = ty(x)?;
-        let e = stitch_storage(t.dtype)
-            .ok_or_else(|| format!("input '{x}' is {}: stitched kernels read f32, f16, bf16, i32, i64 and bool", t.dtype))?;
+        let e = stitch_storage(t.dtype).ok_or_else(|| {
+            format!("input '{x}' is {}: stitched kernels read f32, f16, bf16, i32, i64 and bool", t.dtype)
+        })?;
         shapes.push(t.shape.clone().ok_or_else(|| format!("input '{x}' has no known rank"))?);
         inputs.push(e);
     }
@@ -750,7 +803,8 @@ pub fn stitch_spec(g: &Graph, n: &Node) -> Result<bolt_codegen::stitch::StitchSp
             Step::Select(c, a, b) => st::Step::Select(c, a, b),
             Step::Gather(t, a) => st::Step::Gather(t, a),
             Step::Cast(to, a) => st::Step::Cast(
-                stitch_storage(to).ok_or_else(|| format!("step {j} casts to {to}, which stitched kernels do not store"))?,
+                stitch_storage(to)
+                    .ok_or_else(|| format!("step {j} casts to {to}, which stitched kernels do not store"))?,
                 a,
             ),
             Step::Reduce(kind, a) => {
@@ -788,10 +842,9 @@ pub fn stitch_spec(g: &Graph, n: &Node) -> Result<bolt_codegen::stitch::StitchSp
             Step::Binary(_, a, b) | Step::Compare(_, a, b) | Step::Logic(_, a, b) => {
                 (deps[a].union(&deps[b]).copied().collect(), varies[a] || varies[b])
             }
-            Step::Select(c, a, b) => (
-                deps[c].union(&deps[a]).chain(&deps[b]).copied().collect(),
-                varies[c] || varies[a] || varies[b],
-            ),
+            Step::Select(c, a, b) => {
+                (deps[c].union(&deps[a]).chain(&deps[b]).copied().collect(), varies[c] || varies[a] || varies[b])
+            }
         };
         deps.push(d);
         varies.push(v);

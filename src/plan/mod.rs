@@ -101,7 +101,11 @@ pub struct GlueDecision {
 }
 
 impl GlueDecision {
-    fn new(n: &crate::ir::Node, op_type: String, spec: std::result::Result<bolt_codegen::glue::GlueSpec, String>) -> Self {
+    fn new(
+        n: &crate::ir::Node,
+        op_type: String,
+        spec: std::result::Result<bolt_codegen::glue::GlueSpec, String>,
+    ) -> Self {
         let (kernel, reason) = match spec {
             Ok(s) => (Some(bolt_codegen::glue::symbol_for(&s)), None),
             Err(why) => (None, Some(why)),
@@ -110,9 +114,9 @@ impl GlueDecision {
     }
 }
 
-/// Every pool, transpose, resize and DepthToSpace of the model in `g` (the planner's own
+/// Every pool, transpose, resize, DepthToSpace and Pad of the model in `g` (the planner's own
 /// transforms are reported as layout transforms) and whether a glue kernel takes it: pools
-/// and transposes whatever their input size, resizes and DepthToSpace at `bindings`.
+/// and transposes whatever their input size, resizes, DepthToSpace and pads at `bindings`.
 fn glue_decisions(g: &Graph, model: &Graph, bindings: &DimBindings) -> Vec<GlueDecision> {
     use crate::ir::Op;
     let own: std::collections::HashSet<&str> = model.nodes.iter().map(|n| n.name.as_str()).collect();
@@ -142,9 +146,9 @@ fn glue_decisions(g: &Graph, model: &Graph, bindings: &DimBindings) -> Vec<GlueD
             .unwrap_or_else(|| Err("only NCHW <-> NHWC permutations of rank-4 tensors have a transpose kernel".into()));
         out.push(GlueDecision::new(n, "Transpose".into(), spec.map(|(s, _)| s)));
     }
-    // Resizes and DepthToSpace: their lowering reads constants and shapes.
+    // Resizes, DepthToSpace and Pads: their lowering reads constants and shapes.
     let shaped = |op: &Op| match op {
-        Op::Resize(_) | Op::DepthToSpace { .. } => true,
+        Op::Resize(_) | Op::DepthToSpace { .. } | Op::Pad { .. } => true,
         Op::ChannelsLast(inner) => matches!(**inner, Op::DepthToSpace { .. }),
         _ => false,
     };
@@ -161,7 +165,8 @@ fn glue_decisions(g: &Graph, model: &Graph, bindings: &DimBindings) -> Vec<GlueD
             let mut p = g.clone();
             for x in shaped.iter().filter_map(|n| n.input(0)) {
                 let dtype = g.types.get(x).map_or(crate::ir::DType::F32, |t| t.dtype);
-                p.types.insert(x.to_string(), crate::ir::TensorType::new(dtype, crate::ir::Shape::from_static(&[2; 4])));
+                p.types
+                    .insert(x.to_string(), crate::ir::TensorType::new(dtype, crate::ir::Shape::from_static(&[2; 4])));
             }
             (Err(e.to_string()), Some(p))
         }
@@ -170,9 +175,7 @@ fn glue_decisions(g: &Graph, model: &Graph, bindings: &DimBindings) -> Vec<GlueD
         let lowered = match (&bound, &placeholder) {
             (Ok(b), _) => lower::glue(b, n, bindings).unwrap_or_else(|| Err("not a glue op".into())),
             (Err(e), Some(p)) => match lower::glue(p, n, bindings) {
-                Some(Ok(u)) if matches!(u.spec, bolt_codegen::glue::GlueSpec::Resize(r) if r.scales.is_some()) => {
-                    Ok(u)
-                }
+                Some(Ok(u)) if matches!(u.spec, bolt_codegen::glue::GlueSpec::Resize(r) if r.scales.is_some()) => Ok(u),
                 _ => Err(format!("the model's shapes do not bind: {e}")),
             },
             (Err(e), None) => Err(format!("the model's shapes do not bind: {e}")),

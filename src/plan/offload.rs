@@ -60,7 +60,8 @@ pub fn offload(g: &Graph, claimable: &dyn Fn(&Partition) -> Result<(), String>) 
     let producer: HashMap<&str, &str> =
         g.nodes.iter().flat_map(|n| n.outputs.iter().map(move |o| (o.as_str(), n.name.as_str()))).collect();
     for n in &g.nodes {
-        let reads_device = n.inputs.iter().flatten().any(|x| producer.get(x.as_str()).is_some_and(|p| device.contains(*p)));
+        let reads_device =
+            n.inputs.iter().flatten().any(|x| producer.get(x.as_str()).is_some_and(|p| device.contains(*p)));
         if super::lower::is_copy_node(g, n) && reads_device {
             device.insert(n.name.clone());
         }

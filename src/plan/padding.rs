@@ -10,8 +10,8 @@
 //!
 //! Grouped and depthwise convs, batched GEMMs and transposed A operands are left as they are.
 
-use super::DeviceSpec;
 use super::edit::{bound_shape, constant, consumers, finish, fresh_name, node};
+use super::DeviceSpec;
 use super::PlanOptions;
 use crate::error::{Error, Result};
 use crate::ir::{ConvLayout, Graph, Node, Op, Tensor};

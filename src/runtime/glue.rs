@@ -10,8 +10,8 @@
 use crate::ir::{DType, Tensor, TensorData};
 use bolt_codegen::abi::BoltGlueProblem;
 use bolt_codegen::glue::{
-    DepthToSpaceSpec, Direction, GlueSpec, Layout, NearestRounding, PoolKind, PoolSpec, PoolWindow, ResizeCoord,
-    ResizeSpec, Sampling,
+    DepthToSpaceSpec, Direction, GlueSpec, Layout, NearestRounding, PadFill, PoolKind, PoolSpec, PoolWindow,
+    ResizeCoord, ResizeSpec, Sampling, SpatialPadSpec,
 };
 use bolt_codegen::spec::Element;
 
@@ -41,6 +41,7 @@ pub fn run(spec: &GlueSpec, p: &BoltGlueProblem, x: &Tensor) -> Result<Tensor, S
         GlueSpec::Pool(s) => s.element,
         GlueSpec::Resize(s) => s.element,
         GlueSpec::DepthToSpace(s) => s.element,
+        GlueSpec::Pad(s) => s.element,
     };
     if x.dtype() != dtype(input) {
         return Err(format!("input is {}, the kernel takes {}", x.dtype(), dtype(input)));
@@ -105,7 +106,56 @@ pub fn run(spec: &GlueSpec, p: &BoltGlueProblem, x: &Tensor) -> Result<Tensor, S
         GlueSpec::Pool(s) => pool(s, p, x),
         GlueSpec::Resize(s) => resize(s, p, x),
         GlueSpec::DepthToSpace(s) => depth_to_space(s, p, x),
+        GlueSpec::Pad(s) => pad(s, p, x),
     }
+}
+
+/// A pad of the last two axes by its definition, per output element of `[n, p, q]` (nested
+/// loops in output order; the mode's source per axis as ONNX defines it). The output keeps
+/// x's leading axes.
+fn pad(s: &SpatialPadSpec, p: &BoltGlueProblem, x: &Tensor) -> Result<Tensor, String> {
+    let [n, h, w, oh, ow] = [p.n * p.c, p.h, p.w, p.p, p.q];
+    let [top, left] = [i64::from(s.pads[0]), i64::from(s.pads[1])];
+    if oh != h + top + i64::from(s.pads[2]) || ow != w + left + i64::from(s.pads[3]) {
+        return Err(format!("problem {p:?} is not the pads {:?} of its input", s.pads));
+    }
+    let source = |c: i64, d: i64| -> Option<i64> {
+        if (0..d).contains(&c) {
+            return Some(c);
+        }
+        match s.fill {
+            PadFill::Constant => None,
+            PadFill::Edge => Some(c.clamp(0, d - 1)),
+            PadFill::Wrap => Some(c.rem_euclid(d)),
+            PadFill::Reflect if d == 1 => Some(0),
+            PadFill::Reflect => {
+                let period = 2 * (d - 1);
+                let m = c.rem_euclid(period);
+                Some(if m < d { m } else { period - m })
+            }
+        }
+    };
+    let v = x.to_f64_vec();
+    let mut out = Vec::with_capacity((n * oh * ow).max(0) as usize);
+    for plane in 0..n {
+        for y in 0..oh {
+            for xx in 0..ow {
+                out.push(match (source(y - top, h), source(xx - left, w)) {
+                    (Some(sy), Some(sx)) => v[((plane * h + sy) * w + sx) as usize],
+                    _ => f64::from(s.value.0),
+                });
+            }
+        }
+    }
+    let mut shape = x.shape.clone();
+    let rank = shape.len();
+    if rank >= 2 {
+        shape[rank - 2] = oh as usize;
+    }
+    if let Some(last) = shape.last_mut() {
+        *last = ow as usize;
+    }
+    Tensor::from_f64_as(x.dtype(), shape, &out).ok_or_else(|| format!("cannot pad {}", x.dtype()))
 }
 
 /// DepthToSpace by its definition: output pixel (y, x) of channel ch is input pixel
