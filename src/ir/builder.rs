@@ -39,6 +39,18 @@ impl GraphBuilder {
         out
     }
 
+    /// Adds a node with `outputs` outputs (`{name}_out0`, ...); returns their names.
+    pub fn node_multi(&mut self, name: &str, op: Op, inputs: &[&str], outputs: usize) -> Vec<String> {
+        let outs: Vec<String> = (0..outputs).map(|k| format!("{name}_out{k}")).collect();
+        self.graph.nodes.push(Node {
+            name: name.into(),
+            op,
+            inputs: inputs.iter().map(|s| if s.is_empty() { None } else { Some(s.to_string()) }).collect(),
+            outputs: outs.clone(),
+        });
+        outs
+    }
+
     pub fn output(&mut self, name: &str) {
         self.graph.outputs.push(name.into());
     }

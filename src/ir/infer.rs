@@ -821,7 +821,7 @@ pub fn infer_node(op: &Op, infos: &[Option<InputInfo>]) -> Result<Vec<TensorType
             };
             vec![TensorType { dtype: t.dtype, shape }]
         }
-        Op::Recurrent(r) => {
+        Op::Recurrent(r) | Op::RecurrentScan(r) => {
             let t = x?;
             if !t.dtype.is_float() {
                 return Err(format!("X must be a float tensor, is {}", t.dtype));
@@ -829,7 +829,9 @@ pub fn infer_node(op: &Op, infos: &[Option<InputInfo>]) -> Result<Vec<TensorType
             if t.shape.as_ref().is_some_and(|s| s.rank() != 3) {
                 return Err(format!("X must have rank 3, has rank {}", t.shape.as_ref().map_or(0, Shape::rank)));
             }
-            for (i, name) in [(1, "W"), (2, "R")] {
+            let scan = matches!(op, Op::RecurrentScan(_));
+            let weights: &[(usize, &str)] = if scan { &[(1, "Rᵀ")] } else { &[(1, "W"), (2, "R")] };
+            for &(i, name) in weights {
                 let w = ty(infos, i)?;
                 if w.dtype != t.dtype {
                     return Err(format!("{name} is {}, X is {}", w.dtype, t.dtype));
@@ -838,9 +840,11 @@ pub fn infer_node(op: &Op, infos: &[Option<InputInfo>]) -> Result<Vec<TensorType
                     return Err(format!("{name} must have rank 3"));
                 }
             }
-            let hidden = match r.hidden_size {
-                Some(h) => Dim::Known(h),
-                None => ty(infos, 2)?.shape.as_ref().map_or(Dim::Unknown, |s| s.0[2].clone()),
+            // R is [D, G*H, H]; Rᵀ [D, H, G*H].
+            let hidden = match (r.hidden_size, scan) {
+                (Some(h), _) => Dim::Known(h),
+                (None, false) => ty(infos, 2)?.shape.as_ref().map_or(Dim::Unknown, |s| s.0[2].clone()),
+                (None, true) => ty(infos, 1)?.shape.as_ref().map_or(Dim::Unknown, |s| s.0[1].clone()),
             };
             let lstm = matches!(r.cell, Cell::Lstm { .. });
             super::infer_host::recurrent_types(t, r.direction.count(), hidden, r.batch_major, lstm)

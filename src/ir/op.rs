@@ -700,6 +700,12 @@ pub enum Op {
     Resize(ResizeAttrs),
     /// RNN, GRU, LSTM.
     Recurrent(Recurrent),
+    /// A recurrent layer's recurrence once the planner has made its input projections a GEMM
+    /// (never imported). Inputs: XW `[seq, batch, D*G*H]` (batch-major: `[batch, seq, ..]`;
+    /// X·Wᵀ plus W's biases), Rᵀ `[D, H, G*H]` (R transposed, as its kernel reads it), then
+    /// the layer's optional B (R's biases are read from it), sequence_lens, initial_h,
+    /// initial_c, P. Outputs: the layer's.
+    RecurrentScan(Recurrent),
     /// A planned kernel: an anchor and its fused epilogue (never imported; the planner makes it).
     Fused(Arc<FusedKernel>),
     /// Planned back-to-back kernels run as one: each layer's output is the next one's A
@@ -814,6 +820,7 @@ impl Op {
                 Cell::Gru { .. } => "GRU",
                 Cell::Lstm { .. } => "LSTM",
             },
+            Op::RecurrentScan(_) => "BoltRecurrentScan",
             Op::Fused(_) => "BoltKernel",
             Op::FusedChain(_) => "BoltKernelChain",
             Op::Stitched(_) => "BoltStitched",

@@ -165,7 +165,7 @@ pub fn partition(g: &Graph) -> Partitioning {
             _ if metadata.contains(&i) => SHAPE_COMPUTATION.into(),
             (Op::Opaque { why, .. }, _) => why.to_string(),
             (Op::Constant { .. }, _) => "constant (weights are read by the partitions that use them)".into(),
-            (Op::Recurrent(_), _) => {
+            (Op::Recurrent(_) | Op::RecurrentScan(_), _) => {
                 "a recurrent layer (RNN/GRU/LSTM): its steps are sequential; no Bolt kernel runs it yet".into()
             }
             _ => "not a GEMM/Conv anchor, nor fusable into one's epilogue".into(),

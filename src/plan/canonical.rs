@@ -92,6 +92,7 @@ pub fn canonical(g: &Graph) -> Result<(Graph, usize)> {
     }
     count += same_type_casts(&mut out);
     count += same_shape_expands(&mut out);
+    count += recurrent_projections(&mut out, &mut taken);
     count += zero_pads_into_convs(&mut out);
     count += constant_reduce_axes(&mut out);
     count += reduce_keeping_dims(&mut out, &mut taken);
@@ -280,6 +281,81 @@ fn same_shape_expands(g: &mut Graph) -> usize {
         }
     }
     count
+}
+
+/// A recurrent layer with constant weights computes every step's input projection X·Wᵀ + Wb
+/// up front as one GEMM (cuDNN's split: the sequential part is only H·Rᵀ), both directions in
+/// one: MatMul(X, Wᵀ `[I, D*G*H]`) + Add(Wb), then a `RecurrentScan` over the projections with
+/// R stored transposed (`[D, H, G*H]`, read a row of units at a time).
+fn recurrent_projections(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
+    rewrite_each(g, |g, n| {
+        let Op::Recurrent(r) = &n.op else { return None };
+        let (x, w, rw) = (n.input(0)?, constant(g, n.input(1)?)?, constant(g, n.input(2)?)?);
+        let bias = match n.input(3) {
+            Some(b) => Some(constant(g, b)?),
+            None => None,
+        };
+        let dtype = g.types.get(x)?.dtype;
+        if w.rank() != 3 || rw.rank() != 3 || w.dtype() != dtype || rw.dtype() != dtype {
+            return None;
+        }
+        let (dirs, rows, input) = (w.shape[0], w.shape[1], w.shape[2]);
+        let hidden = rw.shape[2];
+        if dirs != r.direction.count() || rows != r.cell.gates() * hidden || rw.shape[..2] != [dirs, rows] {
+            return None;
+        }
+        // Wᵀ: [D*G*H, I] -> [I, D*G*H].
+        let wv = w.to_f64_vec();
+        let wide = dirs * rows;
+        let wt: Vec<f64> = (0..input * wide).map(|i| wv[(i % wide) * input + i / wide]).collect();
+        // Rᵀ per direction: [G*H, H] -> [H, G*H].
+        let rv = rw.to_f64_vec();
+        let rt: Vec<f64> = (0..dirs * hidden * rows)
+            .map(|i| {
+                let (d, k, row) = (i / (hidden * rows), (i / rows) % hidden, i % rows);
+                rv[(d * rows + row) * hidden + k]
+            })
+            .collect();
+        fn add(g: &mut Graph, taken: &mut HashSet<String>, name: String, t: Tensor) -> String {
+            let name = fresh_name(g, taken, &name);
+            g.initializers.insert(name.clone(), Arc::new(t));
+            name
+        }
+        let wt_name = add(g, taken, format!("{}.wt", n.name), Tensor::from_f64_as(dtype, vec![input, wide], &wt)?);
+        let rt_name =
+            add(g, taken, format!("{}.rt", n.name), Tensor::from_f64_as(dtype, vec![dirs, hidden, rows], &rt)?);
+        let proj = fresh_name(g, taken, &format!("{}.xw", n.name));
+        let mm = fresh_name(g, taken, &format!("{}.input_projection", n.name));
+        let mut new = vec![node(mm, Op::MatMul, vec![Some(x.to_string()), Some(wt_name)], proj.clone())];
+        let proj = match &bias {
+            Some(b) => {
+                // W's biases of every direction, in the projection's column order.
+                let bv = b.to_f64_vec();
+                let wb: Vec<f64> = (0..wide).map(|k| bv[(k / rows) * 2 * rows + k % rows]).collect();
+                let wb_name = add(g, taken, format!("{}.wb", n.name), Tensor::from_f64_as(dtype, vec![wide], &wb)?);
+                let biased = fresh_name(g, taken, &format!("{}.xw_b", n.name));
+                let add_name = fresh_name(g, taken, &format!("{}.input_bias", n.name));
+                new.push(node(
+                    add_name,
+                    Op::Binary(crate::ir::Binary::Add),
+                    vec![Some(proj), Some(wb_name)],
+                    biased.clone(),
+                ));
+                biased
+            }
+            None => proj,
+        };
+        let mut inputs = vec![Some(proj), Some(rt_name)];
+        inputs.extend(n.inputs.iter().skip(3).cloned());
+        // The scan keeps the node's name (hosts map work back to model nodes by name).
+        new.push(crate::ir::Node {
+            name: n.name.clone(),
+            op: Op::RecurrentScan(r.clone()),
+            inputs,
+            outputs: n.outputs.clone(),
+        });
+        Some(new)
+    })
 }
 
 /// A reduction that drops its axes (jax2tf writes them so) keeps them and a Squeeze drops

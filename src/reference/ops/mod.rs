@@ -92,6 +92,7 @@ pub fn eval_op(op: &Op, inputs: &[Option<&Tensor>]) -> OpResult {
         }
         Op::Resize(attrs) => resize::resize(req(inputs, 0)?, opt(inputs, 1), opt(inputs, 2), opt(inputs, 3), attrs),
         Op::Recurrent(r) => recurrent::eval(r, inputs),
+        Op::RecurrentScan(r) => recurrent::eval_scan(r, inputs),
         Op::Fused(k) => fused::fused(k, inputs),
         Op::FusedChain(layers) => fused::fused_chain(layers, inputs),
         Op::Stitched(r) => {
