@@ -10,6 +10,7 @@ mod common;
 use bolt::ir::builder::GraphBuilder;
 use bolt::ir::{Cell, DType, Graph, Op, Recurrent, RnnDirection, Shape, Tensor};
 use std::collections::HashMap;
+use std::path::PathBuf;
 
 struct Case {
     cell: Cell,
@@ -105,3 +106,169 @@ fn recurrent_layers_plan_to_a_projection_gemm_and_a_scan_that_equal_them() {
     }
     assert_eq!(n, 45);
 }
+
+/// The scan kernels' own code (`run_sequence`, the template's per-step phases), compiled with
+/// nvcc and run on the host one unit after another, equals the reference executor's
+/// recurrence (checked against the ONNX conformance cases) on random projections, weights,
+/// lengths and states, for every cell and direction, both layouts, f32 and f16.
+#[test]
+fn scan_kernels_run_on_the_host_equal_the_reference() {
+    use bolt_codegen::recurrent::{render_unit, symbol_for};
+    use std::process::Command;
+    let tc = bolt_cutlass::Toolchain::discover().unwrap_or_else(|e| panic!("{e}"));
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("recurrent");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join(bolt_codegen::abi::HEADER_NAME), bolt_codegen::abi::HEADER).unwrap();
+    let mut cases = Vec::new();
+    for (k, cell) in [
+        Cell::Rnn,
+        Cell::Gru { linear_before_reset: false },
+        Cell::Gru { linear_before_reset: true },
+        Cell::Lstm { input_forget: false },
+        Cell::Lstm { input_forget: true },
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        for (m, direction) in
+            [RnnDirection::Forward, RnnDirection::Reverse, RnnDirection::Bidirectional].into_iter().enumerate()
+        {
+            let dtype = if (k + m) % 2 == 0 { DType::F32 } else { DType::F16 };
+            let r = Recurrent {
+                cell,
+                direction,
+                hidden_size: None,
+                activations: cell.default_activations().repeat(direction.count()),
+                clip: (m == 1).then_some(0.8),
+                batch_major: (k + m) % 3 == 0,
+            };
+            cases.push((r, dtype, (k * 3 + m) % 2 == 0));
+        }
+    }
+    let specs: Vec<_> = cases.iter().map(|(r, d, _)| bolt::plan::lower::recurrent_spec(r, *d).unwrap()).collect();
+    let symbols: Vec<String> = specs.iter().map(symbol_for).collect();
+    let pairs: Vec<_> = specs.iter().zip(&symbols).map(|(s, n)| (s, n.as_str())).collect();
+    let mut main = String::from(HOST_MAIN_HEAD);
+    for s in &symbols {
+        main += &HOST_RUNNER.replace("SYM", s);
+    }
+    main += "int main(int argc, char **argv) {\n  std::string which = argv[1];\n  BoltRecurrentProblem p{atoll(argv[2]), atoll(argv[3]), atoll(argv[4])};\n";
+    for s in &symbols {
+        main += &format!("  if (which == \"{s}\") return run_{s}(p, argv[5]);\n");
+    }
+    main += "  return 2;\n}\n";
+    let source = dir.join("recurrent.cu");
+    std::fs::write(&source, render_unit(&pairs).unwrap() + &main).unwrap();
+    let object = dir.join("recurrent.o");
+    tc.compile(&source, &object).arch(bolt_cutlass::Arch::Sm80).include(&dir).run().unwrap_or_else(|e| panic!("{e}"));
+    let exe = dir.join("recurrent_host");
+    let o = Command::new(tc.nvcc()).args(["-cudart", "static", "-o"]).arg(&exe).arg(&object).output().unwrap();
+    assert!(o.status.success(), "link: {}", String::from_utf8_lossy(&o.stderr));
+
+    let (seq, batch, hidden) = (6usize, 3usize, 5usize);
+    for (((r, dtype, extras), spec), symbol) in cases.iter().zip(&specs).zip(&symbols) {
+        let dirs = r.direction.count();
+        let rows = r.cell.gates() * hidden;
+        let lstm = matches!(r.cell, Cell::Lstm { .. });
+        let xw_shape = if r.batch_major { [batch, seq, dirs * rows] } else { [seq, batch, dirs * rows] };
+        let state = if r.batch_major { [batch, dirs, hidden] } else { [dirs, batch, hidden] };
+        let t = |shape: &[usize], seed: u64| {
+            let v = common::random_tensor(shape, seed).to_f64_vec();
+            Tensor::from_f64_as(*dtype, shape.to_vec(), &v.iter().map(|x| x * 0.6).collect::<Vec<_>>()).unwrap()
+        };
+        let xw = t(&xw_shape, 1);
+        let rt = t(&[dirs, hidden, rows], 2);
+        let bias = extras.then(|| t(&[dirs, 2 * rows], 3));
+        let lens = extras.then(|| Tensor::from_i64_as(DType::I32, vec![batch], &[6, 2, 0]).unwrap());
+        let h0 = extras.then(|| t(&state, 4));
+        let c0 = (*extras && lstm).then(|| t(&state, 5));
+        let peep = (*extras && lstm).then(|| t(&[dirs, 3 * hidden], 6));
+        let inputs = [Some(&xw), Some(&rt), bias.as_ref(), lens.as_ref(), h0.as_ref(), c0.as_ref(), peep.as_ref()];
+        let want = bolt::reference::eval_op(&Op::RecurrentScan(r.clone()), &inputs).unwrap();
+        let problem = bolt::plan::lower::recurrent_problem(r, &xw.shape, &rt.shape).unwrap();
+        assert_eq!((problem.seq, problem.batch, problem.hidden), (seq as i64, batch as i64, hidden as i64));
+        let case_dir = dir.join(symbol);
+        let _ = std::fs::remove_dir_all(&case_dir);
+        std::fs::create_dir_all(&case_dir).unwrap();
+        let write = |name: &str, t: Option<&Tensor>| {
+            if let Some(t) = t {
+                let bytes: Vec<u8> = t.to_f32_vec().iter().flat_map(|v| v.to_le_bytes()).collect();
+                std::fs::write(case_dir.join(name), bytes).unwrap();
+            }
+        };
+        for (name, t) in [("xw", Some(&xw)), ("rt", Some(&rt)), ("bias", bias.as_ref()), ("lens", lens.as_ref())] {
+            write(name, t);
+        }
+        for (name, t) in [("h0", h0.as_ref()), ("c0", c0.as_ref()), ("peepholes", peep.as_ref())] {
+            write(name, t);
+        }
+        let out = Command::new(&exe)
+            .arg(symbol)
+            .args([seq, batch, hidden].map(|v| v.to_string()))
+            .arg(&case_dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{symbol}: {}", String::from_utf8_lossy(&out.stderr));
+        let tol = if *dtype == DType::F16 { 4e-3 } else { 2e-5 };
+        for (k, name) in ["y", "yh", "yc"].iter().enumerate().take(want.len()) {
+            let bytes = std::fs::read(case_dir.join(name)).unwrap();
+            let got: Vec<f32> = bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+            let w = want[k].to_f32_vec();
+            assert_eq!(got.len(), w.len(), "{symbol} {name}");
+            for (i, (g, e)) in got.iter().zip(&w).enumerate() {
+                assert!((g - e).abs() <= tol * e.abs().max(1.0), "{symbol} ({spec:?}) {name}[{i}]: {g} vs {e}");
+            }
+        }
+    }
+}
+
+/// Reads raw f32 files (absent: an empty vector) and writes the outputs as f32.
+const HOST_MAIN_HEAD: &str = r#"
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+static std::vector<float> read_f32(std::string const &path) {
+  std::vector<float> v;
+  FILE *f = fopen(path.c_str(), "rb");
+  if (!f) return v;
+  float x;
+  while (fread(&x, sizeof x, 1, f) == 1) v.push_back(x);
+  fclose(f);
+  return v;
+}
+template <class E> static std::vector<E> as(std::vector<float> const &v) {
+  std::vector<E> o;
+  for (float x : v) o.push_back(E(x));
+  return o;
+}
+template <class E> static void write_f32(std::string const &path, std::vector<E> const &v) {
+  FILE *f = fopen(path.c_str(), "wb");
+  for (E x : v) { float y = float(x); fwrite(&y, sizeof y, 1, f); }
+  fclose(f);
+}
+struct NoSync { void operator()() const {} };
+"#;
+
+/// One kernel's host run: every (sequence, direction) by `run_sequence` with one caller for
+/// every unit, outputs first poisoned with NaN.
+const HOST_RUNNER: &str = r#"
+static int run_SYM(BoltRecurrentProblem p, std::string dir) {
+  using E = SYM::Element;
+  auto in = [&](char const *name) { return as<E>(read_f32(dir + "/" + name)); };
+  std::vector<E> xw = in("xw"), rt = in("rt"), bias = in("bias"), h0 = in("h0"), c0 = in("c0"), pe = in("peepholes");
+  std::vector<int32_t> lens;
+  for (float x : read_f32(dir + "/lens")) lens.push_back(int32_t(x));
+  int64_t const D = SYM::kDirections;
+  std::vector<E> y(p.seq * D * p.batch * p.hidden, E(NAN)), yh(D * p.batch * p.hidden, E(NAN)), yc(D * p.batch * p.hidden, E(NAN));
+  auto ptr = [](std::vector<E> const &v) { return v.empty() ? nullptr : v.data(); };
+  SYM::Pointers a{ptr(xw), ptr(rt), ptr(bias), ptr(h0), ptr(c0), ptr(pe), lens.empty() ? nullptr : lens.data(), y.data(), yh.data(), yc.data()};
+  std::vector<float> shared((3 + SYM::kGates) * p.hidden);
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t d = 0; d < D; ++d) SYM::run_sequence(p, a, b, d, 0, 1, shared.data(), NoSync{});
+  write_f32(dir + "/y", y);
+  write_f32(dir + "/yh", yh);
+  write_f32(dir + "/yc", yc);
+  return 0;
+}
+"#;

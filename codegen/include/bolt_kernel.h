@@ -2,7 +2,8 @@
 // (can_implement, get_host_workspace_size / get_device_workspace_size, initialize, run). Every
 // generated kernel exports six functions named after its symbol (ARGS is BoltArgs for GEMM and
 // conv kernels, BoltB2bArgs for back-to-back chain kernels, BoltGlueArgs for glue kernels,
-// BoltStitchArgs for stitched kernels, BoltAttentionArgs for attention kernels):
+// BoltStitchArgs for stitched kernels, BoltAttentionArgs for attention kernels,
+// BoltRecurrentArgs for recurrent scan kernels):
 //
 //   BoltStatus <symbol>_can_implement(const void* problem);
 //   size_t     <symbol>_workspace_size(const void* problem);   // device workspace bytes
@@ -49,7 +50,7 @@
 extern "C" {
 #endif
 
-#define BOLT_ABI_VERSION 5
+#define BOLT_ABI_VERSION 6
 
 // Alignment (bytes) of the params buffer given to initialize, update and launch (CUTLASS 3
 // Params hold 128-byte-aligned members).
@@ -207,6 +208,29 @@ typedef struct BoltAttentionArgs {
   const void* bias;  // null when the kernel takes no bias
   void* o;
 } BoltAttentionArgs;
+
+// Recurrent scan (the sequential part of an RNN / GRU / LSTM layer): `seq` steps of `batch`
+// sequences with `hidden` units per direction. XW holds each step's input projections
+// [seq, batch, D*G*H] ([batch, seq, ..] for batch-major kernels), rt the recurrent weights
+// transposed [D, H, G*H]; bias [D, 2*G*H] (R's half is read), lens (int32 per sequence), h0, c0
+// ([D, batch, H] or [batch, D, H]) and peepholes [D, 3*H] may be null. y is [seq, D, batch, H]
+// (or [batch, seq, D, H]); yh and yc ([D, batch, H] or [batch, D, H]) may be null.
+typedef struct BoltRecurrentProblem {
+  int64_t seq, batch, hidden;
+} BoltRecurrentProblem;
+
+typedef struct BoltRecurrentArgs {
+  const void* xw;
+  const void* rt;
+  const void* bias;
+  const int32_t* lens;
+  const void* h0;
+  const void* c0;
+  const void* peepholes;
+  void* y;
+  void* yh;
+  void* yc;
+} BoltRecurrentArgs;
 
 #ifdef __cplusplus
 }

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use crate::spec::{Family, Layout};
 
 /// `BOLT_ABI_VERSION` of the header; recorded in every manifest and checked on load.
-pub const ABI_VERSION: u32 = 5;
+pub const ABI_VERSION: u32 = 6;
 
 /// `BOLT_PARAMS_ALIGNMENT`: alignment in bytes of a kernel's params buffer.
 pub const PARAMS_ALIGNMENT: usize = 128;
@@ -311,6 +311,50 @@ impl Default for BoltAttentionArgs {
     }
 }
 
+/// `BoltRecurrentProblem`: `seq` steps of `batch` sequences, `hidden` units per direction.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BoltRecurrentProblem {
+    pub seq: i64,
+    pub batch: i64,
+    pub hidden: i64,
+}
+
+/// `BoltRecurrentArgs`: the input projections, Rᵀ, then the optional bias, sequence lengths
+/// (int32), initial states and peepholes (null when absent), the outputs (Y always; Y_h and
+/// Y_c may be null).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BoltRecurrentArgs {
+    pub xw: *const c_void,
+    pub rt: *const c_void,
+    pub bias: *const c_void,
+    pub lens: *const i32,
+    pub h0: *const c_void,
+    pub c0: *const c_void,
+    pub peepholes: *const c_void,
+    pub y: *mut c_void,
+    pub yh: *mut c_void,
+    pub yc: *mut c_void,
+}
+
+impl Default for BoltRecurrentArgs {
+    fn default() -> Self {
+        BoltRecurrentArgs {
+            xw: std::ptr::null(),
+            rt: std::ptr::null(),
+            bias: std::ptr::null(),
+            lens: std::ptr::null(),
+            h0: std::ptr::null(),
+            c0: std::ptr::null(),
+            peepholes: std::ptr::null(),
+            y: std::ptr::null_mut(),
+            yh: std::ptr::null_mut(),
+            yc: std::ptr::null_mut(),
+        }
+    }
+}
+
 /// `BOLT_STITCH_MAX_RANK`, `BOLT_STITCH_MAX_INPUTS`, `BOLT_STITCH_MAX_OUTPUTS`.
 pub const STITCH_MAX_RANK: usize = 6;
 pub const STITCH_MAX_INPUTS: usize = 8;
@@ -508,13 +552,14 @@ pub const FUNCTION_SUFFIXES: [&str; 6] =
     ["_can_implement", "_workspace_size", "_params_size", "_initialize", "_update", "_launch"];
 
 /// An argument struct of the ABI: [`BoltArgs`], [`BoltB2bArgs`], [`BoltGlueArgs`],
-/// [`BoltStitchArgs`] or [`BoltAttentionArgs`]. Sealed.
+/// [`BoltStitchArgs`], [`BoltAttentionArgs`] or [`BoltRecurrentArgs`]. Sealed.
 pub trait KernelArgs: sealed::SealedArgs + Copy {}
 impl KernelArgs for BoltArgs {}
 impl KernelArgs for BoltB2bArgs {}
 impl KernelArgs for BoltGlueArgs {}
 impl KernelArgs for BoltStitchArgs {}
 impl KernelArgs for BoltAttentionArgs {}
+impl KernelArgs for BoltRecurrentArgs {}
 
 /// Which problem struct a kernel's functions take.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -568,6 +613,7 @@ mod sealed {
     impl SealedArgs for super::BoltGlueArgs {}
     impl SealedArgs for super::BoltStitchArgs {}
     impl SealedArgs for super::BoltAttentionArgs {}
+    impl SealedArgs for super::BoltRecurrentArgs {}
     pub trait Sealed {}
     impl Sealed for super::BoltGemmProblem {}
     impl Sealed for super::BoltConv2dProblem {}
@@ -604,6 +650,8 @@ mod tests {
         layout!(BoltAttentionProblem: batch, heads, seq_q, seq_k, head_dim, head_dim_v,
             q_strides, k_strides, v_strides, bias_strides, scale);
         layout!(BoltAttentionArgs: q, k, v, bias, o);
+        layout!(BoltRecurrentProblem: seq, batch, hidden);
+        layout!(BoltRecurrentArgs: xw, rt, bias, lens, h0, c0, peepholes, y, yh, yc);
         v.push(("BOLT_STITCH_MAX_RANK".into(), STITCH_MAX_RANK));
         v.push(("BOLT_STITCH_MAX_INPUTS".into(), STITCH_MAX_INPUTS));
         v.push(("BOLT_STITCH_MAX_OUTPUTS".into(), STITCH_MAX_OUTPUTS));

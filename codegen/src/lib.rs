@@ -12,6 +12,7 @@ pub mod glue;
 pub mod json_float;
 pub mod loader;
 pub mod manifest;
+pub mod recurrent;
 pub mod render;
 pub mod sm80;
 pub mod sm90;

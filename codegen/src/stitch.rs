@@ -614,7 +614,7 @@ impl UnaryFn {
     }
 
     /// The function in f32 C++ on the value `x` (a variable name).
-    fn cpp(&self, x: &str) -> String {
+    pub(crate) fn cpp(&self, x: &str) -> String {
         let f = |v: f32| format!("{v:e}f");
         match *self {
             UnaryFn::Exp => format!("expf({x})"),

@@ -1391,3 +1391,58 @@ pub fn attention_problem(
     spec.check(&p).map_err(|e| e.to_string())?;
     Ok((p, staging))
 }
+
+/// A recurrent scan node's kernel: the cell, direction, activations (one set for both
+/// directions), clip, layout and element type of its inputs.
+pub fn recurrent_spec(
+    r: &crate::ir::Recurrent,
+    dtype: DType,
+) -> Result<bolt_codegen::recurrent::RecurrentSpec, String> {
+    use crate::ir::{Cell, RnnDirection};
+    use bolt_codegen::recurrent::{RecurrentCell, RecurrentSpec, ScanDirection};
+    let element = element(dtype).ok_or_else(|| format!("the layer is {dtype}: scan kernels take f32, f16 and bf16"))?;
+    let per_dir = r.cell.default_activations().len();
+    let (first, rest) = r.activations.split_at(per_dir.min(r.activations.len()));
+    if !rest.is_empty() && rest != first {
+        return Err("the two directions use different activations: one scan kernel runs both with one set".into());
+    }
+    let mut activations = [ep::Activation::Identity; 3];
+    for (k, &u) in first.iter().enumerate() {
+        let a = Activation::of_unary(u).ok_or_else(|| format!("activation {u:?}: no kernel function"))?;
+        activations[k] = activation(a);
+    }
+    let spec = RecurrentSpec {
+        cell: match r.cell {
+            Cell::Rnn => RecurrentCell::Rnn,
+            Cell::Gru { linear_before_reset } => RecurrentCell::Gru { linear_before_reset },
+            Cell::Lstm { input_forget } => RecurrentCell::Lstm { input_forget },
+        },
+        direction: match r.direction {
+            RnnDirection::Forward => ScanDirection::Forward,
+            RnnDirection::Reverse => ScanDirection::Reverse,
+            RnnDirection::Bidirectional => ScanDirection::Bidirectional,
+        },
+        activations,
+        clip: r.clip.map(OrderedFloat),
+        batch_major: r.batch_major,
+        element,
+    };
+    bolt_codegen::recurrent::validate(&spec).map_err(|e| e.to_string())?;
+    Ok(spec)
+}
+
+/// A recurrent scan's problem from its XW and Rᵀ shapes, checked as the kernel checks it.
+pub fn recurrent_problem(
+    r: &crate::ir::Recurrent,
+    xw: &[usize],
+    rt: &[usize],
+) -> Result<bolt_codegen::abi::BoltRecurrentProblem, String> {
+    let ([a, b, _], [_, hidden, _]) = (
+        <[usize; 3]>::try_from(xw).map_err(|_| format!("XW of shape {xw:?}"))?,
+        <[usize; 3]>::try_from(rt).map_err(|_| format!("Rᵀ of shape {rt:?}"))?,
+    );
+    let (seq, batch) = if r.batch_major { (b, a) } else { (a, b) };
+    let p = bolt_codegen::abi::BoltRecurrentProblem { seq: seq as i64, batch: batch as i64, hidden: hidden as i64 };
+    bolt_codegen::recurrent::check(&p).map_err(|e| e.to_string())?;
+    Ok(p)
+}
