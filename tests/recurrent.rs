@@ -272,3 +272,95 @@ static int run_SYM(BoltRecurrentProblem p, std::string dir) {
   return 0;
 }
 "#;
+
+/// A bidirectional LSTM and a GRU after it, compiled for a range of sequence lengths: the
+/// projections are GEMM kernels, each scan a recurrent kernel of the library (which takes the
+/// problem the cuda device derives at both ends of the range), nothing but views on the host,
+/// and the artifact on the reference device equals the model.
+#[test]
+fn recurrent_layers_compile_to_scan_kernels() {
+    use bolt::artifact::format::DimRange;
+    use bolt::artifact::{compile, Artifact, CompileOptions};
+    use bolt::runtime::{self, DeviceKind, RunOptions};
+    use bolt_codegen::spec::Arch;
+    let s = bolt::ir::Dim::Sym("T".into());
+    let mut b = GraphBuilder::new("recurrent-stack");
+    let x = b.input("x", DType::F32, Shape(vec![s, bolt::ir::Dim::Known(2), bolt::ir::Dim::Known(INPUT)]));
+    let small = |shape: &[usize], seed: u64| {
+        let t = common::random_tensor(shape, seed);
+        Tensor::from_f32(shape.to_vec(), t.to_f32_vec().iter().map(|v| v * 0.5).collect())
+    };
+    let lstm = Recurrent {
+        cell: Cell::Lstm { input_forget: false },
+        direction: RnnDirection::Bidirectional,
+        hidden_size: Some(HIDDEN),
+        activations: Cell::Lstm { input_forget: false }.default_activations().repeat(2),
+        clip: None,
+        batch_major: false,
+    };
+    let w = b.initializer("w1", small(&[2, 4 * HIDDEN, INPUT], 1));
+    let r = b.initializer("r1", small(&[2, 4 * HIDDEN, HIDDEN], 2));
+    let bias = b.initializer("b1", small(&[2, 8 * HIDDEN], 3));
+    let outs = b.node_multi("lstm", Op::Recurrent(lstm), &[&x, &w, &r, &bias], 3);
+    // [T, 2, 2, H] -> [T, 2, 2H]: directions side by side, as torch's bidirectional output.
+    let t = b.node("t", Op::Transpose { perm: Some(vec![0, 2, 1, 3]) }, &[&outs[0]]);
+    let shape = b.initializer("shape", Tensor::from_i64(vec![3], vec![0, 0, 2 * HIDDEN as i64]));
+    let y = b.node("merge", Op::Reshape { allowzero: false }, &[&t, &shape]);
+    let gru = Recurrent {
+        cell: Cell::Gru { linear_before_reset: true },
+        direction: RnnDirection::Forward,
+        hidden_size: Some(HIDDEN),
+        activations: Cell::Gru { linear_before_reset: true }.default_activations().to_vec(),
+        clip: None,
+        batch_major: false,
+    };
+    let w2 = b.initializer("w2", small(&[1, 3 * HIDDEN, 2 * HIDDEN], 4));
+    let r2 = b.initializer("r2", small(&[1, 3 * HIDDEN, HIDDEN], 5));
+    let outs2 = b.node_multi("gru", Op::Recurrent(gru), &[&y, &w2, &r2], 2);
+    b.output(&outs2[0]);
+    b.output(&outs[2]);
+    let g = b.finish().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let dims = vec![DimRange { name: "T".into(), min: 1, max: 9 }];
+    let opts = CompileOptions { archs: vec![Arch::Sm80], dims, ..CompileOptions::new(dir.path()) };
+    let report = compile(&g, &opts).unwrap();
+    println!("{report}");
+    let art = Artifact::open(dir.path()).unwrap();
+    assert_eq!(art.plan.recurrent.len(), 2, "{:?}", art.plan.host_ops);
+    assert!(art.plan.host_ops.iter().all(|h| matches!(h.op_type.as_str(), "Reshape")), "{:?}", art.plan.host_ops);
+    let lib = bolt_codegen::loader::KernelLibrary::open(art.library.as_ref().unwrap()).unwrap();
+    let graph = art.graph();
+    for seq in [1usize, 9] {
+        let feeds = HashMap::from([("x".to_string(), common::random_tensor(&[seq, 2, INPUT], 8))]);
+        // The problems the cuda device derives, taken by the library's kernels.
+        let bound = bolt::plan::edit::bind_inputs(&graph, &HashMap::from([("T".to_string(), seq)])).unwrap();
+        for nr in &art.plan.recurrent {
+            let n = graph.nodes.iter().find(|n| n.name == nr.node).unwrap();
+            let Op::RecurrentScan(r) = &n.op else { panic!("{:?}", n.op) };
+            let shape = |i: usize| bound.types[n.input(i).unwrap()].shape.as_ref().unwrap().as_static().unwrap();
+            let p = bolt::plan::lower::recurrent_problem(r, &shape(0), &shape(1)).unwrap();
+            let k = lib.recurrent(&nr.spec).unwrap_or_else(|| panic!("{} not in the library", nr.symbol));
+            assert_eq!(k.can_implement(&p), bolt_codegen::abi::Status::Ok, "{p:?}");
+            assert_eq!(p.seq, seq as i64);
+        }
+        let want = bolt::reference::run(&g, &feeds).unwrap();
+        let mut exec = runtime::open(&art, DeviceKind::Reference, &RunOptions::default()).unwrap();
+        let got = exec.run(&feeds).unwrap();
+        for o in &g.outputs {
+            assert_eq!(got[o].shape, want[o].shape, "{o}");
+            for (a, w) in got[o].to_f32_vec().iter().zip(want[o].to_f32_vec()) {
+                assert!((a - w).abs() <= 1e-4, "{o} at T={seq}: {a} vs {w}");
+            }
+        }
+    }
+    // A hidden size no block holds stays on the host, with why.
+    let too_wide = bolt::ir::Recurrent {
+        hidden_size: Some(1025),
+        ..match &graph.nodes.iter().find(|n| n.name == "gru").unwrap().op {
+            Op::RecurrentScan(r) => r.clone(),
+            op => panic!("{op:?}"),
+        }
+    };
+    let err = bolt::plan::lower::recurrent_problem(&too_wide, &[3, 2, 3 * 1025], &[1, 1025, 3 * 1025]).unwrap_err();
+    assert!(err.contains("1025"), "{err}");
+}

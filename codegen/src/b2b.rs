@@ -1338,7 +1338,7 @@ pub fn build_library(
     options.cache_dir = cache_dir.map(Path::to_path_buf);
     options.ptxas_verbose = true;
     let builder = crate::builder::Builder::discover(options)?;
-    let report = builder.build_all(&crate::builder::Templates, &[], &selected, &[], &[], &[])?;
+    let report = builder.build_all(&crate::builder::Templates, &[], &selected, &[], &[], &[], &[])?;
     let built = crate::manifest::Manifest::read(&report.manifest)
         .map_err(|e| B2bBuildError::Io { path: report.manifest.clone(), source: std::io::Error::other(e) })?;
     let manifest = B2bManifest {

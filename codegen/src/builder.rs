@@ -45,7 +45,8 @@ use rayon::prelude::*;
 use crate::abi::{self, ProblemKind};
 use crate::cache::{self, Cache, CacheError, CacheKey, EntryKind, KeyHasher, Outcome};
 use crate::manifest::{
-    family_name, AttentionEntry, B2bEntry, GlueEntry, KernelEntry, Manifest, StitchEntry, UnitEntry, MANIFEST_FORMAT,
+    family_name, AttentionEntry, B2bEntry, GlueEntry, KernelEntry, Manifest, RecurrentEntry, StitchEntry, UnitEntry,
+    MANIFEST_FORMAT,
 };
 use crate::spec::{Arch, KernelSpec};
 
@@ -281,6 +282,8 @@ pub enum BuildError {
     B2b { symbol: String, reason: String },
     #[error("attention kernel {symbol}: {reason}")]
     Attention { symbol: String, reason: String },
+    #[error("recurrent kernel {symbol}: {reason}")]
+    Recurrent { symbol: String, reason: String },
     #[error("two different specs render to symbol `{symbol}`:\n  {first}\n  {second}")]
     SymbolClash { symbol: String, first: String, second: String },
     #[error("rendering failed for {}: {message}\n{}", symbols.join(", "), specs.join("\n"))]
@@ -374,6 +377,7 @@ enum UnitKernels {
     Glue(Vec<(String, crate::glue::GlueSpec)>),
     Stitch(Vec<(String, crate::stitch::StitchSpec)>),
     Attention(Vec<(String, crate::attention::AttentionSpec)>),
+    Recurrent(Vec<(String, crate::recurrent::RecurrentSpec)>),
 }
 
 impl UnitKernels {
@@ -384,6 +388,7 @@ impl UnitKernels {
             UnitKernels::Glue(k) => k.len(),
             UnitKernels::Stitch(k) => k.len(),
             UnitKernels::Attention(k) => k.len(),
+            UnitKernels::Recurrent(k) => k.len(),
         }
     }
 
@@ -394,6 +399,7 @@ impl UnitKernels {
             UnitKernels::Glue(k) => k.iter().map(|(s, _)| s.clone()).collect(),
             UnitKernels::Stitch(k) => k.iter().map(|(s, _)| s.clone()).collect(),
             UnitKernels::Attention(k) => k.iter().map(|(s, _)| s.clone()).collect(),
+            UnitKernels::Recurrent(k) => k.iter().map(|(s, _)| s.clone()).collect(),
         }
     }
 
@@ -411,6 +417,9 @@ impl UnitKernels {
             }
             UnitKernels::Attention(k) => {
                 k.iter().map(|(_, spec)| serde_json::to_string(spec).expect("attention spec serialises")).collect()
+            }
+            UnitKernels::Recurrent(k) => {
+                k.iter().map(|(_, spec)| serde_json::to_string(spec).expect("recurrent spec serialises")).collect()
             }
         }
     }
@@ -501,7 +510,7 @@ impl Builder {
 
     /// Builds `specs` with `source` into `<out>/lib<name>.so` + manifest.
     pub fn build(&self, source: &dyn KernelSource, specs: &[KernelSpec]) -> Result<BuildReport, BuildError> {
-        self.build_all(source, specs, &[], &[], &[], &[])
+        self.build_all(source, specs, &[], &[], &[], &[], &[])
     }
 
     /// [`Builder::build`] plus back-to-back chain kernels ([`crate::b2b`]) and glue kernels
@@ -522,6 +531,7 @@ impl Builder {
         glue: &[crate::glue::GlueSpec],
         stitch: &[crate::stitch::StitchSpec],
         attention: &[crate::attention::AttentionSpec],
+        recurrent: &[crate::recurrent::RecurrentSpec],
     ) -> Result<BuildReport, BuildError> {
         let start = Instant::now();
         let opts = &self.options;
@@ -590,7 +600,15 @@ impl Builder {
                 .map_err(|r| BuildError::Attention { symbol: symbol.clone(), reason: r.to_string() })?;
             attention_selected.insert(symbol, *spec);
         }
+        let mut recurrent_selected: BTreeMap<String, crate::recurrent::RecurrentSpec> = BTreeMap::new();
+        for spec in recurrent {
+            let symbol = crate::recurrent::symbol_for(spec);
+            crate::recurrent::validate(spec)
+                .map_err(|r| BuildError::Recurrent { symbol: symbol.clone(), reason: r.to_string() })?;
+            recurrent_selected.insert(symbol, *spec);
+        }
         if selected.is_empty()
+            && recurrent_selected.is_empty()
             && glue_selected.is_empty()
             && b2b_selected.is_empty()
             && stitch_selected.is_empty()
@@ -678,6 +696,10 @@ impl Builder {
         for (i, kernels) in attention_units.into_iter().enumerate() {
             groups.push((Arch::Sm80, format!("{}_attention_{i:03}", opts.name), UnitKernels::Attention(kernels)));
         }
+        let recurrent_units = group_units(recurrent_selected.into_iter().collect(), crate::recurrent::KERNELS_PER_UNIT);
+        for (i, kernels) in recurrent_units.into_iter().enumerate() {
+            groups.push((Arch::Sm80, format!("{}_recurrent_{i:03}", opts.name), UnitKernels::Recurrent(kernels)));
+        }
 
         let jobs = opts.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);
         let budget = opts.memory_budget.unwrap_or_else(default_memory_budget);
@@ -725,6 +747,11 @@ impl Builder {
                             let pairs: Vec<(&crate::attention::AttentionSpec, &str)> =
                                 kernels.iter().map(|(s, k)| (k, s.as_str())).collect();
                             crate::attention::render_unit(&pairs).map_err(|e| e.to_string())
+                        }
+                        UnitKernels::Recurrent(kernels) => {
+                            let pairs: Vec<(&crate::recurrent::RecurrentSpec, &str)> =
+                                kernels.iter().map(|(s, k)| (k, s.as_str())).collect();
+                            crate::recurrent::render_unit(&pairs).map_err(|e| e.to_string())
                         }
                     }
                     .map_err(|message| BuildError::Render {
@@ -849,6 +876,7 @@ impl Builder {
         let mut b2b_entries = Vec::new();
         let mut stitch_entries = Vec::new();
         let mut attention_entries = Vec::new();
+        let mut recurrent_entries = Vec::new();
         for (i, unit) in units.iter().enumerate() {
             let cutlass = match &unit.kernels {
                 UnitKernels::Cutlass(k) => k,
@@ -884,6 +912,14 @@ impl Builder {
                     }));
                     continue;
                 }
+                UnitKernels::Recurrent(k) => {
+                    recurrent_entries.extend(k.iter().map(|(symbol, spec)| RecurrentEntry {
+                        symbol: symbol.clone(),
+                        unit: i,
+                        spec: *spec,
+                    }));
+                    continue;
+                }
             };
             for (symbol, spec) in cutlass {
                 kernels.push(KernelEntry {
@@ -902,6 +938,7 @@ impl Builder {
         b2b_entries.sort_by(|a, b| a.symbol.cmp(&b.symbol));
         stitch_entries.sort_by(|a, b| a.symbol.cmp(&b.symbol));
         attention_entries.sort_by(|a, b| a.symbol.cmp(&b.symbol));
+        recurrent_entries.sort_by(|a, b| a.symbol.cmp(&b.symbol));
         let manifest = Manifest {
             format: MANIFEST_FORMAT,
             abi_version: abi::ABI_VERSION,
@@ -927,6 +964,7 @@ impl Builder {
             glue: glue_entries,
             stitch: stitch_entries,
             attention: attention_entries,
+            recurrent: recurrent_entries,
         };
         let manifest_path = Manifest::path_for(&library);
         manifest.write(&manifest_path).map_err(io(&manifest_path))?;
@@ -944,6 +982,7 @@ impl Builder {
                 .chain(manifest.glue.iter().map(|g| g.symbol.clone()))
                 .chain(manifest.stitch.iter().map(|g| g.symbol.clone()))
                 .chain(manifest.attention.iter().map(|g| g.symbol.clone()))
+                .chain(manifest.recurrent.iter().map(|g| g.symbol.clone()))
                 .collect(),
             compile_seconds: reports.iter().filter_map(|u| u.nvcc_seconds).sum(),
             units: reports,

@@ -44,10 +44,19 @@ pub mod f64 {
     }
 }
 
+/// A finite f32 in its own shortest form (0.1, not 0.10000000149011612: specs hash their JSON).
+fn write_f32<S: Serializer>(v: f32, s: S) -> Result<S::Ok, S::Error> {
+    if v.is_finite() {
+        s.serialize_f32(v)
+    } else {
+        write(v as f64, s)
+    }
+}
+
 pub mod f32 {
     use super::*;
     pub fn serialize<S: Serializer>(v: &f32, s: S) -> Result<S::Ok, S::Error> {
-        write(*v as f64, s)
+        write_f32(*v, s)
     }
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f32, D::Error> {
         read(d).map(|v| v as f32)
@@ -58,7 +67,7 @@ pub mod ordered_f32 {
     use super::*;
     use ordered_float::OrderedFloat;
     pub fn serialize<S: Serializer>(v: &OrderedFloat<f32>, s: S) -> Result<S::Ok, S::Error> {
-        write(v.0 as f64, s)
+        write_f32(v.0, s)
     }
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<OrderedFloat<f32>, D::Error> {
         read(d).map(|v| OrderedFloat(v as f32))
@@ -71,6 +80,15 @@ struct Wire(f64);
 impl Serialize for Wire {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         write(self.0, s)
+    }
+}
+
+/// One f32 in the wire form, for lists.
+struct Wire32(f32);
+
+impl Serialize for Wire32 {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        write_f32(self.0, s)
     }
 }
 
@@ -95,7 +113,7 @@ pub mod vec_f64 {
 pub mod vec_f32 {
     use super::*;
     pub fn serialize<S: Serializer>(v: &[f32], s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(v.iter().map(|&x| Wire(x as f64)))
+        s.collect_seq(v.iter().map(|&x| Wire32(x)))
     }
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<f32>, D::Error> {
         Ok(Vec::<Wire>::deserialize(d)?.into_iter().map(|w| w.0 as f32).collect())
@@ -132,5 +150,8 @@ mod tests {
         assert_eq!(j, "[1.0,\"-inf\",2.5]");
         assert_eq!(serde_json::from_str::<V>(&j).unwrap(), v);
         assert_eq!(serde_json::to_string(&V(vec![1.0, 2.0])).unwrap(), "[1.0,2.0]");
+        // f32s keep their own shortest form (specs hash their JSON).
+        assert_eq!(serde_json::to_string(&V(vec![0.1])).unwrap(), "[0.1]");
+        assert_eq!(serde_json::to_string(&T(0.1)).unwrap(), "0.1");
     }
 }

@@ -29,13 +29,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::abi::{
-    BoltArgs, BoltAttentionArgs, BoltAttentionProblem, BoltGlueArgs, BoltGlueProblem, BoltStitchArgs,
-    BoltStitchProblem, CanImplementFn, InitializeFn, KernelArgs, LaunchFn, ParamsSizeFn, Problem, ProblemKind, Status,
-    UpdateFn, WorkspaceSizeFn, ABI_VERSION, PARAMS_ALIGNMENT,
+    BoltArgs, BoltAttentionArgs, BoltAttentionProblem, BoltGlueArgs, BoltGlueProblem, BoltRecurrentArgs,
+    BoltRecurrentProblem, BoltStitchArgs, BoltStitchProblem, CanImplementFn, InitializeFn, KernelArgs, LaunchFn,
+    ParamsSizeFn, Problem, ProblemKind, Status, UpdateFn, WorkspaceSizeFn, ABI_VERSION, PARAMS_ALIGNMENT,
 };
 use crate::attention::AttentionSpec;
 use crate::glue::GlueSpec;
-use crate::manifest::{AttentionEntry, GlueEntry, KernelEntry, Manifest, ManifestError, StitchEntry};
+use crate::manifest::{AttentionEntry, GlueEntry, KernelEntry, Manifest, ManifestError, RecurrentEntry, StitchEntry};
 use crate::spec::KernelSpec;
 
 /// A loaded library: every kernel of its manifest, resolved.
@@ -48,6 +48,14 @@ pub struct KernelLibrary {
     glue: Vec<GlueKernel>,
     stitch: Vec<StitchKernel>,
     attention: Vec<AttentionKernel>,
+    recurrent: Vec<RecurrentKernel>,
+}
+
+/// One recurrent scan kernel of a loaded library; holds the library open.
+#[derive(Clone)]
+pub struct RecurrentKernel {
+    entry: Arc<RecurrentEntry>,
+    functions: Functions<BoltRecurrentArgs>,
 }
 
 /// One fused attention kernel of a loaded library; holds the library open.
@@ -206,6 +214,13 @@ impl KernelLibrary {
                 .map_err(|(symbol, source)| LoadError::MissingSymbol { library: library.into(), symbol, source })?;
             attention.push(AttentionKernel { entry: Arc::new(entry.clone()), functions });
         }
+        let mut recurrent = Vec::with_capacity(manifest.recurrent.len());
+        for entry in &manifest.recurrent {
+            // SAFETY: as above, with the recurrent kernels' BoltRecurrentArgs.
+            let functions = unsafe { Functions::resolve(&lib, &entry.symbol) }
+                .map_err(|(symbol, source)| LoadError::MissingSymbol { library: library.into(), symbol, source })?;
+            recurrent.push(RecurrentKernel { entry: Arc::new(entry.clone()), functions });
+        }
         let mut b2b = Vec::with_capacity(manifest.b2b.len());
         for entry in &manifest.b2b {
             // SAFETY: as above, with the chain kernels' BoltB2bArgs.
@@ -215,7 +230,17 @@ impl KernelLibrary {
         }
         let by_symbol = kernels.iter().enumerate().map(|(i, k)| (k.symbol().to_string(), i)).collect();
         tracing::debug!("loaded {} kernels from {}", kernels.len(), library.display());
-        Ok(KernelLibrary { path: library.into(), manifest, kernels, by_symbol, b2b, glue, stitch, attention })
+        Ok(KernelLibrary {
+            path: library.into(),
+            manifest,
+            kernels,
+            by_symbol,
+            b2b,
+            glue,
+            stitch,
+            attention,
+            recurrent,
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -263,6 +288,11 @@ impl KernelLibrary {
 
     pub fn attention_kernels(&self) -> &[AttentionKernel] {
         &self.attention
+    }
+
+    /// The recurrent scan kernel built for `spec`, if the library has it.
+    pub fn recurrent(&self, spec: &crate::recurrent::RecurrentSpec) -> Option<&RecurrentKernel> {
+        self.recurrent.iter().find(|k| k.entry.spec == *spec)
     }
 
     /// The attention kernel built for `spec`, if the library has it.
@@ -614,6 +644,46 @@ impl AttentionKernel {
     ) -> Result<Params<BoltAttentionArgs>, CallError> {
         self.functions.initialize(
             problem as *const BoltAttentionProblem as *const c_void,
+            args,
+            std::ptr::null_mut(),
+            0,
+            stream,
+        )
+    }
+}
+
+impl RecurrentKernel {
+    pub fn symbol(&self) -> &str {
+        &self.entry.symbol
+    }
+
+    pub fn spec(&self) -> &crate::recurrent::RecurrentSpec {
+        &self.entry.spec
+    }
+
+    /// Whether the kernel takes `problem` (what [`crate::recurrent::check`] checks), answered
+    /// by the library (host-only, no GPU needed).
+    pub fn can_implement(&self, problem: &BoltRecurrentProblem) -> Status {
+        // SAFETY: a valid pointer to the problem struct recurrent kernels take.
+        unsafe { self.functions.can_implement(problem as *const BoltRecurrentProblem as *const c_void) }
+    }
+
+    /// Checks `problem` and `args` and builds the kernel's Params (no workspace). Sets the
+    /// kernel's shared-memory attribute when it needs more than 48 KiB, so it needs the device
+    /// current.
+    ///
+    /// # Safety
+    /// `args` holds device pointers of the sizes `problem` implies (optional ones null), or
+    /// pointers the kernel refuses before any CUDA call; `stream` is a live stream of the
+    /// current device (or null).
+    pub unsafe fn initialize(
+        &self,
+        problem: &BoltRecurrentProblem,
+        args: &BoltRecurrentArgs,
+        stream: *mut c_void,
+    ) -> Result<Params<BoltRecurrentArgs>, CallError> {
+        self.functions.initialize(
+            problem as *const BoltRecurrentProblem as *const c_void,
             args,
             std::ptr::null_mut(),
             0,

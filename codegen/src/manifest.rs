@@ -56,6 +56,10 @@ pub struct Manifest {
     /// `BoltAttentionProblem` and `BoltAttentionArgs` (output layout in the spec).
     #[serde(default)]
     pub attention: Vec<AttentionEntry>,
+    /// Recurrent scan kernels, sorted by symbol; their functions take a
+    /// `BoltRecurrentProblem` and `BoltRecurrentArgs`.
+    #[serde(default)]
+    pub recurrent: Vec<RecurrentEntry>,
 }
 
 /// One back-to-back chain kernel.
@@ -92,6 +96,15 @@ pub struct AttentionEntry {
     /// Index into [`Manifest::units`].
     pub unit: usize,
     pub spec: crate::attention::AttentionSpec,
+}
+
+/// One recurrent scan kernel.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecurrentEntry {
+    pub symbol: String,
+    /// Index into [`Manifest::units`].
+    pub unit: usize,
+    pub spec: crate::recurrent::RecurrentSpec,
 }
 
 /// One translation unit.

@@ -134,7 +134,7 @@ fn every_attention_kernel_builds_loads_and_answers_the_abi() {
     let specs = attention::all_specs();
     let build = |out: &str| {
         builder(dir.path().join(out), dir.path().join("cache"))
-            .build_all(&Templates, &[], &[], &[], &[], &specs)
+            .build_all(&Templates, &[], &[], &[], &[], &specs, &[])
             .unwrap_or_else(|e| panic!("{e}"))
     };
     let t = Instant::now();

@@ -320,7 +320,7 @@ fn glue_kernels_build_into_the_same_library() {
     ];
     let build = |out: &str| {
         builder(dir.path().join(out), dir.path().join("cache"))
-            .build_all(&StandIn::default(), &gemms(1), &[], &glue, &[], &[])
+            .build_all(&StandIn::default(), &gemms(1), &[], &glue, &[], &[], &[])
             .unwrap()
     };
     let cold = build("cold");

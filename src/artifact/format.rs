@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, HashMap};
 /// `manifest.json`'s `format` field: what kind of directory this is.
 pub const FORMAT_NAME: &str = "bolt-artifact";
 /// Version of the artifact format (manifest, plan, weights layout). Readers refuse others.
-pub const FORMAT_VERSION: u32 = 6;
+pub const FORMAT_VERSION: u32 = 7;
 /// Byte alignment of every tensor in `weights.bin` and in the activation arena: the widest
 /// vector access of a kernel (16 B) and a GPU's allocation granularity for coalescing (256 B).
 pub const TENSOR_ALIGN: usize = 256;
@@ -236,6 +236,17 @@ pub struct NodeStitch {
     pub spec: StitchSpec,
 }
 
+/// A planned recurrent scan (`Op::RecurrentScan`) that a recurrent kernel of the library runs.
+/// One kernel serves every shape bucket and arch (the problem comes from the input shapes at
+/// run time; sm_80 SASS and compute_80 PTX).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NodeRecurrent {
+    pub node: String,
+    /// Prefix of the library's `<symbol>_run` etc.
+    pub symbol: String,
+    pub spec: bolt_codegen::recurrent::RecurrentSpec,
+}
+
 /// A planned fused attention node (`Op::Attention`) that an attention kernel of the library
 /// runs. One kernel serves every shape bucket and arch (the problem comes from the input shapes
 /// at run time; sm_80 SASS and compute_80 PTX).
@@ -295,6 +306,9 @@ pub struct PlanFile {
     pub stitch: Vec<NodeStitch>,
     #[serde(default)]
     pub attention: Vec<NodeAttention>,
+    /// Recurrent scans run by recurrent scan kernels.
+    #[serde(default)]
+    pub recurrent: Vec<NodeRecurrent>,
     pub host_ops: Vec<HostOp>,
     pub arena: ArenaPlan,
 }

@@ -172,8 +172,22 @@ impl Artifact {
                 ));
             }
         }
-        let any_kernel =
-            !(plan.kernels.is_empty() && plan.chains.is_empty() && plan.glue.is_empty() && plan.stitch.is_empty());
+        for (i, r) in plan.recurrent.iter().enumerate() {
+            let want = bolt_codegen::recurrent::symbol_for(&r.spec);
+            if r.symbol != want {
+                return Err(err(
+                    &ppath,
+                    format!("recurrent[{i}].symbol"),
+                    format!("is '{}', its spec's kernel is '{want}'", r.symbol),
+                ));
+            }
+        }
+        let any_kernel = !(plan.kernels.is_empty()
+            && plan.chains.is_empty()
+            && plan.glue.is_empty()
+            && plan.stitch.is_empty()
+            && plan.attention.is_empty()
+            && plan.recurrent.is_empty());
         // An artifact built for no arch is reference-only: it has no library by design.
         if any_kernel && library.is_none() && !manifest.archs.is_empty() {
             return Err(err(&mpath, "files", "the plan has kernels but the manifest lists no kernel library"));

@@ -85,6 +85,8 @@ pub struct CompileReport {
     pub stitch_nodes: usize,
     /// Attention cores run by fused attention kernels.
     pub attention_nodes: usize,
+    /// Recurrent layers' scans run by recurrent scan kernels.
+    pub recurrent_nodes: usize,
     /// Distinct kernels in the library (all archs).
     pub kernels: usize,
     pub host_ops: usize,
@@ -113,12 +115,13 @@ impl std::fmt::Display for CompileReport {
         }
         writeln!(
             f,
-            "  {} kernel nodes, {} chain nodes, {} glue nodes, {} stitched nodes, {} attention nodes, {} kernels in the library, {} host ops; {} nvcc runs, build {:.1} s, total {:.1} s",
+            "  {} kernel nodes, {} chain nodes, {} glue nodes, {} stitched nodes, {} attention nodes, {} recurrent nodes, {} kernels in the library, {} host ops; {} nvcc runs, build {:.1} s, total {:.1} s",
             self.kernel_nodes,
             self.chain_nodes,
             self.glue_nodes,
             self.stitch_nodes,
             self.attention_nodes,
+            self.recurrent_nodes,
             self.kernels,
             self.host_ops,
             self.nvcc_invocations,
@@ -358,6 +361,22 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
             }
         }
     }
+    // Recurrent scans likewise: one kernel per spec, every bucket's problem checked.
+    let mut recurrent: BTreeMap<String, NodeRecurrent> = BTreeMap::new();
+    for n in graph.nodes.iter().filter(|n| matches!(n.op, Op::RecurrentScan(_))) {
+        match recurrent_for_buckets(&graph, n, &buckets) {
+            Ok(spec) => {
+                let symbol = bolt_codegen::recurrent::symbol_for(&spec);
+                recurrent.insert(n.name.clone(), NodeRecurrent { node: n.name.clone(), symbol, spec });
+            }
+            Err(why) => {
+                host_reason.insert(n.name.clone(), format!("no recurrent kernel: {why}"));
+            }
+        }
+    }
+    let mut recurrent_specs: Vec<bolt_codegen::recurrent::RecurrentSpec> = recurrent.values().map(|a| a.spec).collect();
+    recurrent_specs.sort_by_key(bolt_codegen::recurrent::symbol_for);
+    recurrent_specs.dedup();
     let mut attention_specs: Vec<bolt_codegen::attention::AttentionSpec> = attention.values().map(|a| a.spec).collect();
     attention_specs.sort_by_key(bolt_codegen::attention::symbol_for);
     attention_specs.dedup();
@@ -392,7 +411,8 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
             || !b2b_specs.is_empty()
             || !glue_specs.is_empty()
             || !stitch_specs.is_empty()
-            || !attention_specs.is_empty())
+            || !attention_specs.is_empty()
+            || !recurrent_specs.is_empty())
     {
         // Build files (sources, logs) stay out of the artifact, next to it.
         let mut bo = BuildOptions::new(opts.out_dir.join(".build"));
@@ -402,7 +422,7 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
         bo.jobs = opts.jobs;
         let builder = Builder::discover(bo).map_err(|e| Error::Model(format!("kernel build: {e}")))?;
         let report = builder
-            .build_all(&Templates, &specs, &b2b_specs, &glue_specs, &stitch_specs, &attention_specs)
+            .build_all(&Templates, &specs, &b2b_specs, &glue_specs, &stitch_specs, &attention_specs, &recurrent_specs)
             .map_err(|e| Error::Model(format!("kernel build: {e}")))?;
         for r in &report.rejected {
             for k in choices.values() {
@@ -459,6 +479,7 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
                 && !glue.contains_key(&n.name)
                 && !stitch.contains_key(&n.name)
                 && !attention.contains_key(&n.name)
+                && !recurrent.contains_key(&n.name)
         })
         .map(|n| HostOp {
             node: n.name.clone(),
@@ -492,6 +513,7 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
         glue: glue.into_values().collect(),
         stitch: stitch.into_values().collect(),
         attention: attention.into_values().collect(),
+        recurrent: recurrent.into_values().collect(),
         host_ops,
         arena,
     };
@@ -548,6 +570,7 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
         glue_nodes: plan.glue.len(),
         stitch_nodes: plan.stitch.len(),
         attention_nodes: plan.attention.len(),
+        recurrent_nodes: plan.recurrent.len(),
         kernels: built_symbols,
         host_ops: plan.host_ops.len(),
         nvcc_invocations,
@@ -558,6 +581,28 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
         arena_naive_bytes: plan.arena.naive_bytes,
         library,
     })
+}
+
+/// The recurrent kernel of scan node `n`, checked against every bucket's shapes.
+fn recurrent_for_buckets(
+    graph: &Graph,
+    n: &crate::ir::Node,
+    buckets: &[BTreeMap<String, usize>],
+) -> std::result::Result<bolt_codegen::recurrent::RecurrentSpec, String> {
+    let Op::RecurrentScan(r) = &n.op else { return Err("not a recurrent scan".into()) };
+    let (xw, rt) = (n.input(0).ok_or("no XW")?, n.input(1).ok_or("no Rᵀ")?);
+    let dtype = graph.types.get(xw).ok_or("XW has no type")?.dtype;
+    let spec = crate::plan::lower::recurrent_spec(r, dtype)?;
+    for bucket in buckets {
+        let bindings: DimBindings = bucket.clone().into_iter().collect();
+        let bound = crate::plan::edit::bind_inputs(graph, &bindings).map_err(|e| e.to_string())?;
+        let shape = |x: &str| {
+            crate::plan::edit::bound_shape(&bound, x, &bindings).ok_or_else(|| format!("'{x}' has no known shape"))
+        };
+        crate::plan::lower::recurrent_problem(r, &shape(xw)?, &shape(rt)?)
+            .map_err(|why| format!("bucket {bucket:?}: {why}"))?;
+    }
+    Ok(spec)
 }
 
 /// The attention kernel of node `n`, checked against every bucket's shapes.

@@ -166,7 +166,9 @@ pub fn partition(g: &Graph) -> Partitioning {
             (Op::Opaque { why, .. }, _) => why.to_string(),
             (Op::Constant { .. }, _) => "constant (weights are read by the partitions that use them)".into(),
             (Op::Recurrent(_) | Op::RecurrentScan(_), _) => {
-                "a recurrent layer (RNN/GRU/LSTM): its steps are sequential; no Bolt kernel runs it yet".into()
+                "a recurrent layer (RNN/GRU/LSTM) whose weights are not constants: its input projection cannot be \
+                 made a GEMM ahead of the scan"
+                    .into()
             }
             _ => "not a GEMM/Conv anchor, nor fusable into one's epilogue".into(),
         };

@@ -123,6 +123,31 @@ pub fn report(model: &str, original: &Graph, plan: &Plan, opts: &PlanOptions) ->
         .chain(plan.attention.iter().filter_map(|d| d.fused.as_ref()))
         .chain(plan.attention.iter().flat_map(|d| &d.padding))
         .collect();
+    // Recurrent scans: a scan kernel runs each whose spec lowers and whose hidden size a block
+    // holds; the others stay on the host, with why.
+    let mut scan_reason: std::collections::HashMap<&str, String> = std::collections::HashMap::new();
+    let mut on_device = on_device;
+    for n in &plan.graph.nodes {
+        let crate::ir::Op::RecurrentScan(r) = &n.op else { continue };
+        let ty = |i: usize| n.input(i).and_then(|x| plan.graph.types.get(x));
+        let lowered =
+            ty(0).ok_or_else(|| "XW has no type".to_string()).and_then(|t| super::lower::recurrent_spec(r, t.dtype));
+        let hidden = ty(1).and_then(|t| t.shape.as_ref()).and_then(|s| s.0.get(1)).and_then(crate::ir::Dim::known);
+        let fits = match hidden {
+            Some(h) if h as i64 > bolt_codegen::recurrent::MAX_HIDDEN => {
+                Err(format!("hidden size {h}: scan kernels hold at most {} units", bolt_codegen::recurrent::MAX_HIDDEN))
+            }
+            _ => Ok(()),
+        };
+        match lowered.and_then(|_| fits) {
+            Ok(()) => {
+                on_device.insert(&n.name);
+            }
+            Err(why) => {
+                scan_reason.insert(n.name.as_str(), format!("no recurrent kernel: {why}"));
+            }
+        }
+    }
     // Host ops the planner removed (a transpose the layout pass cancelled) run nowhere.
     let planned: std::collections::HashSet<&str> = plan.graph.nodes.iter().map(|n| n.name.as_str()).collect();
     // The canonical graph: the planner's own views (a reduction's Squeeze) are in it.
@@ -136,6 +161,7 @@ pub fn report(model: &str, original: &Graph, plan: &Plan, opts: &PlanOptions) ->
         let is_copy = copies.contains(h.node.as_str());
         let reason = match glue_reason {
             _ if h.reason == crate::partition::SHAPE_COMPUTATION => h.reason.clone(),
+            _ if scan_reason.contains_key(h.node.as_str()) => scan_reason[h.node.as_str()].clone(),
             Some(why) => format!("no glue kernel: {why}"),
             None if is_copy => {
                 device_copies += 1;

@@ -22,11 +22,11 @@ use crate::artifact::Artifact;
 use crate::ir::{DType, Graph, Tensor};
 use crate::plan::lower::CopyBlock;
 use bolt_codegen::abi::{
-    BoltArgs, BoltAttentionArgs, BoltAttentionProblem, BoltB2bArgs, BoltGlueArgs, BoltGlueProblem, BoltStitchArgs,
-    BoltStitchProblem, KernelArgs, Status,
+    BoltArgs, BoltAttentionArgs, BoltAttentionProblem, BoltB2bArgs, BoltGlueArgs, BoltGlueProblem, BoltRecurrentArgs,
+    BoltRecurrentProblem, BoltStitchArgs, BoltStitchProblem, KernelArgs, Status,
 };
 use bolt_codegen::b2b::{B2bKernel, B2bProblem};
-use bolt_codegen::loader::{AttentionKernel, GlueKernel, Kernel, KernelLibrary, Params, StitchKernel};
+use bolt_codegen::loader::{AttentionKernel, GlueKernel, Kernel, KernelLibrary, Params, RecurrentKernel, StitchKernel};
 use bolt_codegen::spec::Arch;
 use bolt_profiler::workload::Problem;
 use cudarc::driver::{result, sys, CudaContext, CudaSlice, CudaStream, DevicePtr};
@@ -67,6 +67,12 @@ enum Step {
         params: Params<BoltAttentionArgs>,
         stage: Option<(u64, u64, CopyBlock)>,
     },
+    /// A recurrent scan kernel; Params likewise.
+    Recurrent {
+        node: String,
+        problem: BoltRecurrentProblem,
+        params: Params<BoltRecurrentArgs>,
+    },
     /// A back-to-back chain kernel; its Params built once likewise.
     Chain {
         node: String,
@@ -95,6 +101,7 @@ enum Planned {
     /// The kernel, problem, arguments (bias set at layout when staged), and the mask staging:
     /// (the mask's address, the copy) with its scratch bytes.
     Attention(String, AttentionKernel, Box<BoltAttentionProblem>, BoltAttentionArgs, Option<(u64, CopyBlock)>, usize),
+    Recurrent(String, RecurrentKernel, BoltRecurrentProblem, BoltRecurrentArgs),
 }
 
 /// An instantiated CUDA graph of one run's launches (raw handles: it may live on a stream the
@@ -290,6 +297,10 @@ impl CudaExecutor {
                 planned.push(self.plan_stitch(&graph, n, st, &input_addr)?);
                 continue;
             }
+            if let Some(r) = self.plan.recurrent.iter().find(|r| r.node == n.name) {
+                planned.push(self.plan_recurrent(&graph, n, r, &input_addr)?);
+                continue;
+            }
             if let Some(a) = self.plan.attention.iter().find(|a| a.node == n.name) {
                 let p = self.plan_attention(&graph, n, a, &input_addr)?;
                 if let Planned::Attention(.., scratch) = &p {
@@ -407,6 +418,11 @@ impl CudaExecutor {
                     let params = unsafe { kernel.initialize(&problem, &args, s) }
                         .map_err(|e| self.call_error(kernel.symbol(), &node, &problem, e))?;
                     Step::Stitch { node, problem: *problem, params }
+                }
+                Planned::Recurrent(node, kernel, problem, args) => {
+                    let params = unsafe { kernel.initialize(&problem, &args, s) }
+                        .map_err(|e| self.call_error(kernel.symbol(), &node, &problem, e))?;
+                    Step::Recurrent { node, problem, params }
                 }
                 Planned::Attention(node, kernel, problem, mut args, stage, scratch) => {
                     let w = ws_ptr(scratch);
@@ -584,6 +600,65 @@ impl CudaExecutor {
         Some(Planned::Copy(n.name.clone(), blocks))
     }
 
+    /// A recurrent scan's kernel, problem (from its inputs' bound shapes) and arguments: the
+    /// optional inputs and outputs the node lacks are null.
+    fn plan_recurrent(
+        &self,
+        graph: &Graph,
+        n: &crate::ir::Node,
+        r: &crate::artifact::format::NodeRecurrent,
+        input_addr: &HashMap<String, (u64, usize)>,
+    ) -> Result<Planned, RuntimeError> {
+        let fail = |problem: String, reason: String| RuntimeError::Kernel {
+            kernel: format!("{} (node {})", r.symbol, n.name),
+            problem,
+            arch: self.name.clone(),
+            reason,
+        };
+        let kernel = self
+            .library
+            .recurrent(&r.spec)
+            .cloned()
+            .ok_or_else(|| fail("-".into(), "not in the kernel library".into()))?;
+        let crate::ir::Op::RecurrentScan(op) = &n.op else {
+            return Err(fail("-".into(), "the plan records a recurrent kernel for a node that is not a scan".into()));
+        };
+        let shapes = static_input_shapes(graph, n).map_err(|why| fail("-".into(), why))?;
+        let (xw, rt) = match (shapes.first(), shapes.get(1)) {
+            (Some(xw), Some(rt)) => (xw, rt),
+            _ => return Err(fail("-".into(), "XW or Rᵀ has no shape".into())),
+        };
+        let problem = crate::plan::lower::recurrent_problem(op, xw, rt).map_err(|why| fail("-".into(), why))?;
+        let status = kernel.can_implement(&problem);
+        if status != Status::Ok {
+            return Err(fail(format!("{problem:?}"), format!("can_implement: {status}")));
+        }
+        let at = |i: usize| -> Result<u64, RuntimeError> {
+            match n.input(i) {
+                None => Ok(0),
+                Some(t) => self.address(t, input_addr).ok_or_else(|| {
+                    RuntimeError::Unsupported(format!("node '{}': tensor '{t}' has no device address", n.name))
+                }),
+            }
+        };
+        let out = |k: usize| {
+            n.outputs.get(k).filter(|o| !o.is_empty()).and_then(|o| self.address(o, input_addr)).unwrap_or(0)
+        };
+        let args = BoltRecurrentArgs {
+            xw: at(0)? as *const c_void,
+            rt: at(1)? as *const c_void,
+            bias: at(2)? as *const c_void,
+            lens: at(3)? as *const i32,
+            h0: at(4)? as *const c_void,
+            c0: at(5)? as *const c_void,
+            peepholes: at(6)? as *const c_void,
+            y: at_output(self, n, input_addr)? as *mut c_void,
+            yh: out(1) as *mut c_void,
+            yc: out(2) as *mut c_void,
+        };
+        Ok(Planned::Recurrent(n.name.clone(), kernel, problem, args))
+    }
+
     /// An attention node's kernel, problem (from its inputs' bound shapes), arguments and mask
     /// staging.
     fn plan_attention(
@@ -735,6 +810,10 @@ impl CudaExecutor {
                 Some((&**node, params.symbol()))
             }
             Step::Stitch { node, problem, params } => {
+                self.launch(node, problem, params)?;
+                Some((&**node, params.symbol()))
+            }
+            Step::Recurrent { node, problem, params } => {
                 self.launch(node, problem, params)?;
                 Some((&**node, params.symbol()))
             }

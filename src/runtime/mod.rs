@@ -192,12 +192,14 @@ pub fn outputs_as_f32(outs: HashMap<String, Tensor>) -> HashMap<String, Tensor> 
 /// The reference device: the CPU reference executor on the artifact's planned graph, with the
 /// plan's glue nodes run by the host implementation of their glue kernels ([`glue`]) and its
 /// stitched nodes by their kernel specs' meaning ([`stitch`]), its attention nodes likewise
-/// ([`attention`]).
+/// ([`attention`]), its recurrent scans by the reference's recurrence once their kernel's spec
+/// and problem are checked as the cuda device derives them.
 pub struct Reference {
     graph: Graph,
     glue: HashMap<String, bolt_codegen::glue::GlueSpec>,
     stitch: HashMap<String, bolt_codegen::stitch::StitchSpec>,
     attention: HashMap<String, bolt_codegen::attention::AttentionSpec>,
+    recurrent: HashMap<String, bolt_codegen::recurrent::RecurrentSpec>,
 }
 
 impl Reference {
@@ -205,7 +207,8 @@ impl Reference {
         let glue = artifact.plan.glue.iter().map(|g| (g.node.clone(), g.spec)).collect();
         let stitch = artifact.plan.stitch.iter().map(|s| (s.node.clone(), s.spec.clone())).collect();
         let attention = artifact.plan.attention.iter().map(|a| (a.node.clone(), a.spec)).collect();
-        Reference { graph: artifact.graph(), glue, stitch, attention }
+        let recurrent = artifact.plan.recurrent.iter().map(|r| (r.node.clone(), r.spec)).collect();
+        Reference { graph: artifact.graph(), glue, stitch, attention, recurrent }
     }
 }
 
@@ -231,6 +234,29 @@ impl Executor for Reference {
                 };
                 return stitch::run(spec, region, &xs, &out_types)
                     .map_err(|why| crate::Error::node(node, format!("stitched kernel: {why}")));
+            }
+            if let Some(spec) = self.recurrent.get(&node.name) {
+                let crate::ir::Op::RecurrentScan(r) = &node.op else {
+                    return Err(crate::Error::node(
+                        node,
+                        "the plan records a recurrent kernel for a node that is not a scan",
+                    ));
+                };
+                let (xw, rt) = match (args.first().copied().flatten(), args.get(1).copied().flatten()) {
+                    (Some(xw), Some(rt)) => (xw, rt),
+                    _ => return Err(crate::Error::node(node, "a recurrent scan's XW or Rᵀ is missing")),
+                };
+                let needs =
+                    crate::plan::lower::recurrent_spec(r, xw.dtype()).map_err(|why| crate::Error::node(node, why))?;
+                if needs != *spec {
+                    return Err(crate::Error::node(
+                        node,
+                        format!("the plan records {spec:?}, the node needs {needs:?}"),
+                    ));
+                }
+                crate::plan::lower::recurrent_problem(r, &xw.shape, &rt.shape)
+                    .map_err(|why| crate::Error::node(node, format!("recurrent kernel: {why}")))?;
+                return crate::reference::eval_node(node, args);
             }
             if let Some(spec) = self.attention.get(&node.name) {
                 let crate::ir::Op::Attention(op) = &node.op else {
