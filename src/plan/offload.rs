@@ -1,6 +1,6 @@
 //! What a host framework hands to Bolt: groups of the model's nodes, each run as one fused
 //! node. A group is a connected set of nodes that Bolt's plan runs on the device (GEMM/conv
-//! partitions, stitched regions, fused attention cores, pools and transposes with glue kernels, and the views and
+//! partitions, stitched regions, fused attention cores, recurrent layers, pools and transposes with glue kernels, and the views and
 //! concatenations between them: device copies), so that data stays on the GPU from one Bolt kernel to the next instead of
 //! crossing to the host framework at every partition boundary.
 //!
@@ -55,6 +55,15 @@ pub fn offload(g: &Graph, claimable: &dyn Fn(&Partition) -> Result<(), String>) 
     device.extend(plan.stitched.iter().filter(|d| d.stitched.is_some()).flat_map(|d| d.nodes.iter().cloned()));
     device.extend(plan.glue.iter().filter(|d| d.kernel.is_some()).map(|d| d.node.clone()));
     device.extend(plan.attention.iter().filter(|d| d.fused.is_some()).flat_map(|d| d.nodes.iter().cloned()));
+    // Recurrent layers the planner split into a projection GEMM and a scan a kernel takes (the
+    // scan keeps the layer's name).
+    device.extend(plan.graph.nodes.iter().filter_map(|n| {
+        let Op::RecurrentScan(r) = &n.op else { return None };
+        let t = plan.graph.types.get(n.input(0)?)?;
+        let hidden = plan.graph.types.get(n.input(1)?)?.shape.as_ref()?.0.get(1)?.known()?;
+        let fits = hidden as i64 <= bolt_codegen::recurrent::MAX_HIDDEN;
+        (fits && super::lower::recurrent_spec(r, t.dtype).is_ok()).then(|| n.name.clone())
+    }));
     // Copy ops (views, Concat) reading a device tensor stay with it (model order: chains of
     // them follow).
     let producer: HashMap<&str, &str> =
@@ -152,8 +161,11 @@ pub fn offload(g: &Graph, claimable: &dyn Fn(&Partition) -> Result<(), String>) 
         let members: HashSet<String> = nodes.iter().cloned().collect();
         let inside: Vec<Partition> =
             partitions.iter().filter(|p| p.nodes.iter().all(|n| members.contains(n))).cloned().collect();
-        if inside.is_empty() {
-            // Stitched or glue work alone between host ops: not worth a fused node of its own.
+        let recurrent =
+            nodes.iter().any(|n| index.get(n.as_str()).is_some_and(|&i| matches!(g.nodes[i].op, Op::Recurrent(_))));
+        if inside.is_empty() && !recurrent {
+            // Stitched or glue work alone between host ops: not worth a fused node of its own
+            // (a recurrent layer is: its projection GEMM and scan).
             continue;
         }
         let anchors = inside.iter().map(|p| p.anchor.clone()).collect::<Vec<_>>();

@@ -180,6 +180,20 @@ def test_opset12_attention_cores_run_in_bolt_through_ort(model_sessions):
         assert_close(*run_dataset(sess, MODELS / "ppocrv4_rec" / ds))
 
 
+@pytest.mark.parametrize("name", ["silero_vad_seq", "silero_vad_v6", "ddddocr_ocr", "romanizer_encoder"])
+def test_recurrent_layers_run_in_bolt_through_ort(model_sessions, name):
+    # Their LSTM / GRU layers (torch and paddle exports) are claimed: Bolt runs each as a
+    # projection GEMM and a recurrent scan, and the outputs equal ORT CPU's, whose LSTM and GRU
+    # kernels nobody here wrote.
+    sess = model_sessions(name)
+    a = assignment(sess)
+    took = [op for _, op in a.get(bolt_ort.EP_NAME, []) if op in ("LSTM", "GRU")]
+    kept = [op for _, op in a.get("CPUExecutionProvider", []) if op in ("LSTM", "GRU")]
+    assert took and not kept, (took, kept)
+    for ds in ("test_data_set_0", "test_data_set_1"):
+        assert_close(*run_dataset(sess, MODELS / name / ds))
+
+
 def test_corpus_reaches_bolt(model_sessions):
     # The corpus is not all host ops: its CNN detectors and OCR models give Bolt most of
     # their anchors through the provider.
