@@ -364,3 +364,31 @@ fn recurrent_layers_compile_to_scan_kernels() {
     let err = bolt::plan::lower::recurrent_problem(&too_wide, &[3, 2, 3 * 1025], &[1, 1025, 3 * 1025]).unwrap_err();
     assert!(err.contains("1025"), "{err}");
 }
+
+/// Sequence lengths of another type than ONNX's int32 (the reference reads any integers) keep
+/// the scan with the host, with why: the kernel reads int32 and would misread them.
+#[test]
+fn int64_sequence_lengths_stay_with_the_host() {
+    use bolt::artifact::{compile, Artifact, CompileOptions};
+    let case = Case { cell: Cell::Rnn, direction: RnnDirection::Forward, batch_major: false, extras: true };
+    let (mut g, feeds) = layer(&case);
+    let lens = Tensor::from_i64(vec![BATCH], vec![5, 2, 4]);
+    g.types.insert("lens".into(), bolt::ir::TensorType::new(DType::I64, Shape::from_static(&[BATCH])));
+    g.initializers.insert("lens".into(), std::sync::Arc::new(lens));
+    let dir = tempfile::tempdir().unwrap();
+    compile(&g, &CompileOptions { archs: vec![], ..CompileOptions::new(dir.path()) }).unwrap();
+    let art = Artifact::open(dir.path()).unwrap();
+    assert!(art.plan.recurrent.is_empty());
+    let host = art.plan.host_ops.iter().find(|h| h.node == "layer").expect("the scan is a host op");
+    assert!(host.reason.contains("int32"), "{}", host.reason);
+    // And it still computes the layer.
+    let mut exec = bolt::runtime::open(&art, bolt::runtime::DeviceKind::Reference, &Default::default()).unwrap();
+    let got = exec.run(&feeds).unwrap();
+    let want = bolt::reference::run(&g, &feeds).unwrap();
+    for o in &g.outputs {
+        // (The projection GEMM rounds its sums once: last-bit differences.)
+        for (a, w) in got[o].to_f32_vec().iter().zip(want[o].to_f32_vec()) {
+            assert!((a - w).abs() <= 1e-5, "{o}: {a} vs {w}");
+        }
+    }
+}
