@@ -589,16 +589,9 @@ fn recurrent_for_buckets(
     n: &crate::ir::Node,
     buckets: &[BTreeMap<String, usize>],
 ) -> std::result::Result<bolt_codegen::recurrent::RecurrentSpec, String> {
+    let spec = crate::plan::lower::recurrent_scan_kernel(graph, n)?;
     let Op::RecurrentScan(r) = &n.op else { return Err("not a recurrent scan".into()) };
     let (xw, rt) = (n.input(0).ok_or("no XW")?, n.input(1).ok_or("no Rᵀ")?);
-    let dtype = graph.types.get(xw).ok_or("XW has no type")?.dtype;
-    let spec = crate::plan::lower::recurrent_spec(r, dtype)?;
-    // The kernel reads sequence lengths as int32 (ONNX's type for them).
-    if let Some(lens) = n.input(3).and_then(|l| graph.types.get(l)) {
-        if lens.dtype != DType::I32 {
-            return Err(format!("sequence_lens is {}: scan kernels read int32", lens.dtype));
-        }
-    }
     for bucket in buckets {
         let bindings: DimBindings = bucket.clone().into_iter().collect();
         let bound = crate::plan::edit::bind_inputs(graph, &bindings).map_err(|e| e.to_string())?;

@@ -1431,6 +1431,29 @@ pub fn recurrent_spec(
     Ok(spec)
 }
 
+/// The recurrent kernel of scan node `n` of `g`, from its types alone (the one rule the report,
+/// the host offload and `bolt compile` share): the spec lowers, the sequence lengths are int32
+/// (the kernel reads them so) and a known hidden size fits a block. Shapes at run time are
+/// checked by [`recurrent_problem`].
+pub fn recurrent_scan_kernel(g: &Graph, n: &Node) -> Result<bolt_codegen::recurrent::RecurrentSpec, String> {
+    let Op::RecurrentScan(r) = &n.op else { return Err("not a recurrent scan".into()) };
+    let ty = |i: usize| n.input(i).and_then(|x| g.types.get(x));
+    let spec = recurrent_spec(r, ty(0).ok_or("XW has no type")?.dtype)?;
+    if let Some(lens) = ty(3) {
+        if lens.dtype != DType::I32 {
+            return Err(format!("sequence_lens is {}: scan kernels read int32", lens.dtype));
+        }
+    }
+    let hidden = ty(1).and_then(|t| t.shape.as_ref()).and_then(|s| s.0.get(1)).and_then(crate::ir::Dim::known);
+    if let Some(h) = hidden.filter(|&h| h as i64 > bolt_codegen::recurrent::MAX_HIDDEN) {
+        return Err(format!(
+            "hidden size {h}: scan kernels hold at most {} units",
+            bolt_codegen::recurrent::MAX_HIDDEN
+        ));
+    }
+    Ok(spec)
+}
+
 /// A recurrent scan's problem from its XW and Rᵀ shapes, checked as the kernel checks it.
 pub fn recurrent_problem(
     r: &crate::ir::Recurrent,

@@ -57,13 +57,13 @@ pub fn offload(g: &Graph, claimable: &dyn Fn(&Partition) -> Result<(), String>) 
     device.extend(plan.attention.iter().filter(|d| d.fused.is_some()).flat_map(|d| d.nodes.iter().cloned()));
     // Recurrent layers the planner split into a projection GEMM and a scan a kernel takes (the
     // scan keeps the layer's name).
-    device.extend(plan.graph.nodes.iter().filter_map(|n| {
-        let Op::RecurrentScan(r) = &n.op else { return None };
-        let t = plan.graph.types.get(n.input(0)?)?;
-        let hidden = plan.graph.types.get(n.input(1)?)?.shape.as_ref()?.0.get(1)?.known()?;
-        let fits = hidden as i64 <= bolt_codegen::recurrent::MAX_HIDDEN;
-        (fits && super::lower::recurrent_spec(r, t.dtype).is_ok()).then(|| n.name.clone())
-    }));
+    device.extend(
+        plan.graph
+            .nodes
+            .iter()
+            .filter(|n| super::lower::recurrent_scan_kernel(&plan.graph, n).is_ok())
+            .map(|n| n.name.clone()),
+    );
     // Copy ops (views, Concat) reading a device tensor stay with it (model order: chains of
     // them follow).
     let producer: HashMap<&str, &str> =

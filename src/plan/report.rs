@@ -127,20 +127,9 @@ pub fn report(model: &str, original: &Graph, plan: &Plan, opts: &PlanOptions) ->
     // holds; the others stay on the host, with why.
     let mut scan_reason: std::collections::HashMap<&str, String> = std::collections::HashMap::new();
     let mut on_device = on_device;
-    for n in &plan.graph.nodes {
-        let crate::ir::Op::RecurrentScan(r) = &n.op else { continue };
-        let ty = |i: usize| n.input(i).and_then(|x| plan.graph.types.get(x));
-        let lowered =
-            ty(0).ok_or_else(|| "XW has no type".to_string()).and_then(|t| super::lower::recurrent_spec(r, t.dtype));
-        let hidden = ty(1).and_then(|t| t.shape.as_ref()).and_then(|s| s.0.get(1)).and_then(crate::ir::Dim::known);
-        let fits = match hidden {
-            Some(h) if h as i64 > bolt_codegen::recurrent::MAX_HIDDEN => {
-                Err(format!("hidden size {h}: scan kernels hold at most {} units", bolt_codegen::recurrent::MAX_HIDDEN))
-            }
-            _ => Ok(()),
-        };
-        match lowered.and_then(|_| fits) {
-            Ok(()) => {
+    for n in plan.graph.nodes.iter().filter(|n| matches!(n.op, crate::ir::Op::RecurrentScan(_))) {
+        match super::lower::recurrent_scan_kernel(&plan.graph, n) {
+            Ok(_) => {
                 on_device.insert(&n.name);
             }
             Err(why) => {
