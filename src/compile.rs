@@ -215,7 +215,18 @@ pub fn kernel_picks(
 }
 
 /// Summarises `g` and, when `run` is set, executes it once with the reference executor.
-pub fn summarize(g: &Graph, bindings: &DimBindings, run: bool) -> Result<Summary> {
+/// What `bolt compile`'s reference run computes on.
+#[derive(Clone, Copy)]
+pub enum RunOn<'a> {
+    Skip,
+    /// Seeded inputs ([`synthetic_inputs`]).
+    Synthetic,
+    /// The caller's (`--inputs`): models valid only for some values (a sample rate, token ids
+    /// in range) need real ones.
+    Inputs(&'a HashMap<String, Tensor>),
+}
+
+pub fn summarize(g: &Graph, bindings: &DimBindings, run: RunOn) -> Result<Summary> {
     let ty = |n: &str| g.types.get(n).map(|t| t.to_string()).unwrap_or_else(|| "?".into());
     let parts = crate::partition::partition(g);
     let by_name: HashMap<&str, &crate::ir::Node> = g.nodes.iter().map(|n| (n.name.as_str(), n)).collect();
@@ -240,7 +251,7 @@ pub fn summarize(g: &Graph, bindings: &DimBindings, run: bool) -> Result<Summary
         .filter(|h| !matches!(by_name[h.node.as_str()].op, Op::Constant { .. }))
         .map(|h| (h.node.clone(), h.op_type.clone(), h.reason.clone()))
         .collect::<Vec<_>>();
-    let runnable = g.nodes.iter().all(|n| !n.op.is_opaque());
+    let runnable = crate::ir::control::nodes_deep(g).iter().all(|n| !n.op.is_opaque());
     let t0 = Instant::now();
     let opts = crate::plan::PlanOptions { bindings: bindings.clone(), ..Default::default() };
     let planned = crate::plan::plan_with(g, &opts)?;
@@ -260,8 +271,12 @@ pub fn summarize(g: &Graph, bindings: &DimBindings, run: bool) -> Result<Summary
         max_abs_diff: None,
         mismatches: Vec::new(),
     };
-    let reference = if run && runnable {
-        let inputs = synthetic_inputs(g, bindings, 0)?;
+    let given = match run {
+        RunOn::Skip => None,
+        RunOn::Synthetic => Some(synthetic_inputs(g, bindings, 0)?),
+        RunOn::Inputs(x) => Some(x.clone()),
+    };
+    let reference = if let Some(inputs) = given.filter(|_| runnable) {
         let t0 = Instant::now();
         let outs = crate::reference::run(g, &inputs)?;
         let seconds = t0.elapsed().as_secs_f64();

@@ -701,6 +701,22 @@ fn copy_blocks_equal_the_reference_concat_and_views() {
             assert_eq!(apply(&mine, &[bytes(&want)], part.len() * 4), bytes(part), "split part {j}");
         }
     }
+    // An Expand copies its input once per index of the axes it broadcasts (dims of 1 and
+    // missing leading dims), wherever they are.
+    for _ in 0..200 {
+        let rank = rng.gen_range(1..5);
+        let out: Vec<usize> = (0..rank).map(|_| rng.gen_range(1..5)).collect();
+        let drop = rng.gen_range(0..rank);
+        let x_shape: Vec<usize> = out[drop..].iter().map(|&d| if rng.gen_bool(0.4) { 1 } else { d }).collect();
+        let v: Vec<f32> = (0..x_shape.iter().product::<usize>()).map(|_| rng.gen_range(-9.0..9.0)).collect();
+        let x = Tensor::from_f32(x_shape.clone(), v);
+        let target = Tensor::from_i64(vec![rank], out.iter().map(|&d| d as i64).collect());
+        let want = bolt::reference::eval_op(&Op::Expand, &[Some(&x), Some(&target)]).unwrap().remove(0);
+        assert_eq!(want.shape, out);
+        let blocks = copy_blocks(&Op::Expand, &[&x_shape], &[&out], 4).unwrap();
+        assert_eq!(apply(&blocks, &[bytes(&x)], want.len() * 4), bytes(&want), "expand {x_shape:?} to {out:?}");
+    }
+    assert!(copy_blocks(&Op::Expand, &[&[2, 3]], &[&[4, 3]], 4).is_none(), "2 does not broadcast to 4");
     // A Slice of constant bounds (negative and clamped bounds, any axes) copies the box of its
     // input; steps other than 1 (reversals, strides) on axes before the last copy one box per
     // output index of those axes; on the last axis they are no copy.

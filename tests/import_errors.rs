@@ -111,34 +111,53 @@ fn declared_output_shapes_that_contradict_inference_yield_to_it() {
 
 #[test]
 fn negative_zero_and_unnamed_dims_are_dynamic() {
+    // A graph input's unnamed dynamic dim is named `<input>.<axis>` (so --dim can size it);
+    // elsewhere it stays unknown.
     for d in [-1, 0] {
         let mut m = good_model();
         m.graph.as_mut().unwrap().input[0] = value_info("x", &[d, 3]);
         m.graph.as_mut().unwrap().output[0] = value_info("y", &[d, 4]);
+        m.graph.as_mut().unwrap().value_info.push(value_info("h", &[d, 4]));
         let g = import::load_bytes(&m.encode_to_vec(), None).unwrap().graph;
-        assert_eq!(g.tensor_type("x").unwrap().to_string(), "f32[?, 3]", "dim {d}");
-        assert_eq!(g.tensor_type("y").unwrap().to_string(), "f32[?, 4]", "dim {d}");
+        assert_eq!(g.tensor_type("x").unwrap().to_string(), "f32[x.0, 3]", "dim {d}");
+        assert_eq!(g.tensor_type("y").unwrap().to_string(), "f32[x.0, 4]", "dim {d}");
     }
 }
 
 #[test]
 fn ops_from_other_domains_and_control_flow_import_as_host_nodes() {
-    // com.microsoft's FusedMatMul and an If with (empty) branches: valid ONNX Bolt cannot
-    // compute. Their outputs have unknown types; the MatMul reading one still imports and
-    // the partitioner leaves it to the host with the reason.
+    // com.microsoft's FusedMatMul, and an If decided at run time whose branches give
+    // different ranks. Their outputs have unknown types (the If's rank); the MatMul reading
+    // one still imports and the partitioner leaves it to the host with the reason.
     let mut m = good_model();
     m.opset_import.push(OperatorSetIdProto { domain: Some("com.microsoft".into()), version: Some(1) });
     let g = m.graph.as_mut().unwrap();
     let mut ms = node("ms", "FusedMatMul", &["x", "x"], &["p"]);
     ms.domain = Some("com.microsoft".into());
-    let branch = AttributeProto {
-        name: Some("then_branch".into()),
+    let branch = |name: &str, nodes: Vec<NodeProto>, out: &str| AttributeProto {
+        name: Some(name.into()),
         r#type: Some(attribute_proto::AttributeType::Graph as i32),
-        g: Some(GraphProto::default()),
+        g: Some(GraphProto {
+            node: nodes,
+            output: vec![ValueInfoProto { name: Some(out.into()), ..Default::default() }],
+            ..Default::default()
+        }),
         ..Default::default()
     };
+    let flat = TensorProto {
+        name: Some("flat".into()),
+        dims: vec![1],
+        data_type: Some(7),
+        int64_data: vec![-1],
+        ..Default::default()
+    };
+    let mut flatten = common::onnx_proto::constant("k", flat);
+    flatten.name = Some("k".into());
     let mut iff = node("cond", "If", &["c"], &["q"]);
-    iff.attribute = vec![branch.clone(), AttributeProto { name: Some("else_branch".into()), ..branch }];
+    iff.attribute = vec![
+        branch("then_branch", vec![node("id", "Identity", &["x"], &["t"])], "t"),
+        branch("else_branch", vec![flatten, node("r", "Reshape", &["x", "flat"], &["e"])], "e"),
+    ];
     g.input.push(ValueInfoProto {
         name: Some("c".into()),
         r#type: Some(TypeProto {
@@ -150,8 +169,9 @@ fn ops_from_other_domains_and_control_flow_import_as_host_nodes() {
     g.node = vec![ms, iff, node("mm", "MatMul", &["q", "w"], &["h"]), node("act", "Relu", &["h"], &["y"])];
     g.output[0].r#type = None;
     let g = import::load_bytes(&m.encode_to_vec(), None).unwrap().graph;
-    assert!(g.nodes[0].op.is_opaque() && g.nodes[1].op.is_opaque());
-    assert!(g.tensor_type("p").is_none() && g.tensor_type("h").is_none());
+    assert!(g.nodes[0].op.is_opaque() && matches!(g.nodes[1].op, bolt::ir::Op::If { .. }));
+    assert!(g.tensor_type("q").unwrap().shape.is_none(), "{:?}", g.tensor_type("q"));
+    assert!(g.tensor_type("p").is_none() && g.tensor_type("h").is_none_or(|t| t.shape.is_none()));
     let parts = bolt::partition::partition(&g);
     assert!(parts.partitions.is_empty());
     let mm = parts.host.iter().find(|h| h.node == "mm").unwrap();

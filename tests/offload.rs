@@ -7,11 +7,22 @@ use bolt::ir::{Binary, DType, Graph, Op};
 use bolt::plan::offload::{offload, subgraph, Group};
 use common::nets::{inputs, Net};
 
-/// `x` broadcast to its own shape by an Expand: a copy Bolt leaves to the host (the reference
-/// computes it, no device kernel takes it).
+/// `x` resized by 1 with cubic interpolation: an op Bolt leaves to the host (the reference
+/// computes it; resize kernels are nearest or linear).
 fn host_copy(n: &mut Net, x: &str) -> String {
-    let shape = n.b.initializer(&format!("{x}.expand_shape"), bolt::ir::Tensor::from_i64(vec![1], vec![1]));
-    n.op("expand", Op::Expand, &[x, &shape])
+    let scales = n.b.initializer(&format!("{x}.scales"), bolt::ir::Tensor::from_f32(vec![4], vec![1.0; 4]));
+    let attrs = bolt::ir::ResizeAttrs {
+        mode: bolt::ir::ResizeMode::Cubic,
+        coord: bolt::ir::CoordTransform::HalfPixel,
+        nearest: bolt::ir::NearestMode::RoundPreferFloor,
+        cubic_coeff_a: -0.75,
+        exclude_outside: false,
+        extrapolation_value: 0.0,
+        antialias: false,
+        axes: None,
+        aspect: bolt::ir::AspectPolicy::Stretch,
+    };
+    n.op("cubic", Op::Resize(attrs), &[x, "", &scales])
 }
 
 fn any_partition(_: &bolt::partition::Partition) -> Result<(), String> {
@@ -72,7 +83,7 @@ fn a_host_op_splits_the_groups_and_an_unclaimable_partition_stays_with_the_host(
     let g = n.finish(&[&y]);
     let o = offload(&g, &any_partition);
     assert_eq!(o.groups.len(), 2, "{:?}", o.groups);
-    assert!(o.groups.iter().all(|gr| !gr.nodes.iter().any(|n| n.starts_with("expand"))));
+    assert!(o.groups.iter().all(|gr| !gr.nodes.iter().any(|n| n.starts_with("cubic"))));
     groups_compute_the_model(&g, &o.groups);
     // The host refuses the second partition: one group left, and why.
     let second = o.groups[1].anchors[0].clone();
@@ -84,9 +95,9 @@ fn a_host_op_splits_the_groups_and_an_unclaimable_partition_stays_with_the_host(
 
 #[test]
 fn connected_work_with_a_host_op_between_its_parts_is_cut_into_two_groups() {
-    // a = relu(conv(x)); b = conv(expand(a)) + a: the second conv reads `a` directly (its
-    // residual) and through the host's copy, so {conv1, conv2} as one fused node would wait on
-    // the copy, which waits on it. The cut goes where the copy lies between them.
+    // a = relu(conv(x)); b = conv(cubic(a)) + a: the second conv reads `a` directly (its
+    // residual) and through the host's resize, so {conv1, conv2} as one fused node would wait on
+    // the resize, which waits on it. The cut goes where the resize lies between them.
     let mut n = Net::new(DType::F32);
     let x = n.input("x", &[1, 8, 8, 8]);
     let a = n.conv(&x, 8, 8, 3, 1, 1);

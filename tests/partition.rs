@@ -265,7 +265,7 @@ fn epilogue_steps_keep_the_models_order_and_print_as_the_kernels_expression() {
     assert_eq!(e.to_string(), "relu(0.125*acc + 0.125*bias + C)");
     assert_eq!(e.form().source.as_ref().map(|s| s.scale), Some(1.0));
     assert_eq!(p.host.iter().map(|h| h.node.as_str()).collect::<Vec<_>>(), ["res2"]);
-    let summary = bolt::compile::summarize(&g, &Default::default(), true).unwrap();
+    let summary = bolt::compile::summarize(&g, &Default::default(), bolt::compile::RunOn::Synthetic).unwrap();
     assert_eq!(summary.anchors[0].epilogue, "relu(0.125*acc + 0.125*bias + C)");
     let plan = summary.plan.unwrap();
     assert!(plan.mismatches.is_empty() && plan.max_abs_diff.unwrap() < 1e-5, "{:?}", plan.mismatches);

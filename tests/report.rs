@@ -91,7 +91,7 @@ fn real_model_reports_hint_at_what_the_author_could_change() {
 #[test]
 fn test_models_leave_only_shape_computations_and_copies_to_the_host() {
     const COPIES: &str =
-        "a view, concatenation, split, slice, single-index gather or truncation: device-to-device copies on the GPU, no kernel";
+        "a view, concatenation, split, slice, single-index gather, truncation or broadcast (Expand): device-to-device copies on the GPU, no kernel";
     let models = [
         "resnet50",
         "vgg16",

@@ -491,7 +491,7 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
                         .to_string()
                 }
                 _ if crate::plan::lower::is_copy_node(&graph, n) => {
-                    "a concatenation, split, slice, single-index gather or truncation: the cuda device copies its \
+                    "a concatenation, split, slice, single-index gather, truncation or broadcast: the cuda device copies its \
                      rectangles on the stream, no host round trip"
                         .to_string()
                 }

@@ -40,8 +40,13 @@ enum Command {
         /// Tuning database to take kernels from (default: bolt-tune's, when it exists).
         #[arg(long)]
         tuning_db: Option<PathBuf>,
-        /// Skip the reference run.
+        /// Inputs for the reference run, as numpy .npz (one array per model input); their
+        /// shapes size the symbolic dims `--dim` leaves unset. Default: seeded uniform [-1, 1)
+        /// floats and ones, which a model valid only for some values (a sample rate) rejects.
         #[arg(long)]
+        inputs: Option<PathBuf>,
+        /// Skip the reference run.
+        #[arg(long, conflicts_with = "inputs")]
         no_run: bool,
         /// Only summarise; write no artifact (no nvcc).
         #[arg(long)]
@@ -151,6 +156,31 @@ fn parse_precision(s: &str) -> Result<Precision, String> {
     Precision::parse(s).ok_or_else(|| format!("'{s}' is not one of f32, tf32, f16, bf16"))
 }
 
+/// Sizes of the symbolic dims of `g`'s inputs that `given` leaves unset, read from `feed`'s
+/// shapes; an input missing from `feed`, or of another rank, is an error naming it.
+fn dims_of_inputs(
+    g: &bolt::ir::Graph,
+    feed: &std::collections::HashMap<String, bolt::ir::Tensor>,
+    given: &[DimRange],
+) -> Result<Vec<DimRange>> {
+    let mut out: Vec<DimRange> = Vec::new();
+    for name in &g.inputs {
+        let t = feed.get(name).ok_or_else(|| anyhow::anyhow!("--inputs: no array for model input '{name}'"))?;
+        let Some(shape) = g.types.get(name).and_then(|t| t.shape.as_ref()) else { continue };
+        if shape.rank() != t.shape.len() {
+            bail!("--inputs: model input '{name}' is declared {shape} but the array has shape {:?}", t.shape);
+        }
+        for (d, &n) in shape.0.iter().zip(&t.shape) {
+            if let bolt::ir::Dim::Sym(s) = d {
+                if n > 0 && !given.iter().chain(&out).any(|r| &r.name == s) {
+                    out.push(DimRange { name: s.clone(), min: n, max: n });
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// Symbolic dims of `g`'s inputs that `bindings` leaves at their default of 1.
 fn defaulted_dims(g: &bolt::ir::Graph, bindings: &DimBindings) -> Vec<String> {
     let mut names: Vec<String> = g
@@ -184,10 +214,18 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
-        Command::Compile { model, out, arch, precision, dims, tuning_db, no_run, no_artifact, json } => {
+        Command::Compile { model, out, arch, precision, mut dims, tuning_db, inputs, no_run, no_artifact, json } => {
             let graph = match &model {
                 Some(p) => bolt::import::load(p)?.graph,
                 None => bolt::models::default_model()?,
+            };
+            let feed = match &inputs {
+                Some(p) => {
+                    let feed = bolt::runtime::npz::read_npz(p).map_err(anyhow::Error::msg)?;
+                    dims.extend(dims_of_inputs(&graph, &feed, &dims)?);
+                    Some(feed)
+                }
+                None => None,
             };
             let bindings: DimBindings = dims.iter().map(|d| (d.name.clone(), d.max)).collect();
             // Unbound symbolic dims run at 1, which a detector's 1x1 image cannot pass through:
@@ -202,7 +240,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     defaulted.join(", ")
                 ))
             };
-            let summary = compile::summarize(&graph, &bindings, !no_run).map_err(hint)?;
+            let run = match (&feed, no_run) {
+                (Some(feed), _) => compile::RunOn::Inputs(feed),
+                (None, true) => compile::RunOn::Skip,
+                (None, false) => compile::RunOn::Synthetic,
+            };
+            let summary = compile::summarize(&graph, &bindings, run).map_err(hint)?;
             if !json {
                 if model.is_none() {
                     println!("(no model given: using the built-in default model)\n");

@@ -65,11 +65,19 @@ pub fn load_bytes(bytes: &[u8], base_dir: Option<&Path>) -> Result<Model> {
         )));
     }
     let g = model.graph.as_ref().ok_or_else(|| Error::Model("model has no graph".into()))?;
-    let graph = import_graph(g, opset, base_dir)?;
+    let graph = import_graph(g, opset, base_dir, Scope::Main)?;
     Ok(Model { graph, ir_version: model.ir_version(), producer: model.producer_name().to_string() })
 }
 
-fn import_graph(g: &proto::GraphProto, opset: i64, base_dir: Option<&Path>) -> Result<Graph> {
+/// Which graph is being imported: the model's, or a branch of an `If` (which reads values of
+/// the graphs around it and is typed by the `If`'s inference, see [`crate::ir::control`]).
+#[derive(Clone, Copy, PartialEq)]
+enum Scope {
+    Main,
+    Branch,
+}
+
+fn import_graph(g: &proto::GraphProto, opset: i64, base_dir: Option<&Path>, scope: Scope) -> Result<Graph> {
     let mut graph = Graph { name: g.name().to_string(), opset, ..Default::default() };
 
     for t in &g.initializer {
@@ -85,6 +93,9 @@ fn import_graph(g: &proto::GraphProto, opset: i64, base_dir: Option<&Path>) -> R
         }
     }
     let mut seen_inputs = HashSet::new();
+    if scope == Scope::Branch && !g.input.is_empty() {
+        return Err(Error::Model(format!("branch '{}' declares inputs; If branches take none", g.name())));
+    }
     for vi in &g.input {
         let name = vi.name();
         if !seen_inputs.insert(name) {
@@ -96,7 +107,16 @@ fn import_graph(g: &proto::GraphProto, opset: i64, base_dir: Option<&Path>) -> R
         if graph.initializers.contains_key(name) {
             continue;
         }
-        let ty = ty.ok_or_else(|| Error::tensor(name, "graph input has no tensor type"))?;
+        let mut ty = ty.ok_or_else(|| Error::tensor(name, "graph input has no tensor type"))?;
+        // A dynamic input dim the exporter left unnamed gets the name `<input>.<axis>`, so
+        // that `--dim` can size it and errors can name it.
+        if let Some(s) = ty.shape.as_mut() {
+            for (axis, d) in s.0.iter_mut().enumerate() {
+                if *d == Dim::Unknown {
+                    *d = Dim::Sym(format!("{name}.{axis}"));
+                }
+            }
+        }
         graph.types.insert(name.to_string(), ty);
         graph.inputs.push(name.to_string());
     }
@@ -135,16 +155,31 @@ fn import_graph(g: &proto::GraphProto, opset: i64, base_dir: Option<&Path>) -> R
                 }
                 Ok(ops::Parsed::Op(op))
             }
+            // A host handing Bolt a graph without its control-flow bodies (ONNX Runtime's
+            // graph API: the plugin EP) keeps the If, an opaque node that may read any value.
+            None if op_type == "If" && (n.domain().is_empty() || n.domain() == "ai.onnx") && !has_branches(n) => {
+                Ok(ops::Parsed::Opaque("an If whose branches the host keeps"))
+            }
+            None if op_type == "If" && (n.domain().is_empty() || n.domain() == "ai.onnx") => {
+                let (op, captured) = import_if(n, opset, base_dir).map_err(|reason| Error::Node {
+                    node: name.clone(),
+                    op_type: op_type.clone(),
+                    reason,
+                })?;
+                inputs.extend(captured.into_iter().map(Some));
+                Ok(ops::Parsed::Op(op))
+            }
             None => ops::parse_op(n, opset),
         };
         let op = match parsed {
             Ok(ops::Parsed::Op(op)) => op,
-            Ok(ops::Parsed::Opaque(why)) => Op::Opaque {
-                domain: n.domain().to_string(),
-                op_type: op_type.clone(),
-                attrs: attrs::Attrs::new(n).generic(),
-                why: why.into(),
-            },
+            Ok(ops::Parsed::Opaque(why)) => {
+                let mut attrs = attrs::Attrs::new(n).generic();
+                if op_type == "If" && !attrs.iter().any(|(_, v)| v.holds_graph()) {
+                    attrs.push(("then_branch".into(), crate::ir::AttrValue::Unsupported("graph".into())));
+                }
+                Op::Opaque { domain: n.domain().to_string(), op_type: op_type.clone(), attrs, why: why.into() }
+            }
             Err(reason) => return Err(Error::Node { node: name, op_type, reason }),
         };
         if n.output.is_empty() {
@@ -152,10 +187,63 @@ fn import_graph(g: &proto::GraphProto, opset: i64, base_dir: Option<&Path>) -> R
         }
         graph.nodes.push(Node { name, op, inputs, outputs: n.output.clone() });
     }
+    if scope == Scope::Branch {
+        // Typed by the If's inference, from the enclosing values; what the file declares
+        // seeds it.
+        graph.inputs = crate::ir::control::captured(&graph);
+        graph.sort_and_check()?;
+        for (name, ty) in declared {
+            graph.types.entry(name).or_insert(ty);
+        }
+        return Ok(graph);
+    }
     graph.sort_and_check()?;
     crate::ir::infer::infer_graph(&mut graph, &declared)?;
     legacy_softmax_on_last_axis(&mut graph);
     Ok(graph)
+}
+
+/// Whether an `If` node carries any of its branches.
+fn has_branches(n: &proto::NodeProto) -> bool {
+    n.attribute.iter().any(|a| matches!(a.name(), "then_branch" | "else_branch"))
+}
+
+/// An `If` node: its branches, and the enclosing values they read (which become the node's
+/// inputs after the condition).
+fn import_if(
+    n: &proto::NodeProto,
+    opset: i64,
+    base_dir: Option<&Path>,
+) -> std::result::Result<(Op, Vec<String>), String> {
+    if n.input.len() != 1 || n.input[0].is_empty() {
+        return Err(format!("If takes one input (the condition); the node has {}", n.input.len()));
+    }
+    let branch = |attr: &str| -> std::result::Result<Graph, String> {
+        let g = n
+            .attribute
+            .iter()
+            .find(|a| a.name() == attr)
+            .and_then(|a| a.g.as_ref())
+            .ok_or_else(|| format!("attribute '{attr}' (a graph) is missing"))?;
+        let b = import_graph(g, opset, base_dir, Scope::Branch).map_err(|e| format!("{attr}: {e}"))?;
+        if b.outputs.len() != n.output.len() {
+            return Err(format!("{attr} has {} outputs; the node has {}", b.outputs.len(), n.output.len()));
+        }
+        Ok(b)
+    };
+    let (then_branch, else_branch) = (branch("then_branch")?, branch("else_branch")?);
+    let mut captured: Vec<String> = Vec::new();
+    for x in then_branch.inputs.iter().chain(&else_branch.inputs) {
+        if !captured.contains(x) && x != &n.input[0] {
+            captured.push(x.clone());
+        }
+    }
+    if then_branch.inputs.contains(&n.input[0]) || else_branch.inputs.contains(&n.input[0]) {
+        // A branch reading the condition itself: list it once more so the node's inputs after
+        // the condition are exactly what the branches read.
+        captured.push(n.input[0].clone());
+    }
+    Ok((Op::If { then_branch: Arc::new(then_branch), else_branch: Arc::new(else_branch) }, captured))
 }
 
 /// Softmax and LogSoftmax before opset 13 flatten their input to 2-D at `axis`; over the last

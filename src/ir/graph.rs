@@ -22,7 +22,7 @@ impl Node {
     }
 }
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Graph {
     pub name: String,
     /// Default-domain opset the model was written against.

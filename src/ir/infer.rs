@@ -37,7 +37,13 @@ impl<'a> InputInfo<'a> {
 /// the partitioner leaves anchors that read them to the host and says why. Errors remain for
 /// what no run can satisfy (a MatMul whose known inner dims differ).
 pub fn infer_graph(graph: &mut Graph, declared: &HashMap<String, TensorType>) -> Result<()> {
-    infer_with_values(graph, declared).map(|_| ())
+    infer_with_values(graph, declared, false).map(|_| ())
+}
+
+/// [`infer_graph`] for an `If` branch: an `If` inside it whose branches both fail is an error
+/// of this branch (which then cannot be the one a valid run takes), not untyped outputs.
+pub(crate) fn infer_branch(graph: &mut Graph, declared: &HashMap<String, TensorType>) -> Result<()> {
+    infer_with_values(graph, declared, true).map(|_| ())
 }
 
 /// The values inference knows of `g`'s node outputs: small constant computations and shape
@@ -45,13 +51,14 @@ pub fn infer_graph(graph: &mut Graph, declared: &HashMap<String, TensorType>) ->
 pub fn known_values(g: &Graph) -> Result<HashMap<String, Arc<Tensor>>> {
     let mut g = g.clone();
     let declared = g.types.clone();
-    infer_with_values(&mut g, &declared)
+    infer_with_values(&mut g, &declared, false)
 }
 
 /// [`infer_graph`], returning [`known_values`].
 fn infer_with_values(
     graph: &mut Graph,
     declared: &HashMap<String, TensorType>,
+    branch: bool,
 ) -> Result<HashMap<String, Arc<Tensor>>> {
     let mut consts: HashMap<String, Arc<Tensor>> = graph.initializers.clone();
     let mut shape_vals: HashMap<String, Vec<Dim>> = HashMap::new();
@@ -70,7 +77,18 @@ fn infer_with_values(
             .collect();
 
         let mut host = None;
+        let mut branches = None;
         let inferred: Vec<TensorType> = match &node.op {
+            Op::If { then_branch, else_branch } => {
+                // A branch inference cannot type leaves the outputs unknown (the host runs the
+                // If); it may be the branch no run takes.
+                match super::control::infer_if(&node.inputs, &infos, then_branch, else_branch, node.outputs.len()) {
+                    Ok(t) => branches = Some(t),
+                    Err(r) if branch => return Err(Error::node(node, r)),
+                    Err(r) => tracing::warn!("node '{}' (If): {r}; its outputs stay untyped", node.name),
+                }
+                vec![]
+            }
             Op::Opaque { domain, op_type, attrs, .. } => {
                 let h = super::infer_host::infer_host(domain, op_type, attrs, &infos, node.outputs.len());
                 host = Some(h);
@@ -111,6 +129,9 @@ fn infer_with_values(
             if folded.is_none() {
                 new_dims = h.dims;
             }
+        }
+        if let Some(t) = branches {
+            out_types = t;
         }
         if let Some(h) = host {
             out_types = h.types;
@@ -947,7 +968,8 @@ pub fn infer_node(op: &Op, infos: &[Option<InputInfo>]) -> Result<Vec<TensorType
             let h = super::infer_host::infer_host("", op.op_type(), &[], infos, 1);
             vec![h.types.into_iter().next().flatten().ok_or("start has no type")?]
         }
-        Op::Opaque { .. } => vec![],
+        // Typed where the graph is known (infer_with_values, control::infer_if).
+        Op::Opaque { .. } | Op::If { .. } => vec![],
     })
 }
 

@@ -302,7 +302,12 @@ pub fn infer_host(
             DType::I64,
             x.and_then(|t| t.shape.as_ref()).map(|s| Shape(vec![Dim::Known(s.rank()), Dim::Unknown])),
         )),
-        "Size" => one(Some(TensorType::new(DType::I64, Shape(vec![])))),
+        "Size" => {
+            // The element count of a static shape is known (torch's `x.numel()` checks).
+            let n = x.and_then(|t| t.shape.as_ref()).and_then(Shape::as_static).map(|d| d.iter().product::<usize>());
+            out.value = n.and_then(|n| Tensor::from_i64_as(DType::I64, vec![], &[n as i64]));
+            one(Some(TensorType::new(DType::I64, Shape(vec![]))))
+        }
         "LSTM" | "GRU" | "RNN" => recurrent(attrs, infos, op_type == "LSTM"),
         "DynamicQuantizeLinear" => {
             let scalar = |d| Some(TensorType::new(d, Shape(vec![])));

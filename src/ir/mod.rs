@@ -2,6 +2,7 @@
 //! shape/dtype inference.
 
 pub mod builder;
+pub mod control;
 mod dtype;
 mod graph;
 pub mod infer;

@@ -726,6 +726,14 @@ pub enum Op {
     FitLastAxis {
         to: usize,
     },
+    /// ONNX If: runs `then_branch` or `else_branch` as the boolean scalar of input 0 says.
+    /// Inputs 1.. are the enclosing graph's values the branches read: ONNX leaves them
+    /// implicit, import lists them so that ordering, liveness and partition boundaries see
+    /// them. Each branch lists those it reads as its own inputs (see [`super::control`]).
+    If {
+        then_branch: Arc<super::Graph>,
+        else_branch: Arc<super::Graph>,
+    },
     /// Any other operator: imported as-is and left to the host framework.
     Opaque {
         domain: String,
@@ -827,6 +835,7 @@ impl Op {
             Op::Attention(_) => "BoltAttention",
             Op::ChannelsLast(_) => "BoltChannelsLast",
             Op::FitLastAxis { .. } => "BoltFitLastAxis",
+            Op::If { .. } => "If",
             Op::Opaque { op_type, .. } => op_type,
         }
     }

@@ -12,6 +12,12 @@ pub fn convert_floats(g: &Graph, to: DType) -> Result<Graph> {
     if !to.is_float() {
         return Err(Error::Model(format!("cannot convert float tensors to {to}")));
     }
+    convert_graph(g, to, true)
+}
+
+/// [`convert_floats`]; `If` branches are converted alike and typed by their `If` (`infer`
+/// false: a branch's inputs are typed by the enclosing graph).
+fn convert_graph(g: &Graph, to: DType, infer: bool) -> Result<Graph> {
     let convert = |t: &Tensor| -> Tensor {
         if t.dtype().is_float() && t.dtype() != to {
             Tensor::from_f64_as(to, t.shape.clone(), &t.to_f64_vec()).expect("float dtype")
@@ -35,10 +41,16 @@ pub fn convert_floats(g: &Graph, to: DType) -> Result<Graph> {
         match &mut n.op {
             Op::Constant { value } => *value = Arc::new(convert(value)),
             Op::Cast { to: target, .. } if target.is_float() => *target = to,
+            Op::If { then_branch, else_branch } => {
+                *then_branch = Arc::new(convert_graph(then_branch, to, false)?);
+                *else_branch = Arc::new(convert_graph(else_branch, to, false)?);
+            }
             // LayerNormalization's statistics stay in its stash type (f32), as on GPUs.
             _ => {}
         }
     }
-    super::infer::infer_graph(&mut out, &HashMap::new())?;
+    if infer {
+        super::infer::infer_graph(&mut out, &HashMap::new())?;
+    }
     Ok(out)
 }

@@ -164,6 +164,9 @@ pub fn partition(g: &Graph) -> Partitioning {
             (_, Some(r)) => r,
             _ if metadata.contains(&i) => SHAPE_COMPUTATION.into(),
             (Op::Opaque { why, .. }, _) => why.to_string(),
+            (Op::If { .. }, _) => "control flow decided at run time: the host runs the branch the condition takes \
+                 (an If whose condition is known when planning is inlined)"
+                .into(),
             (Op::Constant { .. }, _) => "constant (weights are read by the partitions that use them)".into(),
             (Op::Recurrent(_) | Op::RecurrentScan(_), _) => {
                 "a recurrent layer (RNN/GRU/LSTM) whose weights are not constants: its input projection cannot be \

@@ -24,20 +24,11 @@ pub fn canonical(g: &Graph) -> Result<(Graph, usize)> {
     let mut out = g.clone();
     let mut taken: HashSet<String> = g.nodes.iter().map(|n| n.name.clone()).collect();
     let mut count = 0;
-    // A constant that is a graph output stays a node (outputs are computed values).
-    let before = out.nodes.len();
-    let mut constants = Vec::new();
-    out.nodes.retain(|n| match &n.op {
-        Op::Constant { value } if n.outputs.len() == 1 && !g.outputs.contains(&n.outputs[0]) => {
-            constants.push((n.outputs[0].clone(), value.clone()));
-            false
-        }
-        _ => true,
-    });
-    count += before - out.nodes.len();
-    out.initializers.extend(constants);
+    count += lift_constants(&mut out);
     count += constant_identities(&mut out);
     count += fold_known_values(&mut out)?;
+    count += inline_known_branches(&mut out)?;
+    count += crate::ir::control::hoist_constants(&mut out);
     let mut i = 0;
     while i < out.nodes.len() {
         let n = out.nodes[i].clone();
@@ -111,6 +102,52 @@ pub fn canonical(g: &Graph) -> Result<(Graph, usize)> {
 
 /// Nodes (but Constant nodes, already initializers, and graph outputs) whose every output
 /// inference knows become those initializers.
+/// Constant nodes become initializers; a constant that is a graph output stays a node
+/// (outputs are computed values).
+fn lift_constants(g: &mut Graph) -> usize {
+    let before = g.nodes.len();
+    let mut constants = Vec::new();
+    let outputs = &g.outputs;
+    g.nodes.retain(|n| match &n.op {
+        Op::Constant { value } if n.outputs.len() == 1 && !outputs.contains(&n.outputs[0]) => {
+            constants.push((n.outputs[0].clone(), value.clone()));
+            false
+        }
+        _ => true,
+    });
+    g.initializers.extend(constants);
+    before - g.nodes.len()
+}
+
+/// Every `If` whose condition is known (from constants and static shapes) becomes the nodes of
+/// the branch it takes; branches nest, so this repeats while inlining reveals more.
+fn inline_known_branches(g: &mut Graph) -> Result<usize> {
+    let mut count = 0;
+    loop {
+        let mut inlined = 0;
+        let mut i = 0;
+        while i < g.nodes.len() {
+            let cond = match &g.nodes[i].op {
+                Op::If { .. } => g.nodes[i].input(0).and_then(|c| g.initializers.get(c)),
+                _ => None,
+            };
+            match cond.map(|c| crate::ir::control::takes_then(c)) {
+                Some(Ok(take)) if crate::ir::control::inline_if(g, i, take) => inlined += 1,
+                _ => i += 1,
+            }
+        }
+        if inlined == 0 {
+            return Ok(count);
+        }
+        count += inlined;
+        // The branch's nodes carry the types the file declared at most: infer them, and fold
+        // what the static shapes now decide (conditions of nested Ifs included).
+        let declared = g.types.clone();
+        crate::ir::infer::infer_graph(g, &declared)?;
+        count += lift_constants(g) + fold_known_values(g)?;
+    }
+}
+
 fn fold_known_values(g: &mut Graph) -> Result<usize> {
     let values = crate::ir::infer::known_values(g)?;
     let before = g.nodes.len();

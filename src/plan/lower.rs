@@ -991,10 +991,10 @@ pub struct CopyBlock {
     pub dst_pitch: usize,
 }
 
-/// Whether `op` only moves bytes in rectangles (views, Concat, Split): run as device copies,
-/// never a kernel nor a host round trip.
+/// Whether `op` only moves bytes in rectangles (views, Concat, Split, Expand): run as device
+/// copies, never a kernel nor a host round trip.
 pub fn is_copy(op: &Op) -> bool {
-    op.is_view() || matches!(op, Op::Concat { .. } | Op::Split { .. })
+    op.is_view() || matches!(op, Op::Concat { .. } | Op::Split { .. } | Op::Expand)
 }
 
 /// [`is_copy`], a Slice of constant starts, ends and axes with unit steps (a box of its
@@ -1107,6 +1107,35 @@ pub fn slice_blocks(g: &Graph, n: &Node, x: &[usize], elem: usize) -> Option<Vec
     Some(blocks)
 }
 
+/// An Expand's copies: the whole input into the output once per index of the axes it
+/// broadcasts (an input dim of 1, or a missing leading one, under a larger output dim), each
+/// as [`box_blocks_into`] makes them; at most 4096. `None` when the shapes do not broadcast
+/// that way.
+pub fn expand_blocks(x: &[usize], out: &[usize], elem: usize) -> Option<Vec<CopyBlock>> {
+    let mut xs = vec![1; out.len().checked_sub(x.len())?];
+    xs.extend_from_slice(x);
+    if xs.iter().zip(out).any(|(&a, &b)| a != b && a != 1) {
+        return None;
+    }
+    let strides = crate::ir::strides(out);
+    let boxed: Vec<(usize, usize)> = xs.iter().map(|&d| (0, d)).collect();
+    let broadcast: Vec<usize> = (0..out.len()).filter(|&a| xs[a] != out[a]).collect();
+    let picks: usize = broadcast.iter().map(|&a| out[a]).product();
+    let mut blocks = Vec::new();
+    for k in 0..picks {
+        let (mut rem, mut dst) = (k, 0);
+        for &a in broadcast.iter().rev() {
+            dst += (rem % out[a]) * strides[a];
+            rem /= out[a];
+        }
+        blocks.extend(box_blocks_into(&xs, &boxed, &strides, dst, elem)?);
+        if blocks.len() > 4096 {
+            return None;
+        }
+    }
+    Some(blocks)
+}
+
 /// The copies of box `boxed` ((start, length) per axis) of a row-major tensor of shape `x`
 /// into a dense tensor of the box's shape: runs of adjacent axes contiguous on both sides
 /// merge, the innermost two are one 2-D rectangle, the outer ones one rectangle each (at
@@ -1146,8 +1175,8 @@ fn box_blocks_into(
         }
     }
     // The innermost run: elements (an axis of one kept element when the last kept axis is
-    // not the input's last).
-    if dims.last().is_none_or(|d| d.1 != 1) {
+    // not the input's last, or not the destination's: an Expand along the last axis).
+    if dims.last().is_none_or(|d| d.1 != 1 || d.2 != 1) {
         dims.push((1, 1, 1));
     }
     let (width, ws, wd) = *dims.last()?;
@@ -1188,6 +1217,7 @@ fn box_blocks_into(
 pub fn copy_blocks(op: &Op, inputs: &[&[usize]], outputs: &[&[usize]], elem: usize) -> Option<Vec<CopyBlock>> {
     let count = |s: &[usize]| s.iter().product::<usize>();
     match op {
+        Op::Expand => expand_blocks(inputs.first()?, outputs.first()?, elem),
         op if op.is_view() => {
             let bytes = count(outputs.first()?) * elem;
             (count(inputs.first()?) * elem == bytes).then(|| {

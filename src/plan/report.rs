@@ -154,7 +154,7 @@ pub fn report(model: &str, original: &Graph, plan: &Plan, opts: &PlanOptions) ->
             Some(why) => format!("no glue kernel: {why}"),
             None if is_copy => {
                 device_copies += 1;
-                "a view, concatenation, split, slice, single-index gather or truncation: device-to-device copies on the GPU, no kernel"
+                "a view, concatenation, split, slice, single-index gather, truncation or broadcast (Expand): device-to-device copies on the GPU, no kernel"
                     .into()
             }
             None => h.reason.clone(),

@@ -25,6 +25,10 @@ pub fn eval_node(node: &Node, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>>
             _ => Err(Error::node(node, format!("the reference executor cannot run it: {why}"))),
         };
     }
+    if let Op::If { then_branch, else_branch } = &node.op {
+        return crate::ir::control::eval_if(node, inputs, then_branch, else_branch, run)
+            .map_err(|r| Error::node(node, r));
+    }
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| eval_op(&node.op, inputs)))
         .unwrap_or_else(|p| Err(format!("internal error in the reference kernel: {}", panic_message(&p))))
         .map_err(|r| Error::node(node, r))

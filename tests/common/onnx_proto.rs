@@ -98,3 +98,38 @@ pub fn model(opset: i64, graph: GraphProto) -> ModelProto {
         ..Default::default()
     }
 }
+
+/// Attaches a subgraph attribute (If's `then_branch` / `else_branch`).
+pub fn with_graph(mut n: NodeProto, name: &str, g: GraphProto) -> NodeProto {
+    n.attribute.push(AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(attribute_proto::AttributeType::Graph as i32),
+        g: Some(g),
+        ..Default::default()
+    });
+    n
+}
+
+/// A Constant node holding `t`.
+pub fn constant(name: &str, t: TensorProto) -> NodeProto {
+    let out = t.name().to_string();
+    let mut n = node(name, "Constant", &[], &[&out]);
+    n.attribute.push(AttributeProto {
+        name: Some("value".into()),
+        r#type: Some(attribute_proto::AttributeType::Tensor as i32),
+        t: Some(t),
+        ..Default::default()
+    });
+    n
+}
+
+/// A float tensor of `dims` holding `v`.
+pub fn floats(name: &str, dims: &[i64], v: &[f32]) -> TensorProto {
+    TensorProto {
+        name: Some(name.into()),
+        dims: dims.to_vec(),
+        data_type: Some(1),
+        float_data: v.to_vec(),
+        ..Default::default()
+    }
+}

@@ -1,0 +1,297 @@
+//! Control flow: ONNX `If`, whose branches are graphs that read the enclosing graph's values
+//! by name.
+//!
+//! A branch is a [`Graph`] whose `inputs` are the enclosing values it reads (ONNX declares
+//! none; import computes them), so the graph machinery (ordering checks, inference, the
+//! reference executor) works on branches unchanged. The `If` node lists the same values after
+//! its condition. What happens to an `If`:
+//! - inference types its outputs from the branch the condition takes when the condition is
+//!   known, else from both (dims they disagree on become unknown);
+//! - the planner inlines the branch a known condition takes ([`inline_if`]): PyTorch writes
+//!   `x.squeeze(d)` as `If(Shape(x)[d] == 1, Squeeze, Identity)`, decided by static shapes;
+//! - an `If` decided at run time stays with the host, which runs the branch it takes.
+
+use super::infer::InputInfo;
+use super::{Dim, Graph, Node, Op, Shape, Tensor, TensorType};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+/// The values `g` reads that neither its nodes nor its initializers define, in first-use
+/// order (outputs naming an enclosing value included).
+pub fn captured(g: &Graph) -> Vec<String> {
+    let mut defined: HashSet<&str> = g.initializers.keys().map(String::as_str).collect();
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    for n in &g.nodes {
+        for x in n.inputs.iter().flatten() {
+            if !defined.contains(x.as_str()) && seen.insert(x.clone()) {
+                out.push(x.clone());
+            }
+        }
+        defined.extend(n.outputs.iter().map(String::as_str));
+    }
+    for o in &g.outputs {
+        if !defined.contains(o.as_str()) && seen.insert(o.clone()) {
+            out.push(o.clone());
+        }
+    }
+    out
+}
+
+/// Every node of `g` and, recursively, of its `If` branches.
+pub fn nodes_deep(g: &Graph) -> Vec<&Node> {
+    let mut out = Vec::new();
+    for n in &g.nodes {
+        out.push(n);
+        if let Op::If { then_branch, else_branch } = &n.op {
+            out.extend(nodes_deep(then_branch));
+            out.extend(nodes_deep(else_branch));
+        }
+    }
+    out
+}
+
+/// Which branch a condition value takes: ONNX's condition is a single bool (tensors of one
+/// element are accepted, as onnxruntime does).
+pub fn takes_then(cond: &Tensor) -> Result<bool, String> {
+    if cond.len() != 1 {
+        return Err(format!("the condition has {} elements; If takes a single bool", cond.len()));
+    }
+    let v = cond.to_f64_vec();
+    Ok(v[0] != 0.0)
+}
+
+/// Output types of an `If` node (`inputs`: its input names; `infos`: what inference knows of
+/// them). Each branch is inferred with the types (and small constant values) of the enclosing
+/// values it reads.
+pub fn infer_if(
+    inputs: &[Option<String>],
+    infos: &[Option<InputInfo>],
+    then_branch: &Graph,
+    else_branch: &Graph,
+    outputs: usize,
+) -> Result<Vec<Option<TensorType>>, String> {
+    let cond = match infos.first().copied().flatten() {
+        Some(InputInfo { value: Some(v), .. }) => Some(takes_then(v)?),
+        _ => None,
+    };
+    let infer = |b: &Graph, which: &str| -> Result<Vec<Option<TensorType>>, String> {
+        if b.outputs.len() != outputs {
+            return Err(format!("{which} has {} outputs; the node has {outputs}", b.outputs.len()));
+        }
+        let mut probe = b.clone();
+        for (name, info) in inputs.iter().zip(infos).skip(1) {
+            let (Some(name), Some(info)) = (name, info) else { continue };
+            if !b.inputs.contains(name) {
+                continue;
+            }
+            if let Some(ty) = info.ty {
+                probe.types.insert(name.clone(), ty.clone());
+            }
+            // Small known values fold inside the branch as they do outside it.
+            if let Some(v) = info.value.filter(|v| v.len() <= 1 << 16) {
+                probe.inputs.retain(|x| x != name);
+                probe.initializers.insert(name.clone(), Arc::new(v.clone()));
+            }
+        }
+        let declared = probe.types.clone();
+        super::infer::infer_branch(&mut probe, &declared).map_err(|e| format!("{which}: {e}"))?;
+        Ok(probe.outputs.iter().map(|o| probe.types.get(o).cloned()).collect())
+    };
+    Ok(match cond {
+        Some(true) => infer(then_branch, "then_branch")?,
+        Some(false) => infer(else_branch, "else_branch")?,
+        None => {
+            // A branch that cannot run on these shapes is not the one a valid run takes
+            // (silero VAD's 8 kHz branch on a 16 kHz window): the other decides the types.
+            let (t, e) = match (infer(then_branch, "then_branch"), infer(else_branch, "else_branch")) {
+                (Ok(t), Ok(e)) => (t, e),
+                (Ok(t), Err(why)) | (Err(why), Ok(t)) => {
+                    tracing::debug!("If: {why}; typed by the other branch");
+                    return Ok(t);
+                }
+                (Err(a), Err(b)) => return Err(format!("{a}; {b}")),
+            };
+            t.into_iter()
+                .zip(e)
+                .enumerate()
+                .map(|(k, (t, e))| match (t, e) {
+                    (Some(t), Some(e)) if t.dtype != e.dtype => {
+                        Err(format!("output {k} is {} in then_branch but {} in else_branch", t.dtype, e.dtype))
+                    }
+                    (Some(t), Some(e)) => {
+                        Ok(Some(TensorType { dtype: t.dtype, shape: either_shape(t.shape, e.shape) }))
+                    }
+                    _ => Ok(None),
+                })
+                .collect::<Result<_, String>>()?
+        }
+    })
+}
+
+/// The shape both branches' outputs fit: equal dims kept, the others unknown; no rank when
+/// the ranks differ.
+fn either_shape(a: Option<Shape>, b: Option<Shape>) -> Option<Shape> {
+    let (a, b) = (a?, b?);
+    if a.rank() != b.rank() {
+        return None;
+    }
+    Some(Shape(a.0.into_iter().zip(b.0).map(|(x, y)| if x == y { x } else { Dim::Unknown }).collect()))
+}
+
+/// Runs an `If` node on its inputs (by position, as the node lists them) with `run` executing
+/// the branch it takes; returns the node's outputs.
+pub fn eval_if(
+    node: &Node,
+    inputs: &[Option<&Tensor>],
+    then_branch: &Graph,
+    else_branch: &Graph,
+    run: impl FnOnce(&Graph, &HashMap<String, Tensor>) -> crate::error::Result<HashMap<String, Tensor>>,
+) -> Result<Vec<Tensor>, String> {
+    let cond = inputs.first().copied().flatten().ok_or("the condition is missing")?;
+    let branch = if takes_then(cond)? { then_branch } else { else_branch };
+    let values: HashMap<String, Tensor> = node
+        .inputs
+        .iter()
+        .zip(inputs)
+        .skip(1)
+        .filter_map(|(name, t)| Some((name.clone()?, (*t)?.clone())))
+        .filter(|(name, _)| branch.inputs.contains(name))
+        .collect();
+    let mut outs = run(branch, &values).map_err(|e| format!("in {}: {e}", branch.name))?;
+    branch
+        .outputs
+        .iter()
+        .map(|o| outs.remove(o).ok_or_else(|| format!("branch output '{o}' was not computed")))
+        .collect()
+}
+
+/// Moves the constants of `g`'s `If` branches (initializers and Constant nodes, nested
+/// branches' included) into `g`'s initializers, read by the `If` as inputs: a model's weights
+/// are stored once, with the others, whichever branch uses them. A name `g` already defines
+/// otherwise stays in its branch. Returns how many moved.
+pub fn hoist_constants(g: &mut Graph) -> usize {
+    let mut moved = 0;
+    for i in 0..g.nodes.len() {
+        let Op::If { then_branch, else_branch } = &g.nodes[i].op else { continue };
+        let (mut t, mut e) = ((**then_branch).clone(), (**else_branch).clone());
+        let mut lifted: Vec<String> = Vec::new();
+        for b in [&mut t, &mut e] {
+            moved += hoist_constants(b);
+            let mut constants = Vec::new();
+            b.nodes.retain(|n| match &n.op {
+                Op::Constant { value } if n.outputs.len() == 1 => {
+                    constants.push((n.outputs[0].clone(), value.clone()));
+                    false
+                }
+                _ => true,
+            });
+            b.initializers.extend(constants);
+            let names: Vec<String> = b.initializers.keys().cloned().collect();
+            for name in names {
+                let value = b.initializers[&name].clone();
+                let clash = g.types.contains_key(&name) && g.initializers.get(&name) != Some(&value);
+                let produced = g.nodes.iter().any(|n| n.outputs.contains(&name));
+                if clash || produced {
+                    continue;
+                }
+                b.initializers.remove(&name);
+                b.inputs.push(name.clone());
+                g.types.insert(name.clone(), TensorType::new(value.dtype(), Shape::from_static(&value.shape)));
+                g.initializers.insert(name.clone(), value);
+                if !lifted.contains(&name) {
+                    lifted.push(name);
+                }
+                moved += 1;
+            }
+        }
+        let node = &mut g.nodes[i];
+        for name in lifted {
+            if !node.inputs[1..].contains(&Some(name.clone())) {
+                node.inputs.push(Some(name));
+            }
+        }
+        node.op = Op::If { then_branch: Arc::new(t), else_branch: Arc::new(e) };
+    }
+    moved
+}
+
+/// Replaces node `i` of `g`, an `If`, with the nodes of the branch `take_then` selects. Node
+/// names get the `If`'s name as a prefix (node names are unique per graph only); the branch's
+/// outputs are renamed to the `If`'s (an output that is an enclosing value or an initializer
+/// becomes an Identity). Returns false, changing nothing, when a tensor the branch defines
+/// already exists in `g` (a malformed model: ONNX names are unique across scopes).
+pub fn inline_if(g: &mut Graph, i: usize, take_then: bool) -> bool {
+    let node = g.nodes[i].clone();
+    let Op::If { then_branch, else_branch } = &node.op else { return false };
+    let b: &Graph = if take_then { then_branch } else { else_branch };
+    if b.outputs.len() != node.outputs.len() {
+        return false;
+    }
+    let defined: Vec<&String> = b.initializers.keys().chain(b.nodes.iter().flat_map(|n| &n.outputs)).collect();
+    let produced_outside: HashSet<&str> = g
+        .nodes
+        .iter()
+        .enumerate()
+        .filter(|(j, _)| *j != i)
+        .flat_map(|(_, n)| n.outputs.iter().map(String::as_str))
+        .chain(g.inputs.iter().map(String::as_str))
+        .chain(g.initializers.keys().map(String::as_str))
+        .collect();
+    if defined.iter().any(|d| !d.is_empty() && produced_outside.contains(d.as_str())) {
+        return false;
+    }
+    // Branch outputs its nodes produce are renamed to the If's outputs; the rest are copied.
+    let produced: HashSet<&str> = b.nodes.iter().flat_map(|n| n.outputs.iter().map(String::as_str)).collect();
+    let mut rename: HashMap<String, String> = HashMap::new();
+    let mut copies: Vec<(String, String)> = Vec::new();
+    for (bo, out) in b.outputs.iter().zip(&node.outputs) {
+        if produced.contains(bo.as_str()) && !rename.contains_key(bo) {
+            rename.insert(bo.clone(), out.clone());
+        } else {
+            copies.push((rename.get(bo).unwrap_or(bo).clone(), out.clone()));
+        }
+    }
+    let names: HashSet<String> = g.nodes.iter().map(|n| n.name.clone()).collect();
+    let mut taken = names;
+    let mut fresh = |base: String| {
+        let mut name = base.clone();
+        let mut k = 1;
+        while taken.contains(&name) {
+            k += 1;
+            name = format!("{base}.{k}");
+        }
+        taken.insert(name.clone());
+        name
+    };
+    let re = |x: &String| rename.get(x).unwrap_or(x).clone();
+    let mut spliced: Vec<Node> = b
+        .nodes
+        .iter()
+        .map(|n| Node {
+            name: fresh(format!("{}/{}", node.name, n.name)),
+            op: n.op.clone(),
+            inputs: n.inputs.iter().map(|x| x.as_ref().map(re)).collect(),
+            outputs: n.outputs.iter().map(re).collect(),
+        })
+        .collect();
+    for (from, to) in copies {
+        spliced.push(Node {
+            name: fresh(format!("{}/{to}", node.name)),
+            op: Op::Identity,
+            inputs: vec![Some(from)],
+            outputs: vec![to],
+        });
+    }
+    for (name, t) in &b.initializers {
+        g.types.insert(name.clone(), TensorType::new(t.dtype(), Shape::from_static(&t.shape)));
+        g.initializers.insert(name.clone(), t.clone());
+    }
+    for (name, ty) in &b.types {
+        if produced.contains(name.as_str()) {
+            g.types.entry(re(name)).or_insert_with(|| ty.clone());
+        }
+    }
+    g.nodes.splice(i..=i, spliced);
+    true
+}

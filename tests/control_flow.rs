@@ -1,0 +1,345 @@
+//! ONNX `If`: imported with its branches, typed, run by the reference (the branch the condition
+//! takes), inlined by the planner when static shapes decide it (PyTorch's `squeeze(dim)`), and
+//! kept with the host, weights and all, when only the run decides it. The expected values are
+//! computed here from the ops' definitions (an Add, a Mul), not by the reference; the ONNX
+//! conformance case `test_if` and the corpus's VAD models (whole networks inside an `If`, vs
+//! onnxruntime) check the same paths against outside outputs.
+
+mod common;
+
+use bolt::import::proto::{GraphProto, ModelProto, TensorProto};
+use bolt::ir::{Dim, Graph, Op, Tensor};
+use common::onnx_proto::*;
+use prost::Message;
+use std::collections::HashMap;
+
+fn load(m: &ModelProto) -> Graph {
+    bolt::import::load_bytes(&m.encode_to_vec(), None).unwrap().graph
+}
+
+fn branch(name: &str, nodes: Vec<bolt::import::proto::NodeProto>, outputs: &[&str]) -> GraphProto {
+    GraphProto {
+        name: Some(name.into()),
+        node: nodes,
+        output: outputs
+            .iter()
+            .map(|o| value_info(o, &[]))
+            .map(|mut v| {
+                v.r#type = None; // branches often leave output types to inference
+                v
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+fn bools(name: &str, v: bool) -> TensorProto {
+    TensorProto { name: Some(name.into()), data_type: Some(9), int32_data: vec![v as i32], ..Default::default() }
+}
+
+/// `y = If(cond, then: x + a, else: x * b) @ w`: the branches' weights are Constant nodes
+/// inside them, and both read the enclosing `x`.
+fn run_time_if() -> ModelProto {
+    let a: Vec<f32> = (0..8).map(|i| i as f32 * 0.25).collect();
+    let b: Vec<f32> = (0..8).map(|i| 1.0 - i as f32 * 0.125).collect();
+    let then_b =
+        branch("then", vec![constant("ca", floats("a", &[8], &a)), node("add", "Add", &["x", "a"], &["t"])], &["t"]);
+    let else_b =
+        branch("else", vec![constant("cb", floats("b", &[8], &b)), node("mul", "Mul", &["x", "b"], &["e"])], &["e"]);
+    let mut cond = value_info("cond", &[]);
+    if let Some(bolt::import::proto::type_proto::Value::TensorType(t)) =
+        cond.r#type.as_mut().and_then(|t| t.value.as_mut())
+    {
+        t.elem_type = Some(9);
+    }
+    let w: Vec<f32> = (0..8 * 4).map(|i| ((i * 7) % 5) as f32 * 0.1 - 0.2).collect();
+    model(
+        17,
+        GraphProto {
+            name: Some("run_time_if".into()),
+            node: vec![
+                with_graph(
+                    with_graph(node("if", "If", &["cond"], &["h"]), "then_branch", then_b),
+                    "else_branch",
+                    else_b,
+                ),
+                node("mm", "MatMul", &["h", "w"], &["y"]),
+            ],
+            initializer: vec![floats("w", &[8, 4], &w)],
+            input: vec![value_info("x", &[3, 8]), cond],
+            output: vec![value_info("y", &[3, 4])],
+            ..Default::default()
+        },
+    )
+}
+
+fn expected_run_time_if(x: &[f32], cond: bool) -> Vec<f64> {
+    let w: Vec<f64> = (0..8 * 4).map(|i| ((i * 7) % 5) as f64 * 0.1 - 0.2).collect();
+    let mut y = vec![0.0; 3 * 4];
+    for r in 0..3 {
+        for k in 0..8 {
+            let xv = x[r * 8 + k] as f64;
+            let h = if cond { xv + k as f64 * 0.25 } else { xv * (1.0 - k as f64 * 0.125) };
+            for c in 0..4 {
+                y[r * 4 + c] += h * w[k * 4 + c];
+            }
+        }
+    }
+    y
+}
+
+fn feeds(cond: bool) -> HashMap<String, Tensor> {
+    let x: Vec<f32> = (0..24).map(|i| (i as f32 * 0.37).sin()).collect();
+    HashMap::from([
+        (
+            "x".to_string(),
+            Tensor::from_f64_as(bolt::ir::DType::F32, vec![3, 8], &x.iter().map(|&v| v as f64).collect::<Vec<_>>())
+                .unwrap(),
+        ),
+        ("cond".to_string(), Tensor::from_f64_as(bolt::ir::DType::Bool, vec![], &[cond as u8 as f64]).unwrap()),
+    ])
+}
+
+fn assert_close(got: &Tensor, want: &[f64], what: &str) {
+    let g = got.to_f64_vec();
+    assert_eq!(g.len(), want.len(), "{what}");
+    for (i, (a, b)) in g.iter().zip(want).enumerate() {
+        assert!((a - b).abs() <= 1e-5 + 1e-5 * b.abs(), "{what}[{i}]: {a} vs {b}");
+    }
+}
+
+#[test]
+fn the_reference_runs_the_branch_the_condition_takes() {
+    let g = load(&run_time_if());
+    let Op::If { then_branch, else_branch } = &g.nodes[0].op else { panic!("{:?}", g.nodes[0].op) };
+    // The enclosing value both branches read is an input of the If, after the condition.
+    assert_eq!(g.nodes[0].inputs, vec![Some("cond".to_string()), Some("x".to_string())]);
+    assert_eq!(then_branch.inputs, vec!["x"]);
+    assert_eq!(else_branch.inputs, vec!["x"]);
+    assert_eq!(g.types["h"].to_string(), "f32[3, 8]");
+    let x: Vec<f32> = (0..24).map(|i| (i as f32 * 0.37).sin()).collect();
+    for cond in [true, false] {
+        let out = bolt::reference::run(&g, &feeds(cond)).unwrap();
+        assert_close(&out["y"], &expected_run_time_if(&x, cond), &format!("y (cond {cond})"));
+    }
+}
+
+#[test]
+fn an_if_decided_at_run_time_stays_with_the_host_with_its_weights_in_the_artifact() {
+    let g = load(&run_time_if());
+    let plan = bolt::plan::plan(&g).unwrap();
+    let host = plan.partitioning.host.iter().find(|h| h.op_type == "If").expect("the If stays with the host");
+    assert!(host.reason.contains("decided at run time"), "{}", host.reason);
+    // The MatMul after it is still a kernel.
+    assert_eq!(plan.partitioning.partitions.len(), 1);
+    // Branch constants are the model's weights: hoisted out of the branches, read by the If.
+    let planned_if = plan.graph.nodes.iter().find(|n| matches!(n.op, Op::If { .. })).unwrap();
+    for w in ["a", "b"] {
+        assert!(plan.graph.initializers.contains_key(w), "{w} hoisted");
+        assert!(planned_if.inputs.contains(&Some(w.to_string())), "{w} read by the If");
+    }
+    // tf32 (the default for an f32 model) and f16, whose conversion reaches into the branches.
+    for precision in [None, Some(bolt::artifact::Precision::F16)] {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = bolt::artifact::CompileOptions { precision, ..bolt::artifact::CompileOptions::new(dir.path()) };
+        bolt::artifact::compile(&g, &opts).unwrap();
+        let plan_json = std::fs::read_to_string(dir.path().join("plan.json")).unwrap();
+        assert!(!plan_json.contains("\"Constant\""), "branch constants stay out of plan.json");
+        let art = bolt::artifact::Artifact::open(dir.path()).unwrap();
+        assert!(art.plan.weights.iter().any(|w| w.name == "a"), "branch weights are stored in weights.bin");
+        let x: Vec<f32> = (0..24).map(|i| (i as f32 * 0.37).sin()).collect();
+        for cond in [true, false] {
+            let mut exec =
+                bolt::runtime::open(&art, bolt::runtime::DeviceKind::Reference, &bolt::runtime::RunOptions::default())
+                    .unwrap();
+            let inputs = bolt::runtime::prepare_inputs(&art.graph(), &feeds(cond)).unwrap();
+            let out = bolt::runtime::outputs_as_f32(exec.run(&inputs).unwrap());
+            // The MatMul's inputs are rounded to 10 mantissa bits (tf32, f16).
+            let want = expected_run_time_if(&x, cond);
+            let got = out["y"].to_f64_vec();
+            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                assert!((a - b).abs() <= 1e-2 + 1e-2 * b.abs(), "y[{i}] ({precision:?}, cond {cond}): {a} vs {b}");
+            }
+        }
+    }
+}
+
+/// PyTorch's `x.squeeze(0)` at opset >= 11: `If(Shape(x)[0] == 1, Squeeze(x, 0), Identity(x))`,
+/// here around a MatMul whose input it feeds.
+fn squeeze_if(batch: i64) -> ModelProto {
+    let then_b = branch(
+        "squeeze",
+        vec![constant("c0", ints("axes0", &[0], false)), node("sq", "Squeeze", &["x", "axes0"], &["sq_out"])],
+        &["sq_out"],
+    );
+    let else_b = branch("keep", vec![node("id", "Identity", &["x"], &["id_out"])], &["id_out"]);
+    model(
+        17,
+        GraphProto {
+            name: Some("squeeze_if".into()),
+            node: vec![
+                node("shape", "Shape", &["x"], &["s"]),
+                node("gather", "Gather", &["s", "zero"], &["d0"]),
+                node("eq", "Equal", &["d0", "one"], &["is_one"]),
+                with_graph(
+                    with_graph(node("if", "If", &["is_one"], &["h"]), "then_branch", then_b),
+                    "else_branch",
+                    else_b,
+                ),
+                node("mm", "MatMul", &["h", "w"], &["y"]),
+            ],
+            initializer: vec![ints("zero", &[0], true), ints("one", &[1], true), weight("w", &[8, 4])],
+            input: vec![value_info("x", &[batch, 5, 8])],
+            output: vec![value_info("y", &[])],
+            ..Default::default()
+        },
+    )
+}
+
+#[test]
+fn an_if_that_static_shapes_decide_is_inlined() {
+    for (batch, rank) in [(1, 2), (3, 3)] {
+        let g = load(&squeeze_if(batch));
+        // Inference follows the branch the shapes decide.
+        assert_eq!(g.types["y"].shape.as_ref().unwrap().rank(), rank, "batch {batch}");
+        let plan = bolt::plan::plan(&g).unwrap();
+        assert!(
+            !plan.graph.nodes.iter().any(|n| matches!(n.op, Op::If { .. })),
+            "batch {batch}: the If is inlined: {:?}",
+            plan.graph.nodes.iter().map(|n| &n.name).collect::<Vec<_>>()
+        );
+        assert!(plan.partitioning.host.iter().all(|h| h.op_type != "If"));
+        assert_eq!(plan.partitioning.partitions.len(), 1, "batch {batch}: the MatMul is a kernel");
+        // Planned vs model, both on the reference: checks the inlining (the rewriting).
+        let x = common::random_tensor(&[batch as usize, 5, 8], 3);
+        let feeds = HashMap::from([("x".to_string(), x.clone())]);
+        let want = bolt::reference::run(&g, &feeds).unwrap();
+        let got = bolt::reference::run(&plan.graph, &feeds).unwrap();
+        assert_eq!(got["y"].shape, want["y"].shape);
+        assert_eq!(got["y"].to_f64_vec(), want["y"].to_f64_vec());
+        // And the value itself: every weight is 0.5, so y = 0.5 * (row sum of x).
+        let xv = x.to_f64_vec();
+        for (i, v) in want["y"].to_f64_vec().iter().enumerate() {
+            let row = i / 4;
+            let s: f64 = xv[row * 8..row * 8 + 8].iter().sum();
+            assert!((v - 0.5 * s).abs() < 1e-5, "y[{i}]");
+        }
+    }
+}
+
+#[test]
+fn an_if_inside_a_branch_is_inlined_once_its_enclosing_if_is() {
+    // The outer If is decided by a constant, the inner one by x's static shape.
+    let inner = with_graph(
+        with_graph(
+            node("inner", "If", &["is_one"], &["i_out"]),
+            "then_branch",
+            branch(
+                "sq",
+                vec![constant("c0", ints("axes0", &[0], false)), node("sq", "Squeeze", &["x", "axes0"], &["sq_out"])],
+                &["sq_out"],
+            ),
+        ),
+        "else_branch",
+        branch("keep", vec![node("id", "Identity", &["x"], &["id_out"])], &["id_out"]),
+    );
+    let outer_then = branch(
+        "outer_then",
+        vec![
+            node("shape", "Shape", &["x"], &["s"]),
+            node("gather", "Gather", &["s", "zero"], &["d0"]),
+            node("eq", "Equal", &["d0", "one"], &["is_one"]),
+            inner,
+        ],
+        &["i_out"],
+    );
+    let outer_else = branch("outer_else", vec![node("neg", "Neg", &["x"], &["n_out"])], &["n_out"]);
+    let m = model(
+        17,
+        GraphProto {
+            name: Some("nested".into()),
+            node: vec![
+                with_graph(
+                    with_graph(node("outer", "If", &["yes"], &["h"]), "then_branch", outer_then),
+                    "else_branch",
+                    outer_else,
+                ),
+                node("relu", "Relu", &["h"], &["y"]),
+            ],
+            initializer: vec![ints("zero", &[0], true), ints("one", &[1], true), {
+                let mut t = bools("yes", true);
+                t.dims = vec![];
+                t
+            }],
+            input: vec![value_info("x", &[1, 6])],
+            output: vec![value_info("y", &[])],
+            ..Default::default()
+        },
+    );
+    let g = load(&m);
+    assert_eq!(g.types["y"].to_string(), "f32[6]");
+    let plan = bolt::plan::plan(&g).unwrap();
+    assert!(!plan.graph.nodes.iter().any(|n| matches!(n.op, Op::If { .. })));
+    let x = common::random_tensor(&[1, 6], 9);
+    let feeds = HashMap::from([("x".to_string(), x.clone())]);
+    let want: Vec<f64> = x.to_f64_vec().iter().map(|v| v.max(0.0)).collect();
+    for (which, graph) in [("model", &g), ("plan", &plan.graph)] {
+        let out = bolt::reference::run(graph, &feeds).unwrap();
+        assert_eq!(out["y"].shape, vec![6], "{which}");
+        assert_close(&out["y"], &want, which);
+    }
+}
+
+#[test]
+fn malformed_ifs_are_errors_naming_the_node() {
+    let then_b = branch("then", vec![node("id", "Identity", &["x"], &["t"])], &["t"]);
+    let no_else = model(
+        17,
+        GraphProto {
+            name: Some("g".into()),
+            node: vec![with_graph(node("the_if", "If", &["c"], &["y"]), "then_branch", then_b.clone())],
+            initializer: vec![bools("c", true)],
+            input: vec![value_info("x", &[2])],
+            output: vec![value_info("y", &[])],
+            ..Default::default()
+        },
+    );
+    let e = bolt::import::load_bytes(&no_else.encode_to_vec(), None).unwrap_err().to_string();
+    assert!(e.contains("the_if") && e.contains("else_branch"), "{e}");
+    let two_out = branch("else", vec![node("id2", "Identity", &["x"], &["e"])], &["e", "x"]);
+    let mismatch = model(
+        17,
+        GraphProto {
+            name: Some("g".into()),
+            node: vec![with_graph(
+                with_graph(node("the_if", "If", &["c"], &["y"]), "then_branch", then_b),
+                "else_branch",
+                two_out,
+            )],
+            initializer: vec![bools("c", true)],
+            input: vec![value_info("x", &[2])],
+            output: vec![value_info("y", &[])],
+            ..Default::default()
+        },
+    );
+    let e = bolt::import::load_bytes(&mismatch.encode_to_vec(), None).unwrap_err().to_string();
+    assert!(e.contains("the_if") && e.contains("2 outputs"), "{e}");
+}
+
+#[test]
+fn unnamed_dynamic_input_dims_get_names_that_dim_can_size() {
+    use bolt::import::proto::tensor_shape_proto::dimension::Value as D;
+    let m = model(
+        17,
+        GraphProto {
+            name: Some("g".into()),
+            node: vec![node("relu", "Relu", &["x"], &["y"])],
+            input: vec![typed_value_info("x", 1, vec![D::DimValue(0), D::DimParam(String::new()), D::DimValue(4)])],
+            output: vec![value_info("y", &[])],
+            ..Default::default()
+        },
+    );
+    let g = load(&m);
+    let s = g.types["x"].shape.as_ref().unwrap();
+    assert_eq!(s.0, vec![Dim::Sym("x.0".into()), Dim::Sym("x.1".into()), Dim::Known(4)]);
+}
