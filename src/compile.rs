@@ -21,6 +21,54 @@ pub fn bind_shape(dims: &[Dim], bindings: &DimBindings) -> Vec<usize> {
         .collect()
 }
 
+/// `g` with the inputs in `values` fixed to constants (`--bind NAME=V[,V...]`, as TVM's
+/// `bind_params` and onnx-simplifier's input overwrites do): what depends on them only (an
+/// `If` on a sample rate, shape arithmetic) folds when planning. A value is a number (`true`
+/// / `false` for bools) filling the input's static shape, or one number per element.
+pub fn bind_input_values(g: &Graph, values: &std::collections::BTreeMap<String, String>) -> Result<Graph> {
+    let mut out = g.clone();
+    for (name, text) in values {
+        if !g.inputs.contains(name) {
+            return Err(Error::tensor(
+                name,
+                format!("--bind: not an input of the model (its inputs: {})", g.inputs.join(", ")),
+            ));
+        }
+        let ty = g.types.get(name).ok_or_else(|| Error::tensor(name, "--bind: the input has no type"))?;
+        let shape = ty
+            .shape
+            .as_ref()
+            .and_then(|s| s.as_static())
+            .ok_or_else(|| Error::tensor(name, format!("--bind: the input's shape {ty} is not static")))?;
+        let parsed: std::result::Result<Vec<f64>, String> = text
+            .split(',')
+            .map(|v| match v.trim() {
+                "true" => Ok(1.0),
+                "false" => Ok(0.0),
+                v => v.parse::<f64>().map_err(|_| format!("--bind: '{v}' is not a number")),
+            })
+            .collect();
+        let mut vals = parsed.map_err(|r| Error::tensor(name, r))?;
+        let n: usize = shape.iter().product();
+        if vals.len() == 1 {
+            vals = vec![vals[0]; n];
+        }
+        if vals.len() != n {
+            return Err(Error::tensor(
+                name,
+                format!("--bind: {} values for an input of {ty} ({n} elements)", vals.len()),
+            ));
+        }
+        let t = Tensor::from_f64_as(ty.dtype, shape, &vals)
+            .ok_or_else(|| Error::tensor(name, format!("--bind: inputs of type {} cannot be bound", ty.dtype)))?;
+        out.inputs.retain(|x| x != name);
+        out.initializers.insert(name.clone(), std::sync::Arc::new(t));
+    }
+    let declared = out.types.clone();
+    crate::ir::infer::infer_graph(&mut out, &declared)?;
+    Ok(out)
+}
+
 /// Seeded inputs for every graph input: uniform [-1, 1) for floats, ones (true) otherwise: a
 /// valid token id, and an attention mask that keeps every key (zeros would mask them all and
 /// leave the scores to the rounding of the mask's -1e4, which no two evaluation orders agree on).

@@ -343,3 +343,116 @@ fn unnamed_dynamic_input_dims_get_names_that_dim_can_size() {
     let s = g.types["x"].shape.as_ref().unwrap();
     assert_eq!(s.0, vec![Dim::Sym("x.0".into()), Dim::Sym("x.1".into()), Dim::Known(4)]);
 }
+
+/// `y = If(cond, Reshape(x, [3, 2]), Reshape(-x, else_shape))`: a graph of views and an If
+/// (branches run on the host), so an artifact of it needs no kernel build.
+fn views_if(else_shape: &[i64]) -> ModelProto {
+    let shape = |name: &str, v: &[i64]| constant(&format!("c_{name}"), ints(name, v, false));
+    let then_b = branch("then", vec![shape("s32", &[3, 2]), node("r32", "Reshape", &["x", "s32"], &["t"])], &["t"]);
+    let else_b = branch(
+        "else",
+        vec![
+            shape("s_else", else_shape),
+            node("neg", "Neg", &["x"], &["nx"]),
+            node("r_else", "Reshape", &["nx", "s_else"], &["e"]),
+        ],
+        &["e"],
+    );
+    let mut cond = value_info("cond", &[]);
+    if let Some(bolt::import::proto::type_proto::Value::TensorType(t)) =
+        cond.r#type.as_mut().and_then(|t| t.value.as_mut())
+    {
+        t.elem_type = Some(9);
+    }
+    model(
+        17,
+        GraphProto {
+            name: Some("views_if".into()),
+            node: vec![with_graph(
+                with_graph(node("if", "If", &["cond"], &["y"]), "then_branch", then_b),
+                "else_branch",
+                else_b,
+            )],
+            input: vec![value_info("x", &[2, 3]), cond],
+            output: vec![value_info("y", &[])],
+            ..Default::default()
+        },
+    )
+}
+
+#[test]
+fn binding_an_input_to_a_constant_decides_the_ifs_that_read_it() {
+    // The run-time If of `run_time_if` with its condition bound: inlined, nothing on the host.
+    let g = load(&run_time_if());
+    for (cond, text) in [(true, "true"), (false, "0")] {
+        let bound = bolt::compile::bind_input_values(
+            &g,
+            &std::collections::BTreeMap::from([("cond".to_string(), text.to_string())]),
+        )
+        .unwrap();
+        assert_eq!(bound.inputs, vec!["x"]);
+        let plan = bolt::plan::plan(&bound).unwrap();
+        assert!(!plan.graph.nodes.iter().any(|n| matches!(n.op, Op::If { .. })), "cond {cond}");
+        let x: Vec<f32> = (0..24).map(|i| (i as f32 * 0.37).sin()).collect();
+        let mut feeds = feeds(cond);
+        feeds.remove("cond");
+        let out = bolt::reference::run(&plan.graph, &feeds).unwrap();
+        assert_close(&out["y"], &expected_run_time_if(&x, cond), &format!("y (cond bound to {cond})"));
+    }
+    // Bad bindings name the input and why.
+    let bind = |k: &str, v: &str| {
+        bolt::compile::bind_input_values(&g, &std::collections::BTreeMap::from([(k.to_string(), v.to_string())]))
+            .unwrap_err()
+            .to_string()
+    };
+    assert!(bind("nope", "1").contains("not an input"), "{}", bind("nope", "1"));
+    assert!(bind("cond", "yes").contains("'yes' is not a number"), "{}", bind("cond", "yes"));
+    assert!(bind("x", "1,2").contains("2 values for an input of f32[3, 8]"), "{}", bind("x", "1,2"));
+}
+
+#[test]
+fn bolt_run_check_feeds_the_bound_inputs_to_the_original_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let model_path = dir.path().join("views_if.onnx");
+    std::fs::write(&model_path, views_if(&[6, 1]).encode_to_vec()).unwrap();
+    let art = dir.path().join("views_if.bolt");
+    let bolt = |args: &[&str]| std::process::Command::new(env!("CARGO_BIN_EXE_bolt")).args(args).output().unwrap();
+    let out = bolt(&["compile", model_path.to_str().unwrap(), "--bind", "cond=true", "-o", art.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let manifest = std::fs::read_to_string(art.join("manifest.json")).unwrap();
+    assert!(manifest.contains("\"bound_inputs\"") && manifest.contains("\"cond\": \"true\""), "{manifest}");
+    let run = bolt(&["run", art.to_str().unwrap(), "--check"]);
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(run.status.success(), "{stdout}{}", String::from_utf8_lossy(&run.stderr));
+    // The then-branch's shape: the artifact computes the bound model.
+    assert!(stdout.contains("y: [3, 2]") && stdout.contains("ok y"), "{stdout}");
+}
+
+#[test]
+fn an_artifact_with_a_run_time_if_takes_numpy_bool_conditions() {
+    let Ok(py) = std::env::var("BOLT_PYTHON") else {
+        eprintln!("SKIPPED: BOLT_PYTHON not set (tests/run.sh sets it): numpy writes the .npz inputs");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let model_path = dir.path().join("views_if.onnx");
+    std::fs::write(&model_path, views_if(&[3, 2]).encode_to_vec()).unwrap();
+    let art = dir.path().join("views_if.bolt");
+    let bolt = |args: &[&str]| std::process::Command::new(env!("CARGO_BIN_EXE_bolt")).args(args).output().unwrap();
+    let out = bolt(&["compile", model_path.to_str().unwrap(), "-o", art.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for cond in ["True", "False"] {
+        let npz = dir.path().join(format!("in_{cond}.npz"));
+        let code = format!(
+            "import numpy as np; np.savez(r'{}', x=np.arange(6, dtype=np.float32).reshape(2, 3), cond=np.array({cond}))",
+            npz.display()
+        );
+        assert!(std::process::Command::new(&py).args(["-c", &code]).status().unwrap().success());
+        let run = bolt(&["run", art.to_str().unwrap(), "--check", "--inputs", npz.to_str().unwrap()]);
+        let stdout = String::from_utf8_lossy(&run.stdout);
+        assert!(run.status.success(), "{stdout}{}", String::from_utf8_lossy(&run.stderr));
+        // The else branch negates: mean -2.5 instead of 2.5.
+        let mean = if cond == "True" { "mean 2.50000" } else { "mean -2.50000" };
+        assert!(stdout.contains(&format!("y: [3, 2] {mean}")), "cond {cond}: {stdout}");
+    }
+}

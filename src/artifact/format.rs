@@ -157,6 +157,10 @@ pub struct Manifest {
     /// In words: what the precision means for each kind of op.
     pub numerics: String,
     pub dims: Vec<DimRange>,
+    /// Model inputs fixed to constants at compile time (`--bind NAME=VALUES`): the artifact
+    /// does not take them; `bolt run --check` feeds them to the original model.
+    #[serde(default)]
+    pub bound_inputs: BTreeMap<String, String>,
     /// Every other file of the artifact (path relative to the directory, '/'-separated).
     pub files: BTreeMap<String, FileEntry>,
 }

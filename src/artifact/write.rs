@@ -36,6 +36,9 @@ pub struct CompileOptions {
     pub jobs: Option<usize>,
     /// Where the model came from; recorded for `bolt run --check`.
     pub source: Source,
+    /// Inputs the model was bound to constants with ([`crate::compile::bind_inputs`]), as
+    /// given; recorded for `bolt run --check`.
+    pub bound_inputs: std::collections::BTreeMap<String, String>,
 }
 
 /// Where a compiled model came from (the manifest's `source`).
@@ -61,6 +64,7 @@ impl CompileOptions {
             cache_dir: None,
             jobs: None,
             source: Source::Builtin,
+            bound_inputs: Default::default(),
         }
     }
 }
@@ -552,6 +556,7 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
         precision,
         numerics: precision.numerics().into(),
         dims: opts.dims.clone(),
+        bound_inputs: opts.bound_inputs.clone(),
         files,
     };
     let manifest_path = opts.out_dir.join(MANIFEST_FILE);

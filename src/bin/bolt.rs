@@ -45,6 +45,12 @@ enum Command {
         /// floats and ones, which a model valid only for some values (a sample rate) rejects.
         #[arg(long)]
         inputs: Option<PathBuf>,
+        /// Fix a model input to a constant, e.g. --bind sr=16000 (repeatable; one number fills
+        /// the input's static shape, or one per element, comma-separated): control flow and
+        /// shape arithmetic that depend on it fold at compile time. The artifact does not take
+        /// it.
+        #[arg(long = "bind", value_name = "NAME=VALUES", value_parser = parse_bind)]
+        bind: Vec<(String, String)>,
         /// Skip the reference run.
         #[arg(long, conflicts_with = "inputs")]
         no_run: bool,
@@ -85,6 +91,9 @@ enum Command {
         /// Size of a symbolic dim for cost estimates, e.g. --dim N=32 (repeatable; default 1).
         #[arg(long = "dim", value_name = "NAME=SIZE", value_parser = parse_binding)]
         dims: Vec<(String, usize)>,
+        /// Fix a model input to a constant, as `bolt compile --bind` does.
+        #[arg(long = "bind", value_name = "NAME=VALUES", value_parser = parse_bind)]
+        bind: Vec<(String, String)>,
         /// GPU whose numbers the cost model uses: h100 or a100.
         #[arg(long, default_value = "h100")]
         device: String,
@@ -152,6 +161,11 @@ fn parse_arch(s: &str) -> Result<bolt_codegen::spec::Arch, String> {
     bolt_codegen::spec::Arch::parse(s).ok_or_else(|| format!("'{s}' is not an arch Bolt builds for (sm80, sm90)"))
 }
 
+fn parse_bind(s: &str) -> Result<(String, String), String> {
+    let (k, v) = s.split_once('=').ok_or_else(|| format!("'{s}' is not NAME=VALUES"))?;
+    Ok((k.trim().to_string(), v.trim().to_string()))
+}
+
 fn parse_precision(s: &str) -> Result<Precision, String> {
     Precision::parse(s).ok_or_else(|| format!("'{s}' is not one of f32, tf32, f16, bf16"))
 }
@@ -214,11 +228,25 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
-        Command::Compile { model, out, arch, precision, mut dims, tuning_db, inputs, no_run, no_artifact, json } => {
+        Command::Compile {
+            model,
+            out,
+            arch,
+            precision,
+            mut dims,
+            tuning_db,
+            inputs,
+            bind,
+            no_run,
+            no_artifact,
+            json,
+        } => {
             let graph = match &model {
                 Some(p) => bolt::import::load(p)?.graph,
                 None => bolt::models::default_model()?,
             };
+            let bound_inputs: std::collections::BTreeMap<String, String> = bind.into_iter().collect();
+            let graph = compile::bind_input_values(&graph, &bound_inputs)?;
             let feed = match &inputs {
                 Some(p) => {
                     let feed = bolt::runtime::npz::read_npz(p).map_err(anyhow::Error::msg)?;
@@ -281,6 +309,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     dims,
                     tuning_db,
                     source: model.clone().map_or(bolt::artifact::Source::Builtin, bolt::artifact::Source::File),
+                    bound_inputs,
                     ..CompileOptions::new(dir)
                 };
                 Some(bolt::artifact::compile(&graph, &opts).map_err(hint)?)
@@ -296,11 +325,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Run { artifact, device, inputs, dims, check, bench, graph } => {
             run_artifact(&artifact, &device, inputs.as_deref(), dims, check, bench, graph)
         }
-        Command::Report { model, dims, device, json, no_nhwc, no_pad, no_b2b, no_stitch, no_attention } => {
+        Command::Report { model, dims, bind, device, json, no_nhwc, no_pad, no_b2b, no_stitch, no_attention } => {
             let (graph, name) = match &model {
                 Some(p) => (bolt::import::load(p)?.graph, p.display().to_string()),
                 None => (bolt::models::default_model()?, "built-in default model".to_string()),
             };
+            let graph = compile::bind_input_values(&graph, &bind.into_iter().collect())?;
             let device = bolt::plan::DeviceSpec::builtin(&device)
                 .ok_or_else(|| anyhow::anyhow!("--device {device}: unknown GPU (known: h100, a100)"))?;
             let opts = bolt::plan::PlanOptions {
@@ -471,6 +501,8 @@ fn run_artifact(
         }
         bolt::import::load(p)?.graph
     };
+    // The inputs the artifact was compiled with fixed (manifest field 'bound_inputs').
+    let original = compile::bind_input_values(&original, &m.bound_inputs)?;
     let feed32: std::collections::HashMap<_, _> = feed
         .iter()
         .map(|(k, t)| {

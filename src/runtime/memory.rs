@@ -30,8 +30,19 @@ pub fn plan_arena(g: &Graph, bindings: &DimBindings) -> Result<ArenaPlan, String
     for (i, n) in g.nodes.iter().enumerate() {
         for o in n.outputs.iter().filter(|o| !o.is_empty()) {
             let ty = g.types.get(o).ok_or_else(|| format!("tensor '{o}' (output of '{}') has no type", n.name))?;
-            let shape = bound_shape(g, o, bindings)
-                .ok_or_else(|| format!("tensor '{o}' (output of '{}') has no known shape", n.name))?;
+            let shape = bound_shape(g, o, bindings).ok_or_else(|| {
+                let why = match &n.op {
+                    crate::ir::Op::Opaque { op_type, why, .. } => format!(
+                        " ({op_type}: {why}): its size is not known ahead of the run, and a standalone artifact \
+                         plans every tensor's memory (ONNX Runtime with the Bolt provider runs such models)"
+                    ),
+                    crate::ir::Op::If { .. } => {
+                        ": the If's branches give outputs of different shapes, decided at run time".to_string()
+                    }
+                    _ => String::new(),
+                };
+                format!("tensor '{o}' (output of '{}') has no known shape{why}", n.name)
+            })?;
             let elem = ty.dtype.size_bytes().ok_or_else(|| format!("tensor '{o}' has type {} of no size", ty.dtype))?;
             let bytes = (shape.iter().product::<usize>() * elem) as u64;
             let last = last_use.get(o.as_str()).copied().unwrap_or(i).max(i);

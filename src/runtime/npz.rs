@@ -30,7 +30,7 @@ pub fn read_npz(path: &Path) -> Result<HashMap<String, Tensor>, String> {
             "i8" => TensorData::I64(npy.into_vec().map_err(bad)?),
             "i4" => TensorData::I32(npy.into_vec().map_err(bad)?),
             "u1" => TensorData::U8(npy.into_vec().map_err(bad)?),
-            "b1" => TensorData::Bool(npy.into_vec::<u8>().map_err(bad)?.into_iter().map(|b| b != 0).collect()),
+            "b1" => TensorData::Bool(npy.into_vec::<bool>().map_err(bad)?),
             other => return Err(at(&format!("array '{name}': dtype '{other}' is not one a model input takes"))),
         };
         out.insert(name.clone(), Tensor::new(shape, data).map_err(|e| at(&format!("array '{name}': {e}")))?);
