@@ -12,7 +12,8 @@ the kernels do and do not take; masks made in the graph from bool / int64 attent
 token ids as HuggingFace exports write them; embedding lookups by token ids ahead of GEMMs),
 and between conv blocks data movement and memory-intensive
 ops (Concat, Slice with and without steps, YOLOv5's Focus, Resize, pools, softmax over a
-channel or row axis, maybe through a transpose). Every graph is checked three ways against things Bolt did
+channel or row axis, maybe through a transpose, PyTorch's `squeeze(dim)` as an If that static
+shapes decide, an If on a bool input that only the run decides). Every graph is checked three ways against things Bolt did
 not compute:
 
   1. the planned graph against the model, both on Bolt's reference executor (`bolt compile`
@@ -49,7 +50,7 @@ from onnx import TensorProto, helper, numpy_helper
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO / "fuzz" / "corpus" / "graphs"
 # Bump when the generator changes what a seed builds.
-GENERATOR_VERSION = 10
+GENERATOR_VERSION = 11
 OPSET = 17
 # (rtol, atol) per graph element type. f32: folding reorders rounding, and a fused Cast to f16
 # may differ by an f16 ulp. f16 graphs: ORT rounds after every op, a fused kernel once.
@@ -389,7 +390,29 @@ def glue(b: Builder, x: str) -> str:
     i64 = lambda v: b.inits.append(numpy_helper.from_array(np.array(v, np.int64), nm := b.name("i"))) or nm  # noqa: E731
     kind = rng.choice(["concat_self", "slice_ch", "slice_hw", "resize", "bcast_w", "bcast_hw", "maxpool", "two_branch",
                        "avgpool", "squeeze_excite", "deconv", "batchnorm", "resize_half", "softmax_axis", "focus",
-                       "resize_linear"])
+                       "resize_linear", "squeeze_if", "run_time_if"])
+    if kind == "squeeze_if":
+        # PyTorch's x.squeeze(2) at opset >= 11: If(Shape(x)[2] == 1, Squeeze, ...), which
+        # static shapes decide (the planner inlines it).
+        u = b.op("Unsqueeze", [x, i64([2])], (nb, c, 1, h, w))
+        dim = b.op("Gather", [b.op("Shape", [u], (5,)), i64(2)], ())
+        cond = b.op("Equal", [dim, i64(1)], ())
+        sq = helper.make_graph([helper.make_node("Squeeze", [u, i64([2])], ["sq_out" + u], name="sq" + u)], "then" + u,
+                               [], [helper.make_tensor_value_info("sq_out" + u, b.elem, [nb, c, h, w])])
+        # (The else branch keeps the rank, so that ONNX's shape inference types the If's output.)
+        keep = helper.make_graph([helper.make_node("Reshape", [u, i64([nb, c, h, w])], ["id_out" + u], name="id" + u)],
+                                 "else" + u, [], [helper.make_tensor_value_info("id_out" + u, b.elem, [nb, c, h, w])])
+        return b.op("If", [cond], (nb, c, h, w), then_branch=sq, else_branch=keep)
+    if kind == "run_time_if":
+        # A condition only the run decides (a bool input): the host runs the branch it takes,
+        # which reads x and the enclosing graph's constants.
+        flag = b.typed_input(np.array(bool(rng.random() < 0.5)), stem="flag")
+        scale = b.const(rng.uniform(0.5, 1.5, (1, c, 1, 1)))
+        up = helper.make_graph([helper.make_node("Mul", [x, scale], ["mul_out" + flag], name="mul" + flag)],
+                               "then" + flag, [], [helper.make_tensor_value_info("mul_out" + flag, b.elem, [nb, c, h, w])])
+        down = helper.make_graph([helper.make_node("Sigmoid", [x], ["sig_out" + flag], name="sig" + flag)],
+                                 "else" + flag, [], [helper.make_tensor_value_info("sig_out" + flag, b.elem, [nb, c, h, w])])
+        return b.op("If", [flag], (nb, c, h, w), then_branch=up, else_branch=down)
     if kind == "softmax_axis":
         # A softmax over the channels or the rows (YOLOv8's DFL head), maybe read through a
         # transpose swapping channels and rows as that head does; or a LogSoftmax (CTC heads).
