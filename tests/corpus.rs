@@ -4,8 +4,8 @@
 //! partition. Where Bolt's reference executor runs every op of a model, its outputs must
 //! match onnxruntime's, and the planned graph's outputs must equal the model's on the
 //! reference (that second check covers the plan's rewriting only: both sides share the
-//! reference's op semantics). Models with ops the reference does not run (If, quantized
-//! ops) print which, and are covered end to end by the ONNX Runtime provider test
+//! reference's op semantics). Models with ops the reference does not run (quantized ops)
+//! print which, and are covered end to end by the ONNX Runtime provider test
 //! (tests/python/test_ort_plugin.py::test_corpus_model_matches_ort_cpu).
 
 mod common;
@@ -40,8 +40,8 @@ fn load(dir: &std::path::Path) -> Graph {
 }
 
 /// Why the reference executor cannot run `g` on its first data set (a node it does not
-/// compute: If, quantized ops; opaque shape arithmetic it folds, such as ConstantOfShape,
-/// runs), or `None` when it runs it.
+/// compute: quantized ops; opaque shape arithmetic it folds, such as Size, runs), or `None`
+/// when it runs it.
 fn not_on_the_reference(g: &Graph, dir: &std::path::Path) -> Option<String> {
     let opaque: BTreeSet<String> =
         g.nodes.iter().filter(|n| n.op.is_opaque()).map(|n| n.op.op_type().to_string()).collect();
@@ -137,6 +137,35 @@ fn corpus_models_keep_their_outputs_when_planned() {
                 c.max_abs_err
             );
             assert!(c.failure.is_none(), "{name}: {}", c.failure.unwrap());
+        }
+    }
+}
+
+#[test]
+fn silero_vad_v5_bound_to_16_khz_runs_its_network_as_kernels() {
+    // The whole network sits in an If on the sample-rate input; bound to 16000 the planner
+    // inlines the 16 kHz branch: its convs become kernels and its LSTM a projection GEMM and
+    // a recurrent scan. The planned graph (on the reference) must still give onnxruntime's
+    // outputs on both data sets (batch 1 and 2).
+    let Some(models) = common::testdata("models") else { return };
+    let dir = models.join("silero_vad");
+    let g = load(&dir);
+    let bound =
+        bolt::compile::bind_input_values(&g, &std::collections::BTreeMap::from([("sr".into(), "16000".into())]))
+            .unwrap();
+    let plan = bolt::plan::plan(&bound).unwrap();
+    let kernels = plan.graph.nodes.iter().filter(|n| matches!(n.op, Op::Fused(_))).count();
+    let scans = plan.graph.nodes.iter().filter(|n| matches!(n.op, Op::RecurrentScan(_))).count();
+    println!("silero_vad --bind sr=16000: {kernels} kernel nodes, {scans} recurrent scans");
+    assert!(kernels >= 5 && scans == 1, "{kernels} kernels, {scans} scans");
+    for set in data_sets(&dir) {
+        let mut feeds = inputs(&g, &set);
+        assert_eq!(feeds.remove("sr").map(|t| t.to_f64_vec()), Some(vec![16000.0]), "the data set is 16 kHz");
+        let got = bolt::reference::run(&plan.graph, &feeds).unwrap();
+        for (k, o) in g.outputs.iter().enumerate() {
+            let (_, want) = read_tensor_pb(&set.join(format!("output_{k}.pb"))).unwrap();
+            let c = compare(o, &got[o], &want, MODEL_TOL);
+            assert!(c.failure.is_none(), "{}: {o}: {}", set.display(), c.failure.unwrap());
         }
     }
 }
