@@ -7,7 +7,7 @@
 
 mod common;
 
-use bolt::import::proto::{GraphProto, ModelProto, TensorProto};
+use bolt::import::proto::{GraphProto, ModelProto, NodeProto, TensorProto};
 use bolt::ir::{Dim, Graph, Op, Tensor};
 use common::onnx_proto::*;
 use prost::Message;
@@ -33,6 +33,11 @@ fn branch(name: &str, nodes: Vec<bolt::import::proto::NodeProto>, outputs: &[&st
     }
 }
 
+/// An If node with one output.
+fn if_node(name: &str, cond: &str, output: &str, then_b: GraphProto, else_b: GraphProto) -> NodeProto {
+    with_graph(with_graph(node(name, "If", &[cond], &[output]), "then_branch", then_b), "else_branch", else_b)
+}
+
 fn bools(name: &str, v: bool) -> TensorProto {
     TensorProto { name: Some(name.into()), data_type: Some(9), int32_data: vec![v as i32], ..Default::default() }
 }
@@ -46,25 +51,13 @@ fn run_time_if() -> ModelProto {
         branch("then", vec![constant("ca", floats("a", &[8], &a)), node("add", "Add", &["x", "a"], &["t"])], &["t"]);
     let else_b =
         branch("else", vec![constant("cb", floats("b", &[8], &b)), node("mul", "Mul", &["x", "b"], &["e"])], &["e"]);
-    let mut cond = value_info("cond", &[]);
-    if let Some(bolt::import::proto::type_proto::Value::TensorType(t)) =
-        cond.r#type.as_mut().and_then(|t| t.value.as_mut())
-    {
-        t.elem_type = Some(9);
-    }
+    let cond = typed_value_info("cond", 9, vec![]);
     let w: Vec<f32> = (0..8 * 4).map(|i| ((i * 7) % 5) as f32 * 0.1 - 0.2).collect();
     model(
         17,
         GraphProto {
             name: Some("run_time_if".into()),
-            node: vec![
-                with_graph(
-                    with_graph(node("if", "If", &["cond"], &["h"]), "then_branch", then_b),
-                    "else_branch",
-                    else_b,
-                ),
-                node("mm", "MatMul", &["h", "w"], &["y"]),
-            ],
+            node: vec![if_node("if", "cond", "h", then_b, else_b), node("mm", "MatMul", &["h", "w"], &["y"])],
             initializer: vec![floats("w", &[8, 4], &w)],
             input: vec![value_info("x", &[3, 8]), cond],
             output: vec![value_info("y", &[3, 4])],
@@ -181,11 +174,7 @@ fn squeeze_if(batch: i64) -> ModelProto {
                 node("shape", "Shape", &["x"], &["s"]),
                 node("gather", "Gather", &["s", "zero"], &["d0"]),
                 node("eq", "Equal", &["d0", "one"], &["is_one"]),
-                with_graph(
-                    with_graph(node("if", "If", &["is_one"], &["h"]), "then_branch", then_b),
-                    "else_branch",
-                    else_b,
-                ),
+                if_node("if", "is_one", "h", then_b, else_b),
                 node("mm", "MatMul", &["h", "w"], &["y"]),
             ],
             initializer: vec![ints("zero", &[0], true), ints("one", &[1], true), weight("w", &[8, 4])],
@@ -230,17 +219,15 @@ fn an_if_that_static_shapes_decide_is_inlined() {
 #[test]
 fn an_if_inside_a_branch_is_inlined_once_its_enclosing_if_is() {
     // The outer If is decided by a constant, the inner one by x's static shape.
-    let inner = with_graph(
-        with_graph(
-            node("inner", "If", &["is_one"], &["i_out"]),
-            "then_branch",
-            branch(
-                "sq",
-                vec![constant("c0", ints("axes0", &[0], false)), node("sq", "Squeeze", &["x", "axes0"], &["sq_out"])],
-                &["sq_out"],
-            ),
+    let inner = if_node(
+        "inner",
+        "is_one",
+        "i_out",
+        branch(
+            "sq",
+            vec![constant("c0", ints("axes0", &[0], false)), node("sq", "Squeeze", &["x", "axes0"], &["sq_out"])],
+            &["sq_out"],
         ),
-        "else_branch",
         branch("keep", vec![node("id", "Identity", &["x"], &["id_out"])], &["id_out"]),
     );
     let outer_then = branch(
@@ -258,14 +245,7 @@ fn an_if_inside_a_branch_is_inlined_once_its_enclosing_if_is() {
         17,
         GraphProto {
             name: Some("nested".into()),
-            node: vec![
-                with_graph(
-                    with_graph(node("outer", "If", &["yes"], &["h"]), "then_branch", outer_then),
-                    "else_branch",
-                    outer_else,
-                ),
-                node("relu", "Relu", &["h"], &["y"]),
-            ],
+            node: vec![if_node("outer", "yes", "h", outer_then, outer_else), node("relu", "Relu", &["h"], &["y"])],
             initializer: vec![ints("zero", &[0], true), ints("one", &[1], true), {
                 let mut t = bools("yes", true);
                 t.dims = vec![];
@@ -311,11 +291,7 @@ fn malformed_ifs_are_errors_naming_the_node() {
         17,
         GraphProto {
             name: Some("g".into()),
-            node: vec![with_graph(
-                with_graph(node("the_if", "If", &["c"], &["y"]), "then_branch", then_b),
-                "else_branch",
-                two_out,
-            )],
+            node: vec![if_node("the_if", "c", "y", then_b, two_out)],
             initializer: vec![bools("c", true)],
             input: vec![value_info("x", &[2])],
             output: vec![value_info("y", &[])],
@@ -358,21 +334,12 @@ fn views_if(else_shape: &[i64]) -> ModelProto {
         ],
         &["e"],
     );
-    let mut cond = value_info("cond", &[]);
-    if let Some(bolt::import::proto::type_proto::Value::TensorType(t)) =
-        cond.r#type.as_mut().and_then(|t| t.value.as_mut())
-    {
-        t.elem_type = Some(9);
-    }
+    let cond = typed_value_info("cond", 9, vec![]);
     model(
         17,
         GraphProto {
             name: Some("views_if".into()),
-            node: vec![with_graph(
-                with_graph(node("if", "If", &["cond"], &["y"]), "then_branch", then_b),
-                "else_branch",
-                else_b,
-            )],
+            node: vec![if_node("if", "cond", "y", then_b, else_b)],
             input: vec![value_info("x", &[2, 3]), cond],
             output: vec![value_info("y", &[])],
             ..Default::default()
