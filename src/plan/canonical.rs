@@ -100,8 +100,6 @@ pub fn canonical(g: &Graph) -> Result<(Graph, usize)> {
     Ok((out, count))
 }
 
-/// Nodes (but Constant nodes, already initializers, and graph outputs) whose every output
-/// inference knows become those initializers.
 /// Constant nodes become initializers; a constant that is a graph output stays a node
 /// (outputs are computed values).
 fn lift_constants(g: &mut Graph) -> usize {
@@ -148,6 +146,8 @@ fn inline_known_branches(g: &mut Graph) -> Result<usize> {
     }
 }
 
+/// Nodes (but Constant nodes, already initializers, and graph outputs) whose every output
+/// inference knows become those initializers.
 fn fold_known_values(g: &mut Graph) -> Result<usize> {
     let values = crate::ir::infer::known_values(g)?;
     let before = g.nodes.len();
