@@ -141,6 +141,7 @@ fn family_name(f: &Family) -> &'static str {
     match f {
         Family::Gemm => "gemm",
         Family::BatchedGemm => "batched_gemm",
+        Family::GemmSoftmax => "gemm_softmax",
         Family::Conv2dFprop(ConvFeatures { groups: GroupMode::Depthwise, .. }) => "conv2d_depthwise",
         Family::Conv2dFprop(ConvFeatures { groups: GroupMode::SingleGroup, .. }) => "conv2d_group_single",
         Family::Conv2dFprop(ConvFeatures { groups: GroupMode::MultipleGroup, .. }) => "conv2d_group_multiple",

@@ -216,6 +216,9 @@ pub fn pick_kernel(
     db: Option<&bolt_profiler::db::Db>,
 ) -> std::result::Result<Pick, String> {
     let device = bolt_profiler::device::DeviceSpec::for_arch(arch);
+    // GemmSoftmax is a CUTLASS 2.x kernel only: a Hopper GPU runs its sm80 build (compute_80
+    // PTX), ranked with the Hopper's numbers.
+    let arch = if w.family == bolt_codegen::spec::Family::GemmSoftmax { bolt_codegen::spec::Arch::Sm80 } else { arch };
     let toolchain = bolt_profiler::db::Toolchain::pinned();
     if let Some(e) = db.and_then(|db| db.lookup(w, &device, arch, &toolchain)) {
         let spec = bolt_codegen::spec::KernelSpec {

@@ -574,7 +574,7 @@ pub enum ProblemKind {
 impl ProblemKind {
     pub fn of(family: &Family) -> ProblemKind {
         match family {
-            Family::Gemm | Family::BatchedGemm => ProblemKind::Gemm,
+            Family::Gemm | Family::BatchedGemm | Family::GemmSoftmax => ProblemKind::Gemm,
             Family::Conv2dFprop(_) => ProblemKind::Conv2d,
         }
     }

@@ -48,7 +48,7 @@ use crate::manifest::{
     family_name, AttentionEntry, B2bEntry, GlueEntry, KernelEntry, Manifest, RecurrentEntry, StitchEntry, UnitEntry,
     MANIFEST_FORMAT,
 };
-use crate::spec::{Arch, KernelSpec};
+use crate::spec::{Arch, Family, KernelSpec};
 
 /// Turns specs into C++: names kernels, rejects invalid ones, renders translation units.
 /// [`Templates`] is Bolt's (Tera templates over CUTLASS); tests and tools may bring their own.
@@ -334,6 +334,8 @@ enum ExampleHeaders {
     B2b,
     /// [`crate::attention::include_dir`] and the attention support headers.
     Attention,
+    /// [`crate::sm80::GEMM_SOFTMAX_EXAMPLE_DIR`]: CUTLASS's GemmSoftmax.
+    GemmSoftmax,
 }
 
 impl UnitClass {
@@ -341,6 +343,9 @@ impl UnitClass {
         let example = match kernels {
             UnitKernels::B2b(_) => ExampleHeaders::B2b,
             UnitKernels::Attention(_) => ExampleHeaders::Attention,
+            UnitKernels::Cutlass(k) if k.iter().any(|(_, s)| s.family == Family::GemmSoftmax) => {
+                ExampleHeaders::GemmSoftmax
+            }
             _ => ExampleHeaders::None,
         };
         UnitClass { arch, example }
@@ -354,6 +359,7 @@ impl UnitClass {
             ExampleHeaders::None => arch,
             ExampleHeaders::B2b => format!("{arch} b2b"),
             ExampleHeaders::Attention => format!("{arch} attention"),
+            ExampleHeaders::GemmSoftmax => format!("{arch} gemm_softmax"),
         }
     }
 }
@@ -471,6 +477,9 @@ impl Builder {
                 c = c
                     .include(include.join(crate::attention::SUPPORT_DIR))
                     .include(crate::attention::include_dir(&self.toolchain))
+            }
+            ExampleHeaders::GemmSoftmax => {
+                c = c.include(self.toolchain.cutlass_dir().join(crate::sm80::GEMM_SOFTMAX_EXAMPLE_DIR))
             }
         }
         for flag in &self.options.nvcc_flags {
@@ -666,14 +675,16 @@ impl Builder {
         let cache = Cache::open(&cache_root).map_err(io(&cache_root))?;
 
         // 3. Group into units, per arch.
-        let mut by_arch: BTreeMap<Arch, Vec<(String, KernelSpec)>> = BTreeMap::new();
+        // GemmSoftmax kernels get units of their own: only they see the example's headers.
+        let mut by_arch: BTreeMap<(Arch, bool), Vec<(String, KernelSpec)>> = BTreeMap::new();
         for (symbol, spec) in selected {
-            by_arch.entry(spec.arch).or_default().push((symbol, spec));
+            by_arch.entry((spec.arch, spec.family == Family::GemmSoftmax)).or_default().push((symbol, spec));
         }
         let mut groups = Vec::new();
-        for (arch, kernels) in by_arch {
+        for ((arch, softmax), kernels) in by_arch {
+            let tag = if softmax { format!("{}_softmax", arch_tag(arch)) } else { arch_tag(arch).to_string() };
             for (i, kernels) in group_units(kernels, opts.kernels_per_unit(arch)).into_iter().enumerate() {
-                groups.push((arch, format!("{}_{}_{i:03}", opts.name, arch_tag(arch)), UnitKernels::Cutlass(kernels)));
+                groups.push((arch, format!("{}_{tag}_{i:03}", opts.name), UnitKernels::Cutlass(kernels)));
             }
         }
         let b2b_units = group_units(b2b_selected.into_iter().collect(), crate::b2b::KERNELS_PER_UNIT);

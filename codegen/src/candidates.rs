@@ -312,6 +312,8 @@ fn sm90_tiles(family: Family, types: Types, alignment: Alignment) -> Vec<TileCon
                 }
             }
         }
+        // CUTLASS 3.x has no GemmSoftmax: no sm90 candidates.
+        Family::GemmSoftmax => {}
         Family::Gemm | Family::BatchedGemm => {
             for &(m, n, kernel, clusters) in SM90_GEMM_TABLE {
                 for &cluster in clusters {

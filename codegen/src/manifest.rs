@@ -147,6 +147,7 @@ pub fn family_name(family: &Family) -> &'static str {
     match family {
         Family::Gemm => "gemm",
         Family::BatchedGemm => "batched_gemm",
+        Family::GemmSoftmax => "gemm_softmax",
         Family::Conv2dFprop(_) => "conv2d_fprop",
     }
 }

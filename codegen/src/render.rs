@@ -45,6 +45,7 @@ const TEMPLATES: &[(&str, &str)] = &[
     (sm80::ACTIVATION_TEMPLATE, include_str!("../../templates/sm80_activation.cu.tera")),
     (sm80::EPILOGUE_TEMPLATE, include_str!("../../templates/sm80_epilogue.cu.tera")),
     (sm80::GEMM_TEMPLATE, include_str!("../../templates/sm80_gemm.cu.tera")),
+    (sm80::GEMM_SOFTMAX_TEMPLATE, include_str!("../../templates/sm80_gemm_softmax.cu.tera")),
     (sm80::CONV2D_FPROP_TEMPLATE, include_str!("../../templates/sm80_conv2d_fprop.cu.tera")),
     (crate::b2b::INTERMEDIATE_TEMPLATE, include_str!("../../templates/sm80_b2b_intermediate.cu.tera")),
     (crate::b2b::GEMM_TEMPLATE, include_str!("../../templates/sm80_b2b_gemm.cu.tera")),
@@ -183,6 +184,7 @@ pub fn symbol_for(spec: &KernelSpec) -> String {
     let family = match spec.family {
         Family::Gemm => "gemm".to_string(),
         Family::BatchedGemm => "bgemm".to_string(),
+        Family::GemmSoftmax => "gemm_softmax".to_string(),
         Family::Conv2dFprop(f) => {
             let groups = match f.groups {
                 GroupMode::None => "",

@@ -12,6 +12,7 @@ use crate::render::RenderError;
 use crate::spec::{Arch, ConvFeatures, Element, Family, GroupMode, KernelSpec, Layout, Sm80Tile, Swizzle, TileConfig};
 
 pub const GEMM_TEMPLATE: &str = "sm80_gemm.cu.tera";
+pub const GEMM_SOFTMAX_TEMPLATE: &str = "sm80_gemm_softmax.cu.tera";
 pub const CONV2D_FPROP_TEMPLATE: &str = "sm80_conv2d_fprop.cu.tera";
 /// The epilogue part alone (included by both kernel templates; rendered alone by host tests).
 pub const EPILOGUE_TEMPLATE: &str = "sm80_epilogue.cu.tera";
@@ -31,6 +32,18 @@ pub const INCLUDES: &[&str] = &[
 ];
 pub const GEMM_INCLUDES: &[&str] =
     &["cutlass/gemm/device/gemm_universal.h", "cutlass/gemm/device/gemm_universal_with_broadcast.h"];
+/// GemmSoftmax's headers: CUTLASS's visitor and reduction kernels, then the example's device
+/// operator (found on the include path of these units only, [`GEMM_SOFTMAX_EXAMPLE_DIR`]).
+pub const GEMM_SOFTMAX_INCLUDES: &[&str] = &[
+    "cutlass/gemm/kernel/default_gemm.h",
+    "cutlass/epilogue/threadblock/epilogue_visitor_with_softmax.h",
+    "cutlass/epilogue/threadblock/epilogue_with_visitor.h",
+    "cutlass/reduction/kernel/reduce_softmax_final.h",
+    "cutlass/device_kernel.h",
+    "gemm_with_softmax.h",
+];
+/// The example holding `cutlass::GemmSoftmax`, relative to the CUTLASS tree.
+pub const GEMM_SOFTMAX_EXAMPLE_DIR: &str = "examples/35_gemm_softmax";
 pub const CONV_INCLUDES: &[&str] = &[
     "cutlass/conv/conv2d_problem_size.h",
     "cutlass/conv/kernel/default_conv2d_fprop.h",
@@ -44,6 +57,7 @@ pub const CONV_INCLUDES: &[&str] = &[
 pub fn includes(spec: &KernelSpec) -> Vec<&'static str> {
     let family = match spec.family {
         Family::Gemm | Family::BatchedGemm => GEMM_INCLUDES,
+        Family::GemmSoftmax => GEMM_SOFTMAX_INCLUDES,
         Family::Conv2dFprop(_) => CONV_INCLUDES,
     };
     INCLUDES.iter().chain(family).copied().collect()
@@ -189,7 +203,7 @@ pub fn context(spec: &KernelSpec, symbol: &str) -> Result<(&'static str, Sm80Con
     check_types(spec)?;
     check_tile(spec, &tile, depthwise)?;
     let [alignment_a, alignment_b, alignment_c] = alignments(spec, depthwise)?;
-    let epilogue = lower_epilogue(&form)?;
+    let mut epilogue = lower_epilogue(&form)?;
 
     let row_major = spec.layouts.map(|l| l == Layout::RowMajor);
     let needs_broadcast = epilogue.kind == EpilogueKind::ResidualBlock;
@@ -211,6 +225,32 @@ pub fn context(spec: &KernelSpec, symbol: &str) -> Result<(&'static str, Sm80Con
             }
             let family = if spec.family == Family::Gemm { "gemm" } else { "batched_gemm" };
             (family, None, GEMM_TEMPLATE)
+        }
+        Family::GemmSoftmax => {
+            if !row_major[2] {
+                return Err(unsupported(
+                    "layouts",
+                    "GemmSoftmax writes row-major C/D only (the softmax runs along rows)",
+                ));
+            }
+            if needs_broadcast {
+                return Err(unsupported(
+                    "epilogue",
+                    "GemmSoftmax's epilogue visitor takes one functor reading at most one C operand (no residual block)",
+                ));
+            }
+            if tile.split_k > 1 {
+                return Err(unsupported(
+                    "tile.split_k",
+                    "GemmSoftmax has no split-K (its visitor reduces whole tiles)",
+                ));
+            }
+            // The visitor reads C unless the functor scales by alpha only; with no C operand
+            // there is nothing to read.
+            if epilogue.c_operand == COperand::None {
+                epilogue.scale = "OnlyAlphaScaling";
+            }
+            ("gemm_softmax", None, GEMM_SOFTMAX_TEMPLATE)
         }
         Family::Conv2dFprop(features) => {
             ("conv2d_fprop", Some(conv_context(features, &tile, needs_broadcast)?), CONV2D_FPROP_TEMPLATE)
@@ -524,6 +564,7 @@ fn summary(spec: &KernelSpec, tile: &Sm80Tile) -> String {
     let what = match spec.family {
         Family::Gemm => "GEMM".to_string(),
         Family::BatchedGemm => "batched GEMM".to_string(),
+        Family::GemmSoftmax => "GEMM + row softmax".to_string(),
         Family::Conv2dFprop(f) => format!(
             "Conv2d fprop NHWC/KRSC, {} stride, groups: {:?}",
             if f.unit_stride { "unit" } else { "any" },

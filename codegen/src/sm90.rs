@@ -52,7 +52,8 @@ pub const CONV_INCLUDES: &[&str] = &[
 /// The headers one spec's kernel needs.
 pub fn includes(spec: &KernelSpec) -> Vec<&'static str> {
     let family = match spec.family {
-        Family::Gemm | Family::BatchedGemm => GEMM_INCLUDES,
+        // GemmSoftmax is never rendered for sm90 (validation rejects it).
+        Family::Gemm | Family::BatchedGemm | Family::GemmSoftmax => GEMM_INCLUDES,
         Family::Conv2dFprop(_) => CONV_INCLUDES,
     };
     INCLUDES.iter().chain(family).copied().collect()
@@ -112,6 +113,7 @@ pub fn context(spec: &KernelSpec, symbol: &str) -> Result<(&'static str, Context
     }
 
     match spec.family {
+        Family::GemmSoftmax => return Err(crate::validate::Rejection::GemmSoftmaxSm80Only.into()),
         Family::Gemm | Family::BatchedGemm => {
             let [la, lb, lc] = spec.layouts;
             let batched = spec.family == Family::BatchedGemm;

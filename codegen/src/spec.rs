@@ -59,6 +59,12 @@ pub enum Family {
     BatchedGemm,
     /// Implicit-GEMM 2-D convolution forward, NHWC activations, KRSC filters.
     Conv2dFprop(ConvFeatures),
+    /// Softmax along each row of a GEMM's output: `softmax_rows(epilogue(A[M,K] B[K,N]))`,
+    /// C/D row-major. CUTLASS's GemmSoftmax (example 35): the GEMM's epilogue also writes each
+    /// row's max and sum of exponentials over its threadblock's columns, a small kernel
+    /// combines them per row, a third normalises. The pre-softmax D and those partials live in
+    /// the kernel's workspace. sm80 only (an H100 runs it through compute_80 PTX).
+    GemmSoftmax,
 }
 
 /// Compile-time conv choices (CUTLASS's iterator algorithm, stride support, group mode).

@@ -62,6 +62,12 @@ pub enum Rejection {
     #[error("epilogue `{name}` is outside Bolt's normal form act(alpha*acc [+ beta*C] [+ bias] [+ residual]) [+ residual]: sm80 (CUTLASS 2.x functors) cannot lower it")]
     EpilogueNotNormalForm { name: String },
 
+    #[error("GemmSoftmax on sm90: CUTLASS's GemmSoftmax (example 35) is a CUTLASS 2.x kernel; an H100 runs the sm80 build through its compute_80 PTX")]
+    GemmSoftmaxSm80Only,
+
+    #[error("GemmSoftmax with {what}: {why}")]
+    GemmSoftmax { what: String, why: &'static str },
+
     #[error("layouts C {c:?} with epilogue `{epilogue}` on sm80: the column bias is broadcast along the rows of a row-major output only (bias as zero-stride C, EpilogueWithBroadcast), so column-major C/D takes epilogues without bias")]
     Sm80ColumnMajorBias { c: Layout, epilogue: String },
 
@@ -356,6 +362,24 @@ fn validate_sm80(spec: &KernelSpec, tile: &Sm80Tile) -> Result<(), Rejection> {
         return Err(Rejection::Sm80ColumnMajorBias { c: spec.layouts[2], epilogue: epilogue_name(spec) });
     }
 
+    // GemmSoftmax (example 35): one row-major output, one functor reading at most one C
+    // operand through the visitor, whole K per tile.
+    if spec.family == Family::GemmSoftmax {
+        let reject = |what: String, why| Err(Rejection::GemmSoftmax { what, why });
+        if spec.layouts[2] != Layout::RowMajor {
+            return reject(format!("layouts C {:?}", spec.layouts[2]), "the softmax runs along rows of a row-major D");
+        }
+        if needs_residual_block(&form) {
+            return reject(
+                format!("epilogue `{}`", epilogue_name(spec)),
+                "its visitor takes a LinearCombination functor (one C operand), not CUTLASS's residual block",
+            );
+        }
+        if tile.split_k > 1 {
+            return reject(format!("tile.split_k {}", tile.split_k), "its visitor reduces whole tiles (no split-K)");
+        }
+    }
+
     // Alignment. The depthwise kernel is SIMT and Bolt instantiates it with alignment 1.
     check_alignment_values(spec.alignment, t)?;
     if !depthwise {
@@ -629,6 +653,9 @@ impl Sm90Tile {
 }
 
 fn validate_sm90(spec: &KernelSpec, tile: &Sm90Tile) -> Result<(), Rejection> {
+    if spec.family == Family::GemmSoftmax {
+        return Err(Rejection::GemmSoftmaxSm80Only);
+    }
     let t = spec.types;
     let conv = matches!(spec.family, Family::Conv2dFprop(_));
     let group_mode = groups(spec.family);

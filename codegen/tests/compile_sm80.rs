@@ -28,6 +28,15 @@ fn toolchain() -> Toolchain {
 /// Renders `specs` into one unit, compiles it, and checks that the object holds one kernel per
 /// spec and the ABI functions of each; returns the object, the distinct specs and their symbols.
 fn compile_unit(name: &str, specs: Vec<KernelSpec>) -> (PathBuf, Vec<KernelSpec>, Vec<String>) {
+    compile_unit_with(name, specs, &[])
+}
+
+/// [`compile_unit`] with more directories on the include path (a CUTLASS example's).
+fn compile_unit_with(
+    name: &str,
+    specs: Vec<KernelSpec>,
+    includes: &[PathBuf],
+) -> (PathBuf, Vec<KernelSpec>, Vec<String>) {
     let tc = toolchain();
     let mut specs = specs;
     // Equal forms (identity with the residual after = before) give equal kernels.
@@ -44,13 +53,11 @@ fn compile_unit(name: &str, specs: Vec<KernelSpec>) -> (PathBuf, Vec<KernelSpec>
     std::fs::write(&src, &source).unwrap();
     let _ = std::fs::remove_file(&obj);
     let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("include");
-    let compiled = tc
-        .compile(&src, &obj)
-        .arch(Arch::Sm80)
-        .include(&include)
-        .ptxas_verbose(true)
-        .run()
-        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    let mut compile = tc.compile(&src, &obj).arch(Arch::Sm80).include(&include).ptxas_verbose(true);
+    for dir in includes {
+        compile = compile.include(dir);
+    }
+    let compiled = compile.run().unwrap_or_else(|e| panic!("{name}: {e}"));
 
     let secs = compiled.elapsed.as_secs_f64();
     let worst = compiled.kernels.iter().max_by_key(|k| k.registers);
@@ -171,6 +178,71 @@ fn variants() {
     check_host_abi(&object, &symbols, &specs);
 }
 
+/// GEMM + row softmax (CUTLASS's GemmSoftmax, example 35) with each epilogue its visitor takes
+/// (none, bias, beta*C, a residual before the activation, activations) in f16, bf16 and tf32; then, on
+/// the host, the ABI's answers: the workspace holds the pre-softmax D and two partial arrays,
+/// N must be a whole number of output vectors, batches are refused.
+#[test]
+fn gemm_softmax() {
+    let t16 = tile(F16, [128, 128, 32], [64, 64, 32], 3);
+    let t32 = tile(F32, [128, 128, 16], [64, 64, 16], 3);
+    let small = tile(F16, [64, 64, 32], [32, 32, 32], 4);
+    let softmax = |mut s: KernelSpec| {
+        s.family = Family::GemmSoftmax;
+        s
+    };
+    let f16 = types(F16, F32, F16);
+    let specs = vec![
+        softmax(gemm(f16, [ROW, COL, ROW], 8, t16, Epilogue::plain())),
+        softmax(gemm(f16, [ROW, COL, ROW], 8, t16, epilogue(false, true, Activation::Identity, None))),
+        softmax(gemm(f16, [ROW; 3], 8, small, epilogue(true, false, Activation::Identity, None))),
+        softmax(gemm(f16, [ROW, COL, ROW], 8, t16, epilogue(false, true, Activation::GeluErf, None))),
+        softmax(gemm(
+            types(BF16, F32, BF16),
+            [ROW, COL, ROW],
+            8,
+            t16,
+            epilogue(false, false, Activation::Relu, Some(ResidualAt::BeforeActivation)),
+        )),
+        softmax(gemm(types(F32, F32, F32), [ROW, COL, ROW], 4, t32, epilogue(false, true, Activation::Tanh, None))),
+    ];
+    let example = toolchain().cutlass_dir().join(bolt_codegen::sm80::GEMM_SOFTMAX_EXAMPLE_DIR);
+    let (object, specs, symbols) = compile_unit_with("gemm_softmax", specs, &[example]);
+    let library = object.with_file_name("libgemm_softmax.so");
+    let link = Command::new(toolchain().nvcc())
+        .args(["-shared", "-cudart", "static", "-Xlinker", "--no-undefined", "-o"])
+        .arg(&library)
+        .arg(&object)
+        .output()
+        .unwrap();
+    assert!(link.status.success(), "link: {}", String::from_utf8_lossy(&link.stderr));
+    let lib = RawLibrary::open(&library, &symbols);
+    for (spec, symbol) in specs.iter().zip(&symbols) {
+        let align = spec.alignment.c as i64;
+        let (m, n) = (300, 40 * align);
+        let ok = BoltGemmProblem::packed(m, n, 64 * align, spec.layouts);
+        let p = &ok as *const BoltGemmProblem as *const c_void;
+        lib.check_set_up(symbol, p, &fake_args());
+        // D, then the row maxima and sums of each column tile, each piece 256-byte aligned.
+        let TileConfig::Sm80(tile) = spec.tile else { unreachable!() };
+        let up = |x: i64| (x + 255) / 256 * 256;
+        let tiles_n = (n + tile.threadblock[1] as i64 - 1) / tile.threadblock[1] as i64;
+        let expect = up(m * n * spec.types.output.size_bytes() as i64) + 2 * up(m * tiles_n * 4);
+        assert_eq!(lib.workspace_size(symbol, p) as i64, expect, "{symbol}");
+        let ldb = if spec.layouts[1] == ROW { n + align } else { ok.ldb };
+        let ragged = BoltGemmProblem { n: n + 1, ldb, ldd: n + align, ldc: n + align, ..ok };
+        let q = &ragged as *const BoltGemmProblem as *const c_void;
+        assert_eq!(
+            lib.can_implement(symbol, q),
+            Status::MisalignedOperand,
+            "{symbol}: N not a whole number of vectors"
+        );
+        let batched = BoltGemmProblem { batch: 2, ..ok };
+        let q = &batched as *const BoltGemmProblem as *const c_void;
+        assert_eq!(lib.can_implement(symbol, q), Status::UnsupportedProblem, "{symbol}");
+    }
+}
+
 /// Links the variants into a library and checks what its kernels answer on the host (no GPU):
 /// CUTLASS's can_implement through the ABI, workspace sizes (serial split-K needs one, sized by
 /// the problem), and initialize/update/launch refusing before any CUDA call.
@@ -188,6 +260,7 @@ fn check_host_abi(object: &Path, symbols: &[String], specs: &[KernelSpec]) {
     for (spec, symbol) in specs.iter().zip(symbols) {
         let align = spec.alignment.a.max(spec.alignment.c) as i64;
         match spec.family {
+            Family::GemmSoftmax => unreachable!("compiled by gemm_softmax"),
             Family::Gemm | Family::BatchedGemm => {
                 let batched = spec.family == Family::BatchedGemm;
                 let mut ok = BoltGemmProblem::packed(256, 128, 64 * align, spec.layouts);

@@ -211,7 +211,7 @@ pub fn candidate_list(workload: &Workload, device: &DeviceSpec, arch: Arch) -> V
     let split_ok = arch == Arch::Sm80
         && match workload.family {
             Family::Gemm => true,
-            Family::BatchedGemm => false,
+            Family::BatchedGemm | Family::GemmSoftmax => false,
             Family::Conv2dFprop(f) => f.groups == GroupMode::None,
         };
     let mut out = Vec::new();
@@ -370,7 +370,12 @@ pub fn estimate(spec: &KernelSpec, workload: &Workload, device: &DeviceSpec) -> 
                 cluster: (1, 1),
                 ctas_per_sm: ctas,
                 smem_bytes_per_iter: reads + writes,
-                efficiency: MMA_EFFICIENCY_SM80,
+                // mma.sync kernels (compute_80 PTX) on a Hopper GPU.
+                efficiency: if device.arch == Arch::Sm90 {
+                    MMA_EFFICIENCY_SM80 * MMA_SYNC_SHARE_ON_SM90
+                } else {
+                    MMA_EFFICIENCY_SM80
+                },
                 overhead_cycles: KITER_OVERHEAD_CYCLES_SM80,
                 swizzle,
                 stages: t.stages,
@@ -521,7 +526,17 @@ pub fn estimate(spec: &KernelSpec, workload: &Workload, device: &DeviceSpec) -> 
     epilogue_s += (g.split - 1) as f64 * tile_epilogue_s * 2.0;
     let fill_s = if persistent { PIPELINE_FILL_S } else { waves as f64 * PIPELINE_FILL_S };
 
-    let time_s = smooth_max(&[mainloop_s, dram_s, l2_s]) + epilogue_s + fill_s + LAUNCH_OVERHEAD_S;
+    let mut time_s = smooth_max(&[mainloop_s, dram_s, l2_s]) + epilogue_s + fill_s + LAUNCH_OVERHEAD_S;
+    let mut dram_bytes = dram_bytes;
+    if spec.family == Family::GemmSoftmax {
+        // The visitor writes each row's max and sum per column tile; a reduction kernel reads
+        // them back (writing one pair per row); the apply kernel reads D and writes the softmax.
+        let partials = 2.0 * m * tiles_n as f64 * 4.0;
+        time_s += partials / device.dram_bandwidth;
+        time_s += copy_seconds(partials + 2.0 * m * 4.0, device);
+        time_s += copy_seconds(2.0 * d_bytes, device);
+        dram_bytes += 2.0 * partials + 2.0 * d_bytes;
+    }
     let flops = workload.flops();
     Estimate {
         time_s,
@@ -585,6 +600,23 @@ pub fn estimate_b2b(spec: &B2bSpec, cost: &B2bCost, device: &DeviceSpec) -> Esti
         dram_bytes: cost.dram_bytes,
         l2_bytes,
     }
+}
+
+/// Estimated time of a stitched row-reduction kernel (AStitch's regional scheme, as Bolt's
+/// stitched kernels run it): `rows` rows of `width` elements read once from DRAM, then
+/// `passes - 1` more times from L2 (each phase re-reads the row a block holds rather than
+/// keeping it in registers), and the output written once.
+pub fn stitched_rows_seconds(
+    rows: f64,
+    width: f64,
+    in_bytes: f64,
+    out_bytes: f64,
+    passes: u32,
+    device: &DeviceSpec,
+) -> f64 {
+    let first = rows * width * (in_bytes + out_bytes);
+    let again = passes.saturating_sub(1) as f64 * rows * width * in_bytes;
+    smooth_max(&[first / device.dram_bandwidth, (first + again) / device.l2_bandwidth]) + LAUNCH_OVERHEAD_S
 }
 
 /// Estimated time of a memory-bound copy kernel moving `bytes` through DRAM (reads and

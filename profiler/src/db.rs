@@ -108,6 +108,7 @@ fn family_name(f: &Family) -> String {
     match f {
         Family::Gemm => "gemm".into(),
         Family::BatchedGemm => "batched_gemm".into(),
+        Family::GemmSoftmax => "gemm_softmax".into(),
         Family::Conv2dFprop(c) => match c.groups {
             GroupMode::None => "conv2d_fprop".into(),
             GroupMode::SingleGroup => "conv2d_fprop_single_group".into(),

@@ -243,12 +243,14 @@ fn choose_kernels(
             let mut per_arch = Vec::new();
             for &arch in archs {
                 match crate::compile::pick_kernel(&u.workload, arch, db) {
-                    Ok(p) => per_arch.push(KernelChoice {
-                        arch,
+                    // The kernel's own arch: a GemmSoftmax picked for sm90 is an sm80 build.
+                    Ok(p) if !per_arch.iter().any(|c: &KernelChoice| c.spec == p.spec) => per_arch.push(KernelChoice {
+                        arch: p.spec.arch,
                         symbol: Templates.symbol(&p.spec),
                         source: format!("{} ({})", p.name, p.how),
                         spec: p.spec,
                     }),
+                    Ok(_) => {}
                     Err(why) => {
                         host_reason.entry(u.node.clone()).or_insert(why);
                     }

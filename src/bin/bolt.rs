@@ -115,6 +115,9 @@ enum Command {
         /// Run attention cores as their batched GEMMs and a stitched softmax (no fused attention).
         #[arg(long)]
         no_attention: bool,
+        /// Keep a Softmax after a GEMM as its own stitched kernel (no GemmSoftmax).
+        #[arg(long)]
+        no_row_epilogue: bool,
     },
     /// Run ONNX test cases (model.onnx + test_data_set_*/) through the reference executor and
     /// compare with their expected outputs.
@@ -325,7 +328,19 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Run { artifact, device, inputs, dims, check, bench, graph } => {
             run_artifact(&artifact, &device, inputs.as_deref(), dims, check, bench, graph)
         }
-        Command::Report { model, dims, bind, device, json, no_nhwc, no_pad, no_b2b, no_stitch, no_attention } => {
+        Command::Report {
+            model,
+            dims,
+            bind,
+            device,
+            json,
+            no_nhwc,
+            no_pad,
+            no_b2b,
+            no_stitch,
+            no_attention,
+            no_row_epilogue,
+        } => {
             let (graph, name) = match &model {
                 Some(p) => (bolt::import::load(p)?.graph, p.display().to_string()),
                 None => (bolt::models::default_model()?, "built-in default model".to_string()),
@@ -341,6 +356,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 b2b: !no_b2b,
                 stitch: !no_stitch,
                 attention: !no_attention,
+                row_epilogue: !no_row_epilogue,
             };
             let plan = bolt::plan::plan_with(&graph, &opts).with_context(|| format!("planning {name}"))?;
             let report = bolt::plan::report::report(&name, &graph, &plan, &opts);

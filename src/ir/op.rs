@@ -325,6 +325,17 @@ pub struct FusedKernel {
     /// operand layout tensor-core mainloops read fastest (and the only one sm90 tf32 wgmma
     /// takes). The anchor's meaning is on the untransposed weight.
     pub weight_transposed: bool,
+    /// A stage over whole rows (the last axis) of the epilogue's output, rounded to
+    /// `output_dtype` first: the output is that stage's result.
+    #[serde(default)]
+    pub row: Option<RowEpilogue>,
+}
+
+/// What a kernel computes over each row of its epilogue's output (GEMM kernels, row-major).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum RowEpilogue {
+    /// Softmax along the row (ONNX Softmax over the last axis).
+    Softmax,
 }
 
 /// Layout of a conv kernel's tensors.

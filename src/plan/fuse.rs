@@ -201,6 +201,7 @@ fn fuse(g: &Graph, p: &Partition, out: &mut Graph) -> Result<Node> {
         output_dtype: e.output_dtype,
         layout: crate::ir::ConvLayout::Nchw,
         weight_transposed: false,
+        row: None,
     };
     Ok(Node { name: p.anchor.clone(), op: Op::Fused(Arc::new(kernel)), inputs, outputs: vec![p.output.clone()] })
 }

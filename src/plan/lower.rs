@@ -3,10 +3,10 @@
 //! The profiler picks a tile configuration for each; codegen renders and builds it.
 
 use super::edit::bound_shape;
-use crate::ir::{Activation, ConvLayout, DType, FusedKernel, Graph, Node, Op, ResidualAt, Window};
+use crate::ir::{Activation, ConvLayout, DType, FusedKernel, Graph, Node, Op, ResidualAt, RowEpilogue, Window};
 use bolt_codegen::abi::{BoltConv2dProblem, BoltGlueProblem};
 use bolt_codegen::epilogue::{self as ep, Epilogue, NormalForm};
-use bolt_codegen::spec::{Element, Layout, Types};
+use bolt_codegen::spec::{Element, Family, Layout, Types};
 use bolt_profiler::workload::{Conv2dShape, Workload};
 use ordered_float::OrderedFloat;
 use serde::Serialize;
@@ -180,7 +180,17 @@ pub(crate) fn lower_one(
         }
         other => return Err(format!("{} with operands {a:?} x {w:?} maps to no kernel family", other.op_type())),
     };
-    wl.map(|w| (w, alpha, beta, out)).map_err(|e| e.to_string())
+    let mut wl = wl.map_err(|e| e.to_string())?;
+    if let Some(row) = k.row {
+        // A row stage needs the whole row in one GEMM's output: one (unbatched) GEMM.
+        if wl.family != Family::Gemm || wl.layouts[2] != Layout::RowMajor {
+            return Err(format!("a {row:?} row stage on a {:?} kernel: only a row-major GEMM takes one", wl.family));
+        }
+        wl.family = match row {
+            RowEpilogue::Softmax => Family::GemmSoftmax,
+        };
+    }
+    Ok((wl, alpha, beta, out))
 }
 
 /// Every kernel of a planned graph as a workload, under `bindings` for symbolic dims (1 when

@@ -18,7 +18,9 @@
 //! 4. [`b2b`]: back-to-back GEMM / conv->1x1 conv chains fused into one kernel when the
 //!    threadblock-residence rules hold and the profiler's analytic model (the one cost model)
 //!    says codegen's fused kernel beats the layers' best single kernels.
-//! 5. [`stitch`]: regions of element-wise ops and row reductions left between the kernels
+//! 5. [`row_epilogue`]: a GEMM kernel read only by a last-axis Softmax computes the softmax
+//!    too (CUTLASS's GemmSoftmax) where the one cost model says it pays.
+//! 6. [`stitch`]: regions of element-wise ops and row reductions left between the kernels
 //!    become stitched kernels (AStitch), so they run on the device too.
 //!
 //! The model's own 2-D pools (inside conv regions channels-last) and NCHW <-> NHWC transposes
@@ -34,6 +36,7 @@ pub mod lower;
 pub mod offload;
 pub mod padding;
 pub mod report;
+pub mod row_epilogue;
 pub mod stitch;
 
 use crate::compile::DimBindings;
@@ -56,6 +59,8 @@ pub struct PlanOptions {
     pub stitch: bool,
     /// Run attention cores as fused attention kernels.
     pub attention: bool,
+    /// Fold a Softmax into the GEMM kernel before it where the cost model says it pays.
+    pub row_epilogue: bool,
 }
 
 impl Default for PlanOptions {
@@ -68,6 +73,7 @@ impl Default for PlanOptions {
             b2b: true,
             stitch: true,
             attention: true,
+            row_epilogue: true,
         }
     }
 }
@@ -85,6 +91,8 @@ pub struct Plan {
     pub k_major_weights: Vec<String>,
     pub padding: Vec<padding::Padding>,
     pub chains: Vec<b2b::ChainDecision>,
+    /// GEMM kernels read only by a Softmax, and whether the softmax was folded in.
+    pub row_epilogues: Vec<row_epilogue::RowEpilogueDecision>,
     pub stitched: Vec<stitch::StitchDecision>,
     pub glue: Vec<GlueDecision>,
 }
@@ -201,7 +209,20 @@ pub fn plan_with(model: &Graph, opts: &PlanOptions) -> Result<Plan> {
     let k_major_weights = if opts.nhwc { layout::weights_k_major(&mut graph)? } else { Vec::new() };
     let padding = if opts.pad { padding::pad(&mut graph, opts)? } else { Vec::new() };
     let chains = if opts.b2b { b2b::fuse_chains(&mut graph, opts)? } else { Vec::new() };
+    let row_epilogues = if opts.row_epilogue { row_epilogue::fuse_softmax(&mut graph, opts)? } else { Vec::new() };
     let stitched = if opts.stitch { stitch::stitch(&mut graph)? } else { Vec::new() };
     let glue = glue_decisions(&graph, g, &opts.bindings);
-    Ok(Plan { graph, canonical, attention, partitioning, layout, k_major_weights, padding, chains, stitched, glue })
+    Ok(Plan {
+        graph,
+        canonical,
+        attention,
+        partitioning,
+        layout,
+        k_major_weights,
+        padding,
+        chains,
+        row_epilogues,
+        stitched,
+        glue,
+    })
 }

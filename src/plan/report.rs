@@ -23,6 +23,8 @@ pub struct Report {
     pub planned_nodes: usize,
     pub partitions: Vec<PartitionReport>,
     pub chains: Vec<ChainDecision>,
+    /// GEMM kernels read only by a Softmax: folded into one GemmSoftmax kernel, or why not.
+    pub row_epilogues: Vec<super::row_epilogue::RowEpilogueDecision>,
     pub layout: Vec<Transform>,
     pub padding: Vec<Padding>,
     pub host: Vec<HostGroup>,
@@ -181,6 +183,7 @@ pub fn report(model: &str, original: &Graph, plan: &Plan, opts: &PlanOptions) ->
         planned_nodes: plan.graph.nodes.len(),
         partitions,
         chains: plan.chains.clone(),
+        row_epilogues: plan.row_epilogues.clone(),
         layout: plan.layout.clone(),
         padding: plan.padding.clone(),
         host: groups.into_values().collect(),
@@ -337,6 +340,13 @@ impl Report {
                 _ => {
                     let _ = writeln!(s, "- not fused: {}", c.reason);
                 }
+            }
+        }
+        if !self.row_epilogues.is_empty() {
+            let _ = writeln!(s, "\n## GEMM + softmax\n");
+            for r in &self.row_epilogues {
+                let what = if r.fused { "**fused** (GemmSoftmax)" } else { "not fused" };
+                let _ = writeln!(s, "- `{}` -> `{}`: {what}: {}", r.kernel, r.softmax, r.reason);
             }
         }
         let _ = writeln!(s, "\n## Layout transforms\n");

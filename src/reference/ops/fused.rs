@@ -1,9 +1,10 @@
 //! A planned kernel (anchor + epilogue) computed the way the GPU kernel does: the anchor in
 //! f32, then the epilogue per element in f32, rounded once to the output type. This is the
-//! oracle for generated kernels and for checking that a plan preserves the model's meaning.
+//! oracle for generated kernels and for checking that a plan preserves the model's meaning. A
+//! row stage (softmax) then runs on the rounded output, as the GemmSoftmax kernel reads its D.
 
 use super::{req, OpResult};
-use crate::ir::{ConvLayout, FusedKernel, Op, Tensor};
+use crate::ir::{ConvLayout, FusedKernel, Op, RowEpilogue, Tensor};
 use bolt_codegen::epilogue::EvalEnv;
 
 const TO_NCHW: [usize; 4] = [0, 3, 1, 2];
@@ -72,7 +73,12 @@ pub fn fused(k: &FusedKernel, inputs: &[Option<&Tensor>]) -> OpResult {
             epilogue.expr.eval(&env) as f32 as f64
         })
         .collect();
-    Ok(vec![Tensor::from_f64_as(k.output_dtype, shape, &out).ok_or("output type is not a float type")?])
+    let out = Tensor::from_f64_as(k.output_dtype, shape, &out).ok_or("output type is not a float type")?;
+    match k.row {
+        None => Ok(vec![out]),
+        // The row stage reads the epilogue's output as stored (rounded to the output type).
+        Some(RowEpilogue::Softmax) => super::norm::softmax(&out, -1, false),
+    }
 }
 
 /// A back-to-back chain, layer by layer: each intermediate is rounded to its layer's output
