@@ -115,9 +115,10 @@ enum Command {
         /// Run attention cores as their batched GEMMs and a stitched softmax (no fused attention).
         #[arg(long)]
         no_attention: bool,
-        /// Keep a Softmax after a GEMM as its own stitched kernel (no GemmSoftmax).
-        #[arg(long)]
-        no_row_epilogue: bool,
+        /// When a Softmax after a GEMM runs inside it (CUTLASS's GemmSoftmax): where the cost
+        /// model says it pays, always, or never.
+        #[arg(long, value_enum, default_value_t = bolt::plan::row_epilogue::RowEpilogueMode::Cost)]
+        row_epilogue: bolt::plan::row_epilogue::RowEpilogueMode,
     },
     /// Run ONNX test cases (model.onnx + test_data_set_*/) through the reference executor and
     /// compare with their expected outputs.
@@ -339,7 +340,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             no_b2b,
             no_stitch,
             no_attention,
-            no_row_epilogue,
+            row_epilogue,
         } => {
             let (graph, name) = match &model {
                 Some(p) => (bolt::import::load(p)?.graph, p.display().to_string()),
@@ -356,7 +357,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 b2b: !no_b2b,
                 stitch: !no_stitch,
                 attention: !no_attention,
-                row_epilogue: !no_row_epilogue,
+                row_epilogue,
             };
             let plan = bolt::plan::plan_with(&graph, &opts).with_context(|| format!("planning {name}"))?;
             let report = bolt::plan::report::report(&name, &graph, &plan, &opts);

@@ -59,8 +59,8 @@ pub struct PlanOptions {
     pub stitch: bool,
     /// Run attention cores as fused attention kernels.
     pub attention: bool,
-    /// Fold a Softmax into the GEMM kernel before it where the cost model says it pays.
-    pub row_epilogue: bool,
+    /// When to fold a Softmax into the GEMM kernel before it.
+    pub row_epilogue: row_epilogue::RowEpilogueMode,
 }
 
 impl Default for PlanOptions {
@@ -73,7 +73,7 @@ impl Default for PlanOptions {
             b2b: true,
             stitch: true,
             attention: true,
-            row_epilogue: true,
+            row_epilogue: row_epilogue::RowEpilogueMode::Cost,
         }
     }
 }
@@ -209,7 +209,10 @@ pub fn plan_with(model: &Graph, opts: &PlanOptions) -> Result<Plan> {
     let k_major_weights = if opts.nhwc { layout::weights_k_major(&mut graph)? } else { Vec::new() };
     let padding = if opts.pad { padding::pad(&mut graph, opts)? } else { Vec::new() };
     let chains = if opts.b2b { b2b::fuse_chains(&mut graph, opts)? } else { Vec::new() };
-    let row_epilogues = if opts.row_epilogue { row_epilogue::fuse_softmax(&mut graph, opts)? } else { Vec::new() };
+    let row_epilogues = match opts.row_epilogue {
+        row_epilogue::RowEpilogueMode::Off => Vec::new(),
+        _ => row_epilogue::fuse_softmax(&mut graph, opts)?,
+    };
     let stitched = if opts.stitch { stitch::stitch(&mut graph)? } else { Vec::new() };
     let glue = glue_decisions(&graph, g, &opts.bindings);
     Ok(Plan {

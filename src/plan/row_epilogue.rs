@@ -18,6 +18,19 @@ use bolt_codegen::spec::{Arch, Family};
 use serde::Serialize;
 use std::sync::Arc;
 
+/// Whether the planner folds a Softmax into the GEMM before it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, clap::ValueEnum)]
+pub enum RowEpilogueMode {
+    /// Never: the softmax stays a stitched kernel.
+    Off,
+    /// Where the cost model says it pays.
+    #[default]
+    Cost,
+    /// Wherever a kernel takes it, whatever the estimate (to time it against the unfused pair
+    /// on a GPU, as Bolt's own results do to check the model).
+    Always,
+}
+
 /// Fusing must win by this margin: the model is coarse (as for back-to-back chains).
 pub const MIN_GAIN: f64 = super::b2b::MIN_GAIN;
 
@@ -41,7 +54,8 @@ pub struct RowEpilogueDecision {
 
 /// Finds GEMM kernels whose only reader is a Softmax over the last axis, decides each with
 /// the analytic model on `opts.device` at `opts.bindings`, and folds the Softmax into the
-/// kernels that pay ([`FusedKernel::row`]).
+/// kernels that pay ([`FusedKernel::row`]), or into every one that takes it under
+/// [`RowEpilogueMode::Always`].
 pub fn fuse_softmax(g: &mut Graph, opts: &PlanOptions) -> Result<Vec<RowEpilogueDecision>> {
     let readers = consumers(g);
     // Shapes under the bindings (symbolic inference leaves some dims unknown that static
@@ -85,8 +99,13 @@ pub fn fuse_softmax(g: &mut Graph, opts: &PlanOptions) -> Result<Vec<RowEpilogue
             Ok((unfused, fused)) => {
                 d.unfused_seconds = Some(unfused);
                 d.fused_seconds = Some(fused);
-                d.fused = unfused > fused * MIN_GAIN;
-                let verdict = if d.fused { "fused" } else { "does not pay" };
+                let pays = unfused > fused * MIN_GAIN;
+                d.fused = pays || opts.row_epilogue == RowEpilogueMode::Always;
+                let verdict = match (pays, d.fused) {
+                    (true, _) => "fused",
+                    (false, true) => "fused as asked (the estimate says it does not pay)",
+                    (false, false) => "does not pay",
+                };
                 d.reason = format!(
                     "{verdict}: est {:.1} us (best GEMM kernel + stitched softmax) vs {:.1} us (GemmSoftmax, mma.sync{})",
                     unfused * 1e6,
