@@ -224,6 +224,13 @@ fn default_model_sm80_with_shape_buckets() {
     // The run-time rule: the smallest bucket covering the size.
     let at = |n: usize| art.plan.bucket_for(&HashMap::from([("N".to_string(), n)]));
     assert_eq!((at(1), at(3), at(4), at(5), at(16), at(40)), (0, 1, 1, 2, 2, 2));
+    // Memory was planned for N <= 16 (a dim no bucket lists, at 1): a larger size would write
+    // past the arena, which the CUDA executor then plans again and grows before the run.
+    let fits = |k: &str, n: usize| art.plan.check_fits(&HashMap::from([(k.to_string(), n)]));
+    assert!(fits("N", 16).is_ok() && fits("N", 1).is_ok() && fits("other", 1).is_ok());
+    let why = fits("N", 40).unwrap_err();
+    assert!(why.contains("'N' is 40") && why.contains("N <= 16"), "{why}");
+    assert!(fits("other", 2).unwrap_err().contains("other <= 1"));
 }
 
 #[test]

@@ -326,6 +326,38 @@ impl PlanFile {
             .position(|b| b.iter().all(|(k, &v)| bindings.get(k).is_none_or(|&x| x <= v)))
             .unwrap_or(self.buckets.len().saturating_sub(1))
     }
+
+    /// The sizes the artifact's arena was planned for: the largest bucket's (a dim no bucket
+    /// lists was planned at 1).
+    pub fn arena_dims(&self) -> BTreeMap<String, usize> {
+        self.buckets.last().cloned().unwrap_or_default()
+    }
+
+    /// Whether a run's symbolic dims fit the memory the artifact planned ([`exceeding`] on
+    /// [`PlanFile::arena_dims`]). `Err` names the dim and the largest size.
+    pub fn check_fits(&self, bindings: &HashMap<String, usize>) -> Result<(), String> {
+        match exceeding(&self.arena_dims(), bindings) {
+            None => Ok(()),
+            Some((k, v, most)) => Err(format!(
+                "symbolic dim '{k}' is {v}, but the artifact's memory was planned for {k} <= {most} (compile with \
+                 --dim {k}={v}, or a range up to it, to plan for it)"
+            )),
+        }
+    }
+}
+
+/// The first dim (by name) of `bindings` larger than `planned` has it (1 when `planned` lacks
+/// it), with both sizes: a run at these sizes would write past an arena planned at `planned`.
+pub fn exceeding(
+    planned: &BTreeMap<String, usize>,
+    bindings: &HashMap<String, usize>,
+) -> Option<(String, usize, usize)> {
+    let mut dims: Vec<(&String, &usize)> = bindings.iter().collect();
+    dims.sort();
+    dims.into_iter().find_map(|(k, &v)| {
+        let most = planned.get(k).copied().unwrap_or(1);
+        (v > most).then(|| (k.clone(), v, most))
+    })
 }
 
 /// Little-endian bytes of a tensor's elements (bool as one byte).

@@ -145,6 +145,8 @@ pub struct CudaExecutor {
     arena: CudaSlice<u8>,
     opts: RunOptions,
     prepared: Option<Prepared>,
+    /// The sizes `arena` holds every tensor at ([`CudaExecutor::grow_arena`]).
+    arena_dims: std::collections::BTreeMap<String, usize>,
     poisoned: Option<String>,
     timings: Option<Timings>,
     /// Recorded after each [`CudaExecutor::enqueue`]: the next one, maybe on another stream,
@@ -228,6 +230,7 @@ impl CudaExecutor {
             library,
             arch,
             name,
+            arena_dims: artifact.plan.arena_dims(),
             plan: artifact.plan.clone(),
             graph: artifact.graph(),
             weights,
@@ -252,6 +255,29 @@ impl CudaExecutor {
         inputs.get(t).map(|(p, _)| *p)
     }
 
+    /// Sizes beyond those the arena was planned for (the artifact's largest bucket; dims no
+    /// bucket lists at 1) would write past it: the arena is planned again for the larger sizes
+    /// and reallocated, here in preparation (runs allocate nothing). Kernels take any size;
+    /// the last bucket's choices run. Compile-once for dynamic shapes: nothing is rebuilt.
+    fn grow_arena(&mut self, bindings: &HashMap<String, usize>) -> Result<(), RuntimeError> {
+        let mut dims = self.arena_dims.clone();
+        for (k, &v) in bindings {
+            let d = dims.entry(k.clone()).or_insert(v);
+            *d = (*d).max(v);
+        }
+        let bound: crate::compile::DimBindings = dims.iter().map(|(k, &v)| (k.clone(), v)).collect();
+        let plan = crate::runtime::memory::plan_arena(&self.graph, &bound)
+            .map_err(|e| RuntimeError::Unsupported(format!("planning memory for {dims:?}: {e}")))?;
+        // Earlier runs, maybe on other streams, may still read the old arena.
+        drv("synchronise before growing the arena", self.ctx.synchronize())?;
+        self.arena = drv("alloc activation arena", self._own_stream.alloc_zeros::<u8>(plan.bytes.max(1) as usize))?;
+        // Zeroed on this executor's stream; runs may enqueue on another.
+        drv("synchronise the new arena", self._own_stream.synchronize())?;
+        self.plan.arena = plan;
+        self.arena_dims = dims;
+        Ok(())
+    }
+
     /// Sets up every launch for the inputs' shapes and types (`inputs`: graph input name ->
     /// (shape, dtype)): allocations happen here, not in runs.
     fn prepare(&mut self, inputs: &HashMap<String, (Vec<usize>, DType)>) -> Result<(), RuntimeError> {
@@ -261,6 +287,9 @@ impl CudaExecutor {
         }
         self.prepared = None;
         let bindings = bindings_of_shapes(&self.graph, |n| inputs.get(n).map(|(s, _)| s.as_slice()));
+        if crate::artifact::format::exceeding(&self.arena_dims, &bindings).is_some() {
+            self.grow_arena(&bindings)?;
+        }
         let graph = crate::plan::edit::bind_inputs(&self.graph, &bindings)?;
         let bucket = self.plan.bucket_for(&bindings);
         let (uses, skipped) = crate::plan::lower::workloads(&graph, &bindings);
