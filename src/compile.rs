@@ -21,6 +21,31 @@ pub fn bind_shape(dims: &[Dim], bindings: &DimBindings) -> Vec<usize> {
         .collect()
 }
 
+/// `g` specialised to one size per symbolic dim (`bolt compile --static`, TensorRT's static
+/// shapes): every symbolic dim of its inputs fixed at `sizes`, types inferred again, so what
+/// depends on the sizes only (PyTorch's `squeeze(dim)` Ifs, shape arithmetic) folds when
+/// planning. The result declares static inputs: other sizes are refused when it runs. A dim
+/// `sizes` lacks is an error naming it and the input.
+pub fn specialize(g: &Graph, sizes: &DimBindings) -> Result<Graph> {
+    for name in &g.inputs {
+        let Some(shape) = g.types.get(name).and_then(|t| t.shape.as_ref()) else { continue };
+        for (axis, d) in shape.0.iter().enumerate() {
+            let missing = match d {
+                crate::ir::Dim::Sym(s) if !sizes.contains_key(s) => Some(format!("symbolic dim '{s}'")),
+                crate::ir::Dim::Unknown => Some("a dim of unknown size".to_string()),
+                _ => None,
+            };
+            if let Some(what) = missing {
+                return Err(crate::Error::Model(format!(
+                    "static shapes: input '{name}' axis {axis} is {what} with no size: give it with --dim NAME=SIZE \
+                     or --inputs"
+                )));
+            }
+        }
+    }
+    crate::plan::edit::bind_inputs(g, sizes)
+}
+
 /// `g` with the inputs in `values` fixed to constants (`--bind NAME=V[,V...]`, as TVM's
 /// `bind_params` and onnx-simplifier's input overwrites do): what depends on them only (an
 /// `If` on a sample rate, shape arithmetic) folds when planning. A value is a number (`true`

@@ -216,6 +216,35 @@ fn an_if_that_static_shapes_decide_is_inlined() {
     }
 }
 
+/// With a dynamic batch the squeeze-If is a run-time decision; specialised to one batch size
+/// (`bolt compile --static`) it folds like a static model's, and the specialised graph
+/// declares that size.
+#[test]
+fn static_shapes_decide_an_if_on_a_dynamic_batch() {
+    let g = load(&squeeze_if(-1));
+    let plan = bolt::plan::plan(&g).unwrap();
+    assert!(plan.graph.nodes.iter().any(|n| matches!(n.op, Op::If { .. })), "dynamic batch: decided at run time");
+    for batch in [1usize, 3] {
+        let fixed = bolt::compile::specialize(&g, &HashMap::from([("x.0".to_string(), batch)])).unwrap();
+        assert_eq!(fixed.types["x"].shape.as_ref().unwrap().to_string(), format!("[{batch}, 5, 8]"));
+        let plan = bolt::plan::plan(&fixed).unwrap();
+        assert!(!plan.graph.nodes.iter().any(|n| matches!(n.op, Op::If { .. })), "batch {batch}: inlined");
+        assert_eq!(plan.partitioning.partitions.len(), 1, "batch {batch}: the MatMul is a kernel");
+        let x = common::random_tensor(&[batch, 5, 8], 5);
+        let got = bolt::reference::run(&plan.graph, &HashMap::from([("x".to_string(), x.clone())])).unwrap();
+        // squeeze(0) at batch 1: [5, 4]; otherwise [batch, 5, 4]; every weight is 0.5.
+        let want_shape = if batch == 1 { vec![5, 4] } else { vec![batch, 5, 4] };
+        assert_eq!(got["y"].shape, want_shape);
+        let xv = x.to_f64_vec();
+        for (i, v) in got["y"].to_f64_vec().iter().enumerate() {
+            let s: f64 = xv[(i / 4) * 8..(i / 4) * 8 + 8].iter().sum();
+            assert!((v - 0.5 * s).abs() < 1e-5, "batch {batch} y[{i}]");
+        }
+    }
+    let err = bolt::compile::specialize(&g, &HashMap::new()).unwrap_err().to_string();
+    assert!(err.contains("input 'x' axis 0") && err.contains("'x.0'"), "{err}");
+}
+
 #[test]
 fn an_if_inside_a_branch_is_inlined_once_its_enclosing_if_is() {
     // The outer If is decided by a constant, the inner one by x's static shape.

@@ -169,3 +169,34 @@ fn silero_vad_v5_bound_to_16_khz_runs_its_network_as_kernels() {
         }
     }
 }
+
+#[test]
+fn silero_vad_v5_specialised_to_its_data_sets_sizes_leaves_no_control_flow() {
+    // Bound to 16 kHz and specialised to each data set's sizes (`bolt compile --static`), the
+    // squeeze Ifs on the batch fold too: no If is left, the decoder's conv and the LSTM's input
+    // projection become kernels, and the planned graph gives onnxruntime's outputs.
+    let Some(models) = common::testdata("models") else { return };
+    let dir = models.join("silero_vad");
+    let g = load(&dir);
+    let bound =
+        bolt::compile::bind_input_values(&g, &std::collections::BTreeMap::from([("sr".into(), "16000".into())]))
+            .unwrap();
+    for set in data_sets(&dir) {
+        let mut feeds = inputs(&g, &set);
+        feeds.remove("sr");
+        let sizes = bolt::runtime::bindings_of(&bound, &feeds);
+        let fixed = bolt::compile::specialize(&bound, &sizes).unwrap();
+        let plan = bolt::plan::plan(&fixed).unwrap();
+        let ifs = plan.graph.nodes.iter().filter(|n| matches!(n.op, Op::If { .. })).count();
+        let kernels = plan.graph.nodes.iter().filter(|n| matches!(n.op, Op::Fused(_))).count();
+        println!("silero_vad --bind sr=16000 --static at {sizes:?}: {kernels} kernel nodes, {ifs} Ifs");
+        assert_eq!(ifs, 0, "{}: every If decided", set.display());
+        assert!(kernels >= 7, "{}: {kernels} kernel nodes", set.display());
+        let got = bolt::reference::run(&plan.graph, &feeds).unwrap();
+        for (k, o) in g.outputs.iter().enumerate() {
+            let (_, want) = read_tensor_pb(&set.join(format!("output_{k}.pb"))).unwrap();
+            let c = compare(o, &got[o], &want, MODEL_TOL);
+            assert!(c.failure.is_none(), "{}: {o}: {}", set.display(), c.failure.unwrap());
+        }
+    }
+}

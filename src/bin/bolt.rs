@@ -51,6 +51,12 @@ enum Command {
         /// it.
         #[arg(long = "bind", value_name = "NAME=VALUES", value_parser = parse_bind)]
         bind: Vec<(String, String)>,
+        /// Specialise to one size per symbolic dim (TensorRT's static shapes): each fixed at its
+        /// --dim size or the --inputs' shape before planning, so control flow and shape
+        /// arithmetic on the sizes fold (PyTorch's squeeze(dim) Ifs). The artifact then takes
+        /// only those sizes.
+        #[arg(long = "static")]
+        static_shapes: bool,
         /// Skip the reference run.
         #[arg(long, conflicts_with = "inputs")]
         no_run: bool,
@@ -241,6 +247,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             tuning_db,
             inputs,
             bind,
+            static_shapes,
             no_run,
             no_artifact,
             json,
@@ -260,6 +267,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 None => None,
             };
             let bindings: DimBindings = dims.iter().map(|d| (d.name.clone(), d.max)).collect();
+            let graph = if static_shapes {
+                if let Some(r) = dims.iter().find(|d| d.min != d.max) {
+                    bail!("--static takes one size per dim, not the range {}={}..{}", r.name, r.min, r.max);
+                }
+                compile::specialize(&graph, &bindings)?
+            } else {
+                graph
+            };
             // Unbound symbolic dims run at 1, which a detector's 1x1 image cannot pass through:
             // say so with the error.
             let defaulted = defaulted_dims(&graph, &bindings);
