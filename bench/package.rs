@@ -576,6 +576,11 @@ fn kernels(p: &mut Pack, suites: &mut BTreeMap<&'static str, Vec<Value>>) -> Res
             "gemm.json epilogue_fusion_bolt_fig9 as 4 batches of M/4".into(),
             false,
         ),
+        (
+            Workload { family: Family::GemmSoftmax, ..with_epilogue(&gemm_fig9, plain.clone()) },
+            "gemm.json epilogue_fusion_bolt_fig9, softmax along its rows".into(),
+            false,
+        ),
         (with_epilogue(&conv_fig9, plain.clone()), "conv2d.json bolt_fig9_epilogue".into(), false),
         (with_epilogue(&conv_fig9, plain.clone()), "conv2d.json bolt_fig9_epilogue (stride 1)".into(), true),
         (

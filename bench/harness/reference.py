@@ -188,6 +188,25 @@ def reference(problem, form, a, b, c, bias, alpha=1.0, beta=1.0):
     return epilogue(form, acc, alpha, beta, c, bias)
 
 
+def row_softmax(x):
+    """Softmax along the last axis in float64, max-subtracted."""
+    x = np.asarray(x, dtype=np.float64)
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def kernel_reference(family, problem, form, a, b, c, bias, alpha=1.0, beta=1.0):
+    """What a kernel of `family` writes, in float64, and the scale its output is compared at:
+    the epilogue's output (scale 1), or for gemm_softmax the softmax of that output's rows as
+    the kernel stores it (f16) times the row width, so its elements are about 1 and the
+    tolerance policy measures them like any other output's (multiply the kernel's by it too)."""
+    d = reference(problem, form, a, b, c, bias, alpha, beta)
+    if family != "gemm_softmax":
+        return d, 1.0
+    n = d.shape[-1]
+    return row_softmax(f16(d)) * n, float(n)
+
+
 def shrink(problem):
     """A small problem of the same kind and parameters, for CPU-only checks of the checker."""
     p = dict(problem)

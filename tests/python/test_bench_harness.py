@@ -180,6 +180,30 @@ def test_compare_implements_the_policy():
     assert reference.tolerance(2)["rtol"] == reference.RTOL * reference.CHAIN_FACTOR
 
 
+def test_gemm_softmax_reference_is_compared_at_the_row_width():
+    """GemmSoftmax's check: softmax of the f16-stored D, scaled by N, so the policy's atol
+    (meant for O(1) outputs) cannot hide an error in values of about 1/N."""
+    import numpy as np
+    rng = np.random.default_rng(1)
+    p = {"kind": "gemm", "m": 6, "n": 400, "k": 16, "batch": 1}
+    form = {"beta_source": False, "bias": True, "activation": "identity", "residual": None}
+    a, b = reference.f16(rng.uniform(-1, 1, (6, 16))), reference.f16(rng.uniform(-1, 1, (400, 16)) / 4)
+    bias = reference.f16(rng.uniform(-0.5, 0.5, 400))
+    want, scale = reference.kernel_reference("gemm_softmax", p, form, a, b, None, bias, 0.75, 0.5)
+    assert scale == 400 and np.allclose(want.sum(axis=-1), 400)
+    d = reference.reference(p, form, a, b, None, bias, 0.75, 0.5)
+    good = np.float16(reference.row_softmax(np.float16(d)))
+    assert reference.compare(good * scale, want)["ok"]
+    # One element 10% off: within the atol unscaled (values are about 1/400), caught at the
+    # row width.
+    bad = good.astype(np.float64)
+    bad[2, 7] *= 1.10
+    assert reference.compare(bad, want / scale)["ok"], "unscaled, the atol hides it"
+    assert not reference.compare(bad * scale, want)["ok"]
+    plain, one = reference.kernel_reference("gemm", p, form, a, b, None, bias, 0.75, 0.5)
+    assert one == 1.0 and np.array_equal(plain, d)
+
+
 def run_harness(package, *args):
     return subprocess.run([sys.executable, "-m", "harness.run", "--pkg", str(package), *args], cwd=package,
                           capture_output=True, text=True, timeout=120)
