@@ -13,7 +13,7 @@ mod common;
 use bolt::cases::{compare, data_sets, read_tensor_pb, run_case, Tolerance};
 use bolt::ir::{Graph, Op, Tensor};
 use std::collections::{BTreeSet, HashMap};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// As tests/models.rs: deep models accumulate rounding, ORT fuses ops differently.
 const MODEL_TOL: Tolerance = Tolerance { rtol: 1e-3, atol: 1e-4 };
@@ -147,12 +147,7 @@ fn silero_vad_v5_bound_to_16_khz_runs_its_network_as_kernels() {
     // inlines the 16 kHz branch: its convs become kernels and its LSTM a projection GEMM and
     // a recurrent scan. The planned graph (on the reference) must still give onnxruntime's
     // outputs on both data sets (batch 1 and 2).
-    let Some(models) = common::testdata("models") else { return };
-    let dir = models.join("silero_vad");
-    let g = load(&dir);
-    let bound =
-        bolt::compile::bind_input_values(&g, &std::collections::BTreeMap::from([("sr".into(), "16000".into())]))
-            .unwrap();
+    let Some((dir, g, bound)) = silero_vad_v5_at_16_khz() else { return };
     let plan = bolt::plan::plan(&bound).unwrap();
     let kernels = plan.graph.nodes.iter().filter(|n| matches!(n.op, Op::Fused(_))).count();
     let scans = plan.graph.nodes.iter().filter(|n| matches!(n.op, Op::RecurrentScan(_))).count();
@@ -161,12 +156,27 @@ fn silero_vad_v5_bound_to_16_khz_runs_its_network_as_kernels() {
     for set in data_sets(&dir) {
         let mut feeds = inputs(&g, &set);
         assert_eq!(feeds.remove("sr").map(|t| t.to_f64_vec()), Some(vec![16000.0]), "the data set is 16 kHz");
-        let got = bolt::reference::run(&plan.graph, &feeds).unwrap();
-        for (k, o) in g.outputs.iter().enumerate() {
-            let (_, want) = read_tensor_pb(&set.join(format!("output_{k}.pb"))).unwrap();
-            let c = compare(o, &got[o], &want, MODEL_TOL);
-            assert!(c.failure.is_none(), "{}: {o}: {}", set.display(), c.failure.unwrap());
-        }
+        assert_gives_the_data_sets_outputs(&plan.graph, &g, &set, &feeds);
+    }
+}
+
+/// Silero VAD v5 (the wheel's model), the data-set directory, and the model bound to 16 kHz.
+fn silero_vad_v5_at_16_khz() -> Option<(PathBuf, Graph, Graph)> {
+    let dir = common::testdata("models")?.join("silero_vad");
+    let g = load(&dir);
+    let sr = std::collections::BTreeMap::from([("sr".into(), "16000".into())]);
+    let bound = bolt::compile::bind_input_values(&g, &sr).unwrap();
+    Some((dir, g, bound))
+}
+
+/// `planned` run on the reference with `feeds` gives data set `set`'s outputs (onnxruntime's)
+/// for every output of `model`.
+fn assert_gives_the_data_sets_outputs(planned: &Graph, model: &Graph, set: &Path, feeds: &HashMap<String, Tensor>) {
+    let got = bolt::reference::run(planned, feeds).unwrap();
+    for (k, o) in model.outputs.iter().enumerate() {
+        let (_, want) = read_tensor_pb(&set.join(format!("output_{k}.pb"))).unwrap();
+        let c = compare(o, &got[o], &want, MODEL_TOL);
+        assert!(c.failure.is_none(), "{}: {o}: {}", set.display(), c.failure.unwrap());
     }
 }
 
@@ -175,12 +185,7 @@ fn silero_vad_v5_specialised_to_its_data_sets_sizes_leaves_no_control_flow() {
     // Bound to 16 kHz and specialised to each data set's sizes (`bolt compile --static`), the
     // squeeze Ifs on the batch fold too: no If is left, the decoder's conv and the LSTM's input
     // projection become kernels, and the planned graph gives onnxruntime's outputs.
-    let Some(models) = common::testdata("models") else { return };
-    let dir = models.join("silero_vad");
-    let g = load(&dir);
-    let bound =
-        bolt::compile::bind_input_values(&g, &std::collections::BTreeMap::from([("sr".into(), "16000".into())]))
-            .unwrap();
+    let Some((dir, g, bound)) = silero_vad_v5_at_16_khz() else { return };
     for set in data_sets(&dir) {
         let mut feeds = inputs(&g, &set);
         feeds.remove("sr");
@@ -192,11 +197,6 @@ fn silero_vad_v5_specialised_to_its_data_sets_sizes_leaves_no_control_flow() {
         println!("silero_vad --bind sr=16000 --static at {sizes:?}: {kernels} kernel nodes, {ifs} Ifs");
         assert_eq!(ifs, 0, "{}: every If decided", set.display());
         assert!(kernels >= 7, "{}: {kernels} kernel nodes", set.display());
-        let got = bolt::reference::run(&plan.graph, &feeds).unwrap();
-        for (k, o) in g.outputs.iter().enumerate() {
-            let (_, want) = read_tensor_pb(&set.join(format!("output_{k}.pb"))).unwrap();
-            let c = compare(o, &got[o], &want, MODEL_TOL);
-            assert!(c.failure.is_none(), "{}: {o}: {}", set.display(), c.failure.unwrap());
-        }
+        assert_gives_the_data_sets_outputs(&plan.graph, &g, &set, &feeds);
     }
 }

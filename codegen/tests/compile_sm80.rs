@@ -208,15 +208,7 @@ fn gemm_softmax() {
     ];
     let example = toolchain().cutlass_dir().join(bolt_codegen::sm80::GEMM_SOFTMAX_EXAMPLE_DIR);
     let (object, specs, symbols) = compile_unit_with("gemm_softmax", specs, &[example]);
-    let library = object.with_file_name("libgemm_softmax.so");
-    let link = Command::new(toolchain().nvcc())
-        .args(["-shared", "-cudart", "static", "-Xlinker", "--no-undefined", "-o"])
-        .arg(&library)
-        .arg(&object)
-        .output()
-        .unwrap();
-    assert!(link.status.success(), "link: {}", String::from_utf8_lossy(&link.stderr));
-    let lib = RawLibrary::open(&library, &symbols);
+    let lib = RawLibrary::open(&link(&object, "libgemm_softmax.so"), &symbols);
     for (spec, symbol) in specs.iter().zip(&symbols) {
         let align = spec.alignment.c as i64;
         let (m, n) = (300, 40 * align);
@@ -243,11 +235,10 @@ fn gemm_softmax() {
     }
 }
 
-/// Links the variants into a library and checks what its kernels answer on the host (no GPU):
-/// CUTLASS's can_implement through the ABI, workspace sizes (serial split-K needs one, sized by
-/// the problem), and initialize/update/launch refusing before any CUDA call.
-fn check_host_abi(object: &Path, symbols: &[String], specs: &[KernelSpec]) {
-    let library = object.with_file_name("libvariants.so");
+/// Links `object` into the shared library `name` beside it (static cudart, every symbol
+/// resolved), as the builder does.
+fn link(object: &Path, name: &str) -> PathBuf {
+    let library = object.with_file_name(name);
     let link = Command::new(toolchain().nvcc())
         .args(["-shared", "-cudart", "static", "-Xlinker", "--no-undefined", "-o"])
         .arg(&library)
@@ -255,7 +246,14 @@ fn check_host_abi(object: &Path, symbols: &[String], specs: &[KernelSpec]) {
         .output()
         .unwrap();
     assert!(link.status.success(), "link: {}", String::from_utf8_lossy(&link.stderr));
-    let lib = RawLibrary::open(&library, symbols);
+    library
+}
+
+/// Links the variants into a library and checks what its kernels answer on the host (no GPU):
+/// CUTLASS's can_implement through the ABI, workspace sizes (serial split-K needs one, sized by
+/// the problem), and initialize/update/launch refusing before any CUDA call.
+fn check_host_abi(object: &Path, symbols: &[String], specs: &[KernelSpec]) {
+    let lib = RawLibrary::open(&link(object, "libvariants.so"), symbols);
     let mut split_k = 0;
     for (spec, symbol) in specs.iter().zip(symbols) {
         let align = spec.alignment.a.max(spec.alignment.c) as i64;
