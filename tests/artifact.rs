@@ -1393,3 +1393,47 @@ fn reference_only_artifact_packs_runs_and_says_what_it_cannot_do() {
         assert!(e.contains("reference-only"), "{e}");
     }
 }
+
+/// A classifier head (nn.Linear + softmax) compiled with its softmax inside the GEMM
+/// (`--row-epilogue always`): for sm80 and for Hopper the plan names one sm80 GemmSoftmax
+/// kernel (CUTLASS 3.x has none; an H100 runs it through PTX), the library holds it, it takes
+/// the problem the runtime derives (can_implement, a workspace for D and the row partials),
+/// and the artifact gives the model's outputs on the reference device.
+#[test]
+fn a_softmax_fused_into_its_gemm_builds_one_sm80_gemm_softmax_kernel() {
+    let mut n = Net::new(DType::F32);
+    let x = n.input("x", &[40, 64]);
+    let y = n.linear(&x, 64, 96);
+    let p = n.op("softmax", Op::Softmax { axis: -1 }, &[&y]);
+    let mut g = n.finish(&[&p]);
+    g.name = "classifier-head".into();
+    for archs in [vec![Arch::Sm80], vec![Arch::Sm90]] {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = CompileOptions {
+            archs: archs.clone(),
+            row_epilogue: bolt::plan::row_epilogue::RowEpilogueMode::Always,
+            ..CompileOptions::new(dir.path())
+        };
+        let report = compile(&g, &opts).unwrap();
+        assert_eq!(report.kernel_nodes, 1, "{archs:?}: {report}");
+        let art = Artifact::open(dir.path()).unwrap();
+        assert!(art.plan.stitch.is_empty(), "{archs:?}: no stitched softmax left");
+        let choice = &art.plan.kernels[0].buckets[0];
+        assert_eq!(choice.len(), 1, "{archs:?}");
+        assert_eq!(choice[0].arch, Arch::Sm80, "{archs:?}: the sm80 build");
+        assert_eq!(choice[0].spec.family, bolt_codegen::spec::Family::GemmSoftmax);
+        let lib = bolt_codegen::loader::KernelLibrary::open(art.library.as_ref().unwrap()).unwrap();
+        let kernel = lib.get(&choice[0].symbol).expect("in the library");
+        let problem = bolt_codegen::abi::BoltGemmProblem::packed(40, 96, 64, choice[0].spec.layouts);
+        assert_eq!(kernel.can_implement(&problem), bolt_codegen::abi::Status::Ok);
+        assert!(kernel.workspace_size(&problem) >= 40 * 96 * 4, "D lives in the workspace");
+        let inputs = bolt::compile::synthetic_inputs(&g, &HashMap::new(), 3).unwrap();
+        let want = bolt::reference::run(&g, &inputs).unwrap();
+        let mut exec = runtime::open(&art, DeviceKind::Reference, &RunOptions::default()).unwrap();
+        let got = runtime::outputs_as_f32(exec.run(&inputs).unwrap());
+        let (rtol, atol) = art.manifest.precision.tolerance();
+        for (i, (a, w)) in got[&p].to_f64_vec().iter().zip(want[&p].to_f64_vec()).enumerate() {
+            assert!((a - w).abs() <= atol + rtol * w.abs(), "{archs:?} [{i}]: {a} vs {w}");
+        }
+    }
+}

@@ -39,6 +39,8 @@ pub struct CompileOptions {
     /// Inputs the model was bound to constants with ([`crate::compile::bind_inputs`]), as
     /// given; recorded for `bolt run --check`.
     pub bound_inputs: std::collections::BTreeMap<String, String>,
+    /// When a Softmax after a GEMM runs inside it (CUTLASS's GemmSoftmax).
+    pub row_epilogue: crate::plan::row_epilogue::RowEpilogueMode,
 }
 
 /// Where a compiled model came from (the manifest's `source`).
@@ -65,6 +67,7 @@ impl CompileOptions {
             jobs: None,
             source: Source::Builtin,
             bound_inputs: Default::default(),
+            row_epilogue: Default::default(),
         }
     }
 }
@@ -287,7 +290,12 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
         None => None,
     };
     // Back-to-back chains are fused where the planner's traffic model says they pay.
-    let mut plan_opts = crate::plan::PlanOptions { bindings: largest.clone(), b2b: true, ..Default::default() };
+    let mut plan_opts = crate::plan::PlanOptions {
+        bindings: largest.clone(),
+        b2b: true,
+        row_epilogue: opts.row_epilogue,
+        ..Default::default()
+    };
     let mut graph = crate::plan::plan_with(&g, &plan_opts)?.graph;
     let mut chosen = choose_kernels(&graph, &buckets, &opts.archs, db.as_ref());
     // A chain is planned at the largest bucket; a smaller one may have no fused kernel (e.g.
@@ -423,7 +431,15 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
         // Build files (sources, logs) stay out of the artifact, next to it.
         let mut bo = BuildOptions::new(opts.out_dir.join(".build"));
         bo.name = "bolt_model".into();
-        bo.archs = Some(opts.archs.clone());
+        // The asked archs, and sm80 where a kernel exists only as CUTLASS 2.x (GemmSoftmax
+        // picked for Hopper runs its sm80 build through PTX).
+        let mut archs = opts.archs.clone();
+        for s in &specs {
+            if !archs.contains(&s.arch) {
+                archs.push(s.arch);
+            }
+        }
+        bo.archs = Some(archs);
         bo.cache_dir = opts.cache_dir.clone();
         bo.jobs = opts.jobs;
         let builder = Builder::discover(bo).map_err(|e| Error::Model(format!("kernel build: {e}")))?;

@@ -51,6 +51,10 @@ enum Command {
         /// it.
         #[arg(long = "bind", value_name = "NAME=VALUES", value_parser = parse_bind)]
         bind: Vec<(String, String)>,
+        /// When a Softmax after a GEMM runs inside it (CUTLASS's GemmSoftmax): where the cost
+        /// model says it pays, always (to time it on a GPU), or never.
+        #[arg(long, value_enum, default_value_t = bolt::plan::row_epilogue::RowEpilogueMode::Cost)]
+        row_epilogue: bolt::plan::row_epilogue::RowEpilogueMode,
         /// Specialise to one size per symbolic dim (TensorRT's static shapes): each fixed at its
         /// --dim size or the --inputs' shape before planning, so control flow and shape
         /// arithmetic on the sizes fold (PyTorch's squeeze(dim) Ifs). The artifact then takes
@@ -247,6 +251,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             tuning_db,
             inputs,
             bind,
+            row_epilogue,
             static_shapes,
             no_run,
             no_artifact,
@@ -329,6 +334,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     tuning_db,
                     source: model.clone().map_or(bolt::artifact::Source::Builtin, bolt::artifact::Source::File),
                     bound_inputs,
+                    row_epilogue,
                     ..CompileOptions::new(dir)
                 };
                 Some(bolt::artifact::compile(&graph, &opts).map_err(hint)?)
