@@ -3,7 +3,8 @@
 //! kept with the host, weights and all, when only the run decides it. The expected values are
 //! computed here from the ops' definitions (an Add, a Mul), not by the reference; the ONNX
 //! conformance case `test_if` and the corpus's VAD models (whole networks inside an `If`, vs
-//! onnxruntime) check the same paths against outside outputs.
+//! onnxruntime) check the same paths against outside outputs. ONNX `Loop` (below) likewise:
+//! expected values from the loop's definition here, `test_loop11` in the conformance suite.
 
 mod common;
 
@@ -451,4 +452,96 @@ fn an_artifact_with_a_run_time_if_takes_numpy_bool_conditions() {
         let mean = if cond == "True" { "mean 2.50000" } else { "mean -2.50000" };
         assert!(stdout.contains(&format!("y: [3, 2] {mean}")), "cond {cond}: {stdout}");
     }
+}
+
+// ---- Loop ----------------------------------------------------------------------------------
+
+/// `acc, steps = Loop(M, cond, acc0) { acc += x * i; step = acc; cond = i < stop }`: a carried
+/// value, a scan output, a captured enclosing value (`x`) and an early exit (after iteration
+/// `stop` the condition turns false), as exporters write `for` / `while` loops.
+fn loop_model(stop: i64) -> ModelProto {
+    let body = GraphProto {
+        name: Some("body".into()),
+        node: vec![
+            node("cast", "Cast", &["i"], &["fi"]),
+            node("mul", "Mul", &["x", "fi"], &["xi"]),
+            node("add", "Add", &["acc_in", "xi"], &["acc_out"]),
+            node("step", "Identity", &["acc_out"], &["step"]),
+            node("less", "Less", &["i", "stop"], &["cond_out"]),
+        ]
+        .into_iter()
+        .map(|n| if n.name() == "cast" { with_int(n, "to", 1) } else { n })
+        .collect(),
+        initializer: vec![ints("stop", &[stop], true)],
+        input: vec![
+            typed_value_info("i", 7, vec![]),
+            typed_value_info("cond_in", 9, vec![]),
+            value_info("acc_in", &[3]),
+        ],
+        output: vec![typed_value_info("cond_out", 9, vec![]), value_info("acc_out", &[3]), value_info("step", &[3])],
+        ..Default::default()
+    };
+    model(
+        17,
+        GraphProto {
+            name: Some("loop".into()),
+            node: vec![
+                with_graph(node("loop", "Loop", &["m", "", "acc0"], &["acc", "steps"]), "body", body),
+                node("out", "Relu", &["acc"], &["y"]),
+            ],
+            initializer: vec![ints("m", &[5], true), floats("acc0", &[3], &[0.5, -1.0, 2.0])],
+            input: vec![value_info("x", &[3])],
+            output: vec![value_info("y", &[]), value_info("steps", &[])],
+            ..Default::default()
+        },
+    )
+}
+
+#[test]
+fn a_loop_runs_its_body_until_the_trip_count_or_the_condition_stops_it() {
+    let x = [1.0f64, -2.0, 0.25];
+    for (stop, iterations) in [(10, 5), (2, 3), (0, 1)] {
+        let g = load(&loop_model(stop));
+        // Types: the carried value keeps its shape; the scan output gains an axis of run-time length.
+        assert_eq!(g.types["acc"].shape.as_ref().unwrap().to_string(), "[3]");
+        assert_eq!(g.types["steps"].shape.as_ref().unwrap().0[0], Dim::Unknown);
+        let feeds = HashMap::from([("x".to_string(), Tensor::from_f32(vec![3], x.map(|v| v as f32).to_vec()))]);
+        let out = bolt::reference::run(&g, &feeds).unwrap();
+        // By the definition: after iteration i, acc = acc0 + x * (0 + 1 + ... + i).
+        let acc0 = [0.5, -1.0, 2.0];
+        let after = |i: i64| -> Vec<f64> { (0..3).map(|k| acc0[k] + x[k] * (i * (i + 1) / 2) as f64).collect() };
+        let last = after(iterations - 1);
+        assert_eq!(out["y"].to_f64_vec(), last.iter().map(|v| v.max(0.0)).collect::<Vec<_>>(), "stop {stop}");
+        assert_eq!(out["steps"].shape, vec![iterations as usize, 3], "stop {stop}");
+        let steps: Vec<f64> = (0..iterations).flat_map(after).collect();
+        assert_eq!(out["steps"].to_f64_vec(), steps, "stop {stop}");
+    }
+}
+
+#[test]
+fn a_loop_stays_with_the_host_and_the_plan_around_it_keeps_its_meaning() {
+    let g = load(&loop_model(2));
+    let plan = bolt::plan::plan(&g).unwrap();
+    let host = plan.partitioning.host.iter().find(|h| h.op_type == "Loop").expect("the Loop is a host op");
+    assert!(host.reason.contains("Loop") && host.reason.contains("run-time"), "{}", host.reason);
+    let feeds = HashMap::from([("x".to_string(), Tensor::from_f32(vec![3], vec![0.5, 1.5, -3.0]))]);
+    let want = bolt::reference::run(&g, &feeds).unwrap();
+    let got = bolt::reference::run(&plan.graph, &feeds).unwrap();
+    for o in ["y", "steps"] {
+        assert_eq!(got[o].to_f64_vec(), want[o].to_f64_vec(), "{o}");
+    }
+    // A standalone artifact plans every tensor: the scan output's length is a run-time value.
+    let dir = tempfile::tempdir().unwrap();
+    let opts = bolt::artifact::CompileOptions { archs: vec![], ..bolt::artifact::CompileOptions::new(dir.path()) };
+    let err = bolt::artifact::compile(&g, &opts).unwrap_err().to_string();
+    assert!(err.contains("steps") && err.contains("Loop") && err.contains("trip count"), "{err}");
+}
+
+#[test]
+fn malformed_loops_are_errors_naming_the_node() {
+    let mut m = loop_model(2);
+    // Two carried values on the node, one in the body.
+    m.graph.as_mut().unwrap().node[0].input.push("acc0".into());
+    let err = bolt::import::load_bytes(&m.encode_to_vec(), None).unwrap_err().to_string();
+    assert!(err.contains("'loop'") && err.contains("body declares 3 inputs"), "{err}");
 }

@@ -74,7 +74,10 @@ pub fn load_bytes(bytes: &[u8], base_dir: Option<&Path>) -> Result<Model> {
 #[derive(Clone, Copy, PartialEq)]
 enum Scope {
     Main,
+    /// An If branch: no inputs of its own.
     Branch,
+    /// A Loop body: its declared inputs (iteration number, condition, carried values).
+    LoopBody,
 }
 
 fn import_graph(g: &proto::GraphProto, opset: i64, base_dir: Option<&Path>, scope: Scope) -> Result<Graph> {
@@ -105,6 +108,14 @@ fn import_graph(g: &proto::GraphProto, opset: i64, base_dir: Option<&Path>, scop
         // An initializer listed as an input is a default value the caller may override
         // (IR < 4 style); Bolt treats it as a constant weight and keeps its tensor type.
         if graph.initializers.contains_key(name) {
+            continue;
+        }
+        if scope == Scope::LoopBody {
+            // Typed by the Loop's inference when the file does not.
+            if let Some(ty) = ty {
+                graph.types.insert(name.to_string(), ty);
+            }
+            graph.inputs.push(name.to_string());
             continue;
         }
         let mut ty = ty.ok_or_else(|| Error::tensor(name, "graph input has no tensor type"))?;
@@ -169,6 +180,15 @@ fn import_graph(g: &proto::GraphProto, opset: i64, base_dir: Option<&Path>, scop
                 inputs.extend(captured.into_iter().map(Some));
                 Ok(ops::Parsed::Op(op))
             }
+            None if op_type == "Loop" && (n.domain().is_empty() || n.domain() == "ai.onnx") && has_body(n) => {
+                let (op, captured) = import_loop(n, opset, base_dir).map_err(|reason| Error::Node {
+                    node: name.clone(),
+                    op_type: op_type.clone(),
+                    reason,
+                })?;
+                inputs.extend(captured.into_iter().map(Some));
+                Ok(ops::Parsed::Op(op))
+            }
             None => ops::parse_op(n, opset),
         };
         let op = match parsed {
@@ -187,10 +207,12 @@ fn import_graph(g: &proto::GraphProto, opset: i64, base_dir: Option<&Path>, scop
         }
         graph.nodes.push(Node { name, op, inputs, outputs: n.output.clone() });
     }
-    if scope == Scope::Branch {
-        // Typed by the If's inference, from the enclosing values; what the file declares
-        // seeds it.
-        graph.inputs = crate::ir::control::captured(&graph);
+    if scope != Scope::Main {
+        // Typed by the If's or Loop's inference, from the enclosing values; what the file
+        // declares seeds it. A Loop body's own inputs come first, then what it captures.
+        let own = std::mem::take(&mut graph.inputs);
+        let captured = crate::ir::control::captured(&graph).into_iter().filter(|x| !own.contains(x));
+        graph.inputs = own.iter().cloned().chain(captured).collect();
         graph.sort_and_check()?;
         for (name, ty) in declared {
             graph.types.entry(name).or_insert(ty);
@@ -201,6 +223,50 @@ fn import_graph(g: &proto::GraphProto, opset: i64, base_dir: Option<&Path>, scop
     crate::ir::infer::infer_graph(&mut graph, &declared)?;
     legacy_softmax_on_last_axis(&mut graph);
     Ok(graph)
+}
+
+/// Whether a `Loop` node carries its body (a host's graph API may hand it without).
+fn has_body(n: &proto::NodeProto) -> bool {
+    n.attribute.iter().any(|a| a.name() == "body" && a.g.is_some())
+}
+
+/// A `Loop` node: its body, and the enclosing values the body reads (which become the node's
+/// inputs after the trip count, the condition and the carried values).
+fn import_loop(
+    n: &proto::NodeProto,
+    opset: i64,
+    base_dir: Option<&Path>,
+) -> std::result::Result<(Op, Vec<String>), String> {
+    let g = n.attribute.iter().find(|a| a.name() == "body").and_then(|a| a.g.as_ref()).ok_or("no body")?;
+    let body = import_graph(g, opset, base_dir, Scope::LoopBody).map_err(|e| format!("body: {e}"))?;
+    if n.input.len() < 2 {
+        return Err(format!(
+            "Loop takes a trip count and a condition (either may be empty) before its carried values; the node has {} inputs",
+            n.input.len()
+        ));
+    }
+    let carried = n.input.len() - 2;
+    let own = g.input.len();
+    if own != carried + 2 {
+        return Err(format!(
+            "the body declares {own} inputs; it needs 2 + {carried} (iteration number, condition, the carried values)"
+        ));
+    }
+    if body.outputs.len() < 1 + carried {
+        return Err(format!(
+            "the body has {} outputs; it needs 1 + {carried} (the condition, the carried values) before its scan outputs",
+            body.outputs.len()
+        ));
+    }
+    let scans = body.outputs.len() - 1 - carried;
+    if n.output.len() != carried + scans {
+        return Err(format!(
+            "the node has {} outputs; its body gives {carried} carried values and {scans} scan outputs",
+            n.output.len()
+        ));
+    }
+    let captured = body.inputs[own..].to_vec();
+    Ok((Op::Loop { body: Arc::new(body), carried }, captured))
 }
 
 /// Whether an `If` node carries any of its branches.

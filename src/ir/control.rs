@@ -10,6 +10,11 @@
 //! - the planner inlines the branch a known condition takes ([`inline_if`]): PyTorch writes
 //!   `x.squeeze(d)` as `If(Shape(x)[d] == 1, Squeeze, Identity)`, decided by static shapes;
 //! - an `If` decided at run time stays with the host, which runs the branch it takes.
+//!
+//! ONNX `Loop` is the same kind of node: its body is a graph whose inputs are the iteration
+//! number, the condition and the carried values, then the enclosing values it reads (listed
+//! on the node too). The host runs it ([`eval_loop`]); inference types its outputs from one
+//! pass of the body ([`infer_loop`]).
 
 use super::infer::InputInfo;
 use super::{Dim, Graph, Node, Op, Shape, Tensor, TensorType};
@@ -43,9 +48,13 @@ pub fn nodes_deep(g: &Graph) -> Vec<&Node> {
     let mut out = Vec::new();
     for n in &g.nodes {
         out.push(n);
-        if let Op::If { then_branch, else_branch } = &n.op {
-            out.extend(nodes_deep(then_branch));
-            out.extend(nodes_deep(else_branch));
+        match &n.op {
+            Op::If { then_branch, else_branch } => {
+                out.extend(nodes_deep(then_branch));
+                out.extend(nodes_deep(else_branch));
+            }
+            Op::Loop { body, .. } => out.extend(nodes_deep(body)),
+            _ => {}
         }
     }
     out
@@ -127,6 +136,134 @@ pub fn infer_if(
                 .collect::<Result<_, String>>()?
         }
     })
+}
+
+/// Output types of a `Loop` node from one pass of its body: the iteration number an int64
+/// scalar, the condition a bool scalar, the carried values typed as their initial values, the
+/// enclosing values as they are. A carried value keeps the dims the body does not change; a
+/// scan output gains a leading axis of unknown length (the trip count is a run-time value).
+pub fn infer_loop(
+    inputs: &[Option<String>],
+    infos: &[Option<InputInfo>],
+    body: &Graph,
+    carried: usize,
+    outputs: usize,
+) -> Result<Vec<Option<TensorType>>, String> {
+    if body.outputs.len() != 1 + outputs || body.inputs.len() < 2 + carried {
+        return Err(format!(
+            "the body has {} inputs and {} outputs for a node of {carried} carried values and {outputs} outputs",
+            body.inputs.len(),
+            body.outputs.len()
+        ));
+    }
+    let mut probe = body.clone();
+    let scalar = |dtype| TensorType::new(dtype, Shape(vec![]));
+    probe.types.insert(body.inputs[0].clone(), scalar(super::DType::I64));
+    probe.types.insert(body.inputs[1].clone(), scalar(super::DType::Bool));
+    let info = |k: usize| infos.get(k).copied().flatten();
+    for i in 0..carried {
+        match info(2 + i).and_then(|x| x.ty) {
+            Some(ty) => probe.types.insert(body.inputs[2 + i].clone(), ty.clone()),
+            None => return Ok(vec![None; outputs]),
+        };
+    }
+    // Enclosing values: types, and small known values, which fold in the body as outside it.
+    for (name, info) in inputs.iter().zip(infos).skip(2 + carried) {
+        let (Some(name), Some(info)) = (name, info) else { continue };
+        if let Some(ty) = info.ty {
+            probe.types.insert(name.clone(), ty.clone());
+        }
+        if let Some(v) = info.value.filter(|v| v.len() <= 1 << 16) {
+            probe.inputs.retain(|x| x != name);
+            probe.initializers.insert(name.clone(), Arc::new(v.clone()));
+        }
+    }
+    let declared = probe.types.clone();
+    super::infer::infer_branch(&mut probe, &declared).map_err(|e| format!("body: {e}"))?;
+    let out = |k: usize| probe.types.get(&probe.outputs[k]).cloned();
+    let mut types = Vec::with_capacity(outputs);
+    for i in 0..carried {
+        let first = info(2 + i).and_then(|x| x.ty).cloned();
+        types.push(match (first, out(1 + i)) {
+            (Some(a), Some(b)) if a.dtype == b.dtype => {
+                Some(TensorType { dtype: a.dtype, shape: either_shape(a.shape, b.shape) })
+            }
+            (Some(a), Some(b)) => {
+                return Err(format!("carried value {i} enters as {} and leaves the body as {}", a.dtype, b.dtype))
+            }
+            _ => None,
+        });
+    }
+    for k in 1 + carried..1 + outputs {
+        types.push(out(k).map(|t| TensorType {
+            dtype: t.dtype,
+            shape: t.shape.map(|s| Shape(std::iter::once(Dim::Unknown).chain(s.0).collect())),
+        }));
+    }
+    Ok(types)
+}
+
+/// Runs a `Loop` node on its inputs (by position, as the node lists them) with `run`
+/// executing one pass of the body; returns the final carried values, and each scan output's
+/// per-iteration values (of one shape; the caller stacks them on a new leading axis).
+pub fn eval_loop(
+    node: &Node,
+    inputs: &[Option<&Tensor>],
+    body: &Graph,
+    carried: usize,
+    mut run: impl FnMut(&Graph, &HashMap<String, Tensor>) -> crate::error::Result<HashMap<String, Tensor>>,
+) -> Result<(Vec<Tensor>, Vec<Vec<Tensor>>), String> {
+    let input = |k: usize| inputs.get(k).copied().flatten();
+    let trips = match input(0) {
+        Some(m) if m.len() == 1 => Some(m.as_i64_vec().ok_or("the trip count is not an integer")?[0]),
+        Some(m) => return Err(format!("the trip count has {} elements; Loop takes a scalar", m.len())),
+        None => None,
+    };
+    let mut cond = match input(1) {
+        Some(c) => takes_then(c)?,
+        None => true,
+    };
+    let mut values: Vec<Tensor> = (0..carried)
+        .map(|i| input(2 + i).cloned().ok_or_else(|| format!("carried value {i} has no initial value")))
+        .collect::<Result<_, String>>()?;
+    let captured: HashMap<String, Tensor> = node
+        .inputs
+        .iter()
+        .zip(inputs)
+        .skip(2 + carried)
+        .filter_map(|(name, t)| Some((name.clone()?, (*t)?.clone())))
+        .filter(|(name, _)| body.inputs.contains(name))
+        .collect();
+    let scans = body.outputs.len() - 1 - carried;
+    let mut stacked: Vec<Vec<Tensor>> = vec![Vec::new(); scans];
+    let mut i: i64 = 0;
+    while cond && trips.is_none_or(|m| i < m) {
+        let mut feeds = captured.clone();
+        feeds.insert(body.inputs[0].clone(), Tensor::from_i64(vec![], vec![i]));
+        feeds.insert(body.inputs[1].clone(), Tensor { shape: vec![], data: super::TensorData::Bool(vec![cond]) });
+        for (k, v) in values.iter().enumerate() {
+            feeds.insert(body.inputs[2 + k].clone(), v.clone());
+        }
+        let mut outs = run(body, &feeds).map_err(|e| format!("iteration {i}: {e}"))?;
+        let mut take = |o: &String| outs.remove(o).ok_or_else(|| format!("body output '{o}' was not computed"));
+        cond = takes_then(&take(&body.outputs[0])?)?;
+        for k in 0..carried {
+            values[k] = take(&body.outputs[1 + k])?;
+        }
+        for (j, s) in stacked.iter_mut().enumerate() {
+            s.push(take(&body.outputs[1 + carried + j])?);
+        }
+        i += 1;
+    }
+    for (j, s) in stacked.iter().enumerate() {
+        let first = s
+            .first()
+            .ok_or_else(|| format!("scan output {j}: the loop ran no iteration, so its element shape is unknown"))?;
+        if let Some(t) = s.iter().find(|t| t.shape != first.shape || t.dtype() != first.dtype()) {
+            return Err(format!("scan output {j} changes from {:?} to {:?} between iterations", first.shape, t.shape));
+        }
+    }
+    Ok((values, stacked))
 }
 
 /// The shape both branches' outputs fit: equal dims kept, the others unknown; no rank when

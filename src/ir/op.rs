@@ -745,6 +745,15 @@ pub enum Op {
         then_branch: Arc<super::Graph>,
         else_branch: Arc<super::Graph>,
     },
+    /// ONNX Loop: runs `body` while the trip count (input 0, optional) and the condition
+    /// (input 1, optional) allow. Inputs 2..2+`carried` are the loop-carried values' initial
+    /// values, then the enclosing values the body reads. The body's inputs: the iteration
+    /// number, the condition, the carried values, then those enclosing values; its outputs:
+    /// the condition, the carried values, then the scan outputs, which the node stacks.
+    Loop {
+        body: Arc<super::Graph>,
+        carried: usize,
+    },
     /// Any other operator: imported as-is and left to the host framework.
     Opaque {
         domain: String,
@@ -847,6 +856,7 @@ impl Op {
             Op::ChannelsLast(_) => "BoltChannelsLast",
             Op::FitLastAxis { .. } => "BoltFitLastAxis",
             Op::If { .. } => "If",
+            Op::Loop { .. } => "Loop",
             Op::Opaque { op_type, .. } => op_type,
         }
     }

@@ -45,6 +45,7 @@ fn convert_graph(g: &Graph, to: DType, infer: bool) -> Result<Graph> {
                 *then_branch = Arc::new(convert_graph(then_branch, to, false)?);
                 *else_branch = Arc::new(convert_graph(else_branch, to, false)?);
             }
+            Op::Loop { body, .. } => *body = Arc::new(convert_graph(body, to, false)?),
             // LayerNormalization's statistics stay in its stash type (f32), as on GPUs.
             _ => {}
         }

@@ -167,6 +167,9 @@ pub fn partition(g: &Graph) -> Partitioning {
             (Op::If { .. }, _) => "control flow decided at run time: the host runs the branch the condition takes \
                  (an If whose condition is known when planning is inlined)"
                 .into(),
+            (Op::Loop { .. }, _) => "control flow: a Loop, whose trip count and condition are run-time values; \
+                                     the host runs its body"
+                .into(),
             (Op::Constant { .. }, _) => "constant (weights are read by the partitions that use them)".into(),
             (Op::Recurrent(_) | Op::RecurrentScan(_), _) => {
                 "a recurrent layer (RNN/GRU/LSTM) whose weights are not constants: its input projection cannot be \

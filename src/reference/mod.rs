@@ -29,6 +29,18 @@ pub fn eval_node(node: &Node, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>>
         return crate::ir::control::eval_if(node, inputs, then_branch, else_branch, run)
             .map_err(|r| Error::node(node, r));
     }
+    if let Op::Loop { body, carried } = &node.op {
+        let (mut values, scans) =
+            crate::ir::control::eval_loop(node, inputs, body, *carried, run).map_err(|r| Error::node(node, r))?;
+        // Each scan output: its iterations' values stacked on a new leading axis.
+        for s in scans {
+            let rows: Vec<Tensor> = s.iter().map(|t| t.reshaped([vec![1], t.shape.clone()].concat())).collect();
+            let refs: Vec<Option<&Tensor>> = rows.iter().map(Some).collect();
+            let stacked = eval_op(&Op::Concat { axis: 0 }, &refs).map_err(|r| Error::node(node, r))?;
+            values.extend(stacked);
+        }
+        return Ok(values);
+    }
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| eval_op(&node.op, inputs)))
         .unwrap_or_else(|p| Err(format!("internal error in the reference kernel: {}", panic_message(&p))))
         .map_err(|r| Error::node(node, r))

@@ -39,6 +39,10 @@ pub fn plan_arena(g: &Graph, bindings: &DimBindings) -> Result<ArenaPlan, String
                     crate::ir::Op::If { .. } => {
                         ": the If's branches give outputs of different shapes, decided at run time".to_string()
                     }
+                    crate::ir::Op::Loop { .. } => ": a Loop's scan outputs grow with its trip count, a run-time \
+                                                  value, and a standalone artifact plans every tensor's memory \
+                                                  (ONNX Runtime with the Bolt provider runs such models)"
+                        .to_string(),
                     _ => String::new(),
                 };
                 format!("tensor '{o}' (output of '{}') has no known shape{why}", n.name)
