@@ -242,6 +242,10 @@ pub enum UnaryFn {
     Abs,
     Reciprocal,
     Log,
+    Ceil,
+    Floor,
+    /// Halves to even (rintf under the default rounding mode).
+    Round,
     Activation(Activation),
 }
 
@@ -609,6 +613,9 @@ impl UnaryFn {
             UnaryFn::Abs => x.abs(),
             UnaryFn::Reciprocal => 1.0 / x,
             UnaryFn::Log => x.ln(),
+            UnaryFn::Ceil => x.ceil(),
+            UnaryFn::Floor => x.floor(),
+            UnaryFn::Round => x.round_ties_even(),
             UnaryFn::Activation(a) => a.apply(x),
         }
     }
@@ -624,6 +631,9 @@ impl UnaryFn {
             UnaryFn::Abs => format!("fabsf({x})"),
             UnaryFn::Reciprocal => format!("1.f / {x}"),
             UnaryFn::Log => format!("logf({x})"),
+            UnaryFn::Ceil => format!("ceilf({x})"),
+            UnaryFn::Floor => format!("floorf({x})"),
+            UnaryFn::Round => format!("rintf({x})"),
             UnaryFn::Activation(a) => match a {
                 Activation::Identity => x.to_string(),
                 Activation::Relu => format!("fmaxf({x}, 0.f)"),

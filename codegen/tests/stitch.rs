@@ -206,6 +206,25 @@ fn cases() -> Vec<(StitchSpec, Vec<usize>, Vec<Vec<usize>>)> {
             Output { step: 1, element: Storage::F32, per_row: false },
         ],
     };
+    // Ceil, Floor and Round (halves to even: floor(4x) + 0.5 is an exact half).
+    let rounding = StitchSpec {
+        inputs: vec![input(Storage::F32, Access::Dense)],
+        steps: vec![
+            Input(0),
+            Const(4.0.into()),
+            Binary(BinaryFn::Mul, 0, 1),
+            Unary(UnaryFn::Ceil, 2),
+            Unary(UnaryFn::Floor, 2),
+            Const(0.5.into()),
+            Binary(BinaryFn::Add, 4, 5),
+            Unary(UnaryFn::Round, 6),
+        ],
+        outputs: vec![
+            Output { step: 3, element: Storage::F32, per_row: false },
+            Output { step: 4, element: Storage::F32, per_row: false },
+            Output { step: 7, element: Storage::F32, per_row: false },
+        ],
+    };
     vec![
         (embeddings, vec![2, 3, 37], vec![vec![7, 37], vec![2, 3, 1], vec![3, 37]]),
         (masked, vec![2, 3, 37], vec![vec![2, 3, 37], vec![2, 1, 37], vec![2, 1, 37]]),
@@ -221,6 +240,7 @@ fn cases() -> Vec<(StitchSpec, Vec<usize>, Vec<Vec<usize>>)> {
         (mean.clone(), vec![3, 4, 5], vec![vec![4, 5]]),
         (mean, vec![6, 1], vec![vec![6, 1]]),
         (log_softmax, vec![3, 37], vec![vec![3, 37]]),
+        (rounding, vec![3, 37], vec![vec![3, 37]]),
     ]
 }
 

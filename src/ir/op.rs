@@ -207,6 +207,10 @@ pub enum Unary {
     Reciprocal,
     /// Natural logarithm.
     Log,
+    Ceil,
+    Floor,
+    /// To the nearest integer, halves to even (ONNX Round).
+    Round,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -293,9 +297,16 @@ impl Activation {
             Unary::HardSigmoid { alpha, beta } => Activation::HardSigmoid { alpha, beta },
             Unary::Gelu { approximate: GeluApprox::None } => Activation::GeluErf,
             Unary::Gelu { approximate: GeluApprox::Tanh } => Activation::GeluTanh,
-            Unary::Sqrt | Unary::Erf | Unary::Exp | Unary::Neg | Unary::Abs | Unary::Reciprocal | Unary::Log => {
-                return None
-            }
+            Unary::Sqrt
+            | Unary::Erf
+            | Unary::Exp
+            | Unary::Neg
+            | Unary::Abs
+            | Unary::Reciprocal
+            | Unary::Log
+            | Unary::Ceil
+            | Unary::Floor
+            | Unary::Round => return None,
         })
     }
 }
@@ -797,6 +808,9 @@ impl Op {
                 Unary::Abs => "Abs",
                 Unary::Reciprocal => "Reciprocal",
                 Unary::Log => "Log",
+                Unary::Ceil => "Ceil",
+                Unary::Floor => "Floor",
+                Unary::Round => "Round",
             },
             Op::Compare(c) => match c {
                 Compare::Equal => "Equal",
