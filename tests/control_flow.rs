@@ -456,10 +456,15 @@ fn an_artifact_with_a_run_time_if_takes_numpy_bool_conditions() {
 
 // ---- Loop ----------------------------------------------------------------------------------
 
-/// `acc, steps = Loop(M, cond, acc0) { acc += x * i; step = acc; cond = i < stop }`: a carried
-/// value, a scan output, a captured enclosing value (`x`) and an early exit (after iteration
-/// `stop` the condition turns false), as exporters write `for` / `while` loops.
-fn loop_model(stop: i64) -> ModelProto {
+/// `acc, steps = Loop(M = 5, cond, acc0) { acc += x * i; step = acc; cond = i < stop }`: a
+/// carried value, a scan output, a captured enclosing value (`x`) and an early exit (after
+/// iteration `stop` the condition turns false), as exporters write `while` loops; with no
+/// `stop` the body passes its condition through, as they write `for i in range(5)`.
+fn loop_model(stop: Option<i64>) -> ModelProto {
+    let cond = match stop {
+        Some(_) => node("less", "Less", &["i", "stop"], &["cond_out"]),
+        None => node("keep", "Identity", &["cond_in"], &["cond_out"]),
+    };
     let body = GraphProto {
         name: Some("body".into()),
         node: vec![
@@ -467,12 +472,12 @@ fn loop_model(stop: i64) -> ModelProto {
             node("mul", "Mul", &["x", "fi"], &["xi"]),
             node("add", "Add", &["acc_in", "xi"], &["acc_out"]),
             node("step", "Identity", &["acc_out"], &["step"]),
-            node("less", "Less", &["i", "stop"], &["cond_out"]),
+            cond,
         ]
         .into_iter()
         .map(|n| if n.name() == "cast" { with_int(n, "to", 1) } else { n })
         .collect(),
-        initializer: vec![ints("stop", &[stop], true)],
+        initializer: vec![ints("stop", &[stop.unwrap_or(0)], true)],
         input: vec![
             typed_value_info("i", 7, vec![]),
             typed_value_info("cond_in", 9, vec![]),
@@ -500,27 +505,29 @@ fn loop_model(stop: i64) -> ModelProto {
 #[test]
 fn a_loop_runs_its_body_until_the_trip_count_or_the_condition_stops_it() {
     let x = [1.0f64, -2.0, 0.25];
-    for (stop, iterations) in [(10, 5), (2, 3), (0, 1)] {
+    for (stop, iterations) in [(Some(10), 5), (Some(2), 3), (Some(0), 1), (None, 5)] {
         let g = load(&loop_model(stop));
         // Types: the carried value keeps its shape; the scan output gains an axis of run-time length.
         assert_eq!(g.types["acc"].shape.as_ref().unwrap().to_string(), "[3]");
-        assert_eq!(g.types["steps"].shape.as_ref().unwrap().0[0], Dim::Unknown);
+        // The iterations are known only when the body passes its condition through.
+        let rows = if stop.is_none() { Dim::Known(5) } else { Dim::Unknown };
+        assert_eq!(g.types["steps"].shape.as_ref().unwrap().0[0], rows, "stop {stop:?}");
         let feeds = HashMap::from([("x".to_string(), Tensor::from_f32(vec![3], x.map(|v| v as f32).to_vec()))]);
         let out = bolt::reference::run(&g, &feeds).unwrap();
         // By the definition: after iteration i, acc = acc0 + x * (0 + 1 + ... + i).
         let acc0 = [0.5, -1.0, 2.0];
         let after = |i: i64| -> Vec<f64> { (0..3).map(|k| acc0[k] + x[k] * (i * (i + 1) / 2) as f64).collect() };
         let last = after(iterations - 1);
-        assert_eq!(out["y"].to_f64_vec(), last.iter().map(|v| v.max(0.0)).collect::<Vec<_>>(), "stop {stop}");
-        assert_eq!(out["steps"].shape, vec![iterations as usize, 3], "stop {stop}");
+        assert_eq!(out["y"].to_f64_vec(), last.iter().map(|v| v.max(0.0)).collect::<Vec<_>>(), "stop {stop:?}");
+        assert_eq!(out["steps"].shape, vec![iterations as usize, 3], "stop {stop:?}");
         let steps: Vec<f64> = (0..iterations).flat_map(after).collect();
-        assert_eq!(out["steps"].to_f64_vec(), steps, "stop {stop}");
+        assert_eq!(out["steps"].to_f64_vec(), steps, "stop {stop:?}");
     }
 }
 
 #[test]
 fn a_loop_stays_with_the_host_and_the_plan_around_it_keeps_its_meaning() {
-    let g = load(&loop_model(2));
+    let g = load(&loop_model(Some(2)));
     let plan = bolt::plan::plan(&g).unwrap();
     let host = plan.partitioning.host.iter().find(|h| h.op_type == "Loop").expect("the Loop is a host op");
     assert!(host.reason.contains("Loop") && host.reason.contains("run-time"), "{}", host.reason);
@@ -537,9 +544,29 @@ fn a_loop_stays_with_the_host_and_the_plan_around_it_keeps_its_meaning() {
     assert!(err.contains("steps") && err.contains("Loop") && err.contains("trip count"), "{err}");
 }
 
+/// `for i in range(5)`: the trip count is known, so the scan output's size is, and the
+/// standalone artifact runs the Loop as a host step between its kernels.
+#[test]
+fn a_loop_of_known_trip_count_compiles_into_an_artifact() {
+    let g = load(&loop_model(None));
+    let dir = tempfile::tempdir().unwrap();
+    let opts = bolt::artifact::CompileOptions { archs: vec![], ..bolt::artifact::CompileOptions::new(dir.path()) };
+    bolt::artifact::compile(&g, &opts).unwrap();
+    let art = bolt::artifact::Artifact::open(dir.path()).unwrap();
+    assert!(art.plan.host_ops.iter().any(|h| h.op_type == "Loop"));
+    let feeds = HashMap::from([("x".to_string(), Tensor::from_f32(vec![3], vec![0.5, 1.5, -3.0]))]);
+    let want = bolt::reference::run(&g, &feeds).unwrap();
+    let mut exec = bolt::runtime::open(&art, bolt::runtime::DeviceKind::Reference, &Default::default()).unwrap();
+    let got = exec.run(&feeds).unwrap();
+    for o in ["y", "steps"] {
+        assert_eq!(got[o].shape, want[o].shape, "{o}");
+        assert_eq!(got[o].to_f64_vec(), want[o].to_f64_vec(), "{o}");
+    }
+}
+
 #[test]
 fn malformed_loops_are_errors_naming_the_node() {
-    let mut m = loop_model(2);
+    let mut m = loop_model(Some(2));
     // Two carried values on the node, one in the body.
     m.graph.as_mut().unwrap().node[0].input.push("acc0".into());
     let err = bolt::import::load_bytes(&m.encode_to_vec(), None).unwrap_err().to_string();

@@ -194,13 +194,36 @@ pub fn infer_loop(
             _ => None,
         });
     }
+    let trips = fixed_trip_count(body, info(0), info(1));
     for k in 1 + carried..1 + outputs {
         types.push(out(k).map(|t| TensorType {
             dtype: t.dtype,
-            shape: t.shape.map(|s| Shape(std::iter::once(Dim::Unknown).chain(s.0).collect())),
+            shape: t.shape.map(|s| Shape(std::iter::once(trips.map_or(Dim::Unknown, Dim::Known)).chain(s.0).collect())),
         }));
     }
     Ok(types)
+}
+
+/// The number of iterations a `Loop` runs when planning can tell: a known trip count, with no
+/// condition or a known true one, and a body that passes its condition through unchanged
+/// (`for i in range(n)` as PyTorch and tf2onnx export it) or makes it a constant true.
+fn fixed_trip_count(body: &Graph, trips: Option<InputInfo>, cond: Option<InputInfo>) -> Option<usize> {
+    let m = trips?.value?.as_i64_vec().filter(|v| v.len() == 1)?[0];
+    if let Some(c) = cond {
+        if !takes_then(c.value?).ok()? {
+            return Some(0);
+        }
+    }
+    let (cond_in, cond_out) = (body.inputs.get(1)?, body.outputs.first()?);
+    let mut x: &str = cond_out;
+    // Follow Identities back from the body's condition output.
+    while let Some(n) =
+        body.nodes.iter().find(|n| n.outputs.first().map(String::as_str) == Some(x) && n.op == Op::Identity)
+    {
+        x = n.input(0)?;
+    }
+    let always = x == cond_in || body.initializers.get(x).is_some_and(|t| takes_then(t).unwrap_or(false));
+    always.then(|| m.max(0) as usize)
 }
 
 /// Runs a `Loop` node on its inputs (by position, as the node lists them) with `run`
