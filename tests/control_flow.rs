@@ -572,3 +572,67 @@ fn malformed_loops_are_errors_naming_the_node() {
     let err = bolt::import::load_bytes(&m.encode_to_vec(), None).unwrap_err().to_string();
     assert!(err.contains("'loop'") && err.contains("body declares 3 inputs"), "{err}");
 }
+
+// ---- Scan ----------------------------------------------------------------------------------
+
+/// `s, ys = Scan(s0, x) { s += x_t * w; y_t = s }` over the rows of x [4, 3] from the last to
+/// the first (scan_input_directions 1), the ys stacked along axis 1 ([3, 4]); `w` an enclosing
+/// value the body reads.
+fn scan_model() -> ModelProto {
+    let body = GraphProto {
+        name: Some("body".into()),
+        node: vec![
+            node("mul", "Mul", &["xt", "w"], &["xw"]),
+            node("add", "Add", &["s_in", "xw"], &["s_out"]),
+            node("y", "Identity", &["s_out"], &["yt"]),
+        ],
+        input: vec![value_info("s_in", &[3]), value_info("xt", &[3])],
+        output: vec![value_info("s_out", &[3]), value_info("yt", &[3])],
+        ..Default::default()
+    };
+    let scan = with_ints(
+        with_ints(
+            with_int(node("scan", "Scan", &["s0", "x"], &["s", "ys"]), "num_scan_inputs", 1),
+            "scan_input_directions",
+            &[1],
+        ),
+        "scan_output_axes",
+        &[1],
+    );
+    model(
+        17,
+        GraphProto {
+            name: Some("scan".into()),
+            node: vec![with_graph(scan, "body", body)],
+            initializer: vec![floats("s0", &[3], &[1.0, 0.0, -1.0]), floats("w", &[3], &[2.0, 0.5, 1.0])],
+            input: vec![value_info("x", &[4, 3])],
+            output: vec![value_info("s", &[]), value_info("ys", &[])],
+            ..Default::default()
+        },
+    )
+}
+
+#[test]
+fn a_scan_walks_its_input_in_its_direction_and_stacks_along_its_output_axis() {
+    let g = load(&scan_model());
+    assert_eq!(g.types["ys"].shape.as_ref().unwrap().to_string(), "[3, 4]");
+    let x: Vec<f32> = (0..12).map(|i| i as f32 * 0.5 - 2.0).collect();
+    let feeds = HashMap::from([("x".to_string(), Tensor::from_f32(vec![4, 3], x.clone()))]);
+    let out = bolt::reference::run(&g, &feeds).unwrap();
+    // By the definition: rows 3, 2, 1, 0 in turn; ys[:, t] is the state after the t-th step.
+    let (s0, w) = ([1.0f64, 0.0, -1.0], [2.0f64, 0.5, 1.0]);
+    let mut s = s0;
+    let mut ys = vec![0.0f64; 12];
+    for t in 0..4 {
+        let row = 3 - t;
+        for k in 0..3 {
+            s[k] += x[row * 3 + k] as f64 * w[k];
+            ys[k * 4 + t] = s[k];
+        }
+    }
+    assert_eq!(out["s"].to_f64_vec(), s.to_vec());
+    assert_eq!(out["ys"].shape, vec![3, 4]);
+    assert_eq!(out["ys"].to_f64_vec(), ys);
+    let plan = bolt::plan::plan(&g).unwrap();
+    assert!(plan.partitioning.host.iter().any(|h| h.op_type == "Scan" && h.reason.contains("Scan")));
+}

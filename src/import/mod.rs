@@ -180,6 +180,20 @@ fn import_graph(g: &proto::GraphProto, opset: i64, base_dir: Option<&Path>, scop
                 inputs.extend(captured.into_iter().map(Some));
                 Ok(ops::Parsed::Op(op))
             }
+            // Opset 8's Scan (a batch axis and sequence lengths) stays with the host.
+            None if op_type == "Scan"
+                && (n.domain().is_empty() || n.domain() == "ai.onnx")
+                && has_body(n)
+                && opset >= 9 =>
+            {
+                let (op, captured) = import_scan(n, opset, base_dir).map_err(|reason| Error::Node {
+                    node: name.clone(),
+                    op_type: op_type.clone(),
+                    reason,
+                })?;
+                inputs.extend(captured.into_iter().map(Some));
+                Ok(ops::Parsed::Op(op))
+            }
             None if op_type == "Loop" && (n.domain().is_empty() || n.domain() == "ai.onnx") && has_body(n) => {
                 let (op, captured) = import_loop(n, opset, base_dir).map_err(|reason| Error::Node {
                     node: name.clone(),
@@ -267,6 +281,66 @@ fn import_loop(
     }
     let captured = body.inputs[own..].to_vec();
     Ok((Op::Loop { body: Arc::new(body), carried }, captured))
+}
+
+/// A `Scan` node (opset 9 on): its body and attributes, and the enclosing values the body
+/// reads (which become the node's inputs after the states and scan inputs).
+fn import_scan(
+    n: &proto::NodeProto,
+    opset: i64,
+    base_dir: Option<&Path>,
+) -> std::result::Result<(Op, Vec<String>), String> {
+    let g = n.attribute.iter().find(|a| a.name() == "body").and_then(|a| a.g.as_ref()).ok_or("no body")?;
+    let body = import_graph(g, opset, base_dir, Scope::LoopBody).map_err(|e| format!("body: {e}"))?;
+    let a = attrs::Attrs::new(n);
+    let scans = usize::try_from(a.int("num_scan_inputs")?.ok_or("attribute 'num_scan_inputs' is missing")?)
+        .map_err(|_| "num_scan_inputs is negative".to_string())?;
+    if scans == 0 || scans > n.input.len() {
+        return Err(format!("num_scan_inputs {scans} with {} inputs", n.input.len()));
+    }
+    let states = n.input.len() - scans;
+    if g.input.len() != n.input.len() {
+        return Err(format!(
+            "the body declares {} inputs; the node has {} (states and scan inputs)",
+            g.input.len(),
+            n.input.len()
+        ));
+    }
+    if body.outputs.len() != n.output.len() || n.output.len() < states {
+        return Err(format!(
+            "the body has {} outputs and the node {}; both list the {states} states first",
+            body.outputs.len(),
+            n.output.len()
+        ));
+    }
+    let outs = n.output.len() - states;
+    let list = |name: &str, len: usize| -> std::result::Result<Vec<i64>, String> {
+        match a.ints(name)? {
+            None => Ok(vec![0; len]),
+            Some(v) if v.len() == len => Ok(v),
+            Some(v) => Err(format!("attribute '{name}' has {} entries for {len} values", v.len())),
+        }
+    };
+    let reverse = |name: &str, len: usize| -> std::result::Result<Vec<bool>, String> {
+        list(name, len)?
+            .into_iter()
+            .map(|d| match d {
+                0 => Ok(false),
+                1 => Ok(true),
+                d => Err(format!("attribute '{name}' has direction {d}; 0 or 1")),
+            })
+            .collect()
+    };
+    let attrs = crate::ir::ScanAttrs {
+        input_axes: list("scan_input_axes", scans)?,
+        input_reverse: reverse("scan_input_directions", scans)?,
+        output_axes: list("scan_output_axes", outs)?,
+        output_reverse: reverse("scan_output_directions", outs)?,
+        states,
+        body: Graph::default(),
+    };
+    let captured = body.inputs[n.input.len()..].to_vec();
+    Ok((Op::Scan(Arc::new(crate::ir::ScanAttrs { body, ..attrs })), captured))
 }
 
 /// Whether an `If` node carries any of its branches.

@@ -54,6 +54,7 @@ pub fn nodes_deep(g: &Graph) -> Vec<&Node> {
                 out.extend(nodes_deep(else_branch));
             }
             Op::Loop { body, .. } => out.extend(nodes_deep(body)),
+            Op::Scan(s) => out.extend(nodes_deep(&s.body)),
             _ => {}
         }
     }
@@ -200,6 +201,95 @@ pub fn infer_loop(
             dtype: t.dtype,
             shape: t.shape.map(|s| Shape(std::iter::once(trips.map_or(Dim::Unknown, Dim::Known)).chain(s.0).collect())),
         }));
+    }
+    Ok(types)
+}
+
+/// Output types of a `Scan` node from one pass of its body: the states typed as their initial
+/// values, each scan input's slice as the input without its scan axis, the enclosing values
+/// as they are. A scan output gains, at its axis, the scan inputs' length along theirs.
+pub fn infer_scan(
+    inputs: &[Option<String>],
+    infos: &[Option<InputInfo>],
+    s: &super::ScanAttrs,
+    outputs: usize,
+) -> Result<Vec<Option<TensorType>>, String> {
+    let body = &s.body;
+    let scans = s.input_axes.len();
+    let own = s.states + scans;
+    if body.outputs.len() != outputs || body.inputs.len() < own {
+        return Err(format!("the body has {} inputs and {} outputs", body.inputs.len(), body.outputs.len()));
+    }
+    let info = |k: usize| infos.get(k).copied().flatten();
+    let norm = |axis: i64, rank: usize| -> Result<usize, String> {
+        let a = if axis < 0 { axis + rank as i64 } else { axis };
+        usize::try_from(a).ok().filter(|&a| a < rank).ok_or_else(|| format!("axis {axis} out of range for rank {rank}"))
+    };
+    let mut probe = body.clone();
+    for i in 0..s.states {
+        match info(i).and_then(|x| x.ty) {
+            Some(ty) => probe.types.insert(body.inputs[i].clone(), ty.clone()),
+            None => return Ok(vec![None; outputs]),
+        };
+    }
+    let mut length = None;
+    for j in 0..scans {
+        let Some(ty) = info(s.states + j).and_then(|x| x.ty) else { return Ok(vec![None; outputs]) };
+        let Some(shape) = &ty.shape else { return Ok(vec![None; outputs]) };
+        let axis = norm(s.input_axes[j], shape.rank())?;
+        let d = shape.0[axis].clone();
+        match (&length, &d) {
+            (Some(Dim::Known(a)), Dim::Known(b)) if a != b => {
+                return Err(format!("scan inputs of lengths {a} and {b} along their scan axes"))
+            }
+            (None, _) | (Some(Dim::Unknown), _) => length = Some(d),
+            _ => {}
+        }
+        let mut slice = shape.0.clone();
+        slice.remove(axis);
+        probe.types.insert(body.inputs[s.states + j].clone(), TensorType::new(ty.dtype, Shape(slice)));
+    }
+    for (name, info) in inputs.iter().zip(infos).skip(own) {
+        let (Some(name), Some(info)) = (name, info) else { continue };
+        if let Some(ty) = info.ty {
+            probe.types.insert(name.clone(), ty.clone());
+        }
+        if let Some(v) = info.value.filter(|v| v.len() <= 1 << 16) {
+            probe.inputs.retain(|x| x != name);
+            probe.initializers.insert(name.clone(), Arc::new(v.clone()));
+        }
+    }
+    let declared = probe.types.clone();
+    super::infer::infer_branch(&mut probe, &declared).map_err(|e| format!("body: {e}"))?;
+    let out = |k: usize| probe.types.get(&probe.outputs[k]).cloned();
+    let mut types = Vec::with_capacity(outputs);
+    for i in 0..s.states {
+        let first = info(i).and_then(|x| x.ty).cloned();
+        types.push(match (first, out(i)) {
+            (Some(a), Some(b)) if a.dtype == b.dtype => {
+                Some(TensorType { dtype: a.dtype, shape: either_shape(a.shape, b.shape) })
+            }
+            (Some(a), Some(b)) => {
+                return Err(format!("state {i} enters as {} and leaves the body as {}", a.dtype, b.dtype))
+            }
+            _ => None,
+        });
+    }
+    for (k, axis) in s.output_axes.iter().enumerate() {
+        let Some(t) = out(s.states + k) else {
+            types.push(None);
+            continue;
+        };
+        let shape = match t.shape {
+            Some(sh) => {
+                let at = norm(*axis, sh.rank() + 1)?;
+                let mut dims = sh.0;
+                dims.insert(at, length.clone().unwrap_or(Dim::Unknown));
+                Some(Shape(dims))
+            }
+            None => None,
+        };
+        types.push(Some(TensorType { dtype: t.dtype, shape }));
     }
     Ok(types)
 }

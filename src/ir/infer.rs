@@ -89,6 +89,14 @@ fn infer_with_values(
                 }
                 vec![]
             }
+            Op::Scan(s) => {
+                match super::control::infer_scan(&node.inputs, &infos, s, node.outputs.len()) {
+                    Ok(t) => branches = Some(t),
+                    Err(r) if branch => return Err(Error::node(node, r)),
+                    Err(r) => tracing::warn!("node '{}' (Scan): {r}; its outputs stay untyped", node.name),
+                }
+                vec![]
+            }
             Op::Loop { body, carried } => {
                 match super::control::infer_loop(&node.inputs, &infos, body, *carried, node.outputs.len()) {
                     Ok(t) => branches = Some(t),
@@ -977,7 +985,7 @@ pub fn infer_node(op: &Op, infos: &[Option<InputInfo>]) -> Result<Vec<TensorType
             vec![h.types.into_iter().next().flatten().ok_or("start has no type")?]
         }
         // Typed where the graph is known (infer_with_values, control::infer_if).
-        Op::Opaque { .. } | Op::If { .. } | Op::Loop { .. } => vec![],
+        Op::Opaque { .. } | Op::If { .. } | Op::Loop { .. } | Op::Scan(_) => vec![],
     })
 }
 

@@ -349,6 +349,18 @@ pub enum RowEpilogue {
     Softmax,
 }
 
+/// What an ONNX Scan iterates: its body and how it walks its scan inputs and builds its scan
+/// outputs (axes as given, maybe negative; `reverse`: from the last slice to the first).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ScanAttrs {
+    pub body: super::Graph,
+    pub states: usize,
+    pub input_axes: Vec<i64>,
+    pub input_reverse: Vec<bool>,
+    pub output_axes: Vec<i64>,
+    pub output_reverse: Vec<bool>,
+}
+
 /// Layout of a conv kernel's tensors.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ConvLayout {
@@ -765,6 +777,12 @@ pub enum Op {
         body: Arc<super::Graph>,
         carried: usize,
     },
+    /// ONNX Scan (opset 9 on): runs `body` once per slice of its scan inputs. Inputs: the
+    /// `states` initial state values, the scan inputs, then the enclosing values the body
+    /// reads. The body's inputs: the states, one slice of each scan input (its scan axis
+    /// removed), then those enclosing values; its outputs: the states, then one slice of each
+    /// scan output, which the node stacks along that output's axis.
+    Scan(Arc<ScanAttrs>),
     /// Any other operator: imported as-is and left to the host framework.
     Opaque {
         domain: String,
@@ -871,6 +889,7 @@ impl Op {
             Op::FitLastAxis { .. } => "BoltFitLastAxis",
             Op::If { .. } => "If",
             Op::Loop { .. } => "Loop",
+            Op::Scan(_) => "Scan",
             Op::Opaque { op_type, .. } => op_type,
         }
     }

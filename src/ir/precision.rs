@@ -46,6 +46,10 @@ fn convert_graph(g: &Graph, to: DType, infer: bool) -> Result<Graph> {
                 *else_branch = Arc::new(convert_graph(else_branch, to, false)?);
             }
             Op::Loop { body, .. } => *body = Arc::new(convert_graph(body, to, false)?),
+            Op::Scan(s) => {
+                let body = convert_graph(&s.body, to, false)?;
+                *s = Arc::new(crate::ir::ScanAttrs { body, ..(**s).clone() });
+            }
             // LayerNormalization's statistics stay in its stash type (f32), as on GPUs.
             _ => {}
         }

@@ -170,6 +170,7 @@ pub fn partition(g: &Graph) -> Partitioning {
             (Op::Loop { .. }, _) => "control flow: a Loop, whose trip count and condition are run-time values; \
                                      the host runs its body"
                 .into(),
+            (Op::Scan(_), _) => "control flow: a Scan; the host runs its body once per slice".into(),
             (Op::Constant { .. }, _) => "constant (weights are read by the partitions that use them)".into(),
             (Op::Recurrent(_) | Op::RecurrentScan(_), _) => {
                 "a recurrent layer (RNN/GRU/LSTM) whose weights are not constants: its input projection cannot be \

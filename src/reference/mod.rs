@@ -41,9 +41,93 @@ pub fn eval_node(node: &Node, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>>
         }
         return Ok(values);
     }
+    if let Op::Scan(s) = &node.op {
+        return eval_scan(node, inputs, s).map_err(|r| Error::node(node, r));
+    }
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| eval_op(&node.op, inputs)))
         .unwrap_or_else(|p| Err(format!("internal error in the reference kernel: {}", panic_message(&p))))
         .map_err(|r| Error::node(node, r))
+}
+
+/// Runs a `Scan` node: the body once per slice of the scan inputs (each in its direction),
+/// the states threaded through, each scan output's slices stacked along its axis (in its
+/// direction).
+fn eval_scan(
+    node: &Node,
+    inputs: &[Option<&Tensor>],
+    s: &crate::ir::ScanAttrs,
+) -> std::result::Result<Vec<Tensor>, String> {
+    let body = &s.body;
+    let scans = s.input_axes.len();
+    let own = s.states + scans;
+    let input = |k: usize| inputs.get(k).copied().flatten().ok_or_else(|| format!("input {k} is missing"));
+    let norm = |axis: i64, rank: usize| -> std::result::Result<usize, String> {
+        let a = if axis < 0 { axis + rank as i64 } else { axis };
+        usize::try_from(a).ok().filter(|&a| a < rank).ok_or_else(|| format!("axis {axis} out of range for rank {rank}"))
+    };
+    let mut axes = Vec::with_capacity(scans);
+    let mut length = None;
+    for j in 0..scans {
+        let x = input(s.states + j)?;
+        let a = norm(s.input_axes[j], x.rank())?;
+        match length {
+            Some(n) if n != x.shape[a] => return Err(format!("scan inputs of lengths {n} and {}", x.shape[a])),
+            _ => length = Some(x.shape[a]),
+        }
+        axes.push(a);
+    }
+    let length = length.unwrap_or(0);
+    let mut states: Vec<Tensor> = (0..s.states).map(|i| input(i).cloned()).collect::<std::result::Result<_, _>>()?;
+    let captured: HashMap<String, Tensor> = node
+        .inputs
+        .iter()
+        .zip(inputs)
+        .skip(own)
+        .filter_map(|(name, t)| Some((name.clone()?, (*t)?.clone())))
+        .filter(|(name, _)| body.inputs.contains(name))
+        .collect();
+    let outs = s.output_axes.len();
+    let mut slices: Vec<Vec<Tensor>> = vec![Vec::new(); outs];
+    for t in 0..length {
+        let mut feeds = captured.clone();
+        for (i, v) in states.iter().enumerate() {
+            feeds.insert(body.inputs[i].clone(), v.clone());
+        }
+        for j in 0..scans {
+            let at = if s.input_reverse[j] { length - 1 - t } else { t };
+            let index = Tensor::from_i64(vec![], vec![at as i64]);
+            let slice = eval_op(&Op::Gather { axis: axes[j] as i64 }, &[Some(input(s.states + j)?), Some(&index)])?;
+            feeds.insert(body.inputs[s.states + j].clone(), slice.into_iter().next().ok_or("empty slice")?);
+        }
+        let mut r = run(body, &feeds).map_err(|e| format!("iteration {t}: {e}"))?;
+        let mut take = |o: &String| r.remove(o).ok_or_else(|| format!("body output '{o}' was not computed"));
+        for i in 0..s.states {
+            states[i] = take(&body.outputs[i])?;
+        }
+        for (k, v) in slices.iter_mut().enumerate() {
+            v.push(take(&body.outputs[s.states + k])?);
+        }
+    }
+    for (k, mut v) in slices.into_iter().enumerate() {
+        if v.is_empty() {
+            return Err(format!("scan output {k}: no iteration ran, so its slice shape is unknown"));
+        }
+        if s.output_reverse[k] {
+            v.reverse();
+        }
+        let at = norm(s.output_axes[k], v[0].rank() + 1)?;
+        let rows: Vec<Tensor> = v
+            .iter()
+            .map(|t| {
+                let mut shape = t.shape.clone();
+                shape.insert(at, 1);
+                t.reshaped(shape)
+            })
+            .collect();
+        let refs: Vec<Option<&Tensor>> = rows.iter().map(Some).collect();
+        states.extend(eval_op(&Op::Concat { axis: at as i64 }, &refs)?);
+    }
+    Ok(states)
 }
 
 /// Runs `graph` on `inputs` (by graph input name) and returns every graph output by name.

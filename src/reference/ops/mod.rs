@@ -115,7 +115,9 @@ pub fn eval_op(op: &Op, inputs: &[Option<&Tensor>]) -> OpResult {
         Op::FitLastAxis { to } => fused::fit_last_axis(req(inputs, 0)?, *to),
         Op::Opaque { why, .. } => Err(format!("not computed by the reference executor: {why}")),
         // Needs its input names to bind the branch's: crate::reference::eval_node runs it.
-        Op::If { .. } | Op::Loop { .. } => Err("control flow runs as a node (its graph reads inputs by name)".into()),
+        Op::If { .. } | Op::Loop { .. } | Op::Scan(_) => {
+            Err("control flow runs as a node (its graph reads inputs by name)".into())
+        }
     }
 }
 
