@@ -1401,12 +1401,8 @@ fn reference_only_artifact_packs_runs_and_says_what_it_cannot_do() {
 /// and the artifact gives the model's outputs on the reference device.
 #[test]
 fn a_softmax_fused_into_its_gemm_builds_one_sm80_gemm_softmax_kernel() {
-    let mut n = Net::new(DType::F32);
-    let x = n.input("x", &[40, 64]);
-    let y = n.linear(&x, 64, 96);
-    let p = n.op("softmax", Op::Softmax { axis: -1 }, &[&y]);
-    let mut g = n.finish(&[&p]);
-    g.name = "classifier-head".into();
+    let g = common::nets::softmax_head(40, 64, 96, -1);
+    let p = g.outputs[0].clone();
     for archs in [vec![Arch::Sm80], vec![Arch::Sm90]] {
         let dir = tempfile::tempdir().unwrap();
         let opts = CompileOptions {

@@ -12,14 +12,7 @@ use bolt_codegen::spec::{Arch, Family};
 use common::nets::Net;
 use std::collections::HashMap;
 
-/// x[m, k] @ W[k, n] + b, then Softmax over the last axis (`axis`).
-fn head(m: usize, k: usize, n: usize, axis: i64) -> Graph {
-    let mut net = Net::new(DType::F32);
-    let x = net.input("x", &[m, k]);
-    let y = net.linear(&x, k, n);
-    let p = net.op("softmax", Op::Softmax { axis }, &[&y]);
-    net.finish(&[&p])
-}
+use common::nets::softmax_head as head;
 
 fn options(mode: RowEpilogueMode) -> PlanOptions {
     PlanOptions { row_epilogue: mode, ..PlanOptions::default() }

@@ -171,31 +171,22 @@ fn import_graph(g: &proto::GraphProto, opset: i64, base_dir: Option<&Path>, scop
             None if op_type == "If" && (n.domain().is_empty() || n.domain() == "ai.onnx") && !has_branches(n) => {
                 Ok(ops::Parsed::Opaque("an If whose branches the host keeps"))
             }
-            None if op_type == "If" && (n.domain().is_empty() || n.domain() == "ai.onnx") => {
-                let (op, captured) = import_if(n, opset, base_dir).map_err(|reason| Error::Node {
-                    node: name.clone(),
-                    op_type: op_type.clone(),
-                    reason,
-                })?;
-                inputs.extend(captured.into_iter().map(Some));
-                Ok(ops::Parsed::Op(op))
-            }
-            // Opset 8's Scan (a batch axis and sequence lengths) stays with the host.
-            None if op_type == "Scan"
-                && (n.domain().is_empty() || n.domain() == "ai.onnx")
-                && has_body(n)
-                && opset >= 9 =>
+            // Control flow with its graphs: If, Loop, and Scan from opset 9 (opset 8's, with a
+            // batch axis and sequence lengths, stays with the host).
+            None if (n.domain().is_empty() || n.domain() == "ai.onnx")
+                && match op_type.as_str() {
+                    "If" => true,
+                    "Loop" => has_body(n),
+                    "Scan" => has_body(n) && opset >= 9,
+                    _ => false,
+                } =>
             {
-                let (op, captured) = import_scan(n, opset, base_dir).map_err(|reason| Error::Node {
-                    node: name.clone(),
-                    op_type: op_type.clone(),
-                    reason,
-                })?;
-                inputs.extend(captured.into_iter().map(Some));
-                Ok(ops::Parsed::Op(op))
-            }
-            None if op_type == "Loop" && (n.domain().is_empty() || n.domain() == "ai.onnx") && has_body(n) => {
-                let (op, captured) = import_loop(n, opset, base_dir).map_err(|reason| Error::Node {
+                let import = match op_type.as_str() {
+                    "If" => import_if,
+                    "Loop" => import_loop,
+                    _ => import_scan,
+                };
+                let (op, captured) = import(n, opset, base_dir).map_err(|reason| Error::Node {
                     node: name.clone(),
                     op_type: op_type.clone(),
                     reason,

@@ -71,6 +71,46 @@ pub fn takes_then(cond: &Tensor) -> Result<bool, String> {
     Ok(v[0] != 0.0)
 }
 
+/// Infers `probe` (a branch or body whose own inputs are typed already) with the enclosing
+/// values it reads typed as the node's inputs from `skip` on say, small known values folded in
+/// as they are outside it. `which` names it in errors.
+fn infer_with_enclosing(
+    mut probe: Graph,
+    inputs: &[Option<String>],
+    infos: &[Option<InputInfo>],
+    skip: usize,
+    which: &str,
+) -> Result<Graph, String> {
+    for (name, info) in inputs.iter().zip(infos).skip(skip) {
+        let (Some(name), Some(info)) = (name, info) else { continue };
+        if !probe.inputs.contains(name) {
+            continue;
+        }
+        if let Some(ty) = info.ty {
+            probe.types.insert(name.clone(), ty.clone());
+        }
+        if let Some(v) = info.value.filter(|v| v.len() <= 1 << 16) {
+            probe.inputs.retain(|x| x != name);
+            probe.initializers.insert(name.clone(), Arc::new(v.clone()));
+        }
+    }
+    let declared = probe.types.clone();
+    super::infer::infer_branch(&mut probe, &declared).map_err(|e| format!("{which}: {e}"))?;
+    Ok(probe)
+}
+
+/// The type of a value carried through iterations (a Loop's carried value, a Scan's state)
+/// entering as `first` and leaving the body as `last`: the dims the body keeps.
+fn carried_type(first: Option<TensorType>, last: Option<TensorType>, what: &str) -> Result<Option<TensorType>, String> {
+    match (first, last) {
+        (Some(a), Some(b)) if a.dtype == b.dtype => {
+            Ok(Some(TensorType { dtype: a.dtype, shape: either_shape(a.shape, b.shape) }))
+        }
+        (Some(a), Some(b)) => Err(format!("{what} enters as {} and leaves the body as {}", a.dtype, b.dtype)),
+        _ => Ok(None),
+    }
+}
+
 /// Output types of an `If` node (`inputs`: its input names; `infos`: what inference knows of
 /// them). Each branch is inferred with the types (and small constant values) of the enclosing
 /// values it reads.
@@ -89,23 +129,7 @@ pub fn infer_if(
         if b.outputs.len() != outputs {
             return Err(format!("{which} has {} outputs; the node has {outputs}", b.outputs.len()));
         }
-        let mut probe = b.clone();
-        for (name, info) in inputs.iter().zip(infos).skip(1) {
-            let (Some(name), Some(info)) = (name, info) else { continue };
-            if !b.inputs.contains(name) {
-                continue;
-            }
-            if let Some(ty) = info.ty {
-                probe.types.insert(name.clone(), ty.clone());
-            }
-            // Small known values fold inside the branch as they do outside it.
-            if let Some(v) = info.value.filter(|v| v.len() <= 1 << 16) {
-                probe.inputs.retain(|x| x != name);
-                probe.initializers.insert(name.clone(), Arc::new(v.clone()));
-            }
-        }
-        let declared = probe.types.clone();
-        super::infer::infer_branch(&mut probe, &declared).map_err(|e| format!("{which}: {e}"))?;
+        let probe = infer_with_enclosing(b.clone(), inputs, infos, 1, which)?;
         Ok(probe.outputs.iter().map(|o| probe.types.get(o).cloned()).collect())
     };
     Ok(match cond {
@@ -168,32 +192,12 @@ pub fn infer_loop(
             None => return Ok(vec![None; outputs]),
         };
     }
-    // Enclosing values: types, and small known values, which fold in the body as outside it.
-    for (name, info) in inputs.iter().zip(infos).skip(2 + carried) {
-        let (Some(name), Some(info)) = (name, info) else { continue };
-        if let Some(ty) = info.ty {
-            probe.types.insert(name.clone(), ty.clone());
-        }
-        if let Some(v) = info.value.filter(|v| v.len() <= 1 << 16) {
-            probe.inputs.retain(|x| x != name);
-            probe.initializers.insert(name.clone(), Arc::new(v.clone()));
-        }
-    }
-    let declared = probe.types.clone();
-    super::infer::infer_branch(&mut probe, &declared).map_err(|e| format!("body: {e}"))?;
+    let probe = infer_with_enclosing(probe, inputs, infos, 2 + carried, "body")?;
     let out = |k: usize| probe.types.get(&probe.outputs[k]).cloned();
     let mut types = Vec::with_capacity(outputs);
     for i in 0..carried {
         let first = info(2 + i).and_then(|x| x.ty).cloned();
-        types.push(match (first, out(1 + i)) {
-            (Some(a), Some(b)) if a.dtype == b.dtype => {
-                Some(TensorType { dtype: a.dtype, shape: either_shape(a.shape, b.shape) })
-            }
-            (Some(a), Some(b)) => {
-                return Err(format!("carried value {i} enters as {} and leaves the body as {}", a.dtype, b.dtype))
-            }
-            _ => None,
-        });
+        types.push(carried_type(first, out(1 + i), &format!("carried value {i}"))?);
     }
     let trips = fixed_trip_count(body, info(0), info(1));
     for k in 1 + carried..1 + outputs {
@@ -249,31 +253,12 @@ pub fn infer_scan(
         slice.remove(axis);
         probe.types.insert(body.inputs[s.states + j].clone(), TensorType::new(ty.dtype, Shape(slice)));
     }
-    for (name, info) in inputs.iter().zip(infos).skip(own) {
-        let (Some(name), Some(info)) = (name, info) else { continue };
-        if let Some(ty) = info.ty {
-            probe.types.insert(name.clone(), ty.clone());
-        }
-        if let Some(v) = info.value.filter(|v| v.len() <= 1 << 16) {
-            probe.inputs.retain(|x| x != name);
-            probe.initializers.insert(name.clone(), Arc::new(v.clone()));
-        }
-    }
-    let declared = probe.types.clone();
-    super::infer::infer_branch(&mut probe, &declared).map_err(|e| format!("body: {e}"))?;
+    let probe = infer_with_enclosing(probe, inputs, infos, own, "body")?;
     let out = |k: usize| probe.types.get(&probe.outputs[k]).cloned();
     let mut types = Vec::with_capacity(outputs);
     for i in 0..s.states {
         let first = info(i).and_then(|x| x.ty).cloned();
-        types.push(match (first, out(i)) {
-            (Some(a), Some(b)) if a.dtype == b.dtype => {
-                Some(TensorType { dtype: a.dtype, shape: either_shape(a.shape, b.shape) })
-            }
-            (Some(a), Some(b)) => {
-                return Err(format!("state {i} enters as {} and leaves the body as {}", a.dtype, b.dtype))
-            }
-            _ => None,
-        });
+        types.push(carried_type(first, out(i), &format!("state {i}"))?);
     }
     for (k, axis) in s.output_axes.iter().enumerate() {
         let Some(t) = out(s.states + k) else {

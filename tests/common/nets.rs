@@ -79,6 +79,17 @@ impl Net {
     }
 }
 
+/// A classifier head: x[m, k] @ W[k, n] + b (nn.Linear), then Softmax over `axis`.
+pub fn softmax_head(m: usize, k: usize, n: usize, axis: i64) -> Graph {
+    let mut net = Net::new(DType::F32);
+    let x = net.input("x", &[m, k]);
+    let y = net.linear(&x, k, n);
+    let p = net.op("softmax", Op::Softmax { axis }, &[&y]);
+    let mut g = net.finish(&[&p]);
+    g.name = "classifier-head".into();
+    g
+}
+
 /// Seeded inputs in [-1, 1) for every graph input (static shapes).
 pub fn inputs(g: &Graph) -> std::collections::HashMap<String, Tensor> {
     bolt::compile::synthetic_inputs(g, &Default::default(), 11).unwrap()
