@@ -230,9 +230,20 @@ fn import_graph(g: &proto::GraphProto, opset: i64, base_dir: Option<&Path>, scop
     Ok(graph)
 }
 
-/// Whether a `Loop` node carries its body (a host's graph API may hand it without).
+/// Whether a `Loop` or `Scan` node carries its body (a host's graph API may hand it without).
 fn has_body(n: &proto::NodeProto) -> bool {
     n.attribute.iter().any(|a| a.name() == "body" && a.g.is_some())
+}
+
+/// A Loop's or Scan's `body` attribute, as written and imported.
+fn import_body<'a>(
+    n: &'a proto::NodeProto,
+    opset: i64,
+    base_dir: Option<&Path>,
+) -> std::result::Result<(&'a proto::GraphProto, Graph), String> {
+    let g = n.attribute.iter().find(|a| a.name() == "body").and_then(|a| a.g.as_ref()).ok_or("no body")?;
+    let body = import_graph(g, opset, base_dir, Scope::LoopBody).map_err(|e| format!("body: {e}"))?;
+    Ok((g, body))
 }
 
 /// A `Loop` node: its body, and the enclosing values the body reads (which become the node's
@@ -242,8 +253,7 @@ fn import_loop(
     opset: i64,
     base_dir: Option<&Path>,
 ) -> std::result::Result<(Op, Vec<String>), String> {
-    let g = n.attribute.iter().find(|a| a.name() == "body").and_then(|a| a.g.as_ref()).ok_or("no body")?;
-    let body = import_graph(g, opset, base_dir, Scope::LoopBody).map_err(|e| format!("body: {e}"))?;
+    let (g, body) = import_body(n, opset, base_dir)?;
     if n.input.len() < 2 {
         return Err(format!(
             "Loop takes a trip count and a condition (either may be empty) before its carried values; the node has {} inputs",
@@ -281,8 +291,7 @@ fn import_scan(
     opset: i64,
     base_dir: Option<&Path>,
 ) -> std::result::Result<(Op, Vec<String>), String> {
-    let g = n.attribute.iter().find(|a| a.name() == "body").and_then(|a| a.g.as_ref()).ok_or("no body")?;
-    let body = import_graph(g, opset, base_dir, Scope::LoopBody).map_err(|e| format!("body: {e}"))?;
+    let (g, body) = import_body(n, opset, base_dir)?;
     let a = attrs::Attrs::new(n);
     let scans = usize::try_from(a.int("num_scan_inputs")?.ok_or("attribute 'num_scan_inputs' is missing")?)
         .map_err(|_| "num_scan_inputs is negative".to_string())?;
