@@ -531,6 +531,11 @@ fn a_loop_stays_with_the_host_and_the_plan_around_it_keeps_its_meaning() {
     let plan = bolt::plan::plan(&g).unwrap();
     let host = plan.partitioning.host.iter().find(|h| h.op_type == "Loop").expect("the Loop is a host op");
     assert!(host.reason.contains("Loop") && host.reason.contains("run-time"), "{}", host.reason);
+    // The body's constant (`stop`) is stored with the model's weights, read as an enclosing value.
+    let lp = plan.graph.nodes.iter().find(|n| matches!(n.op, Op::Loop { .. })).unwrap();
+    let Op::Loop { body, .. } = &lp.op else { unreachable!() };
+    assert!(plan.graph.initializers.contains_key("stop") && !body.initializers.contains_key("stop"));
+    assert!(lp.inputs.contains(&Some("stop".to_string())) && body.inputs.contains(&"stop".to_string()));
     let feeds = HashMap::from([("x".to_string(), Tensor::from_f32(vec![3], vec![0.5, 1.5, -3.0]))]);
     let want = bolt::reference::run(&g, &feeds).unwrap();
     let got = bolt::reference::run(&plan.graph, &feeds).unwrap();

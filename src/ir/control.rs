@@ -199,7 +199,7 @@ pub fn infer_loop(
         let first = info(2 + i).and_then(|x| x.ty).cloned();
         types.push(carried_type(first, out(1 + i), &format!("carried value {i}"))?);
     }
-    let trips = fixed_trip_count(body, info(0), info(1));
+    let trips = fixed_trip_count(&probe, info(0), info(1));
     for k in 1 + carried..1 + outputs {
         types.push(out(k).map(|t| TensorType {
             dtype: t.dtype,
@@ -280,8 +280,9 @@ pub fn infer_scan(
 }
 
 /// The number of iterations a `Loop` runs when planning can tell: a known trip count, with no
-/// condition or a known true one, and a body that passes its condition through unchanged
-/// (`for i in range(n)` as PyTorch and tf2onnx export it) or makes it a constant true.
+/// condition or a known true one, and a body (its known enclosing values folded in) that
+/// passes its condition through unchanged (`for i in range(n)` as PyTorch and tf2onnx export
+/// it) or makes it a constant true.
 fn fixed_trip_count(body: &Graph, trips: Option<InputInfo>, cond: Option<InputInfo>) -> Option<usize> {
     let m = trips?.value?.as_i64_vec().filter(|v| v.len() == 1)?[0];
     if let Some(c) = cond {
@@ -401,17 +402,22 @@ pub fn eval_if(
         .collect()
 }
 
-/// Moves the constants of `g`'s `If` branches (initializers and Constant nodes, nested
-/// branches' included) into `g`'s initializers, read by the `If` as inputs: a model's weights
-/// are stored once, with the others, whichever branch uses them. A name `g` already defines
-/// otherwise stays in its branch. Returns how many moved.
+/// Moves the constants of the graphs of `g`'s control-flow nodes (If branches, Loop and Scan
+/// bodies; initializers and Constant nodes, nested graphs' included) into `g`'s initializers,
+/// read by the node as enclosing values: a model's weights are stored once, with the others,
+/// whichever graph uses them. A name `g` already defines otherwise stays in its graph. Returns
+/// how many moved.
 pub fn hoist_constants(g: &mut Graph) -> usize {
     let mut moved = 0;
     for i in 0..g.nodes.len() {
-        let Op::If { then_branch, else_branch } = &g.nodes[i].op else { continue };
-        let (mut t, mut e) = ((**then_branch).clone(), (**else_branch).clone());
+        let mut graphs: Vec<Graph> = match &g.nodes[i].op {
+            Op::If { then_branch, else_branch } => vec![(**then_branch).clone(), (**else_branch).clone()],
+            Op::Loop { body, .. } => vec![(**body).clone()],
+            Op::Scan(s) => vec![s.body.clone()],
+            _ => continue,
+        };
         let mut lifted: Vec<String> = Vec::new();
-        for b in [&mut t, &mut e] {
+        for b in graphs.iter_mut() {
             moved += hoist_constants(b);
             let mut constants = Vec::new();
             b.nodes.retain(|n| match &n.op {
@@ -442,11 +448,19 @@ pub fn hoist_constants(g: &mut Graph) -> usize {
         }
         let node = &mut g.nodes[i];
         for name in lifted {
-            if !node.inputs[1..].contains(&Some(name.clone())) {
+            // Graph-defined names are unique across scopes: none is the node's own input yet.
+            if !node.inputs.contains(&Some(name.clone())) {
                 node.inputs.push(Some(name));
             }
         }
-        node.op = Op::If { then_branch: Arc::new(t), else_branch: Arc::new(e) };
+        let mut graphs = graphs.into_iter().map(Arc::new);
+        let mut next = || graphs.next().expect("one graph per slot");
+        node.op = match &node.op {
+            Op::If { .. } => Op::If { then_branch: next(), else_branch: next() },
+            Op::Loop { carried, .. } => Op::Loop { body: next(), carried: *carried },
+            Op::Scan(s) => Op::Scan(Arc::new(super::ScanAttrs { body: (*next()).clone(), ..(**s).clone() })),
+            other => other.clone(),
+        };
     }
     moved
 }
