@@ -241,7 +241,8 @@ fn exported(form: Export, s: usize, d: usize, dtype: DType) -> (Graph, HashMap<S
             let k = input(&mut g, "k_proj", &[B, s, H, d], 2);
             let v = input(&mut g, "v_proj", &[B, s, H, d], 3);
             let mask = g.input("mask", dtype, Shape::from_static(&[B, 1, 1, s]));
-            let pad: Vec<f64> = (0..B * s).map(|i| if i / s == 1 && i % s >= s / 2 && s > 1 { -1e4 } else { 0.0 }).collect();
+            let pad: Vec<f64> =
+                (0..B * s).map(|i| if i / s == 1 && i % s >= s / 2 && s > 1 { -1e4 } else { 0.0 }).collect();
             feeds.insert("mask".into(), Tensor::from_f64_as(dtype, vec![B, 1, 1, s], &pad).unwrap());
             let q = g.node("q_t", Op::Transpose { perm: Some(vec![0, 2, 1, 3]) }, &[&q]);
             let kt = g.node("k_t", Op::Transpose { perm: Some(vec![0, 2, 3, 1]) }, &[&k]);
@@ -301,7 +302,8 @@ fn exported_cores_run_as_one_attention_kernel_on_the_problem_the_device_launches
     for form in [Export::HuggingFace, Export::Sdpa, Export::Rank3] {
         for s in [1usize, 7, 16, 33] {
             // D = 15 (f32) and 12 (f16) are not whole vectors: padded to 16.
-            for (dtype, d) in [(DType::F32, 12), (DType::F16, 16), (DType::BF16, 8), (DType::F32, 15), (DType::F16, 12)] {
+            for (dtype, d) in [(DType::F32, 12), (DType::F16, 16), (DType::BF16, 8), (DType::F32, 15), (DType::F16, 12)]
+            {
                 let (g, feeds) = exported(form, s, d, dtype);
                 let plan = bolt::plan::plan(&g).unwrap();
                 let what = format!("{form:?} S={s} D={d} {dtype}");
@@ -414,4 +416,71 @@ fn bert_base_runs_every_core_as_an_attention_kernel() {
     }
     let md = bolt::plan::report::report("bert", &g, &plan, &Default::default()).to_markdown();
     assert!(md.contains("12 run as fused attention kernels"), "{md}");
+}
+
+/// On an sm90 build, an attention core the Hopper kernel suits (f16, no mask, D = D_v) gets
+/// both kernels: the plan records the Hopper spec beside the portable one and the library holds
+/// both (the Hopper one built for sm_90a). Which one the cuda device launches depends on the GPU
+/// and the problem (`runtime::attention::choose`): the Hopper kernel on sm90 where the query
+/// count is whole vectors, the sm80 kernel elsewhere; a core with a mask never gets one. The
+/// artifact's outputs on the reference device equal the model's. Needs nvcc; the kernels
+/// themselves run only on a GPU.
+#[test]
+fn an_sm90_build_carries_the_hopper_attention_kernel_and_the_device_picks_it_per_problem() {
+    use bolt::artifact::Artifact;
+    use bolt::artifact::CompileOptions;
+    use bolt::runtime::attention::choose;
+    use bolt_codegen::attention::AttentionSpec;
+    use bolt_codegen::spec::Arch;
+
+    let (s, d) = (16, 64);
+    let (g, feeds) = exported(Export::Rank3, s, d, DType::F16);
+    let dir = tempfile::tempdir().unwrap();
+    let opts = CompileOptions { archs: vec![Arch::Sm90], ..CompileOptions::new(dir.path()) };
+    let report = bolt::artifact::compile(&g, &opts).unwrap();
+    assert_eq!(report.attention_nodes, 1, "{report}");
+    let art = Artifact::open(dir.path()).unwrap();
+    let a = &art.plan.attention[0];
+    assert_eq!(a.spec.arch, Arch::Sm80);
+    let hopper = a.sm90.expect("an sm90 build of an f16 core without a mask has a Hopper kernel");
+    assert_eq!(hopper, AttentionSpec { arch: Arch::Sm90, ..a.spec });
+    let lib = bolt_codegen::loader::KernelLibrary::open(art.library.as_ref().unwrap()).unwrap();
+    let (portable, sm90) = (lib.attention(&a.spec).expect("sm80 kernel"), lib.attention(&hopper).expect("sm90 kernel"));
+    let unit = |symbol: &str| {
+        let m = lib.manifest();
+        let e = m.attention.iter().find(|e| e.symbol == symbol).unwrap();
+        m.units[e.unit].nvcc_arch.clone()
+    };
+    assert_eq!((unit(portable.symbol()), unit(sm90.symbol())), ("sm_80".to_string(), "sm_90a".to_string()));
+
+    let graph = art.graph();
+    let n = graph.nodes.iter().find(|n| n.name == a.node).unwrap();
+    let Op::Attention(op) = &n.op else { panic!("{:?}", n.op) };
+    let shapes = |s: usize| vec![vec![B, s, d]; 3];
+    let pick = |arch: Arch, s: usize| {
+        let shapes = shapes(s);
+        let refs: Vec<&[usize]> = shapes.iter().map(|x| x.as_slice()).collect();
+        choose(a, op, arch, &refs).unwrap()
+    };
+    let (spec, p, staging) = pick(Arch::Sm90, s);
+    assert_eq!((spec, staging), (hopper, None));
+    assert_eq!(sm90.can_implement(&p), bolt_codegen::abi::Status::Ok);
+    assert_eq!(sm90.workspace_size(&p), B * s * 4, "one f32 log-sum-exp per query row");
+    // 7 queries are not a whole vector: the Hopper kernel refuses them, the sm80 kernel runs.
+    let (spec, p, _) = pick(Arch::Sm90, 7);
+    assert_eq!(spec, a.spec);
+    assert_ne!(sm90.can_implement(&p), bolt_codegen::abi::Status::Ok);
+    assert_eq!(portable.can_implement(&p), bolt_codegen::abi::Status::Ok);
+    assert_eq!(pick(Arch::Sm80, s).0, a.spec, "an A100 runs the sm80 kernel");
+    // A masked core's kernel has no Hopper counterpart.
+    let masked = AttentionSpec { bias: true, ..a.spec };
+    assert!(masked.hopper(d as i64, d as i64).is_err());
+
+    let want = bolt::reference::run(&g, &feeds).unwrap();
+    let mut exec =
+        bolt::runtime::open(&art, bolt::runtime::DeviceKind::Reference, &bolt::runtime::RunOptions::default()).unwrap();
+    let got = exec.run(&feeds).unwrap();
+    let out = &g.outputs[0];
+    let worst = max_abs_diff(&got[out], &want[out]);
+    assert!(worst <= 1e-2, "artifact vs model: {worst}");
 }

@@ -1,9 +1,15 @@
 //! Fused attention kernels: `O = softmax(scale · Q·Kᵀ + bias) · V` per (batch, head) in one
-//! kernel, the scores never leaving the chip. The kernel is CUTLASS's memory-efficient
-//! attention (examples/41_fused_multi_head_attention, `AttentionKernel`: the sm80 mma.sync
-//! kernel, which runs on Hopper too), instantiated per [`AttentionSpec`] by one template
-//! (`templates/attention.cu.tera`) behind the same C ABI as every kernel
-//! (`BoltAttentionProblem`, `BoltAttentionArgs`; no workspace).
+//! kernel, the scores never leaving the chip, behind the same C ABI as every kernel
+//! (`BoltAttentionProblem`, `BoltAttentionArgs`). Two kernels, by [`AttentionSpec::arch`]:
+//!
+//! - **sm80**: CUTLASS's memory-efficient attention (examples/41_fused_multi_head_attention,
+//!   `AttentionKernel`: mma.sync, runs on Hopper too), f32/f16/bf16, any D and D_v up to 128,
+//!   an optional additive bias (the mask), no workspace. Template `templates/attention.cu.tera`.
+//! - **sm90**: CUTLASS's Hopper FMHA (examples/88_hopper_fmha: TMA, wgmma, warp-specialized
+//!   cooperative consumers, FlashAttention-3's schedule), f16/bf16, D = D_v, no bias, query
+//!   counts of whole vectors, a positive scale; its workspace takes the rows' log-sum-exp the
+//!   kernel also writes. Template `templates/sm90_attention.cu.tera`. What it cannot take, the
+//!   sm80 kernel does: a planner records both and the runtime picks per problem.
 //!
 //! Operands are strided 4-D views `[batch, heads, seq, dim]` whose last axis is contiguous:
 //! Q `[B, H, S_q, D]`, K `[B, H, S_k, D]` (K, not Kᵀ: a model's Kᵀ is usually a transpose of
@@ -11,14 +17,16 @@
 //! attention mask) is `[B, H, S_q, S_k]` by strides with the key axis contiguous; a stride of
 //! 0 broadcasts. The output is dense in the spec's [`OutputLayout`].
 //!
-//! Each kernel instantiates `AttentionKernel<T, Sm80, aligned, queries, keys, head_dim_max,
+//! Each sm80 kernel instantiates `AttentionKernel<T, Sm80, aligned, queries, keys, head_dim_max,
 //! no dropout, bias, ToBatchHook>`: the generated hook moves Q, K and V to the block's batch and
 //! the output to its batch (and, for `Bhsd`, head) so that the kernel's own head and query
 //! offsets land in the spec's layout; with K and V shared by all heads it also keeps the kernel
 //! off its one-query "heads as rows" path, which assumes CUTLASS's own `[B, S, H, D]` layouts.
-//! [`render_unit`] writes the units, [`crate::builder::Builder::build_all`] compiles them in
-//! units of their own ([`KERNELS_PER_UNIT`]) with the example's directory ([`include_dir`]) and
-//! [`SUPPORT_FILES`] on the include path ([`compile_command`]).
+//! Each sm90 kernel instantiates the example's `FmhaBuilder` with `(seq, dim, (batch, head))`
+//! strides for every operand and the output, so both layouts are strides only.
+//! [`render_unit`] writes the units (one arch each), [`crate::builder::Builder::build_all`]
+//! compiles them in units of their own ([`KERNELS_PER_UNIT`]) with the arch's example directory
+//! ([`include_dir`]) and [`SUPPORT_FILES`] on the include path ([`compile_command`]).
 
 use std::path::{Path, PathBuf};
 
@@ -42,6 +50,10 @@ pub enum OutputLayout {
 /// One fused attention kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct AttentionSpec {
+    /// Which kernel: sm80 (example 41, runs on every arch Bolt targets) or sm90 (example 88,
+    /// Hopper only). Plans written before the sm90 kernel existed hold sm80 ones.
+    #[serde(default = "sm80")]
+    pub arch: Arch,
     /// Q, K, V, bias and output type; f32 multiplies on tensor cores with 3xTF32 (f32 accuracy),
     /// f16/bf16 accumulate in f32.
     pub element: Element,
@@ -51,6 +63,10 @@ pub struct AttentionSpec {
     /// Whether the kernel reads an additive bias (mask).
     pub bias: bool,
     pub output: OutputLayout,
+}
+
+fn sm80() -> Arch {
+    Arch::Sm80
 }
 
 /// The vector width (elements) of attention kernels on `element` data (128-bit accesses).
@@ -79,6 +95,8 @@ pub enum AttentionRejection {
     Stride { what: &'static str, value: i64 },
     #[error("{what} {value}: above the kernel's index range")]
     Range { what: &'static str, value: i64 },
+    #[error("the Hopper kernel takes {0}")]
+    Hopper(&'static str),
 }
 
 impl AttentionRejection {
@@ -96,6 +114,14 @@ pub fn validate(spec: &AttentionSpec) -> Result<(), AttentionRejection> {
     if !HEAD_DIM_MAX.contains(&spec.head_dim_max) {
         return Err(AttentionRejection::HeadDimMax(spec.head_dim_max));
     }
+    if spec.arch == Arch::Sm90 {
+        if !matches!(spec.element, Element::F16 | Element::BF16) {
+            return Err(AttentionRejection::Hopper("f16 and bf16 data only"));
+        }
+        if spec.bias {
+            return Err(AttentionRejection::Hopper("no additive mask (bias)"));
+        }
+    }
     Ok(())
 }
 
@@ -110,7 +136,19 @@ impl AttentionSpec {
     ) -> Option<AttentionSpec> {
         let need = d.max(d_v);
         let head_dim_max = *HEAD_DIM_MAX.iter().find(|&&m| need >= 1 && need <= i64::from(m))?;
-        Some(AttentionSpec { element, head_dim_max, bias, output })
+        Some(AttentionSpec { arch: Arch::Sm80, element, head_dim_max, bias, output })
+    }
+
+    /// The Hopper kernel for what this (sm80) kernel computes, or why there is none: the
+    /// element, the mask, and head dims D = D_v (`d`, `d_v`) decide; the problem's own limits
+    /// ([`AttentionSpec::check`]) are the runtime's to meet, problem by problem.
+    pub fn hopper(&self, d: i64, d_v: i64) -> Result<AttentionSpec, AttentionRejection> {
+        let spec = AttentionSpec { arch: Arch::Sm90, ..*self };
+        validate(&spec)?;
+        if d != d_v {
+            return Err(AttentionRejection::Hopper("one head dim for Q, K and V (D = D_v)"));
+        }
+        Ok(spec)
     }
 
     /// Vector width (elements) of the operands' loads: every stride but the contiguous axes'
@@ -119,18 +157,31 @@ impl AttentionSpec {
         alignment(self.element)
     }
 
-    /// Queries and keys per thread block (as CUTLASS's example picks them).
+    /// Queries and keys per thread block (as CUTLASS's examples pick them).
     pub fn tile(&self) -> (u32, u32) {
-        if self.head_dim_max <= 64 {
-            (64, 64)
-        } else {
-            (32, 128)
+        match (self.arch, self.head_dim_max <= 64) {
+            (Arch::Sm80, true) => (64, 64),
+            (Arch::Sm80, false) => (32, 128),
+            (Arch::Sm90, true) => (128, 64),
+            (Arch::Sm90, false) => (128, 128),
+        }
+    }
+
+    /// Device workspace bytes `<symbol>_workspace_size` answers for `p` (checked): none for
+    /// sm80 kernels, one f32 log-sum-exp per query row for sm90 ones.
+    pub fn workspace_bytes(&self, p: &BoltAttentionProblem) -> usize {
+        match self.arch {
+            Arch::Sm80 => 0,
+            Arch::Sm90 => (p.batch * p.heads * p.seq_q) as usize * 4,
         }
     }
 
     /// What `<symbol>_can_implement` checks, on the host (the generated code checks the same).
     pub fn check(&self, p: &BoltAttentionProblem) -> Result<(), AttentionRejection> {
         validate(self)?;
+        if self.arch == Arch::Sm90 {
+            return self.check_sm90(p);
+        }
         for (what, value) in [
             ("batch", p.batch),
             ("heads", p.heads),
@@ -220,6 +271,99 @@ impl AttentionSpec {
         Ok(())
     }
 
+    /// [`AttentionSpec::check`] for the Hopper kernel (templates/sm90_attention.cu.tera's
+    /// `check_problem`, in its order): every stride, the output's and the log-sum-exp's too, is
+    /// a 32-bit TMA stride of whole 16-byte vectors.
+    fn check_sm90(&self, p: &BoltAttentionProblem) -> Result<(), AttentionRejection> {
+        for (what, value) in [
+            ("batch", p.batch),
+            ("heads", p.heads),
+            ("seq_q", p.seq_q),
+            ("seq_k", p.seq_k),
+            ("head_dim", p.head_dim),
+            ("head_dim_v", p.head_dim_v),
+        ] {
+            if value < 1 {
+                return Err(AttentionRejection::Extent { what, value });
+            }
+        }
+        for d in [p.head_dim, p.head_dim_v] {
+            if d > i64::from(self.head_dim_max) {
+                return Err(AttentionRejection::HeadDim(d));
+            }
+        }
+        if p.head_dim != p.head_dim_v {
+            return Err(AttentionRejection::Hopper("one head dim for Q, K and V (D = D_v)"));
+        }
+        if !(p.scale > 0.0) {
+            return Err(AttentionRejection::Hopper("a positive scale (its online softmax maxes unscaled scores)"));
+        }
+        let all = [p.q_strides, p.k_strides, p.v_strides];
+        let strided: [(&'static str, i64); 9] = [
+            ("q batch stride", p.q_strides[0]),
+            ("q head stride", p.q_strides[1]),
+            ("q seq stride", p.q_strides[2]),
+            ("k batch stride", p.k_strides[0]),
+            ("k head stride", p.k_strides[1]),
+            ("k seq stride", p.k_strides[2]),
+            ("v batch stride", p.v_strides[0]),
+            ("v head stride", p.v_strides[1]),
+            ("v seq stride", p.v_strides[2]),
+        ];
+        for &(what, value) in &strided {
+            if value < 0 {
+                return Err(AttentionRejection::Stride { what, value });
+            }
+        }
+        for (axis, extent) in [(0, p.batch), (1, p.heads)] {
+            if extent > 1 && all.iter().any(|s| s[axis] == 0) {
+                return Err(AttentionRejection::Hopper(
+                    "no operand shared by several batches or heads (stride 0): not a TMA view",
+                ));
+            }
+        }
+        let a = self.alignment();
+        if p.head_dim % a != 0 {
+            return Err(AttentionRejection::Misaligned { what: "head_dim", value: p.head_dim, alignment: a });
+        }
+        for &(what, value) in &strided {
+            if value % a != 0 {
+                return Err(AttentionRejection::Misaligned { what, value, alignment: a });
+            }
+        }
+        if p.seq_q % a != 0 {
+            return Err(AttentionRejection::Misaligned {
+                what: "seq_q (the kernel's query count)",
+                value: p.seq_q,
+                alignment: a,
+            });
+        }
+        let int = i64::from(i32::MAX);
+        for &(what, value) in &strided {
+            if value > int {
+                return Err(AttentionRejection::Range { what, value });
+            }
+        }
+        for (what, value, limit) in [
+            ("seq_q", p.seq_q, int),
+            ("seq_k", p.seq_k, int),
+            ("batch", p.batch, GRID_LIMIT),
+            ("heads", p.heads, GRID_LIMIT),
+        ] {
+            if value > limit {
+                return Err(AttentionRejection::Range { what, value });
+            }
+        }
+        let out = p.heads.saturating_mul(p.seq_q).saturating_mul(p.head_dim_v);
+        if out > int {
+            return Err(AttentionRejection::Range {
+                what: "heads x seq_q x head_dim_v (output batch stride)",
+                value: out,
+            });
+        }
+        Ok(())
+    }
+
     /// The output's element strides over `[B, H, S_q, D_v]` (dense in the spec's layout).
     pub fn output_strides(&self, p: &BoltAttentionProblem) -> [i64; 4] {
         match self.output {
@@ -273,14 +417,19 @@ impl AttentionSpec {
     }
 }
 
-/// A unique readable symbol: `bolt_attention_<element>_d<max>_<bias|nobias>_<layout>`.
+/// A unique readable symbol: `bolt_attention_<element>_d<max>_<bias|nobias>_<layout>` for
+/// sm80 kernels, `bolt_sm90_attention_...` for sm90 ones.
 pub fn symbol_for(spec: &AttentionSpec) -> String {
     let layout = match spec.output {
         OutputLayout::Bhsd => "bhsd",
         OutputLayout::Bshd => "bshd",
     };
+    let prefix = match spec.arch {
+        Arch::Sm80 => "bolt_attention",
+        Arch::Sm90 => "bolt_sm90_attention",
+    };
     format!(
-        "bolt_attention_{}_d{}_{}_{layout}",
+        "{prefix}_{}_d{}_{}_{layout}",
         spec.element.name(),
         spec.head_dim_max,
         if spec.bias { "bias" } else { "nobias" }
@@ -292,14 +441,21 @@ pub fn symbol_for(spec: &AttentionSpec) -> String {
 // ================================================================================================
 
 pub const TEMPLATE: &str = "attention.cu.tera";
+/// The Hopper kernel's template.
+pub const SM90_TEMPLATE: &str = "sm90_attention.cu.tera";
 
-/// The example's directory in the CUTLASS tree (`kernel_forward.h` and the headers it
-/// includes), added to the include path of attention units only.
+/// The sm80 kernel's example directory in the CUTLASS tree (`kernel_forward.h` and the headers
+/// it includes), added to the include path of sm80 attention units only.
 pub const EXAMPLE_DIR: &str = "examples/41_fused_multi_head_attention";
+/// The sm90 kernel's (`kernel/fmha_kernel_builder.hpp` and its collectives).
+pub const SM90_EXAMPLE_DIR: &str = "examples/88_hopper_fmha";
 
-/// `<cutlass>/examples/41_fused_multi_head_attention`.
-pub fn include_dir(toolchain: &bolt_cutlass::Toolchain) -> PathBuf {
-    toolchain.cutlass_dir().join(EXAMPLE_DIR)
+/// `<cutlass>/examples/41_fused_multi_head_attention` for sm80, `.../88_hopper_fmha` for sm90.
+pub fn include_dir(toolchain: &bolt_cutlass::Toolchain, arch: Arch) -> PathBuf {
+    toolchain.cutlass_dir().join(match arch {
+        Arch::Sm80 => EXAMPLE_DIR,
+        Arch::Sm90 => SM90_EXAMPLE_DIR,
+    })
 }
 
 /// Subdirectory of a build's include directory holding [`SUPPORT_FILES`], on the include path
@@ -330,25 +486,26 @@ pub fn write_support_files(include: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// An nvcc invocation for a rendered attention unit: sm_80 SASS + compute_80 PTX, `include`
-/// (with `bolt_kernel.h` and, after [`write_support_files`], the support headers) and the
-/// example's headers on the include path.
+/// An nvcc invocation for a rendered attention unit of `arch`'s kernels: sm_80 SASS +
+/// compute_80 PTX or sm_90a, `include` (with `bolt_kernel.h` and, after
+/// [`write_support_files`], the support headers) and the example's headers on the include path.
 pub fn compile_command<'a>(
     toolchain: &'a bolt_cutlass::Toolchain,
+    arch: Arch,
     source: &Path,
     output: &Path,
     include: &Path,
 ) -> bolt_cutlass::Compile<'a> {
-    Arch::Sm80
-        .targets(toolchain.compile(source, output))
+    arch.targets(toolchain.compile(source, output))
         .include(include)
         .include(include.join(SUPPORT_DIR))
-        .include(include_dir(toolchain))
+        .include(include_dir(toolchain, arch))
 }
 
-/// Attention kernels per translation unit. Measured on 2 cores: a unit of one kernel takes 9 s
-/// of nvcc (mostly the headers), one of all 24 specs 48 s and 0.74 GB (≈1.7 s per kernel), so
-/// several share the headers while units still compile in parallel.
+/// Attention kernels per translation unit. Measured on 2 cores (sm80): a unit of one kernel
+/// takes 9 s of nvcc (mostly the headers), one of all 24 specs 48 s and 0.74 GB (≈1.7 s per
+/// kernel), so several share the headers while units still compile in parallel. An sm90
+/// kernel takes ≈45 s on its own.
 pub const KERNELS_PER_UNIT: usize = 8;
 
 #[derive(Serialize)]
@@ -363,6 +520,9 @@ struct Context<'a> {
     bias: bool,
     bshd: bool,
     grid_limit: i64,
+    // The sm90 template's names for the tile.
+    block_q: u32,
+    block_k: u32,
 }
 
 /// One attention kernel's block (relies on the unit prologue, like [`crate::render::render`]).
@@ -381,29 +541,59 @@ pub fn render(spec: &AttentionSpec, symbol: &str) -> Result<String, RenderError>
         bias: spec.bias,
         bshd: spec.output == OutputLayout::Bshd,
         grid_limit: GRID_LIMIT,
+        block_q: queries_per_block,
+        block_k: keys_per_block,
     };
-    crate::render::render_template(TEMPLATE, &crate::render::to_context(&context)?)
+    let template = match spec.arch {
+        Arch::Sm80 => TEMPLATE,
+        Arch::Sm90 => SM90_TEMPLATE,
+    };
+    crate::render::render_template(template, &crate::render::to_context(&context)?)
 }
 
-/// Headers a unit with attention kernels needs (`kernel_forward.h` from [`include_dir`]).
-pub fn includes() -> [&'static str; 2] {
-    ["cutlass/cutlass.h", "kernel_forward.h"]
+/// Headers a unit of `arch`'s attention kernels needs (from [`include_dir`]).
+pub fn includes(arch: Arch) -> &'static [&'static str] {
+    match arch {
+        Arch::Sm80 => &["cutlass/cutlass.h", "kernel_forward.h"],
+        Arch::Sm90 => &[
+            "cute/tensor.hpp",
+            "cutlass/cutlass.h",
+            "cutlass/cluster_launch.hpp",
+            "cutlass/device_kernel.h",
+            "cutlass/kernel_hardware_info.h",
+            "collective/fmha_fusion.hpp",
+            "kernel/fmha_kernel_builder.hpp",
+        ],
+    }
 }
 
-/// Attention kernels as one `.cu` unit: the shared prologue, then each block. Compile it with
-/// [`compile_command`].
+/// Attention kernels of one arch as one `.cu` unit: the shared prologue, then each block.
+/// Compile it with [`compile_command`].
 pub fn render_unit(kernels: &[(&AttentionSpec, &str)]) -> Result<String, RenderError> {
-    crate::render::assemble_unit(kernels, &includes(), render)
+    let arch = kernels.first().map_or(Arch::Sm80, |(s, _)| s.arch);
+    if kernels.iter().any(|(s, _)| s.arch != arch) {
+        return Err(RenderError::Unsupported {
+            field: "attention",
+            reason: "sm80 and sm90 attention kernels in one unit (each arch compiles apart)".into(),
+        });
+    }
+    crate::render::assemble_unit(kernels, includes(arch), render)
 }
 
-/// Every spec the family has: 3 elements x 2 head dims x bias or not x 2 output layouts.
+/// Every spec the family has: sm80, 3 elements x 2 head dims x bias or not x 2 output layouts;
+/// sm90, f16 and bf16 x 2 head dims x 2 output layouts (no bias).
 pub fn all_specs() -> Vec<AttentionSpec> {
     let mut specs = Vec::new();
-    for element in [Element::F16, Element::BF16, Element::F32] {
-        for head_dim_max in HEAD_DIM_MAX {
-            for bias in [false, true] {
-                for output in [OutputLayout::Bhsd, OutputLayout::Bshd] {
-                    specs.push(AttentionSpec { element, head_dim_max, bias, output });
+    for arch in [Arch::Sm80, Arch::Sm90] {
+        for element in [Element::F16, Element::BF16, Element::F32] {
+            for head_dim_max in HEAD_DIM_MAX {
+                for bias in [false, true] {
+                    for output in [OutputLayout::Bhsd, OutputLayout::Bshd] {
+                        let spec = AttentionSpec { arch, element, head_dim_max, bias, output };
+                        if validate(&spec).is_ok() {
+                            specs.push(spec);
+                        }
+                    }
                 }
             }
         }
@@ -541,7 +731,8 @@ mod tests {
             let mut bias: Vec<f64> = values(span(p.bias_strides, [b, h, sq, sk]), 4).iter().map(|x| 3.0 * x).collect();
             bias[1] = -1e30; // a masked key
             for output in [OutputLayout::Bhsd, OutputLayout::Bshd] {
-                let with = AttentionSpec { element: Element::F16, head_dim_max: 64, bias: true, output };
+                let with =
+                    AttentionSpec { arch: Arch::Sm80, element: Element::F16, head_dim_max: 64, bias: true, output };
                 let without = AttentionSpec { bias: false, ..with };
                 let got = with.eval(&p, &q, &k, &v, Some(&bias));
                 assert_close(&got, &naive(&p, output, &q, &k, &v, Some(&bias)), &format!("{name} {output:?} bias"));
@@ -555,7 +746,13 @@ mod tests {
     #[test]
     fn eval_of_a_fully_masked_row_is_nan() {
         let p = problem(1, 1, 2, 3, 8, 8);
-        let spec = AttentionSpec { element: Element::F32, head_dim_max: 64, bias: true, output: OutputLayout::Bhsd };
+        let spec = AttentionSpec {
+            arch: Arch::Sm80,
+            element: Element::F32,
+            head_dim_max: 64,
+            bias: true,
+            output: OutputLayout::Bhsd,
+        };
         let (q, k, v) = (values(16, 5), values(24, 6), values(24, 7));
         let bias = [f64::NEG_INFINITY, f64::NEG_INFINITY, f64::NEG_INFINITY, 0.0, 0.0, 0.0];
         let out = spec.eval(&p, &q, &k, &v, Some(&bias));
@@ -565,8 +762,14 @@ mod tests {
 
     #[test]
     fn check_refuses_what_the_kernel_cannot_do() {
-        let f16 = AttentionSpec { element: Element::F16, head_dim_max: 64, bias: true, output: OutputLayout::Bshd };
-        let f32 = AttentionSpec { element: Element::F32, ..f16 };
+        let f16 = AttentionSpec {
+            arch: Arch::Sm80,
+            element: Element::F16,
+            head_dim_max: 64,
+            bias: true,
+            output: OutputLayout::Bshd,
+        };
+        let f32 = AttentionSpec { arch: Arch::Sm80, element: Element::F32, ..f16 };
         let p = problem(2, 4, 100, 48, 64, 64);
         assert_eq!(f16.check(&p), Ok(()));
         assert_eq!((f16.alignment(), f32.alignment()), (8, 4));
@@ -610,14 +813,22 @@ mod tests {
 
     #[test]
     fn renders_one_block_per_spec_behind_the_abi() {
-        let specs = all_specs();
-        assert_eq!(specs.len(), 24);
-        let symbols: Vec<String> = specs.iter().map(symbol_for).collect();
-        let mut unique = symbols.clone();
+        let all = all_specs();
+        assert_eq!(all.len(), 32);
+        let mut unique: Vec<String> = all.iter().map(symbol_for).collect();
         unique.sort();
         unique.dedup();
-        assert_eq!(unique.len(), 24);
-        let spec = AttentionSpec { element: Element::BF16, head_dim_max: 128, bias: false, output: OutputLayout::Bshd };
+        assert_eq!(unique.len(), 32);
+        let specs: Vec<AttentionSpec> = all.iter().copied().filter(|s| s.arch == Arch::Sm80).collect();
+        assert_eq!(specs.len(), 24);
+        let symbols: Vec<String> = specs.iter().map(symbol_for).collect();
+        let spec = AttentionSpec {
+            arch: Arch::Sm80,
+            element: Element::BF16,
+            head_dim_max: 128,
+            bias: false,
+            output: OutputLayout::Bshd,
+        };
         let symbol = symbol_for(&spec);
         assert_eq!(symbol, "bolt_attention_bf16_d128_nobias_bshd");
         let code = render(&spec, &symbol).unwrap();
@@ -634,7 +845,13 @@ mod tests {
             assert!(code.contains(needle), "missing {needle}:\n{code}");
         }
         assert!(!code.contains("attn_bias_ptr = const_cast"));
-        let bhsd = AttentionSpec { element: Element::F32, head_dim_max: 64, bias: true, output: OutputLayout::Bhsd };
+        let bhsd = AttentionSpec {
+            arch: Arch::Sm80,
+            element: Element::F32,
+            head_dim_max: 64,
+            bias: true,
+            output: OutputLayout::Bhsd,
+        };
         let code = render(&bhsd, "k").unwrap();
         assert!(code.contains("params.o_strideM = int32_t(p.head_dim_v);") && code.contains("using Element = float;"));
         assert!(code.contains("p.seq_k % kAlignment != 0") && code.contains("constexpr int kAlignment = 4;"));
@@ -644,5 +861,74 @@ mod tests {
         assert_eq!(unit.matches("_launch(void *params, void *stream)").count(), 24);
         assert!(render(&AttentionSpec { head_dim_max: 96, ..spec }, "k").is_err());
         assert!(render_unit(&[(&spec, "k"), (&bhsd, "k")]).is_err());
+
+        // The Hopper kernel: its own template, headers and symbols; one arch per unit.
+        let hopper = AttentionSpec { arch: Arch::Sm90, ..spec };
+        let symbol = symbol_for(&hopper);
+        assert_eq!(symbol, "bolt_sm90_attention_bf16_d128_nobias_bshd");
+        let unit = render_unit(&[(&hopper, &symbol)]).unwrap();
+        for needle in [
+            "#include <kernel/fmha_kernel_builder.hpp>",
+            "using TileShape = Shape<_128, _128, _128>;",
+            "cutlass::fmha::collective::ResidualFusion",
+            "Stride const stride_o{h * int(p.head_dim_v), _1{}, cute::make_tuple(sq * h * int(p.head_dim_v), int(p.head_dim_v))};",
+            "params_.mainloop.scale_softmax = scale;",
+            "extern \"C\" size_t bolt_sm90_attention_bf16_d128_nobias_bshd_workspace_size(",
+        ] {
+            assert!(unit.contains(needle), "missing {needle}:\n{unit}");
+        }
+        assert!(!unit.contains("kernel_forward.h"));
+        let d64 = AttentionSpec { head_dim_max: 64, output: OutputLayout::Bhsd, ..hopper };
+        assert!(render(&d64, "k").unwrap().contains("using TileShape = Shape<_128, _64, _64>;"));
+        assert!(render_unit(&[(&hopper, "a"), (&spec, "b")]).is_err());
+        for bad in [AttentionSpec { bias: true, ..hopper }, AttentionSpec { element: Element::F32, ..hopper }] {
+            assert!(matches!(validate(&bad), Err(AttentionRejection::Hopper(_))), "{bad:?}");
+            assert!(render(&bad, "k").is_err());
+        }
+    }
+
+    #[test]
+    fn the_hopper_kernel_takes_what_its_template_checks() {
+        let sm80 = AttentionSpec {
+            arch: Arch::Sm80,
+            element: Element::F16,
+            head_dim_max: 64,
+            bias: false,
+            output: OutputLayout::Bshd,
+        };
+        let sm90 = sm80.hopper(64, 64).unwrap();
+        assert_eq!(sm90, AttentionSpec { arch: Arch::Sm90, ..sm80 });
+        assert!(matches!(sm80.hopper(64, 32), Err(AttentionRejection::Hopper(_))));
+        assert!(AttentionSpec { bias: true, ..sm80 }.hopper(64, 64).is_err());
+        assert!(AttentionSpec { element: Element::F32, ..sm80 }.hopper(64, 64).is_err());
+        let p = problem(2, 4, 128, 77, 64, 64);
+        assert_eq!(sm90.check(&p), Ok(()));
+        assert_eq!(sm90.workspace_bytes(&p), 2 * 4 * 128 * 4);
+        assert_eq!(sm80.workspace_bytes(&p), 0);
+        let rejected = |q: BoltAttentionProblem| sm90.check(&q).unwrap_err();
+        // What the sm80 kernel takes and this one does not: ragged query counts, D != D_v,
+        // a negative scale, K and V shared by the heads.
+        assert_eq!(sm80.check(&problem(2, 4, 100, 77, 64, 64)), Ok(()));
+        assert_eq!(rejected(problem(2, 4, 100, 77, 64, 64)).status(), Status::MisalignedOperand);
+        assert!(matches!(rejected(problem(2, 4, 128, 77, 64, 32)), AttentionRejection::Hopper(_)));
+        assert!(matches!(rejected(BoltAttentionProblem { scale: -1.0, ..p }), AttentionRejection::Hopper(_)));
+        let shared = BoltAttentionProblem { k_strides: [77 * 64, 0, 64], v_strides: [77 * 64, 0, 64], ..p };
+        assert_eq!(sm80.check(&shared), Ok(()));
+        assert!(matches!(rejected(shared), AttentionRejection::Hopper(_)));
+        // One batch or head read through a zero stride is a mode of extent 1: taken.
+        let single = BoltAttentionProblem {
+            q_strides: [0, 0, 64],
+            k_strides: [0, 0, 64],
+            v_strides: [0, 0, 64],
+            ..problem(1, 1, 64, 9, 64, 64)
+        };
+        assert_eq!(sm90.check(&single), Ok(()));
+        // 32-bit strides, the output's batch stride too.
+        assert!(matches!(
+            rejected(BoltAttentionProblem { q_strides: [1 << 31, 64, 256], ..p }),
+            AttentionRejection::Range { .. }
+        ));
+        let long = BoltAttentionProblem { heads: 4096, seq_q: 1 << 14, ..p };
+        assert!(matches!(sm90.check(&long), Err(AttentionRejection::Range { .. })));
     }
 }

@@ -476,7 +476,7 @@ impl Builder {
             ExampleHeaders::Attention => {
                 c = c
                     .include(include.join(crate::attention::SUPPORT_DIR))
-                    .include(crate::attention::include_dir(&self.toolchain))
+                    .include(crate::attention::include_dir(&self.toolchain, class.arch))
             }
             ExampleHeaders::GemmSoftmax => {
                 c = c.include(self.toolchain.cutlass_dir().join(crate::sm80::GEMM_SOFTMAX_EXAMPLE_DIR))
@@ -703,9 +703,19 @@ impl Builder {
         for (i, kernels) in stitch_units.into_iter().enumerate() {
             groups.push((Arch::Sm80, format!("{}_stitch_{i:03}", opts.name), UnitKernels::Stitch(kernels)));
         }
-        let attention_units = group_units(attention_selected.into_iter().collect(), crate::attention::KERNELS_PER_UNIT);
-        for (i, kernels) in attention_units.into_iter().enumerate() {
-            groups.push((Arch::Sm80, format!("{}_attention_{i:03}", opts.name), UnitKernels::Attention(kernels)));
+        // Attention units per arch: each arch's kernels see their own example's headers.
+        let mut attention_by_arch: BTreeMap<Arch, Vec<(String, crate::attention::AttentionSpec)>> = BTreeMap::new();
+        for (symbol, spec) in attention_selected {
+            attention_by_arch.entry(spec.arch).or_default().push((symbol, spec));
+        }
+        for (arch, kernels) in attention_by_arch {
+            let tag = match arch {
+                Arch::Sm80 => "attention".to_string(),
+                Arch::Sm90 => format!("{}_attention", arch_tag(arch)),
+            };
+            for (i, kernels) in group_units(kernels, crate::attention::KERNELS_PER_UNIT).into_iter().enumerate() {
+                groups.push((arch, format!("{}_{tag}_{i:03}", opts.name), UnitKernels::Attention(kernels)));
+            }
         }
         let recurrent_units = group_units(recurrent_selected.into_iter().collect(), crate::recurrent::KERNELS_PER_UNIT);
         for (i, kernels) in recurrent_units.into_iter().enumerate() {

@@ -627,26 +627,36 @@ impl AttentionKernel {
         self.functions.params_size()
     }
 
-    /// Checks `problem` and `args` and builds the kernel's Params (attention kernels need no
-    /// workspace). Sets the kernel's shared-memory attribute when it needs more than 48 KiB, so
-    /// it needs the device current.
+    /// Bytes of device workspace the kernel needs for `problem` (0 for sm80 kernels; the sm90
+    /// kernel's rows' log-sum-exp; 0 for a problem it refuses).
+    pub fn workspace_size(&self, problem: &BoltAttentionProblem) -> usize {
+        // SAFETY: a valid pointer to the problem struct attention kernels take.
+        unsafe { self.functions.workspace_size(problem as *const BoltAttentionProblem as *const c_void) }
+    }
+
+    /// Checks `problem` and `args` and builds the kernel's Params in `workspace`
+    /// ([`AttentionKernel::workspace_size`] bytes; null when that is 0). Sets the kernel's
+    /// shared-memory attribute when it needs more than 48 KiB, and (sm90) encodes its TMA
+    /// descriptors, so it needs the device current.
     ///
     /// # Safety
     /// `args` holds device pointers to Q, K, V, the bias (when the spec reads one) and the
     /// output, of the sizes and strides `problem` implies (or pointers the kernel refuses before
-    /// any CUDA call: null, misaligned); `stream` is a live stream of the current device (or
-    /// null).
+    /// any CUDA call: null, misaligned); `workspace` is device memory of `workspace_bytes`;
+    /// `stream` is a live stream of the current device (or null).
     pub unsafe fn initialize(
         &self,
         problem: &BoltAttentionProblem,
         args: &BoltAttentionArgs,
+        workspace: *mut c_void,
+        workspace_bytes: usize,
         stream: *mut c_void,
     ) -> Result<Params<BoltAttentionArgs>, CallError> {
         self.functions.initialize(
             problem as *const BoltAttentionProblem as *const c_void,
             args,
-            std::ptr::null_mut(),
-            0,
+            workspace,
+            workspace_bytes,
             stream,
         )
     }

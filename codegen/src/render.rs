@@ -55,6 +55,7 @@ const TEMPLATES: &[(&str, &str)] = &[
     (crate::glue::TEMPLATE, include_str!("../../templates/glue.cu.tera")),
     (crate::stitch::TEMPLATE, include_str!("../../templates/stitch.cu.tera")),
     (crate::attention::TEMPLATE, include_str!("../../templates/attention.cu.tera")),
+    (crate::attention::SM90_TEMPLATE, include_str!("../../templates/sm90_attention.cu.tera")),
     (crate::recurrent::TEMPLATE, include_str!("../../templates/recurrent.cu.tera")),
 ];
 

@@ -25,7 +25,7 @@ use bolt_codegen::abi::{BoltAttentionArgs, BoltAttentionProblem, CanImplementFn,
 use bolt_codegen::attention::{self, AttentionSpec, OutputLayout, GRID_LIMIT};
 use bolt_codegen::builder::Templates;
 use bolt_codegen::loader::KernelLibrary;
-use bolt_codegen::spec::Element;
+use bolt_codegen::spec::{Arch, Element};
 use build_support::{builder, init_tracing, toolchain};
 
 fn dense(b: i64, h: i64, sq: i64, sk: i64, d: i64, dv: i64) -> BoltAttentionProblem {
@@ -58,6 +58,17 @@ fn problems(a: i64, m: i64) -> Vec<(String, BoltAttentionProblem)> {
                 ..p
             },
         ),
+        // One batch and head given as broadcast views (stride 0): a mode of extent 1.
+        (
+            "one batch and head, zero strides".into(),
+            BoltAttentionProblem {
+                q_strides: [0, 0, m],
+                k_strides: [0, 0, m],
+                v_strides: [0, 0, m],
+                ..dense(1, 1, 64, 40, m, m)
+            },
+        ),
+        ("negative scale".into(), BoltAttentionProblem { scale: -0.5, ..p }),
         ("head dim too big".into(), BoltAttentionProblem { head_dim: m + a, ..p }),
         ("value head dim too big".into(), BoltAttentionProblem { head_dim_v: m + a, ..p }),
         ("misaligned head dim".into(), BoltAttentionProblem { head_dim: m - a / 2, ..p }),
@@ -107,17 +118,40 @@ fn problems(a: i64, m: i64) -> Vec<(String, BoltAttentionProblem)> {
     v
 }
 
-/// Golden renders (BOLT_BLESS=1 rewrites them): one kernel of each tile, layout and bias.
+/// Golden renders (BOLT_BLESS=1 rewrites them): one kernel of each tile, layout and bias, and
+/// a Hopper kernel.
 #[test]
 fn renders_match_the_golden_files() {
     let cases = [
         (
             "attention_f16_d64_bias_bhsd",
-            AttentionSpec { element: Element::F16, head_dim_max: 64, bias: true, output: OutputLayout::Bhsd },
+            AttentionSpec {
+                arch: Arch::Sm80,
+                element: Element::F16,
+                head_dim_max: 64,
+                bias: true,
+                output: OutputLayout::Bhsd,
+            },
         ),
         (
             "attention_f32_d128_nobias_bshd",
-            AttentionSpec { element: Element::F32, head_dim_max: 128, bias: false, output: OutputLayout::Bshd },
+            AttentionSpec {
+                arch: Arch::Sm80,
+                element: Element::F32,
+                head_dim_max: 128,
+                bias: false,
+                output: OutputLayout::Bshd,
+            },
+        ),
+        (
+            "sm90_attention_f16_d64_nobias_bhsd",
+            AttentionSpec {
+                arch: Arch::Sm90,
+                element: Element::F16,
+                head_dim_max: 64,
+                bias: false,
+                output: OutputLayout::Bhsd,
+            },
         ),
     ];
     common::assert_golden(cases.into_iter().map(|(name, spec)| {
@@ -129,12 +163,50 @@ fn renders_match_the_golden_files() {
 
 #[test]
 fn every_attention_kernel_builds_loads_and_answers_the_abi() {
+    let specs: Vec<AttentionSpec> = attention::all_specs().into_iter().filter(|s| s.arch == Arch::Sm80).collect();
+    assert_eq!(specs.len(), 24);
+    builds_loads_and_answers_the_abi(&specs);
+}
+
+/// The Hopper kernels (CUTLASS's example 88) take ≈45 s of nvcc each: two of the eight, one per
+/// head-dim tile, element and output layout between them.
+#[test]
+fn hopper_attention_kernels_build_load_and_answer_the_abi() {
+    let all = attention::all_specs();
+    let sm90: Vec<&AttentionSpec> = all.iter().filter(|s| s.arch == Arch::Sm90).collect();
+    assert_eq!(sm90.len(), 8, "f16/bf16 x head dims 64/128 x 2 layouts, no bias");
+    let specs = [
+        AttentionSpec {
+            arch: Arch::Sm90,
+            element: Element::F16,
+            head_dim_max: 64,
+            bias: false,
+            output: OutputLayout::Bshd,
+        },
+        AttentionSpec {
+            arch: Arch::Sm90,
+            element: Element::BF16,
+            head_dim_max: 128,
+            bias: false,
+            output: OutputLayout::Bhsd,
+        },
+    ];
+    assert!(specs.iter().all(|s| all.contains(s)));
+    builds_loads_and_answers_the_abi(&specs);
+}
+
+/// Builds `specs` (one arch) into one library, loads it, and checks every kernel's answers
+/// through the ABI: can_implement is `AttentionSpec::check`, the workspace size is
+/// `AttentionSpec::workspace_bytes`, set-up refuses bad pointers and a short workspace before
+/// any CUDA call; a second build comes from the cache.
+fn builds_loads_and_answers_the_abi(specs: &[AttentionSpec]) {
     init_tracing();
     let dir = tempfile::tempdir().unwrap();
-    let specs = attention::all_specs();
+    let arch = specs[0].arch;
+    assert!(specs.iter().all(|s| s.arch == arch));
     let build = |out: &str| {
         builder(dir.path().join(out), dir.path().join("cache"))
-            .build_all(&Templates, &[], &[], &[], &[], &specs, &[])
+            .build_all(&Templates, &[], &[], &[], &[], specs, &[])
             .unwrap_or_else(|e| panic!("{e}"))
     };
     let t = Instant::now();
@@ -152,27 +224,32 @@ fn every_attention_kernel_builds_loads_and_answers_the_abi() {
         cold.link_seconds.unwrap_or(0.0),
         t.elapsed().as_secs_f64()
     );
-    assert_eq!(cold.symbols.len(), 24);
+    let n = specs.len();
+    assert_eq!(cold.symbols.len(), n);
     assert!(cold.units.iter().all(|u| u.symbols.len() <= attention::KERNELS_PER_UNIT));
 
     let lib = KernelLibrary::open(&cold.library).unwrap();
     let manifest = lib.manifest();
     assert!(manifest.kernels.is_empty() && manifest.stitch.is_empty());
-    assert_eq!((manifest.attention.len(), lib.attention_kernels().len()), (24, 24));
-    let flags = &manifest.nvcc_flags["sm_80 attention"];
-    let example = attention::include_dir(&toolchain());
+    assert_eq!((manifest.attention.len(), lib.attention_kernels().len()), (n, n));
+    let (nvcc_arch, target) = match arch {
+        Arch::Sm80 => ("sm_80", "arch=compute_80,code=compute_80"),
+        Arch::Sm90 => ("sm_90a", "arch=compute_90a,code=sm_90a"),
+    };
+    let flags = &manifest.nvcc_flags[&format!("{nvcc_arch} attention")];
+    let example = attention::include_dir(&toolchain(), arch);
     assert!(flags.iter().any(|f| *f == format!("-I{}", example.display())), "{flags:?}");
     assert!(flags.iter().any(|f| f.ends_with(attention::SUPPORT_DIR)), "{flags:?}");
-    assert!(flags.iter().any(|f| f == "arch=compute_80,code=compute_80"), "{flags:?}");
+    assert!(flags.iter().any(|f| f == target), "{flags:?}");
     for entry in &manifest.attention {
         assert!(manifest.units[entry.unit].symbols.contains(&entry.symbol));
-        assert_eq!(manifest.units[entry.unit].nvcc_arch, "sm_80");
+        assert_eq!(manifest.units[entry.unit].nvcc_arch, nvcc_arch);
         assert_eq!(entry.symbol, attention::symbol_for(&entry.spec));
     }
     let raw = unsafe { libloading::Library::new(&cold.library) }.unwrap();
 
     let mut seen = BTreeSet::new();
-    for spec in &specs {
+    for spec in specs {
         let kernel = lib.attention(spec).unwrap_or_else(|| panic!("{spec:?} not in the library"));
         let symbol = kernel.symbol();
         assert_eq!((kernel.spec(), symbol), (spec, attention::symbol_for(spec).as_str()));
@@ -190,9 +267,16 @@ fn every_attention_kernel_builds_loads_and_answers_the_abi() {
             *unsafe { raw.get::<CanImplementFn>(format!("{symbol}_can_implement").as_bytes()) }.unwrap();
         assert_eq!(unsafe { can_implement(std::ptr::null()) }.status(), Status::NullArgument);
 
-        // Set-up: pointers are checked before any CUDA call.
-        let p = dense(2, 3, 100, 64, m, m);
+        // Set-up: pointers and the workspace are checked before any CUDA call.
+        let sq = if arch == Arch::Sm90 { 96 } else { 100 };
+        let p = dense(2, 3, sq, 64, m, m);
         assert_eq!(kernel.can_implement(&p), Status::Ok);
+        let ws = kernel.workspace_size(&p);
+        assert_eq!(ws, spec.workspace_bytes(&p), "{symbol}");
+        if arch == Arch::Sm90 {
+            assert_eq!(ws, 2 * 3 * 96 * 4, "{symbol}: one f32 log-sum-exp per query row");
+        }
+        assert_eq!(kernel.workspace_size(&BoltAttentionProblem { head_dim: m + a, ..p }), 0);
         let at = |x: usize| x as *const c_void;
         let fake = BoltAttentionArgs {
             q: at(0x10000),
@@ -202,8 +286,10 @@ fn every_attention_kernel_builds_loads_and_answers_the_abi() {
             o: 0x50000 as *mut c_void,
         };
         let null = std::ptr::null_mut();
-        let init =
-            |args: &BoltAttentionArgs| unsafe { kernel.initialize(&p, args, null) }.map(drop).map_err(|e| e.status);
+        let workspace = if ws > 0 { 0x80000 as *mut c_void } else { null };
+        let init = |args: &BoltAttentionArgs| {
+            unsafe { kernel.initialize(&p, args, workspace, ws, null) }.map(drop).map_err(|e| e.status)
+        };
         assert_eq!(init(&BoltAttentionArgs::default()), Err(Status::NullArgument), "{symbol}");
         assert_eq!(init(&BoltAttentionArgs { v: std::ptr::null(), ..fake }), Err(Status::NullArgument));
         assert_eq!(init(&BoltAttentionArgs { o: null, ..fake }), Err(Status::NullArgument));
@@ -224,14 +310,20 @@ fn every_attention_kernel_builds_loads_and_answers_the_abi() {
             // The kernel takes no bias: whatever is given is ignored.
             assert_eq!(no_bias, with_bias, "{symbol}");
         }
+        if ws > 0 {
+            let short = unsafe { kernel.initialize(&p, &fake, workspace, ws - 1, null) }.unwrap_err();
+            assert_eq!(short.status, Status::WorkspaceTooSmall, "{symbol}");
+            let none = unsafe { kernel.initialize(&p, &fake, null, ws, null) }.unwrap_err();
+            assert_eq!(none.status, Status::WorkspaceTooSmall, "{symbol}");
+        }
         let bad = BoltAttentionProblem { head_dim: m + a, ..p };
-        let err = unsafe { kernel.initialize(&bad, &fake, null) }.unwrap_err();
+        let err = unsafe { kernel.initialize(&bad, &fake, workspace, ws, null) }.unwrap_err();
         assert_eq!(err.status, Status::UnsupportedProblem);
         assert_eq!(err.to_string(), format!("{symbol}_initialize: unsupported problem"));
-        // Above 48 KiB of shared memory (f32, head dim 128) initialize sets the kernel's
-        // attribute: without a GPU, CUTLASS_INTERNAL rather than a crash.
-        let big_smem = spec.element == Element::F32 && spec.head_dim_max == 128;
-        match unsafe { kernel.initialize(&p, &fake, null) } {
+        // Above 48 KiB of shared memory (sm80: f32, head dim 128; every sm90 kernel) initialize
+        // sets the kernel's attribute first: without a GPU, CUTLASS_INTERNAL rather than a crash.
+        let big_smem = arch == Arch::Sm90 || (spec.element == Element::F32 && spec.head_dim_max == 128);
+        match unsafe { kernel.initialize(&p, &fake, workspace, ws, null) } {
             Ok(mut params) => {
                 assert_eq!(params.symbol(), symbol);
                 assert!(params.bytes() >= size);
@@ -367,8 +459,20 @@ fn blocks_address_their_batch_head_and_queries_in_both_layouts() {
 
     // 64 queries per block with a bias into [B, H, S_q, D_v]; 32 per block into [B, S_q, H, D_v].
     let specs = [
-        AttentionSpec { element: Element::F16, head_dim_max: 64, bias: true, output: OutputLayout::Bhsd },
-        AttentionSpec { element: Element::BF16, head_dim_max: 128, bias: false, output: OutputLayout::Bshd },
+        AttentionSpec {
+            arch: Arch::Sm80,
+            element: Element::F16,
+            head_dim_max: 64,
+            bias: true,
+            output: OutputLayout::Bhsd,
+        },
+        AttentionSpec {
+            arch: Arch::Sm80,
+            element: Element::BF16,
+            head_dim_max: 128,
+            bias: false,
+            output: OutputLayout::Bshd,
+        },
     ];
     let (b, h, sq, sk, d) = (2, 3, 65, 16, 16);
     let problems = [
@@ -409,7 +513,8 @@ fn blocks_address_their_batch_head_and_queries_in_both_layouts() {
     let source = dir.join("replay.cu");
     std::fs::write(&source, attention::render_unit(&pairs).unwrap() + &replay_main(&main)).unwrap();
     let object = dir.join("replay.o");
-    let compiled = attention::compile_command(&tc, &source, &object, &include).run().unwrap_or_else(|e| panic!("{e}"));
+    let compiled =
+        attention::compile_command(&tc, Arch::Sm80, &source, &object, &include).run().unwrap_or_else(|e| panic!("{e}"));
     eprintln!("{} attention kernels + the replay compiled in {:.1}s", specs.len(), compiled.elapsed.as_secs_f64());
     let exe = dir.join("replay");
     let link = Command::new(tc.nvcc()).args(["-cudart", "static", "-o"]).arg(&exe).arg(&object).output().unwrap();

@@ -253,13 +253,18 @@ pub struct NodeRecurrent {
 
 /// A planned fused attention node (`Op::Attention`) that an attention kernel of the library
 /// runs. One kernel serves every shape bucket and arch (the problem comes from the input shapes
-/// at run time; sm_80 SASS and compute_80 PTX).
+/// at run time; sm_80 SASS and compute_80 PTX); on an sm90 GPU the Hopper kernel runs instead
+/// where the artifact has one and it takes the run's problem.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct NodeAttention {
     pub node: String,
     /// Prefix of the library's `<symbol>_run` etc.
     pub symbol: String,
     pub spec: bolt_codegen::attention::AttentionSpec,
+    /// The Hopper kernel (CUTLASS's example 88), when the artifact is built for sm90 and the
+    /// node suits it (f16/bf16, no mask, D = D_v) in some bucket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sm90: Option<bolt_codegen::attention::AttentionSpec>,
 }
 
 /// A planned node the host runs (the runtime's CPU reference), and why.

@@ -365,10 +365,10 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
     // some bucket's shapes do not fit stays on the host in all.
     let mut attention: BTreeMap<String, NodeAttention> = BTreeMap::new();
     for n in graph.nodes.iter().filter(|n| matches!(n.op, Op::Attention(_))) {
-        match attention_for_buckets(&graph, n, &buckets) {
-            Ok(spec) => {
+        match attention_for_buckets(&graph, n, &buckets, opts.archs.contains(&Arch::Sm90)) {
+            Ok((spec, sm90)) => {
                 let symbol = bolt_codegen::attention::symbol_for(&spec);
-                attention.insert(n.name.clone(), NodeAttention { node: n.name.clone(), symbol, spec });
+                attention.insert(n.name.clone(), NodeAttention { node: n.name.clone(), symbol, spec, sm90 });
             }
             Err(why) => {
                 host_reason.insert(n.name.clone(), format!("no attention kernel: {why}"));
@@ -391,7 +391,8 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
     let mut recurrent_specs: Vec<bolt_codegen::recurrent::RecurrentSpec> = recurrent.values().map(|a| a.spec).collect();
     recurrent_specs.sort_by_key(bolt_codegen::recurrent::symbol_for);
     recurrent_specs.dedup();
-    let mut attention_specs: Vec<bolt_codegen::attention::AttentionSpec> = attention.values().map(|a| a.spec).collect();
+    let mut attention_specs: Vec<bolt_codegen::attention::AttentionSpec> =
+        attention.values().flat_map(|a| std::iter::once(a.spec).chain(a.sm90)).collect();
     attention_specs.sort_by_key(bolt_codegen::attention::symbol_for);
     attention_specs.dedup();
     let mut stitch_specs: Vec<StitchSpec> = Vec::new();
@@ -627,14 +628,18 @@ fn recurrent_for_buckets(
     Ok(spec)
 }
 
-/// The attention kernel of node `n`, checked against every bucket's shapes.
+/// The attention kernel of node `n`, checked against every bucket's shapes, and with `hopper`
+/// (an sm90 build) the Hopper kernel too where it takes some bucket's problem.
 fn attention_for_buckets(
     graph: &Graph,
     n: &crate::ir::Node,
     buckets: &[BTreeMap<String, usize>],
-) -> std::result::Result<bolt_codegen::attention::AttentionSpec, String> {
+    hopper: bool,
+) -> std::result::Result<(bolt_codegen::attention::AttentionSpec, Option<bolt_codegen::attention::AttentionSpec>), String>
+{
     let Op::Attention(a) = &n.op else { return Err("not an attention node".into()) };
     let spec = crate::plan::lower::attention_spec(graph, n)?;
+    let mut sm90 = None;
     for bucket in buckets {
         let bindings: DimBindings = bucket.clone().into_iter().collect();
         let bound = crate::plan::edit::bind_inputs(graph, &bindings).map_err(|e| e.to_string())?;
@@ -647,7 +652,11 @@ fn attention_for_buckets(
             })
             .collect::<std::result::Result<_, _>>()?;
         let refs: Vec<&[usize]> = shapes.iter().map(|s| s.as_slice()).collect();
-        crate::plan::lower::attention_problem(a, &spec, &refs).map_err(|why| format!("bucket {bucket:?}: {why}"))?;
+        let (problem, _) = crate::plan::lower::attention_problem(a, &spec, &refs)
+            .map_err(|why| format!("bucket {bucket:?}: {why}"))?;
+        if hopper && sm90.is_none() {
+            sm90 = spec.hopper(problem.head_dim, problem.head_dim_v).ok().filter(|h| h.check(&problem).is_ok());
+        }
     }
-    Ok(spec)
+    Ok((spec, sm90))
 }

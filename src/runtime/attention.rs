@@ -4,9 +4,13 @@
 //! padded rows as the cuda device stages it. So the artifact's attention nodes run end to end
 //! here through the kernel's strides, and tests compare them with onnxruntime.
 
+use crate::artifact::format::NodeAttention;
 use crate::ir::{DType, Tensor, TensorData};
 use crate::partition::attention::FusedAttention;
+use crate::plan::lower::MaskStaging;
+use bolt_codegen::abi::BoltAttentionProblem;
 use bolt_codegen::attention::AttentionSpec;
+use bolt_codegen::spec::Arch;
 
 /// Runs attention kernel `spec` for op `op` on its inputs (Q, K, V sources, then the mask).
 pub fn run(spec: &AttentionSpec, op: &FusedAttention, inputs: &[&Tensor]) -> Result<Tensor, String> {
@@ -46,4 +50,25 @@ pub fn run(spec: &AttentionSpec, op: &FusedAttention, inputs: &[&Tensor]) -> Res
         _ => TensorData::F32(out.iter().map(|&x| x as f32).collect()),
     };
     Tensor::new(shape, data)
+}
+
+/// Which kernel of attention node `a` a GPU of `arch` runs on inputs of `shapes` (Q, K, V
+/// sources, then the mask), with its problem and mask staging: on sm90 the Hopper kernel where
+/// the artifact has one and it takes the problem (query counts of whole vectors, say), else
+/// the portable sm80 kernel. The cuda device launches what this says.
+pub fn choose(
+    a: &NodeAttention,
+    op: &FusedAttention,
+    arch: Arch,
+    shapes: &[&[usize]],
+) -> Result<(AttentionSpec, BoltAttentionProblem, Option<MaskStaging>), String> {
+    if let (Arch::Sm90, Some(spec)) = (arch, a.sm90) {
+        if let Ok((p, None)) = crate::plan::lower::attention_problem(op, &spec, shapes) {
+            if spec.check(&p).is_ok() {
+                return Ok((spec, p, None));
+            }
+        }
+    }
+    let (p, staging) = crate::plan::lower::attention_problem(op, &a.spec, shapes)?;
+    Ok((a.spec, p, staging))
 }

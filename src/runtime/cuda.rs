@@ -98,10 +98,40 @@ enum Planned {
     Chain(String, B2bKernel, B2bProblem, BoltB2bArgs, usize),
     Glue(String, GlueKernel, BoltGlueProblem, BoltGlueArgs),
     Stitch(String, StitchKernel, Box<BoltStitchProblem>, BoltStitchArgs),
-    /// The kernel, problem, arguments (bias set at layout when staged), and the mask staging:
-    /// (the mask's address, the copy) with its scratch bytes.
-    Attention(String, AttentionKernel, Box<BoltAttentionProblem>, BoltAttentionArgs, Option<(u64, CopyBlock)>, usize),
+    /// The kernel, problem, arguments (bias set at layout when staged), the mask staging (the
+    /// mask's address, the copy) and the scratch: staged mask rows first, then the kernel's
+    /// workspace (sm90: the rows' log-sum-exp).
+    Attention(
+        String,
+        AttentionKernel,
+        Box<BoltAttentionProblem>,
+        BoltAttentionArgs,
+        Option<(u64, CopyBlock)>,
+        AttentionScratch,
+    ),
     Recurrent(String, RecurrentKernel, BoltRecurrentProblem, BoltRecurrentArgs),
+}
+
+/// An attention node's scratch bytes: its staged mask rows, then (256-byte aligned) its
+/// kernel's workspace.
+#[derive(Clone, Copy, Debug)]
+struct AttentionScratch {
+    staging: usize,
+    workspace: usize,
+}
+
+impl AttentionScratch {
+    fn workspace_offset(&self) -> usize {
+        self.staging.div_ceil(256) * 256
+    }
+
+    fn bytes(&self) -> usize {
+        if self.workspace == 0 {
+            self.staging
+        } else {
+            self.workspace_offset() + self.workspace
+        }
+    }
 }
 
 /// An instantiated CUDA graph of one run's launches (raw handles: it may live on a stream the
@@ -334,7 +364,7 @@ impl CudaExecutor {
                 let p = self.plan_attention(&graph, n, a, &input_addr)?;
                 if let Planned::Attention(.., scratch) = &p {
                     ws_offsets.push(ws_total);
-                    ws_total = crate::artifact::format::align_up(ws_total + *scratch as u64, 256);
+                    ws_total = crate::artifact::format::align_up(ws_total + scratch.bytes() as u64, 256);
                 }
                 planned.push(p);
                 continue;
@@ -454,12 +484,17 @@ impl CudaExecutor {
                     Step::Recurrent { node, problem, params }
                 }
                 Planned::Attention(node, kernel, problem, mut args, stage, scratch) => {
-                    let w = ws_ptr(scratch);
+                    let w = ws_ptr(scratch.bytes());
                     let stage = stage.map(|(src, block)| {
                         args.bias = w as *const c_void;
                         (src, w as u64, block)
                     });
-                    let params = unsafe { kernel.initialize(&problem, &args, s) }
+                    let workspace = if scratch.workspace == 0 {
+                        std::ptr::null_mut()
+                    } else {
+                        (w as u64 + scratch.workspace_offset() as u64) as *mut c_void
+                    };
+                    let params = unsafe { kernel.initialize(&problem, &args, workspace, scratch.workspace, s) }
                         .map_err(|e| self.call_error(kernel.symbol(), &node, &problem, e))?;
                     Step::Attention { node, problem, params, stage }
                 }
@@ -703,18 +738,16 @@ impl CudaExecutor {
             arch: self.name.clone(),
             reason,
         };
-        let kernel = self
-            .library
-            .attention(&a.spec)
-            .cloned()
-            .ok_or_else(|| fail("-".into(), "not in the kernel library".into()))?;
         let crate::ir::Op::Attention(op) = &n.op else {
             return Err(fail("-".into(), "the plan records an attention kernel for a node that is not one".into()));
         };
         let shapes = static_input_shapes(graph, n).map_err(|why| fail("-".into(), why))?;
         let refs: Vec<&[usize]> = shapes.iter().map(|s| s.as_slice()).collect();
-        let (problem, staging) =
-            crate::plan::lower::attention_problem(op, &a.spec, &refs).map_err(|why| fail("-".into(), why))?;
+        let (spec, problem, staging) =
+            super::attention::choose(a, op, self.arch, &refs).map_err(|why| fail("-".into(), why))?;
+        let kernel = self.library.attention(&spec).cloned().ok_or_else(|| {
+            fail("-".into(), format!("{} not in the kernel library", bolt_codegen::attention::symbol_for(&spec)))
+        })?;
         let status = kernel.can_implement(&problem);
         if status != Status::Ok {
             return Err(fail(format!("{problem:?}"), format!("can_implement: {status}")));
@@ -751,7 +784,8 @@ impl CudaExecutor {
             }
             None => None,
         };
-        let scratch = staging.map_or(0, |m| m.bytes);
+        let scratch =
+            AttentionScratch { staging: staging.map_or(0, |m| m.bytes), workspace: kernel.workspace_size(&problem) };
         Ok(Planned::Attention(n.name.clone(), kernel, Box::new(problem), args, stage, scratch))
     }
 
