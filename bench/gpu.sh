@@ -2,7 +2,7 @@
 # The GPU entry point (H100-class machine: nvcc 13.0, PyTorch 2.11, no Rust). Runs from the
 # package folder that bench/package.sh built, or from the repository with --pkg:
 #
-#   bash gpu.sh [--suites all|kernels,gemm,conv,epilogue,b2b,padding,e2e] [--out DIR] [--memcheck]
+#   bash gpu.sh [--suites all|kernels,gemm,conv,epilogue,b2b,padding,attention,e2e] [--out DIR] [--memcheck]
 #               [--budget-s SECS] [--runs N] [--warmup N] [--compile-mode MODE] [--dry-run]
 #   bash bench/gpu.sh --pkg target/bench-pkg ...
 #

@@ -25,7 +25,8 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use bolt_codegen::abi::{BoltB2bConv2dProblem, BoltConv2dProblem, BoltGemmProblem};
+use bolt_codegen::abi::{BoltAttentionProblem, BoltB2bConv2dProblem, BoltConv2dProblem, BoltGemmProblem};
+use bolt_codegen::attention::{AttentionSpec, OutputLayout};
 use bolt_codegen::b2b::{self, B2bFamily, B2bProblem};
 use bolt_codegen::builder::{BuildOptions, Builder, Templates};
 use bolt_codegen::candidates::tile_name;
@@ -128,6 +129,8 @@ struct Pack {
     /// sm80 specs (built with PTX) and sm90 specs, by symbol.
     specs: BTreeMap<String, KernelSpec>,
     b2b: BTreeMap<String, b2b::B2bSpec>,
+    /// Fused attention kernels (sm80 and sm90), by symbol.
+    attention: BTreeMap<String, AttentionSpec>,
 }
 
 fn lib_for(arch: Arch) -> &'static str {
@@ -799,7 +802,86 @@ fn build(p: &Pack) -> Result<Value> {
         libs.push(json!({"library": "b2b/libbolt_bench_b2b.so", "arch": "sm80", "kernels": lib.symbols.len(),
                          "seconds": start.elapsed().as_secs_f64(), "ptx_jit_on_sm90": true}));
     }
+    if !p.attention.is_empty() {
+        let specs: Vec<AttentionSpec> = p.attention.values().copied().collect();
+        let out_dir = p.o.out.join("attention");
+        let mut options = BuildOptions::new(&out_dir);
+        options.name = "bolt_bench_attention".into();
+        let builder = Builder::discover(options).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let report =
+            builder.build_all(&Templates, &[], &[], &[], &[], &specs, &[]).map_err(|e| anyhow::anyhow!("{e}"))?;
+        eprintln!(
+            "bench_package: {} ({} attention kernels, nvcc ran {} times, {:.1}s)",
+            report.library.display(),
+            report.symbols.len(),
+            report.nvcc_invocations,
+            report.total_seconds
+        );
+        libs.push(json!({"library": ATTENTION_LIB, "arch": "sm80+sm90", "kernels": report.symbols.len(),
+                         "nvcc_invocations": report.nvcc_invocations, "seconds": report.total_seconds,
+                         "ptx_jit_on_sm90": "sm80 kernels"}));
+    }
     Ok(json!(libs))
+}
+
+const ATTENTION_LIB: &str = "attention/libbolt_bench_attention.so";
+
+/// Suite 6: fused attention (softmax(scale Q Kᵀ + mask) V per batch and head) on the shapes of
+/// the test transformers and a long-context one, dense `[B, H, S, D]` operands. Each case lists
+/// the sm80 kernel (example 41, every case; PTX on an H100) and, where it takes the case, the
+/// Hopper kernel (example 88: f16/bf16, no mask); the harness checks each against the f32
+/// reference and times them against `torch.nn.functional.scaled_dot_product_attention`. The dry
+/// profile builds the sm80 kernels of the first case only.
+fn attention(p: &mut Pack, suites: &mut BTreeMap<&'static str, Vec<Value>>) {
+    // (name, source, batch, heads, seq, head dim, element, key-padding mask)
+    let cases: [(&str, &str, i64, i64, i64, i64, Element, bool); 5] = [
+        ("bert_base_b32_s128", "BERT-base 32x128, padding mask", 32, 12, 128, 64, Element::F16, true),
+        ("bert_base_b32_s128_nomask", "BERT-base 32x128 without a mask", 32, 12, 128, 64, Element::F16, false),
+        ("bert_base_b1_s128_nomask", "BERT-base 1x128 without a mask", 1, 12, 128, 64, Element::F16, false),
+        ("long_b4_h16_s2048_d128", "long context, head dim 128", 4, 16, 2048, 128, Element::F16, false),
+        ("bf16_b8_h16_s512_d64", "bf16, head dim 64", 8, 16, 512, 64, Element::BF16, false),
+    ];
+    for (i, (name, source, b, h, s, d, element, mask)) in cases.into_iter().enumerate() {
+        let mut problem = BoltAttentionProblem::dense(b, h, s, s, d, d, 1.0 / (d as f64).sqrt());
+        if mask {
+            problem.bias_strides = [s, 0, 0]; // [B, 1, 1, S_k]
+        }
+        let build = p.o.profile == Profile::Full || i == 0;
+        let mut kernels = Vec::new();
+        let mut notes = Vec::new();
+        let portable = AttentionSpec::for_head_dims(element, d, d, mask, OutputLayout::Bhsd)
+            .expect("the case's head dims have an sm80 kernel");
+        let hopper = portable.hopper(d, d).and_then(|h| h.check(&problem).map(|()| h));
+        let mut listed = vec![portable];
+        match hopper {
+            Ok(h) if p.o.profile == Profile::Full => listed.push(h),
+            Ok(_) => notes.push("the dry profile builds no sm90 attention kernel".to_string()),
+            Err(why) => notes.push(format!("no Hopper kernel: {why}")),
+        }
+        for spec in listed {
+            let symbol = bolt_codegen::attention::symbol_for(&spec);
+            let arch = format!("{:?}", spec.arch).to_lowercase();
+            if build {
+                p.attention.insert(symbol.clone(), spec);
+                kernels.push(
+                    json!({"symbol": symbol, "library": ATTENTION_LIB, "arch": arch, "ptx_jit": spec.arch == Arch::Sm80,
+                                    "workspace_bytes": spec.workspace_bytes(&problem)}),
+                );
+            }
+        }
+        let flops = 4 * b * h * s * s * d;
+        suites.entry("attention").or_default().push(json!({
+            "id": format!("attention:{name}"), "suite": "attention", "workload": name, "source": source,
+            "family": "attention", "dtype": element.name(), "mask": if mask { json!("key_padding") } else { Value::Null },
+            "problem": {"kind": "attention", "batch": b, "heads": h, "seq_q": s, "seq_k": s, "head_dim": d, "head_dim_v": d,
+                        "q_strides": problem.q_strides, "k_strides": problem.k_strides, "v_strides": problem.v_strides,
+                        "bias_strides": problem.bias_strides, "scale": problem.scale},
+            "flops": flops,
+            "status": if kernels.is_empty() { "not-built" } else { "ready" },
+            "reason": if kernels.is_empty() { "the dry profile builds the first attention case only".to_string() } else { notes.join("; ") },
+            "kernels": kernels,
+        }));
+    }
 }
 
 fn main() -> Result<()> {
@@ -810,12 +892,19 @@ fn main() -> Result<()> {
         }
     }
     let start = Instant::now();
-    let mut p = Pack { device: DeviceSpec::h100_sxm5_80gb(), o, specs: BTreeMap::new(), b2b: BTreeMap::new() };
+    let mut p = Pack {
+        device: DeviceSpec::h100_sxm5_80gb(),
+        o,
+        specs: BTreeMap::new(),
+        b2b: BTreeMap::new(),
+        attention: BTreeMap::new(),
+    };
     let mut suites: BTreeMap<&'static str, Vec<Value>> = BTreeMap::new();
     kernels(&mut p, &mut suites)?;
     gemm_conv_epilogue(&mut p, &mut suites)?;
     back_to_back(&mut p, &mut suites)?;
     padding(&mut p, &mut suites)?;
+    attention(&mut p, &mut suites);
     let e2e = e2e(&mut p);
     let mut samples = BTreeMap::new();
     for s in p.specs.values() {

@@ -51,9 +51,28 @@ class BoltB2bArgs(ctypes.Structure):
     _fields_ = [("a", c_ptr), ("c", c_ptr), ("d", c_ptr), ("layer", BoltB2bLayerArgs * MAX_LAYERS)]
 
 
+ATTENTION_FIELDS = ["batch", "heads", "seq_q", "seq_k", "head_dim", "head_dim_v"]
+
+
+class BoltAttentionProblem(ctypes.Structure):
+    _fields_ = ([(f, c_i64) for f in ATTENTION_FIELDS]
+                + [(f, c_i64 * 3) for f in ("q_strides", "k_strides", "v_strides", "bias_strides")]
+                + [("scale", ctypes.c_double)])
+
+
+class BoltAttentionArgs(ctypes.Structure):
+    _fields_ = [("q", c_ptr), ("k", c_ptr), ("v", c_ptr), ("bias", c_ptr), ("o", c_ptr)]
+
+
 def make_problem(p):
-    """The C struct of a package.json problem (`kind`: gemm, conv2d, b2b_gemm, b2b_conv2d)."""
+    """The C struct of a package.json problem (`kind`: gemm, conv2d, b2b_gemm, b2b_conv2d,
+    attention)."""
     kind = p.get("kind")
+    if kind == "attention":
+        s = BoltAttentionProblem(scale=p["scale"], **{f: p[f] for f in ATTENTION_FIELDS})
+        for f in ("q_strides", "k_strides", "v_strides", "bias_strides"):
+            getattr(s, f)[:] = p[f]
+        return s
     if kind == "gemm":
         return BoltGemmProblem(**{f: p[f] for f in GEMM_FIELDS})
     if kind == "conv2d":
@@ -104,8 +123,8 @@ class Libraries:
     def runner(self, kernel, problem, args, workspace, workspace_bytes, stream):
         """A no-argument callable launching the kernel; raises on a non-zero status. The
         kernel's params are built once here (`<symbol>_initialize`); the callable only launches."""
-        b2b = problem["kind"].startswith("b2b")
-        arg_t = BoltB2bArgs if b2b else BoltArgs
+        kind = problem["kind"]
+        arg_t = BoltB2bArgs if kind.startswith("b2b") else BoltAttentionArgs if kind == "attention" else BoltArgs
         size = self.function(kernel, "params_size", [])()
         initialize = self.function(kernel, "initialize", [c_ptr, ctypes.POINTER(arg_t), c_ptr, ctypes.c_size_t,
                                                           c_ptr, ctypes.c_size_t, c_ptr])

@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 SCHEMA = "bolt-bench-result/1"
-SUITES = ["kernels", "gemm", "conv", "epilogue", "b2b", "padding", "e2e"]
+SUITES = ["kernels", "gemm", "conv", "epilogue", "b2b", "padding", "attention", "e2e"]
 # Dense tensor-core peaks (TFLOP/s, f16 in / f32 accumulate, no sparsity) from
 # ../shared/workloads/README.md; matched on the device name.
 PEAK_F16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}

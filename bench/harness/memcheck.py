@@ -9,17 +9,17 @@ import numpy as np
 from . import reference as ref
 from .abi import Libraries
 from .common import load_package
-from .suites import Ctx, Operands, bolt_runner
+from .suites import Ctx, Operands, attention_operands, attention_runner, bolt_runner
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--pkg", required=True)
-    ap.add_argument("--cases", required=True, help="comma-separated kernels-suite case ids")
+    ap.add_argument("--cases", required=True, help="comma-separated kernels- or attention-suite case ids")
     o = ap.parse_args()
     import torch
     package = load_package(o.pkg)
-    by_id = {c["id"]: c for c in package["suites"]["kernels"]}
+    by_id = {c["id"]: c for suite in ("kernels", "attention") for c in package["suites"].get(suite, [])}
     ctx = Ctx(package, Libraries(o.pkg), dry=False)
     rng = np.random.default_rng(0)
     for cid in o.cases.split(","):
@@ -27,6 +27,14 @@ def main():
         if case is None or case.get("status") != "ready":
             print(f"memcheck: {cid}: no ready case of that id in the package", file=sys.stderr)
             return 2
+        if case["suite"] == "attention":
+            ops = attention_operands(case, 0)
+            for kern in case["kernels"]:  # every kernel of the case (sm80 and sm90)
+                run, _ = attention_runner(ctx, case, kern, *ops)
+                run()
+            torch.cuda.synchronize()
+            print(f"memcheck: ran {cid} ({len(case['kernels'])} kernels)")
+            continue
         a, b, c, bias = ref.random_operands(case["problem"], rng, case["epilogue"])
         dev = lambda x: None if x is None else torch.from_numpy(x.astype(np.float16)).cuda()  # noqa: E731
         ops = Operands.__new__(Operands)

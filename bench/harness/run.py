@@ -53,12 +53,15 @@ def coverage(suite, records, expected):
 
 
 def memcheck(o, records):
-    """compute-sanitizer memcheck over one ready case per family (GPU only)."""
+    """compute-sanitizer memcheck over one ready case per family (GPU only); attention: the
+    smallest passing case with a mask and the smallest without (every kernel of each)."""
     from .suites import MEMCHECK_FAMILIES
     picks = {}
-    for r in records:
+    for r in sorted(records, key=lambda r: r.get("flops") or 0):
         if r.get("family") in MEMCHECK_FAMILIES and r.get("status") == "ok":
             picks.setdefault(r["family"], r["id"])
+        if r.get("family") == "attention" and r.get("status") == "ok":
+            picks.setdefault(f"attention {r.get('mask')}", r["id"])
     if not picks:
         return {"status": "not-run", "reason": "no passing case to check"}
     cmd = ["compute-sanitizer", "--tool", "memcheck", "--error-exitcode", "99", sys.executable, "-m", "harness.memcheck",
@@ -103,18 +106,18 @@ def main(argv=None):
         ctx = Ctx(package, libs, o.dry_run, timer, o.compile_mode, o.budget_s, o.seed)
         ctx.peak = peak
         result = new_result(suite, package, argv if argv is not None else sys.argv[1:], o.dry_run, method,
-                            ref.POLICY if suite in ("kernels", "gemm", "conv", "epilogue", "b2b", "padding") else None)
+                            ref.POLICY if suite in ("kernels", "gemm", "conv", "epilogue", "b2b", "padding", "attention") else None)
         try:
             records, extra = SUITE_FUNCS[suite](ctx, cases)
         except BenchError as e:
             print(f"bench: {suite}: {e}", file=sys.stderr)
             return 2
         records = coverage(suite, records, expected)
-        if suite == "kernels" and o.memcheck and not o.dry_run:
+        if suite in ("kernels", "attention") and o.memcheck and not o.dry_run:
             extra["memcheck"] = memcheck(o, records)
             if extra["memcheck"]["status"] == "failed":
-                records.append({"id": "kernels:memcheck", "status": "failed", "reason": "compute-sanitizer memcheck found errors"})
-        elif suite == "kernels":
+                records.append({"id": f"{suite}:memcheck", "status": "failed", "reason": "compute-sanitizer memcheck found errors"})
+        elif suite in ("kernels", "attention"):
             extra["memcheck"] = {"status": "not-run", "reason": "dry run (needs the GPU)" if o.dry_run else "--memcheck not given"}
         counts = {}
         for r in records:

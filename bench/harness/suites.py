@@ -1,4 +1,4 @@
-"""The seven suites. Each takes (ctx, cases) and returns per-case records; `ctx.dry` selects the
+"""The eight suites. Each takes (ctx, cases) and returns per-case records; `ctx.dry` selects the
 host path (can_implement, CPU reference checks, no timings) or the GPU path (torch, CUDA events).
 """
 
@@ -662,8 +662,106 @@ def ort_bolt_check(ctx):
                               + f"{type(e).__name__}: {e}"[:400]}
 
 
+# ================================================================================ suite 6: attention
+def suite_attention(ctx, cases):
+    """Fused attention kernels (sm80: example 41; sm90: example 88) against the f64 reference
+    and against torch's scaled_dot_product_attention (its flash / cuDNN / efficient backends)."""
+    records = []
+    for case in cases:
+        rec = base_record(case)
+        rec["mode"] = "dry-run" if ctx.dry else "gpu"
+        rec.update(dtype=case.get("dtype"), mask=case.get("mask"))
+        # The probabilities are rounded to the input type before P.V (as flash kernels do): an
+        # intermediate rounding, like a chain's.
+        rec["tolerance"] = ref.tolerance(2)
+        if case.get("status") != "ready":
+            records.append(finish(rec, {}))
+            continue
+        checks = host_checks(ctx, case)
+        if ctx.dry or any(v != "ok" for v in checks.values()):
+            records.append(finish(rec, checks))
+            continue
+        if ctx.over_budget():
+            rec.update(status="skipped", reason="time budget (--budget-s) spent")
+            records.append(rec)
+            continue
+        records.append(gpu_attention(ctx, case, rec, checks))
+    sp = [r.get("speedup_vs_sdpa") for r in records if r.get("speedup_vs_sdpa")]
+    return records, {"geomean_speedup_vs_sdpa": geomean(sp)}
+
+
+def attention_operands(case, seed):
+    """Q, K, V ([B, H, S, D], normal), the key-padding mask ([B, S], every other sequence with
+    its last quarter of keys masked) or None, on the GPU in the case's dtype."""
+    torch, _ = _torch()
+    p = case["problem"]
+    b, h, s, d = p["batch"], p["heads"], p["seq_q"], p["head_dim"]
+    dt = {"f16": torch.float16, "bf16": torch.bfloat16}[case["dtype"]]
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    q, k, v = (torch.randn((b, h, s, d), device="cuda", generator=gen).to(dt) for _ in range(3))
+    mask = None
+    if case.get("mask") == "key_padding":
+        mask = torch.zeros((b, s), device="cuda", dtype=dt)
+        mask[1::2, s - s // 4:] = -1e4
+    return q, k, v, mask
+
+
+def attention_runner(ctx, case, kern, q, k, v, mask):
+    """A launcher of `kern` on the operands, and its NaN-poisoned output."""
+    torch, _ = _torch()
+    from .abi import BoltAttentionArgs
+    p = case["problem"]
+    o = torch.full_like(q, float("nan"))
+    args = BoltAttentionArgs(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(),
+                             bias=mask.data_ptr() if mask is not None else None, o=o.data_ptr())
+    ws = ctx.libs.workspace_size(kern, p)
+    wbuf = torch.empty(max(ws, 1), dtype=torch.uint8, device="cuda")
+    run = ctx.libs.runner(kern, p, args, wbuf.data_ptr() if ws else 0, ws, torch.cuda.current_stream().cuda_stream)
+    run._keep = (args, wbuf)  # the struct and workspace must outlive the callable
+    return run, o
+
+
+def gpu_attention(ctx, case, rec, checks):
+    torch, F = _torch()
+    p = case["problem"]
+    q, k, v, mask = attention_operands(case, ctx.seed)
+    scale = p["scale"]
+
+    def reference():
+        sc = (q.double() @ k.double().transpose(-1, -2)) * scale
+        if mask is not None:
+            sc = sc + mask.double()[:, None, None, :]
+        return torch.softmax(sc, dim=-1) @ v.double()
+
+    want = reference()
+    rec["kernels"] = []
+    bad = []
+    for kern in case["kernels"]:
+        run, o = attention_runner(ctx, case, kern, q, k, v, mask)
+        run()
+        torch.cuda.synchronize()
+        num = compare_gpu(o, want, layers=2)
+        t = ctx.timer(run)
+        tf, pct = perf(case["flops"], t, ctx.peak)
+        rec["kernels"].append({"symbol": kern["symbol"], "arch": kern["arch"], "ptx_jit": kern.get("ptx_jit"),
+                               "numerics": num, "tflops": tf, "pct_peak": pct, **t})
+        if not num["ok"]:
+            bad.append(f"{kern['symbol']}: numerics outside tolerance")
+    am = mask[:, None, None, :] if mask is not None else None
+    rec["sdpa"] = ctx.timer(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=am, scale=scale))
+    best = min(rec["kernels"], key=lambda r: r["median_us"])
+    rec["bolt"] = {"symbol": best["symbol"], "arch": best["arch"], "median_us": best["median_us"],
+                   "tflops": best["tflops"], "pct_peak": best["pct_peak"]}
+    rec["speedup_vs_sdpa"] = rec["sdpa"]["median_us"] / best["median_us"]
+    by_arch = {r["arch"]: r["median_us"] for r in rec["kernels"]}
+    if "sm80" in by_arch and "sm90" in by_arch:
+        rec["sm90_speedup_vs_sm80"] = by_arch["sm80"] / by_arch["sm90"]
+    return finish(rec, checks, "; ".join(bad) or None)
+
+
 SUITE_FUNCS = {"kernels": suite_kernels, "gemm": suite_gemm_conv, "conv": suite_gemm_conv,
-               "epilogue": suite_epilogue, "b2b": suite_b2b, "padding": suite_padding, "e2e": suite_e2e}
+               "epilogue": suite_epilogue, "b2b": suite_b2b, "padding": suite_padding, "attention": suite_attention,
+               "e2e": suite_e2e}
 
 
 def headline(suite, r):
@@ -683,6 +781,12 @@ def headline(suite, r):
     if suite == "b2b":
         return [r["id"], r["status"], t("fused"), (r.get("bolt_unfused") or {}).get("median_us"), t("torch_unfused"),
                 r.get("speedup_vs_best_unfused"), r.get("paper_speedup"), r.get("reason", "")[:60]]
+    if suite == "attention":
+        ks = {k["arch"]: k for k in r.get("kernels", [])}
+        nums = [k["numerics"]["max_abs_err"] for k in r.get("kernels", [])]
+        return [r["id"], r["status"], (ks.get("sm80") or {}).get("median_us"), (ks.get("sm90") or {}).get("median_us"),
+                t("sdpa"), r.get("speedup_vs_sdpa"), (r.get("bolt") or {}).get("pct_peak"), max(nums) if nums else None,
+                r.get("reason", "")[:80]]
     if suite == "padding":
         v = r.get("variants", {})
         g = lambda k: ((v.get(k) or {}).get("bolt") or {}).get("median_us")  # noqa: E731
@@ -698,6 +802,7 @@ HEADERS = {
     "epilogue": ["case", "status", "fused us", "unfused us", "speedup", "torch us", "reason"],
     "b2b": ["case", "status", "fused us", "Bolt unfused us", "torch unfused us", "speedup vs best unfused", "paper", "reason"],
     "padding": ["case", "status", "unpadded sm80 us", "padded sm80 us", "padded primary us", "speedup", "pad cost %", "reason"],
+    "attention": ["case", "status", "sm80 us", "sm90 us", "SDPA us", "best vs SDPA", "% peak", "max abs err", "reason"],
     "e2e": ["model", "status", "torch us", "torch.compile us", "ORT+Bolt", "tuning s (analytic, host)", "reason"],
 }
 HEADERS["conv"] = HEADERS["gemm"]

@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "bench"))
 from harness import common, reference  # noqa: E402
 
-SUITES = ["kernels", "gemm", "conv", "epilogue", "b2b", "padding", "e2e"]
+SUITES = ["kernels", "gemm", "conv", "epilogue", "b2b", "padding", "attention", "e2e"]
 LIMIT = 64 * 1024 * 1024
 
 
@@ -66,7 +66,7 @@ def test_package_is_complete_and_under_the_carry_limit(package):
     size = sum(f.stat().st_size for f in package.rglob("*") if f.is_file())
     assert size < LIMIT, f"package is {size} bytes"
     for rel in ["package.json", "gpu.sh", "README.md", "harness/run.py", "harness/suites.py", "workloads/gemm.json",
-                "workloads/b2b.json", "kernels/libbolt_bench_sm80.so", "b2b/libbolt_bench_b2b.so",
+                "workloads/b2b.json", "kernels/libbolt_bench_sm80.so", "b2b/libbolt_bench_b2b.so", "attention/libbolt_bench_attention.so",
                 "plugin/libbolt_plugin.so", "plugin/python/bolt_ort/__init__.py"]:
         assert (package / rel).is_file(), f"{rel} missing from the package"
     pkg = json.loads((package / "package.json").read_text())
@@ -229,3 +229,29 @@ def test_bad_input_names_the_file(package, tmp_path):
     assert p.returncode == 2 and "gemm.json" in p.stderr and "square/0" in p.stderr and "`M` = 0" in p.stderr, p.stderr
     p = run_harness(package, "--dry-run", "--suites", "gemm,nope")
     assert p.returncode == 2 and "nope" in p.stderr
+
+
+def test_attention_suite_lists_both_kernels_and_says_why_a_case_has_no_hopper_one(package, results):
+    """The dry package builds the first attention case's sm80 kernel and its host checks pass;
+    the masked case says why it has no Hopper kernel (example 88 takes no mask); the unmasked
+    cases would list the Hopper kernel in the full profile (`--no-build` to see it)."""
+    pkg = json.loads((package / "package.json").read_text())
+    cases = {c["workload"]: c for c in pkg["suites"]["attention"]}
+    masked = cases["bert_base_b32_s128"]
+    assert masked["status"] == "ready" and [k["arch"] for k in masked["kernels"]] == ["sm80"]
+    assert "no additive mask" in masked["reason"]
+    assert all(c["status"] == "not-built" for w, c in cases.items() if w != "bert_base_b32_s128")
+    rec = {r["workload"]: r for r in results[1]["attention"]["cases"]}
+    assert rec["bert_base_b32_s128"]["status"] == "dry-ok"
+    assert rec["bert_base_b32_s128"]["tolerance"] == reference.tolerance(2)
+    full = subprocess.run([str(REPO / "target" / "release" / "examples" / "bench_package"), "--workloads",
+                           str(workloads_dir()), "--out", str(package.parent / "full"), "--profile", "full",
+                           "--no-build"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert full.returncode == 0, full.stderr[-2000:]
+    listed = json.loads((package.parent / "full" / "package.json").read_text())["suites"]["attention"]
+    for c in listed:
+        archs = [k["arch"] for k in c["kernels"]]
+        assert archs == (["sm80"] if c["mask"] else ["sm80", "sm90"]), (c["id"], archs)
+        sm90 = [k for k in c["kernels"] if k["arch"] == "sm90"]
+        p = c["problem"]
+        assert all(k["workspace_bytes"] == 4 * p["batch"] * p["heads"] * p["seq_q"] for k in sm90), c["id"]
