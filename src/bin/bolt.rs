@@ -86,6 +86,12 @@ enum Command {
         /// tolerance; exit non-zero on a mismatch.
         #[arg(long)]
         check: bool,
+        /// What `--check` compares with: `original` (the model the artifact was compiled from,
+        /// on the CPU reference), `reference` (this artifact's plan on the reference device:
+        /// needs no model file, so it checks a GPU's kernels where the model did not travel),
+        /// or a FILE.npz of outputs recorded elsewhere (e.g. onnxruntime's, by output name).
+        #[arg(long, default_value = "original", value_name = "original|reference|FILE.npz")]
+        oracle: String,
         /// Print per-kernel and total device time and host overhead per launch.
         #[arg(long)]
         bench: bool,
@@ -347,7 +353,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Run { artifact, device, inputs, dims, check, bench, graph } => {
+        Command::Run { artifact, device, inputs, dims, check, oracle, bench, graph } => {
+            if !matches!(oracle.as_str(), "original" | "reference") && !oracle.ends_with(".npz") {
+                bail!("--oracle {oracle}: expected original, reference or a FILE.npz of outputs");
+            }
+            let check = check.then_some(oracle.as_str());
             run_artifact(&artifact, &device, inputs.as_deref(), dims, check, bench, graph)
         }
         Command::Report {
@@ -457,7 +467,7 @@ fn run_artifact(
     device: &str,
     inputs: Option<&std::path::Path>,
     dims: Vec<(String, usize)>,
-    check: bool,
+    check: Option<&str>,
     bench: bool,
     graph: bool,
 ) -> Result<ExitCode> {
@@ -520,8 +530,36 @@ fn run_artifact(
             None => println!("(the {device} device measures no per-kernel time)"),
         }
     }
-    if !check {
+    let Some(oracle) = check else {
         return Ok(ExitCode::SUCCESS);
+    };
+    let (rtol, atol) = m.precision.tolerance();
+    if oracle.ends_with(".npz") {
+        let want =
+            runtime::outputs_as_f32(runtime::npz::read_npz(std::path::Path::new(oracle)).map_err(anyhow::Error::msg)?);
+        let ok = compare_outputs(
+            &art.plan.outputs,
+            &outs,
+            &want,
+            rtol,
+            atol,
+            &format!("{}, vs {oracle}", m.precision.name()),
+        );
+        return Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE });
+    }
+    if oracle == "reference" {
+        // The same plan and weights on the CPU reference: what the device's kernels must give.
+        let mut reference = runtime::open(&art, DeviceKind::Reference, &RunOptions::default())?;
+        let want = runtime::outputs_as_f32(reference.run(&feed)?);
+        let ok = compare_outputs(
+            &art.plan.outputs,
+            &outs,
+            &want,
+            rtol,
+            atol,
+            &format!("{}, vs the reference device", m.precision.name()),
+        );
+        return Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE });
     }
     let original = if m.source == bolt::artifact::format::BUILTIN_DEFAULT {
         bolt::models::default_model()?
@@ -553,10 +591,28 @@ fn run_artifact(
         })
         .collect();
     let want = bolt::reference::run(&original, &runtime::prepare_inputs(&original, &feed32)?)?;
-    let (rtol, atol) = m.precision.tolerance();
+    let ok = compare_outputs(&original.outputs, &outs, &want, rtol, atol, m.precision.name());
+    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// Prints one verdict line per output (`ok` / `MISMATCH`, the worst difference and how many
+/// values fall outside `atol + rtol x |want|`); true when every output is within.
+fn compare_outputs(
+    names: &[String],
+    outs: &std::collections::HashMap<String, bolt::ir::Tensor>,
+    want: &std::collections::HashMap<String, bolt::ir::Tensor>,
+    rtol: f64,
+    atol: f64,
+    what: &str,
+) -> bool {
     let mut ok = true;
-    for name in &original.outputs {
-        let (a, b) = (outs[name].to_f64_vec(), want[name].to_f64_vec());
+    for name in names {
+        let (Some(a), Some(b)) = (outs.get(name), want.get(name)) else {
+            println!("MISMATCH {name}: missing from the {}", if outs.contains_key(name) { "oracle" } else { "run" });
+            ok = false;
+            continue;
+        };
+        let (a, b) = (a.to_f64_vec(), b.to_f64_vec());
         if a.len() != b.len() {
             println!("MISMATCH {name}: {} values, the model gives {}", a.len(), b.len());
             ok = false;
@@ -575,14 +631,13 @@ fn run_artifact(
         }
         let verdict = if bad == 0 { "ok" } else { "MISMATCH" };
         println!(
-            "{verdict} {name}: max abs diff {:.3e} at {} ({} of {} outside atol {atol} + rtol {rtol} x |ref|, {})",
+            "{verdict} {name}: max abs diff {:.3e} at {} ({} of {} outside atol {atol} + rtol {rtol} x |ref|, {what})",
             worst.0,
             worst.1,
             bad,
             a.len(),
-            m.precision.name()
         );
         ok &= bad == 0;
     }
-    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    ok
 }

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Packages whole models for the GPU machine (here: Rust, the pinned nvcc, the project's venv):
+#
+#   bash bench/models/package.sh [--out DIR] [--models a,b] [--precisions f16,tf32] [--arch sm90] [--dry]
+#
+#   DIR/bin/bolt                         the bolt binary with the cuda device (stripped)
+#   DIR/models/<model>-<precision>/      artifacts (`bolt compile`: plan, weights, kernel library)
+#   DIR/inputs/<model>/inputs.npz        the model's real inputs (test_data_set_0), expected.npz
+#   DIR/run.sh                           the GPU entry point (bench/models/run.sh)
+#
+# Models and their flags: bench/models/models.txt. `--dry` (what CI checks): small_conv_mlp
+# only, sm80, tf32, into target/bench-models-dry. Defaults: every listed model, f16 and tf32,
+# sm90 (kernels only CUTLASS 2.x has, and Bolt's own, are built for sm80 with PTX, as always),
+# DIR target/bench-models. Fails if DIR is over the device's 64 MiB carry limit.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+ROOT="$PWD"
+OUT="" MODELS="" PRECISIONS="f16,tf32" ARCH=sm90 DRY=0
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --out) OUT="$2"; shift 2 ;;
+        --models) MODELS="$2"; shift 2 ;;
+        --precisions) PRECISIONS="$2"; shift 2 ;;
+        --arch) ARCH="$2"; shift 2 ;;
+        --dry) DRY=1; shift ;;
+        *) echo "models/package.sh: unknown argument $1" >&2; exit 2 ;;
+    esac
+done
+if (( DRY )); then
+    MODELS="${MODELS:-small_conv_mlp}" PRECISIONS=tf32 ARCH=sm80 OUT="${OUT:-target/bench-models-dry}"
+fi
+OUT="${OUT:-target/bench-models}"
+TESTDATA="${BOLT_TESTDATA:-$ROOT/testdata}/models"
+PY="${BOLT_PYTHON:-$ROOT/.venv/bin/python}"
+[[ -d $TESTDATA ]] || { echo "models/package.sh: no test models at $TESTDATA (bash tests/run.sh makes them; or set BOLT_TESTDATA)" >&2; exit 2; }
+
+cargo build --release -q --features cuda -p bolt --bin bolt
+rm -rf "$OUT" && mkdir -p "$OUT/bin" "$OUT/models" "$OUT/inputs"
+strip -o "$OUT/bin/bolt" target/release/bolt
+cp bench/models/run.sh bench/models/summary.py bench/models/models.txt "$OUT/"
+echo "$(git rev-parse HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo -dirty)" > "$OUT/commit.txt"
+
+while read -r name flags; do
+    [[ -z $name || $name == \#* ]] && continue
+    if [[ -n $MODELS && ",$MODELS," != *",$name,"* ]]; then continue; fi
+    model="$TESTDATA/$name/model.onnx"
+    [[ -f $model ]] || { echo "models/package.sh: $model missing" >&2; exit 2; }
+    "$PY" bench/models/inputs.py "$TESTDATA/$name" "$OUT/inputs/$name"
+    for p in ${PRECISIONS//,/ }; do
+        art="$OUT/models/$name-$p"
+        echo "models/package.sh: $name ($p, $ARCH${flags:+, $flags})"
+        # shellcheck disable=SC2086 # flags are words
+        target/release/bolt compile "$model" --arch "$ARCH" --precision "$p" --inputs "$OUT/inputs/$name/inputs.npz" \
+            $flags -o "$art" > "$art.log" 2>&1 || { tail -20 "$art.log" >&2; exit 1; }
+        rm -rf "$art/.build"
+    done
+done < bench/models/models.txt
+
+BYTES=$(du -sb "$OUT" | cut -f1)
+LIMIT=$((64 * 1024 * 1024))
+echo "models/package.sh: $OUT, $((BYTES / 1024)) KiB of $((LIMIT / 1024)) KiB"
+if (( BYTES >= LIMIT )); then
+    echo "models/package.sh: $OUT is over the 64 MiB carry limit: package fewer models (--models)" >&2
+    exit 1
+fi

@@ -1,0 +1,94 @@
+"""Turns run.sh's logs into RESULTS/<date>-<gpu>-models.json and .md (stdlib only).
+
+Each artifact has `<case>.check.log` (`bolt run --check --oracle reference --bench`: the device
+against the same plan on the CPU reference), `<case>.ort.log` (`--check --oracle expected.npz`:
+against onnxruntime's outputs) and, on the cuda device, `<case>.graph.log` (`--bench --graph`),
+each with its exit status in `.rc`. A case is `ok` when both checks ran and every output is
+within the precision's tolerance, `mismatch` when an output is not, `error` when bolt failed
+(the log's tail says why)."""
+import argparse
+import datetime
+import json
+import pathlib
+import re
+
+VERDICT = re.compile(r"^(ok|MISMATCH) (\S+): max abs diff (\S+)")
+DEVICE_TIME = re.compile(r"^device time ([\d.]+) us over (\d+) launches; host overhead ([\d.]+) us per launch")
+WALL = re.compile(r"^mean of (\d+) runs: ([\d.]+) s")
+KERNEL = re.compile(r"^  (\S+)\s+([\d.]+) us  (\S+)$")
+DEVICE = re.compile(r"^device (.+)$")
+
+
+def parse(log):
+    text = log.read_text(errors="replace") if log.is_file() else ""
+    rc_file = log.with_name(log.name + ".rc")
+    rc = int(rc_file.read_text().strip()) if rc_file.is_file() else None
+    out = {"exit": rc, "outputs": [], "kernels": []}
+    for line in text.splitlines():
+        if m := VERDICT.match(line):
+            out["outputs"].append({"name": m[2], "verdict": m[1], "max_abs_diff": float(m[3])})
+        elif m := DEVICE_TIME.match(line):
+            out.update(device_us=float(m[1]), launches=int(m[2]), host_us_per_launch=float(m[3]))
+        elif m := WALL.match(line):
+            out.update(wall_s_mean=float(m[2]), wall_runs=int(m[1]))
+        elif m := KERNEL.match(line):
+            out["kernels"].append({"node": m[1], "us": float(m[2]), "symbol": m[3]})
+        elif m := DEVICE.match(line):
+            out["device"] = m[1]
+    out["log_tail"] = text[-1500:]
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--logs", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--device", required=True)
+    ap.add_argument("--package", required=True)
+    o = ap.parse_args()
+    logs, out = pathlib.Path(o.logs), pathlib.Path(o.out)
+    pkg = pathlib.Path(o.package)
+    cases = []
+    for check in sorted(logs.glob("*.check.log")):
+        name = check.name[: -len(".check.log")]
+        c = parse(check)
+        ort = parse(logs / f"{name}.ort.log")
+        g = parse(logs / f"{name}.graph.log") if (logs / f"{name}.graph.log").is_file() else None
+        verdicts = [x["verdict"] for x in c["outputs"] + ort["outputs"]]
+        if any(v == "MISMATCH" for v in verdicts):
+            status = "mismatch"
+        elif c["exit"] == 0 and ort["exit"] == 0 and c["outputs"] and ort["outputs"]:
+            status = "ok"
+        else:
+            status = "error"
+        model, _, precision = name.rpartition("-")
+        cases.append({"case": name, "model": model, "precision": precision, "status": status, "check": c,
+                      "onnxruntime": ort, "graph": g})
+    smi = logs / "nvidia-smi.csv"
+    gpu = smi.read_text().strip().splitlines()[1:] if smi.is_file() else []
+    commit = (pkg / "commit.txt").read_text().strip() if (pkg / "commit.txt").is_file() else None
+    now = datetime.datetime.now(datetime.timezone.utc)
+    gpu_name = gpu[0].split(",")[0].strip().replace(" ", "-") if gpu else o.device
+    result = {"schema": "bolt-models-v1", "date": now.isoformat(timespec="seconds"), "device": o.device,
+              "gpu": gpu, "commit": commit, "oracle": "the artifact's plan on the CPU reference device",
+              "cases": cases,
+              "counts": {s: sum(c["status"] == s for c in cases) for s in ("ok", "mismatch", "error")}}
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / f"{now:%Y-%m-%d}-{gpu_name}-models"
+    stem.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
+    rows = ["| case | status | vs reference: max abs diff | vs onnxruntime: max abs diff | device us | launches | "
+            "graph device us | wall ms |", "|---|---|---|---|---|---|---|---|"]
+    for c in cases:
+        ck, g = c["check"], c["graph"] or {}
+        diff = lambda r: max((x["max_abs_diff"] for x in r["outputs"]), default=None)  # noqa: E731
+        wall = ck.get("wall_s_mean")
+        rows.append(f"| {c['case']} | {c['status']} | {diff(ck)} | {diff(c['onnxruntime'])} | {ck.get('device_us')} | "
+                    f"{ck.get('launches')} | {g.get('device_us')} | {None if wall is None else round(wall * 1e3, 3)} |")
+    md = f"# models — {o.device} {gpu[0] if gpu else ''}\n\n{result['date']} · commit {commit} · {json.dumps(result['counts'])}\n\n"
+    stem.with_suffix(".md").write_text(md + "\n".join(rows) + "\n")
+    print(f"models: {json.dumps(result['counts'])} -> {stem}.json")
+    return 0 if result["counts"]["ok"] == len(cases) and cases else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
