@@ -311,7 +311,30 @@ def suite_gemm_conv(ctx, cases):
             records.append(rec)
             continue
         records.append(gpu_compare(ctx, case, rec, checks))
-    return records, {}
+    return records, {"profiler_truth": profiler_truth(records)}
+
+
+def profiler_truth(records):
+    """How the analytic ranking's first pick fares against the best timed of the packaged
+    top-k (`bolt_tried`, in analytic order): how often it is the fastest, and within 10% of it.
+    Says nothing of candidates outside the top-k (none is built)."""
+    n = first = within = 0
+    ratios = []
+    for r in records:
+        timed = [t for t in r.get("bolt_tried") or [] if "median_us" in t]
+        tried = r.get("bolt_tried") or []
+        if len(timed) < 2 or not tried or "median_us" not in tried[0]:
+            continue
+        best = min(t["median_us"] for t in timed)
+        ratio = tried[0]["median_us"] / best
+        n += 1
+        first += ratio == 1.0
+        within += ratio <= 1.10
+        ratios.append(ratio)
+    if not n:
+        return {"cases": 0, "note": "no case with two or more timed candidates"}
+    return {"cases": n, "top1_fastest": first / n, "top1_within_10pct": within / n,
+            "geomean_top1_over_best": geomean(ratios), "worst_top1_over_best": max(ratios)}
 
 
 def gpu_compare(ctx, case, rec, checks):

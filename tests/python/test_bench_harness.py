@@ -255,3 +255,19 @@ def test_attention_suite_lists_both_kernels_and_says_why_a_case_has_no_hopper_on
         sm90 = [k for k in c["kernels"] if k["arch"] == "sm90"]
         p = c["problem"]
         assert all(k["workspace_bytes"] == 4 * p["batch"] * p["heads"] * p["seq_q"] for k in sm90), c["id"]
+
+
+def test_profiler_truth_compares_the_analytic_first_pick_with_the_best_timed():
+    from harness.suites import profiler_truth
+    records = [
+        {"bolt_tried": [{"median_us": 10.0}, {"median_us": 9.5}, {"median_us": 12.0}]},  # within 10%
+        {"bolt_tried": [{"median_us": 8.0}, {"median_us": 9.0}]},  # the fastest
+        {"bolt_tried": [{"median_us": 20.0}, {"median_us": 10.0}]},  # 2x off
+        {"bolt_tried": [{"can_implement": "unsupported problem"}, {"median_us": 1.0}, {"median_us": 2.0}]},  # no top-1
+        {"bolt_tried": [{"median_us": 5.0}]},  # nothing to compare with
+    ]
+    t = profiler_truth(records)
+    assert t["cases"] == 3
+    assert t["top1_fastest"] == pytest.approx(1 / 3) and t["top1_within_10pct"] == pytest.approx(2 / 3)
+    assert t["worst_top1_over_best"] == 2.0
+    assert profiler_truth([])["cases"] == 0
