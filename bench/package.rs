@@ -833,15 +833,17 @@ const ATTENTION_LIB: &str = "attention/libbolt_bench_attention.so";
 /// reference and times them against `torch.nn.functional.scaled_dot_product_attention`. The dry
 /// profile builds the sm80 kernels of the first case only.
 fn attention(p: &mut Pack, suites: &mut BTreeMap<&'static str, Vec<Value>>) {
-    // (name, source, batch, heads, seq, head dim, element, key-padding mask)
-    let cases: [(&str, &str, i64, i64, i64, i64, Element, bool); 5] = [
-        ("bert_base_b32_s128", "BERT-base 32x128, padding mask", 32, 12, 128, 64, Element::F16, true),
-        ("bert_base_b32_s128_nomask", "BERT-base 32x128 without a mask", 32, 12, 128, 64, Element::F16, false),
-        ("bert_base_b1_s128_nomask", "BERT-base 1x128 without a mask", 1, 12, 128, 64, Element::F16, false),
-        ("long_b4_h16_s2048_d128", "long context, head dim 128", 4, 16, 2048, 128, Element::F16, false),
-        ("bf16_b8_h16_s512_d64", "bf16, head dim 64", 8, 16, 512, 64, Element::BF16, false),
+    // (name, source, batch, heads, seq, head dim, element, key-padding mask, causal)
+    type Case = (&'static str, &'static str, i64, i64, i64, i64, Element, bool, bool);
+    let cases: [Case; 6] = [
+        ("bert_base_b32_s128", "BERT-base 32x128, padding mask", 32, 12, 128, 64, Element::F16, true, false),
+        ("bert_base_b32_s128_nomask", "BERT-base 32x128 without a mask", 32, 12, 128, 64, Element::F16, false, false),
+        ("bert_base_b1_s128_nomask", "BERT-base 1x128 without a mask", 1, 12, 128, 64, Element::F16, false, false),
+        ("long_b4_h16_s2048_d128", "long context, head dim 128", 4, 16, 2048, 128, Element::F16, false, false),
+        ("bf16_b8_h16_s512_d64", "bf16, head dim 64", 8, 16, 512, 64, Element::BF16, false, false),
+        ("causal_b8_h16_s1024_d64", "decoder prefill, causal", 8, 16, 1024, 64, Element::F16, false, true),
     ];
-    for (i, (name, source, b, h, s, d, element, mask)) in cases.into_iter().enumerate() {
+    for (i, (name, source, b, h, s, d, element, mask, causal)) in cases.into_iter().enumerate() {
         let mut problem = BoltAttentionProblem::dense(b, h, s, s, d, d, 1.0 / (d as f64).sqrt());
         if mask {
             problem.bias_strides = [s, 0, 0]; // [B, 1, 1, S_k]
@@ -850,6 +852,7 @@ fn attention(p: &mut Pack, suites: &mut BTreeMap<&'static str, Vec<Value>>) {
         let mut kernels = Vec::new();
         let mut notes = Vec::new();
         let portable = AttentionSpec::for_head_dims(element, d, d, mask, OutputLayout::Bhsd)
+            .map(|spec| AttentionSpec { causal, ..spec })
             .expect("the case's head dims have an sm80 kernel");
         let hopper = portable.hopper(d, d).and_then(|h| h.check(&problem).map(|()| h));
         let mut listed = vec![portable];
@@ -869,10 +872,12 @@ fn attention(p: &mut Pack, suites: &mut BTreeMap<&'static str, Vec<Value>>) {
                 );
             }
         }
-        let flops = 4 * b * h * s * s * d;
+        // Causal: about half the scores are computed.
+        let flops = if causal { 2 * b * h * s * (s + 1) * d } else { 4 * b * h * s * s * d };
         suites.entry("attention").or_default().push(json!({
             "id": format!("attention:{name}"), "suite": "attention", "workload": name, "source": source,
-            "family": "attention", "dtype": element.name(), "mask": if mask { json!("key_padding") } else { Value::Null },
+            "family": "attention", "dtype": element.name(),
+            "mask": if mask { json!("key_padding") } else if causal { json!("causal") } else { Value::Null },
             "problem": {"kind": "attention", "batch": b, "heads": h, "seq_q": s, "seq_k": s, "head_dim": d, "head_dim_v": d,
                         "q_strides": problem.q_strides, "k_strides": problem.k_strides, "v_strides": problem.v_strides,
                         "bias_strides": problem.bias_strides, "scale": problem.scale},

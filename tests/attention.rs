@@ -332,9 +332,17 @@ fn exported_cores_run_as_one_attention_kernel_on_the_problem_the_device_launches
                 let worst = max_abs_diff(&planned, &want);
                 assert!(worst <= tol, "{what}: planned graph vs model: {worst}");
 
+                // SDPA's constant causal mask is the kernel's causal masking (no mask input);
+                // one query row is no pattern (it would broadcast over any query count).
+                let causal = matches!(form, Export::Sdpa) && s > 1;
+                assert_eq!(
+                    (op.causal, decision.causal, op.mask),
+                    (causal, causal, matches!(form, Export::HuggingFace) || (matches!(form, Export::Sdpa) && !causal)),
+                    "{what}"
+                );
                 // The kernel's meaning on the problem lowered from the node's input shapes.
                 let spec = bolt::plan::lower::attention_spec(&plan.graph, n).unwrap();
-                assert_eq!(spec.bias, op.mask);
+                assert_eq!((spec.bias, spec.causal), (op.mask, op.causal));
                 let mut env: HashMap<String, Tensor> = feeds.clone();
                 for (k, v) in &plan.graph.initializers {
                     env.insert(k.clone(), (**v).clone());
@@ -483,4 +491,74 @@ fn an_sm90_build_carries_the_hopper_attention_kernel_and_the_device_picks_it_per
     let out = &g.outputs[0];
     let worst = max_abs_diff(&got[out], &want[out]);
     assert!(worst <= 1e-2, "artifact vs model: {worst}");
+}
+
+/// An SDPA-style core (Q, K, V [B, H, S, D] inputs) whose additive mask is the constant `mask`.
+fn with_constant_mask(s: usize, mask: Tensor) -> (Graph, HashMap<String, Tensor>) {
+    let d = 16;
+    let mut g = GraphBuilder::new("constant_mask");
+    let mut feeds = HashMap::new();
+    let mut input = |g: &mut GraphBuilder, name: &str, seed: u64| {
+        feeds.insert(name.to_string(), random(&[B, H, s, d], seed));
+        g.input(name, DType::F32, Shape::from_static(&[B, H, s, d]))
+    };
+    let (q, k, v) = (input(&mut g, "q", 1), input(&mut g, "k", 2), input(&mut g, "v", 3));
+    let m = g.initializer("mask", mask);
+    let c = g.initializer("scale", Tensor::from_f32(vec![], vec![0.25]));
+    let kt = g.node("k_t", Op::Transpose { perm: Some(vec![0, 1, 3, 2]) }, &[&k]);
+    let qk = g.node("qk", Op::MatMul, &[&q, &kt]);
+    let sc = g.node("scale_mul", Op::Binary(Binary::Mul), &[&qk, &c]);
+    let sc = g.node("add_mask", Op::Binary(Binary::Add), &[&sc, &m]);
+    let p = g.node("softmax", Op::Softmax { axis: -1 }, &[&sc]);
+    let out = g.node("pv", Op::MatMul, &[&p, &v]);
+    g.output(&out);
+    (g.finish().unwrap(), feeds)
+}
+
+/// A constant mask is done by the kernel's causal masking only when it is exactly causal: 0 on
+/// and below the diagonal, at most -10⁴ above it (-inf, the type's lowest value, -10⁴), its
+/// own [S_q, S_k] pattern. Anything else stays a mask the kernel reads. Either way the planned
+/// graph gives the model's answer (checks the rewriting; the kernel's meaning is checked above).
+#[test]
+fn only_exactly_causal_constant_masks_become_causal_kernels() {
+    let s = 9;
+    let causal = |masked: f32| -> Vec<f32> { (0..s * s).map(|x| if x % s > x / s { masked } else { 0.0 }).collect() };
+    let mut one_off = causal(f32::NEG_INFINITY);
+    one_off[2 * s + 1] = -1.0; // below the diagonal
+    let mut half_masked = causal(f32::NEG_INFINITY);
+    half_masked[1] = -100.0; // above the diagonal, too weak to mask
+    let cases: Vec<(&str, Tensor, bool)> = vec![
+        ("-inf", Tensor::from_f32(vec![s, s], causal(f32::NEG_INFINITY)), true),
+        ("lowest f32", Tensor::from_f32(vec![1, 1, s, s], causal(f32::MIN)), true),
+        ("-1e4", Tensor::from_f32(vec![s, s], causal(-1e4)), true),
+        ("-100", Tensor::from_f32(vec![s, s], causal(-100.0)), false),
+        ("a weak entry", Tensor::from_f32(vec![s, s], half_masked), false),
+        ("not zero below the diagonal", Tensor::from_f32(vec![s, s], one_off), false),
+        (
+            "anti-causal",
+            Tensor::from_f32(
+                vec![s, s],
+                (0..s * s).map(|x| if x % s < x / s { f32::NEG_INFINITY } else { 0.0 }).collect(),
+            ),
+            false,
+        ),
+        (
+            "per batch item",
+            Tensor::from_f32(vec![B, 1, s, s], [causal(f32::NEG_INFINITY), causal(f32::NEG_INFINITY)].concat()),
+            false,
+        ),
+    ];
+    for (what, mask, want) in cases {
+        let (g, feeds) = with_constant_mask(s, mask);
+        let plan = bolt::plan::plan(&g).unwrap();
+        let decision = &plan.attention[0];
+        let node = decision.fused.as_ref().unwrap_or_else(|| panic!("{what}: {:?}", decision.reason));
+        let n = plan.graph.nodes.iter().find(|n| &n.name == node).unwrap();
+        let Op::Attention(op) = &n.op else { panic!() };
+        assert_eq!((op.causal, op.mask, decision.causal), (want, !want, want), "{what}");
+        let want_out = bolt::reference::run(&g, &feeds).unwrap().remove(&g.outputs[0]).unwrap();
+        let got = bolt::reference::run(&plan.graph, &feeds).unwrap().remove(&g.outputs[0]).unwrap();
+        let worst = max_abs_diff(&got, &want_out);
+        assert!(worst <= 1e-5, "{what}: planned graph vs model: {worst}");
+    }
 }

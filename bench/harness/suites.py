@@ -750,10 +750,14 @@ def gpu_attention(ctx, case, rec, checks):
     q, k, v, mask = attention_operands(case, ctx.seed)
     scale = p["scale"]
 
+    causal = case.get("mask") == "causal"
+
     def reference():
         sc = (q.double() @ k.double().transpose(-1, -2)) * scale
         if mask is not None:
             sc = sc + mask.double()[:, None, None, :]
+        if causal:  # query i sees keys j <= i
+            sc = sc.masked_fill(torch.ones(sc.shape[-2:], dtype=torch.bool, device="cuda").triu(1), float("-inf"))
         return torch.softmax(sc, dim=-1) @ v.double()
 
     want = reference()
@@ -771,7 +775,7 @@ def gpu_attention(ctx, case, rec, checks):
         if not num["ok"]:
             bad.append(f"{kern['symbol']}: numerics outside tolerance")
     am = mask[:, None, None, :] if mask is not None else None
-    rec["sdpa"] = ctx.timer(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=am, scale=scale))
+    rec["sdpa"] = ctx.timer(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=am, scale=scale, is_causal=causal))
     best = min(rec["kernels"], key=lambda r: r["median_us"])
     rec["bolt"] = {"symbol": best["symbol"], "arch": best["arch"], "median_us": best["median_us"],
                    "tflops": best["tflops"], "pct_peak": best["pct_peak"]}

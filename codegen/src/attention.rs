@@ -62,6 +62,11 @@ pub struct AttentionSpec {
     pub head_dim_max: u32,
     /// Whether the kernel reads an additive bias (mask).
     pub bias: bool,
+    /// Query `i` sees keys `j <= i` only (causal from the top left), masked in the kernel,
+    /// which skips the tiles above the diagonal. The sm90 kernel needs `seq_q <= seq_k` (its
+    /// causal masking also hides keys past `seq_k`).
+    #[serde(default)]
+    pub causal: bool,
     pub output: OutputLayout,
 }
 
@@ -136,7 +141,7 @@ impl AttentionSpec {
     ) -> Option<AttentionSpec> {
         let need = d.max(d_v);
         let head_dim_max = *HEAD_DIM_MAX.iter().find(|&&m| need >= 1 && need <= i64::from(m))?;
-        Some(AttentionSpec { arch: Arch::Sm80, element, head_dim_max, bias, output })
+        Some(AttentionSpec { arch: Arch::Sm80, element, head_dim_max, bias, causal: false, output })
     }
 
     /// The Hopper kernel for what this (sm80) kernel computes, or why there is none: the
@@ -179,25 +184,9 @@ impl AttentionSpec {
     /// What `<symbol>_can_implement` checks, on the host (the generated code checks the same).
     pub fn check(&self, p: &BoltAttentionProblem) -> Result<(), AttentionRejection> {
         validate(self)?;
+        self.check_extents(p)?;
         if self.arch == Arch::Sm90 {
             return self.check_sm90(p);
-        }
-        for (what, value) in [
-            ("batch", p.batch),
-            ("heads", p.heads),
-            ("seq_q", p.seq_q),
-            ("seq_k", p.seq_k),
-            ("head_dim", p.head_dim),
-            ("head_dim_v", p.head_dim_v),
-        ] {
-            if value < 1 {
-                return Err(AttentionRejection::Extent { what, value });
-            }
-        }
-        for d in [p.head_dim, p.head_dim_v] {
-            if d > i64::from(self.head_dim_max) {
-                return Err(AttentionRejection::HeadDim(d));
-            }
         }
         let a = self.alignment();
         let q = p.q_strides;
@@ -271,10 +260,8 @@ impl AttentionSpec {
         Ok(())
     }
 
-    /// [`AttentionSpec::check`] for the Hopper kernel (templates/sm90_attention.cu.tera's
-    /// `check_problem`, in its order): every stride, the output's and the log-sum-exp's too, is
-    /// a 32-bit TMA stride of whole 16-byte vectors.
-    fn check_sm90(&self, p: &BoltAttentionProblem) -> Result<(), AttentionRejection> {
+    /// Every kernel's first checks: positive extents, head dims within the tile.
+    fn check_extents(&self, p: &BoltAttentionProblem) -> Result<(), AttentionRejection> {
         for (what, value) in [
             ("batch", p.batch),
             ("heads", p.heads),
@@ -292,11 +279,23 @@ impl AttentionSpec {
                 return Err(AttentionRejection::HeadDim(d));
             }
         }
+        Ok(())
+    }
+
+    /// [`AttentionSpec::check`] for the Hopper kernel (templates/sm90_attention.cu.tera's
+    /// `check_problem`, in its order): every stride, the output's and the log-sum-exp's too, is
+    /// a 32-bit TMA stride of whole 16-byte vectors.
+    fn check_sm90(&self, p: &BoltAttentionProblem) -> Result<(), AttentionRejection> {
         if p.head_dim != p.head_dim_v {
             return Err(AttentionRejection::Hopper("one head dim for Q, K and V (D = D_v)"));
         }
         if !(p.scale > 0.0) {
             return Err(AttentionRejection::Hopper("a positive scale (its online softmax maxes unscaled scores)"));
+        }
+        if self.causal && p.seq_q > p.seq_k {
+            return Err(AttentionRejection::Hopper(
+                "causal masking with seq_q <= seq_k (keys past seq_k are hidden by it)",
+            ));
         }
         let all = [p.q_strides, p.k_strides, p.v_strides];
         let strided: [(&'static str, i64); 9] = [
@@ -395,6 +394,10 @@ impl AttentionSpec {
                 for i in 0..sq {
                     let qo = at(p.q_strides, bi, hi, i);
                     for (j, s) in scores.iter_mut().enumerate() {
+                        if self.causal && j > i {
+                            *s = f64::NEG_INFINITY;
+                            continue;
+                        }
                         let ko = at(p.k_strides, bi, hi, j);
                         let dot: f64 = (0..d).map(|x| q[qo + x] * k[ko + x]).sum();
                         *s = dot * p.scale;
@@ -429,10 +432,11 @@ pub fn symbol_for(spec: &AttentionSpec) -> String {
         Arch::Sm90 => "bolt_sm90_attention",
     };
     format!(
-        "{prefix}_{}_d{}_{}_{layout}",
+        "{prefix}_{}_d{}_{}{}_{layout}",
         spec.element.name(),
         spec.head_dim_max,
-        if spec.bias { "bias" } else { "nobias" }
+        if spec.bias { "bias" } else { "nobias" },
+        if spec.causal { "_causal" } else { "" }
     )
 }
 
@@ -502,11 +506,19 @@ pub fn compile_command<'a>(
         .include(include_dir(toolchain, arch))
 }
 
-/// Attention kernels per translation unit. Measured on 2 cores (sm80): a unit of one kernel
+/// sm80 attention kernels per translation unit. Measured on 2 cores: a unit of one kernel
 /// takes 9 s of nvcc (mostly the headers), one of all 24 specs 48 s and 0.74 GB (≈1.7 s per
-/// kernel), so several share the headers while units still compile in parallel. An sm90
-/// kernel takes ≈45 s on its own.
+/// kernel), so several share the headers while units still compile in parallel.
 pub const KERNELS_PER_UNIT: usize = 8;
+
+/// Attention kernels per translation unit for `arch`: an sm90 kernel takes 45-80 s of nvcc of
+/// its own (the headers are a small part), so two to a unit keep units compiling in parallel.
+pub fn kernels_per_unit(arch: Arch) -> usize {
+    match arch {
+        Arch::Sm80 => KERNELS_PER_UNIT,
+        Arch::Sm90 => 2,
+    }
+}
 
 #[derive(Serialize)]
 struct Context<'a> {
@@ -518,6 +530,7 @@ struct Context<'a> {
     keys_per_block: u32,
     head_dim_max: u32,
     bias: bool,
+    causal: bool,
     bshd: bool,
     grid_limit: i64,
     // The sm90 template's names for the tile.
@@ -539,6 +552,7 @@ pub fn render(spec: &AttentionSpec, symbol: &str) -> Result<String, RenderError>
         keys_per_block,
         head_dim_max: spec.head_dim_max,
         bias: spec.bias,
+        causal: spec.causal,
         bshd: spec.output == OutputLayout::Bshd,
         grid_limit: GRID_LIMIT,
         block_q: queries_per_block,
@@ -580,8 +594,9 @@ pub fn render_unit(kernels: &[(&AttentionSpec, &str)]) -> Result<String, RenderE
     crate::render::assemble_unit(kernels, includes(arch), render)
 }
 
-/// Every spec the family has: sm80, 3 elements x 2 head dims x bias or not x 2 output layouts;
-/// sm90, f16 and bf16 x 2 head dims x 2 output layouts (no bias).
+/// Every spec the family has without causal masking (each has a causal twin): sm80, 3
+/// elements x 2 head dims x bias or not x 2 output layouts; sm90, f16 and bf16 x 2 head dims x
+/// 2 output layouts (no bias).
 pub fn all_specs() -> Vec<AttentionSpec> {
     let mut specs = Vec::new();
     for arch in [Arch::Sm80, Arch::Sm90] {
@@ -589,7 +604,7 @@ pub fn all_specs() -> Vec<AttentionSpec> {
             for head_dim_max in HEAD_DIM_MAX {
                 for bias in [false, true] {
                     for output in [OutputLayout::Bhsd, OutputLayout::Bshd] {
-                        let spec = AttentionSpec { arch, element, head_dim_max, bias, output };
+                        let spec = AttentionSpec { arch, element, head_dim_max, bias, causal: false, output };
                         if validate(&spec).is_ok() {
                             specs.push(spec);
                         }
@@ -731,8 +746,14 @@ mod tests {
             let mut bias: Vec<f64> = values(span(p.bias_strides, [b, h, sq, sk]), 4).iter().map(|x| 3.0 * x).collect();
             bias[1] = -1e30; // a masked key
             for output in [OutputLayout::Bhsd, OutputLayout::Bshd] {
-                let with =
-                    AttentionSpec { arch: Arch::Sm80, element: Element::F16, head_dim_max: 64, bias: true, output };
+                let with = AttentionSpec {
+                    arch: Arch::Sm80,
+                    element: Element::F16,
+                    head_dim_max: 64,
+                    bias: true,
+                    causal: false,
+                    output,
+                };
                 let without = AttentionSpec { bias: false, ..with };
                 let got = with.eval(&p, &q, &k, &v, Some(&bias));
                 assert_close(&got, &naive(&p, output, &q, &k, &v, Some(&bias)), &format!("{name} {output:?} bias"));
@@ -744,6 +765,49 @@ mod tests {
     }
 
     #[test]
+    fn causal_eval_is_attention_with_keys_past_the_query_masked() {
+        for (sq, sk) in [(5, 5), (3, 7)] {
+            let (b, h, d) = (2, 3, 4);
+            let p = problem(b, h, sq, sk, d, d);
+            let q = values(span(p.q_strides, [b, h, sq, d]), 11);
+            let k = values(span(p.k_strides, [b, h, sk, d]), 12);
+            let v = values(span(p.v_strides, [b, h, sk, d]), 13);
+            // The same as an explicit [S_q, S_k] mask of -inf past the diagonal (top left).
+            let mask: Vec<f64> = (0..sq * sk).map(|x| if x % sk > x / sk { f64::NEG_INFINITY } else { 0.0 }).collect();
+            let masked = BoltAttentionProblem { bias_strides: [0, 0, sk], ..p };
+            for output in [OutputLayout::Bhsd, OutputLayout::Bshd] {
+                let spec = AttentionSpec {
+                    arch: Arch::Sm80,
+                    element: Element::F16,
+                    head_dim_max: 64,
+                    bias: false,
+                    causal: true,
+                    output,
+                };
+                let got = spec.eval(&p, &q, &k, &v, None);
+                assert_close(&got, &naive(&masked, output, &q, &k, &v, Some(&mask)), &format!("{sq}x{sk} {output:?}"));
+                let plain = AttentionSpec { causal: false, ..spec }.eval(&p, &q, &k, &v, None);
+                assert!(got.iter().zip(&plain).any(|(a, b)| (a - b).abs() > 1e-3), "causal changes the answer");
+            }
+        }
+        // The Hopper kernel's causal masking also hides keys past S_k: more queries than keys
+        // are the sm80 kernel's.
+        let sm90 = AttentionSpec {
+            arch: Arch::Sm90,
+            element: Element::F16,
+            head_dim_max: 64,
+            bias: false,
+            causal: true,
+            output: OutputLayout::Bhsd,
+        };
+        assert_eq!(sm90.check(&problem(1, 2, 64, 64, 64, 64)), Ok(()));
+        assert!(matches!(sm90.check(&problem(1, 2, 128, 64, 64, 64)), Err(AttentionRejection::Hopper(_))));
+        assert_eq!(AttentionSpec { causal: false, ..sm90 }.check(&problem(1, 2, 128, 64, 64, 64)), Ok(()));
+        assert_eq!(AttentionSpec { arch: Arch::Sm80, ..sm90 }.check(&problem(1, 2, 128, 64, 64, 64)), Ok(()));
+        assert!(symbol_for(&sm90).ends_with("_nobias_causal_bhsd"));
+    }
+
+    #[test]
     fn eval_of_a_fully_masked_row_is_nan() {
         let p = problem(1, 1, 2, 3, 8, 8);
         let spec = AttentionSpec {
@@ -751,6 +815,7 @@ mod tests {
             element: Element::F32,
             head_dim_max: 64,
             bias: true,
+            causal: false,
             output: OutputLayout::Bhsd,
         };
         let (q, k, v) = (values(16, 5), values(24, 6), values(24, 7));
@@ -767,6 +832,7 @@ mod tests {
             element: Element::F16,
             head_dim_max: 64,
             bias: true,
+            causal: false,
             output: OutputLayout::Bshd,
         };
         let f32 = AttentionSpec { arch: Arch::Sm80, element: Element::F32, ..f16 };
@@ -827,6 +893,7 @@ mod tests {
             element: Element::BF16,
             head_dim_max: 128,
             bias: false,
+            causal: false,
             output: OutputLayout::Bshd,
         };
         let symbol = symbol_for(&spec);
@@ -850,6 +917,7 @@ mod tests {
             element: Element::F32,
             head_dim_max: 64,
             bias: true,
+            causal: false,
             output: OutputLayout::Bhsd,
         };
         let code = render(&bhsd, "k").unwrap();
@@ -894,6 +962,7 @@ mod tests {
             element: Element::F16,
             head_dim_max: 64,
             bias: false,
+            causal: false,
             output: OutputLayout::Bshd,
         };
         let sm90 = sm80.hopper(64, 64).unwrap();

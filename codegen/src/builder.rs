@@ -713,7 +713,7 @@ impl Builder {
                 Arch::Sm80 => "attention".to_string(),
                 Arch::Sm90 => format!("{}_attention", arch_tag(arch)),
             };
-            for (i, kernels) in group_units(kernels, crate::attention::KERNELS_PER_UNIT).into_iter().enumerate() {
+            for (i, kernels) in group_units(kernels, crate::attention::kernels_per_unit(arch)).into_iter().enumerate() {
                 groups.push((arch, format!("{}_{tag}_{i:03}", opts.name), UnitKernels::Attention(kernels)));
             }
         }

@@ -130,6 +130,7 @@ fn renders_match_the_golden_files() {
                 element: Element::F16,
                 head_dim_max: 64,
                 bias: true,
+                causal: false,
                 output: OutputLayout::Bhsd,
             },
         ),
@@ -140,6 +141,29 @@ fn renders_match_the_golden_files() {
                 element: Element::F32,
                 head_dim_max: 128,
                 bias: false,
+                causal: false,
+                output: OutputLayout::Bshd,
+            },
+        ),
+        (
+            "attention_bf16_d64_nobias_causal_bhsd",
+            AttentionSpec {
+                arch: Arch::Sm80,
+                element: Element::BF16,
+                head_dim_max: 64,
+                bias: false,
+                causal: true,
+                output: OutputLayout::Bhsd,
+            },
+        ),
+        (
+            "sm90_attention_f16_d128_nobias_causal_bshd",
+            AttentionSpec {
+                arch: Arch::Sm90,
+                element: Element::F16,
+                head_dim_max: 128,
+                bias: false,
+                causal: true,
                 output: OutputLayout::Bshd,
             },
         ),
@@ -150,6 +174,7 @@ fn renders_match_the_golden_files() {
                 element: Element::F16,
                 head_dim_max: 64,
                 bias: false,
+                causal: false,
                 output: OutputLayout::Bhsd,
             },
         ),
@@ -163,13 +188,16 @@ fn renders_match_the_golden_files() {
 
 #[test]
 fn every_attention_kernel_builds_loads_and_answers_the_abi() {
-    let specs: Vec<AttentionSpec> = attention::all_specs().into_iter().filter(|s| s.arch == Arch::Sm80).collect();
+    let mut specs: Vec<AttentionSpec> = attention::all_specs().into_iter().filter(|s| s.arch == Arch::Sm80).collect();
     assert_eq!(specs.len(), 24);
+    // A causal kernel (example 41's CausalFromTopLeft), with a mask too.
+    specs.push(AttentionSpec { causal: true, ..specs[3] });
+    assert!(specs[24].bias);
     builds_loads_and_answers_the_abi(&specs);
 }
 
 /// The Hopper kernels (CUTLASS's example 88) take ≈45 s of nvcc each: two of the eight, one per
-/// head-dim tile, element and output layout between them.
+/// head-dim tile, element and output layout between them, and a causal one.
 #[test]
 fn hopper_attention_kernels_build_load_and_answer_the_abi() {
     let all = attention::all_specs();
@@ -181,6 +209,7 @@ fn hopper_attention_kernels_build_load_and_answer_the_abi() {
             element: Element::F16,
             head_dim_max: 64,
             bias: false,
+            causal: false,
             output: OutputLayout::Bshd,
         },
         AttentionSpec {
@@ -188,10 +217,20 @@ fn hopper_attention_kernels_build_load_and_answer_the_abi() {
             element: Element::BF16,
             head_dim_max: 128,
             bias: false,
+            causal: false,
             output: OutputLayout::Bhsd,
         },
+        // Causal (the example's CausalFusion).
+        AttentionSpec {
+            arch: Arch::Sm90,
+            element: Element::F16,
+            head_dim_max: 128,
+            bias: false,
+            causal: true,
+            output: OutputLayout::Bshd,
+        },
     ];
-    assert!(specs.iter().all(|s| all.contains(s)));
+    assert!(specs[..2].iter().all(|s| all.contains(s)));
     builds_loads_and_answers_the_abi(&specs);
 }
 
@@ -226,7 +265,7 @@ fn builds_loads_and_answers_the_abi(specs: &[AttentionSpec]) {
     );
     let n = specs.len();
     assert_eq!(cold.symbols.len(), n);
-    assert!(cold.units.iter().all(|u| u.symbols.len() <= attention::KERNELS_PER_UNIT));
+    assert!(cold.units.iter().all(|u| u.symbols.len() <= attention::kernels_per_unit(arch)));
 
     let lib = KernelLibrary::open(&cold.library).unwrap();
     let manifest = lib.manifest();
@@ -268,8 +307,9 @@ fn builds_loads_and_answers_the_abi(specs: &[AttentionSpec]) {
         assert_eq!(unsafe { can_implement(std::ptr::null()) }.status(), Status::NullArgument);
 
         // Set-up: pointers and the workspace are checked before any CUDA call.
-        let sq = if arch == Arch::Sm90 { 96 } else { 100 };
-        let p = dense(2, 3, sq, 64, m, m);
+        // (The Hopper kernel takes whole-vector query counts; its causal one no more queries than keys.)
+        let (sq, sk) = if arch == Arch::Sm90 { (96, 128) } else { (100, 64) };
+        let p = dense(2, 3, sq, sk, m, m);
         assert_eq!(kernel.can_implement(&p), Status::Ok);
         let ws = kernel.workspace_size(&p);
         assert_eq!(ws, spec.workspace_bytes(&p), "{symbol}");
@@ -464,6 +504,7 @@ fn blocks_address_their_batch_head_and_queries_in_both_layouts() {
             element: Element::F16,
             head_dim_max: 64,
             bias: true,
+            causal: false,
             output: OutputLayout::Bhsd,
         },
         AttentionSpec {
@@ -471,6 +512,7 @@ fn blocks_address_their_batch_head_and_queries_in_both_layouts() {
             element: Element::BF16,
             head_dim_max: 128,
             bias: false,
+            causal: false,
             output: OutputLayout::Bshd,
         },
     ];

@@ -534,31 +534,22 @@ fn run_artifact(
         return Ok(ExitCode::SUCCESS);
     };
     let (rtol, atol) = m.precision.tolerance();
-    if oracle.ends_with(".npz") {
-        let want =
-            runtime::outputs_as_f32(runtime::npz::read_npz(std::path::Path::new(oracle)).map_err(anyhow::Error::msg)?);
-        let ok = compare_outputs(
-            &art.plan.outputs,
-            &outs,
-            &want,
-            rtol,
-            atol,
-            &format!("{}, vs {oracle}", m.precision.name()),
-        );
-        return Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE });
-    }
-    if oracle == "reference" {
-        // The same plan and weights on the CPU reference: what the device's kernels must give.
-        let mut reference = runtime::open(&art, DeviceKind::Reference, &RunOptions::default())?;
-        let want = runtime::outputs_as_f32(reference.run(&feed)?);
-        let ok = compare_outputs(
-            &art.plan.outputs,
-            &outs,
-            &want,
-            rtol,
-            atol,
-            &format!("{}, vs the reference device", m.precision.name()),
-        );
+    // Outputs recorded elsewhere, or the same plan and weights on the CPU reference (what
+    // the device's kernels must give): compared by the artifact's output names.
+    let recorded = match oracle {
+        "reference" => {
+            let mut reference = runtime::open(&art, DeviceKind::Reference, &RunOptions::default())?;
+            Some((reference.run(&feed)?, "the reference device".to_string()))
+        }
+        npz if npz.ends_with(".npz") => {
+            Some((runtime::npz::read_npz(std::path::Path::new(npz)).map_err(anyhow::Error::msg)?, npz.to_string()))
+        }
+        _ => None,
+    };
+    if let Some((want, what)) = recorded {
+        let want = runtime::outputs_as_f32(want);
+        let what = format!("{}, vs {what}", m.precision.name());
+        let ok = compare_outputs(&art.plan.outputs, &outs, &want, rtol, atol, &what);
         return Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE });
     }
     let original = if m.source == bolt::artifact::format::BUILTIN_DEFAULT {

@@ -256,6 +256,10 @@ pub struct FusedAttention {
     /// Transpose [0, 2, 1, 3] after the core, written directly) instead of `[B, H, S_q, D_v]`.
     #[serde(default)]
     pub merge_heads: bool,
+    /// Query `i` sees keys `j <= i` only (causal from the top left): what the model's constant
+    /// causal mask said, done by the kernel, which skips the masked tiles (no mask input).
+    #[serde(default)]
+    pub causal: bool,
 }
 
 impl FusedAttention {
@@ -276,7 +280,17 @@ impl FusedAttention {
         let mut kt_perm = self.k_perm.clone();
         kt_perm.swap(r - 2, r - 1);
         let (q, k_t, v) = (view(inputs[0], &self.q_perm)?, view(inputs[1], &kt_perm)?, view(inputs[2], &self.v_perm)?);
-        let out = attention(&q, &k_t, &v, inputs.get(3).copied(), self.scale)?;
+        let causal = if self.causal {
+            if self.mask {
+                return Err("a causal attention op takes no mask".into());
+            }
+            let (sq, sk) = (q.shape[r - 2], k_t.shape[r - 1]);
+            let m: Vec<f32> = (0..sq * sk).map(|x| if x % sk > x / sk { f32::NEG_INFINITY } else { 0.0 }).collect();
+            Some(Tensor::from_f32(vec![sq, sk], m))
+        } else {
+            None
+        };
+        let out = attention(&q, &k_t, &v, causal.as_ref().or(inputs.get(3).copied()), self.scale)?;
         if self.merge_heads {
             return Ok(crate::reference::ops::layout::transpose(&out, Some(&[0, 2, 1, 3]))?.swap_remove(0));
         }

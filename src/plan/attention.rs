@@ -33,6 +33,9 @@ pub struct AttentionDecision {
     /// Nodes the pass added around the fused node: head dims that are not whole vectors are
     /// zero-padded (Q, K, V: FitLastAxis kernels) and the output cut back (device copies).
     pub padding: Vec<String>,
+    /// The core's mask is a constant causal pattern, done by the kernel's causal masking (which
+    /// skips the tiles above the diagonal) instead of read.
+    pub causal: bool,
 }
 
 /// Replaces every attention core a fused kernel takes with one [`Op::Attention`] node.
@@ -50,11 +53,13 @@ pub fn fuse(g: &mut Graph) -> Result<Vec<AttentionDecision>> {
                     fused: None,
                     reason: Some(why),
                     padding: Vec::new(),
+                    causal: false,
                 });
                 continue;
             }
         };
         let (mut op, mut nodes, mut output) = (op, a.nodes.clone(), a.output.clone());
+        let causal = op.causal;
         // The head merge after the core ([B, H, S, D_v] -> [B, S, H, D_v]) is written directly.
         if let Some(merge) = head_merge(g, &a.output) {
             op.merge_heads = true;
@@ -121,7 +126,7 @@ pub fn fuse(g: &mut Graph) -> Result<Vec<AttentionDecision>> {
             nodes.extend(dead);
         }
         changed = true;
-        decisions.push(AttentionDecision { nodes, fused: Some(name), reason: None, padding });
+        decisions.push(AttentionDecision { nodes, fused: Some(name), reason: None, padding, causal });
     }
     if changed {
         edit::finish(g)?;
@@ -194,8 +199,11 @@ fn fusable(g: &Graph, a: &Attention) -> std::result::Result<Fusable, String> {
     let element = dtype(&q)
         .and_then(lower::element)
         .ok_or_else(|| format!("Q is {:?}: attention kernels take f32, f16 and bf16", dtype(&q)))?;
+    // A constant causal mask is the kernel's causal masking: no mask input.
+    let causal = a.mask.as_ref().is_some_and(|(m, _)| constant_causal(g, m, &a.q_shape, &a.k_t_shape));
+    let mask = a.mask.as_ref().filter(|_| !causal);
     let mut operands = vec![("K", k.clone()), ("V", v.clone())];
-    if let Some((m, _)) = &a.mask {
+    if let Some((m, _)) = mask {
         operands.push(("the mask", m.clone()));
     }
     for (what, t) in &operands {
@@ -214,14 +222,44 @@ fn fusable(g: &Graph, a: &Attention) -> std::result::Result<Fusable, String> {
     // Head dims that are not whole vectors are zero-padded to them.
     let w = bolt_codegen::attention::alignment(element);
     let (d_p, d_v_p) = ((d + w - 1) / w * w, (d_v + w - 1) / w * w);
-    AttentionSpec::for_head_dims(element, d_p, d_v_p, a.mask.is_some(), OutputLayout::Bhsd)
+    AttentionSpec::for_head_dims(element, d_p, d_v_p, mask.is_some(), OutputLayout::Bhsd)
         .ok_or_else(|| format!("head dims {d} and {d_v}: attention kernels are built for head dims up to 128"))?;
     let pad = |from: i64, to: i64| (to != from).then_some((from as usize, to as usize));
     let (pad_d, pad_dv) = (pad(d, d_p), pad(d_v, d_v_p));
     let mut inputs = vec![q, k, v];
-    if let Some((m, _)) = &a.mask {
+    if let Some((m, _)) = mask {
         inputs.push(m.clone());
     }
-    let op = FusedAttention { scale: a.scale, q_perm, k_perm, v_perm, mask: a.mask.is_some(), merge_heads: false };
+    let op =
+        FusedAttention { scale: a.scale, q_perm, k_perm, v_perm, mask: mask.is_some(), merge_heads: false, causal };
     Ok(Fusable { op, inputs, pad_d, pad_dv })
+}
+
+/// Whether mask `m` is a constant causal pattern for scores `[.., S_q, S_k]` (Q `q`, Kᵀ
+/// `k_t`): both static and the mask's own last two dims (leading dims 1), 0 where key `j <=`
+/// query `i` and at most -10⁴ (-inf included) where `j > i` (what exporters write: -inf, the
+/// type's lowest value, or -10⁴). A masked key's weight in the model is then
+/// `exp(s - 10⁴ - max)`, which is 0 in f32 for scaled scores within ±4900, so the kernel's
+/// causal masking gives the model's answer.
+fn constant_causal(g: &Graph, m: &str, q: &[Dim], k_t: &[Dim]) -> bool {
+    let (Some(Dim::Known(sq)), Some(Dim::Known(sk))) = (q.iter().rev().nth(1), k_t.last()) else { return false };
+    let Some(t) = g.initializers.get(m) else { return false };
+    let n = t.shape.len();
+    if n < 2 || t.shape[n - 2] != *sq || t.shape[n - 1] != *sk || t.shape[..n - 2].iter().any(|&d| d != 1) {
+        return false;
+    }
+    let (sq, sk) = (*sq, *sk);
+    // A single query row would broadcast over any query count: not a pattern of its own.
+    if sq < 2 {
+        return false;
+    }
+    let v = t.to_f32_vec();
+    (0..sq * sk).all(|x| {
+        let (i, j) = (x / sk, x % sk);
+        if j <= i {
+            v[x] == 0.0
+        } else {
+            v[x] <= -1e4
+        }
+    })
 }

@@ -1322,6 +1322,7 @@ pub fn attention_spec(g: &Graph, n: &Node) -> Result<bolt_codegen::attention::At
     let (d, d_v) = (head(&q, &a.q_perm, "Q")?, head(&v, &a.v_perm, "V")?);
     let layout = if a.merge_heads { OutputLayout::Bshd } else { OutputLayout::Bhsd };
     AttentionSpec::for_head_dims(e, d, d_v, a.mask, layout)
+        .map(|spec| AttentionSpec { causal: a.causal, ..spec })
         .ok_or_else(|| format!("head dims {d} and {d_v}: attention kernels are built for head dims up to 128"))
 }
 

@@ -413,6 +413,9 @@ impl Report {
                         if !d.padding.is_empty() {
                             how.push_str("; head dims zero-padded to whole vectors");
                         }
+                        if d.causal {
+                            how.push_str("; the constant mask is causal: masked in the kernel, which skips the tiles past the diagonal");
+                        }
                         how
                     }
                     Some(d) => format!("not fused: {}", d.reason.as_deref().unwrap_or("?")),

@@ -234,7 +234,7 @@ def test_bad_input_names_the_file(package, tmp_path):
 def test_attention_suite_lists_both_kernels_and_says_why_a_case_has_no_hopper_one(package, results):
     """The dry package builds the first attention case's sm80 kernel and its host checks pass;
     the masked case says why it has no Hopper kernel (example 88 takes no mask); the unmasked
-    cases would list the Hopper kernel in the full profile (`--no-build` to see it)."""
+    and causal cases would list the Hopper kernel in the full profile (`--no-build` to see it)."""
     pkg = json.loads((package / "package.json").read_text())
     cases = {c["workload"]: c for c in pkg["suites"]["attention"]}
     masked = cases["bert_base_b32_s128"]
@@ -249,9 +249,10 @@ def test_attention_suite_lists_both_kernels_and_says_why_a_case_has_no_hopper_on
                            "--no-build"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert full.returncode == 0, full.stderr[-2000:]
     listed = json.loads((package.parent / "full" / "package.json").read_text())["suites"]["attention"]
+    assert any(c["mask"] == "causal" and all("_causal_" in k["symbol"] for k in c["kernels"]) for c in listed)
     for c in listed:
         archs = [k["arch"] for k in c["kernels"]]
-        assert archs == (["sm80"] if c["mask"] else ["sm80", "sm90"]), (c["id"], archs)
+        assert archs == (["sm80"] if c["mask"] == "key_padding" else ["sm80", "sm90"]), (c["id"], archs)
         sm90 = [k for k in c["kernels"] if k["arch"] == "sm90"]
         p = c["problem"]
         assert all(k["workspace_bytes"] == 4 * p["batch"] * p["heads"] * p["seq_q"] for k in sm90), c["id"]

@@ -244,7 +244,7 @@ static BoltStatus launch(void *params, void *stream) {
 
 ////////////////////////////////////////////////////////////////////////////////////////////////////
 // bolt_attention_f16_d64_bias_bhsd
-// {"arch":"Sm80","element":"F16","head_dim_max":64,"bias":true,"output":"bhsd"}
+// {"arch":"Sm80","element":"F16","head_dim_max":64,"bias":true,"causal":false,"output":"bhsd"}
 // O = softmax(scale * Q K^T + bias) V, output [B, H, S_q, D_v]:
 // CUTLASS's memory-efficient attention (examples/41_fused_multi_head_attention, kernel_forward.h).
 ////////////////////////////////////////////////////////////////////////////////////////////////////

@@ -244,7 +244,7 @@ static BoltStatus launch(void *params, void *stream) {
 
 ////////////////////////////////////////////////////////////////////////////////////////////////////
 // bolt_attention_f32_d128_nobias_bshd
-// {"arch":"Sm80","element":"F32","head_dim_max":128,"bias":false,"output":"bshd"}
+// {"arch":"Sm80","element":"F32","head_dim_max":128,"bias":false,"causal":false,"output":"bshd"}
 // O = softmax(scale * Q K^T) V, output [B, S_q, H, D_v]:
 // CUTLASS's memory-efficient attention (examples/41_fused_multi_head_attention, kernel_forward.h).
 ////////////////////////////////////////////////////////////////////////////////////////////////////

@@ -249,7 +249,7 @@ static BoltStatus launch(void *params, void *stream) {
 
 ////////////////////////////////////////////////////////////////////////////////////////////////////
 // bolt_sm90_attention_f16_d64_nobias_bhsd
-// {"arch":"Sm90","element":"F16","head_dim_max":64,"bias":false,"output":"bhsd"}
+// {"arch":"Sm90","element":"F16","head_dim_max":64,"bias":false,"causal":false,"output":"bhsd"}
 // O = softmax(scale * Q K^T) V, output [B, H, S_q, D]:
 // CUTLASS's Hopper FMHA (examples/88_hopper_fmha: TMA loads, wgmma, warp-specialized
 // cooperative consumers, online softmax), keys past S_k masked (ResidualFusion).
@@ -269,7 +269,8 @@ using Stride = cute::tuple<int, _1, cute::tuple<int, int>>;
 using StrideLse = cute::tuple<_1, cute::tuple<int, int>>;
 using TileShape = Shape<_128, _64, _64>;
 using FmhaKernel = typename cutlass::fmha::kernel::FmhaBuilder<
-    Element, float, float, TileShape, Stride, Stride, Stride, cutlass::fmha::collective::ResidualFusion,
+    Element, float, float, TileShape, Stride, Stride, Stride,
+    cutlass::fmha::collective::ResidualFusion,
     cutlass::gemm::KernelTmaWarpSpecializedCooperative>::Kernel;
 
 // The (seq, dim, (batch, head)) stride of an operand. A batch or head extent of 1 may come with
