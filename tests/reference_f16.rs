@@ -42,3 +42,126 @@ fn bf16_conversion_keeps_integer_tensors() {
     assert!(gb.initializers.values().all(|t| t.dtype() == DType::BF16));
     assert!(convert_floats(&g, DType::I32).is_err());
 }
+
+use bolt::ir::builder::GraphBuilder;
+use bolt::ir::precision::{first_overflow, max_finite};
+use bolt::ir::{Binary, Op, ReduceKind, Shape, Unary};
+
+fn as_f16(inputs: &HashMap<String, Tensor>) -> HashMap<String, Tensor> {
+    inputs
+        .iter()
+        .map(|(k, t)| (k.clone(), Tensor::from_f64_as(DType::F16, t.shape.clone(), &t.to_f64_vec()).unwrap()))
+        .collect()
+}
+
+/// PaddleOCR's detector carries running variances near 1e8 (in Constant nodes): as f16 they
+/// are inf and the normalisation zeroes its channels. The conversion folds such statistics in
+/// f64 first (scale / sqrt(var + eps), bias - mean * that; mean 0, variance 1, epsilon 0), so
+/// the f16 graph computes BatchNormalization's definition, evaluated here in the test.
+#[test]
+fn batch_norm_statistics_beyond_f16_are_folded_not_lost() {
+    let c = 3;
+    let (scale, bias, mean, var) =
+        ([1.5f32, -0.5, 2.0], [0.25f32, 1.0, -1.0], [3e5f32, -2.0, 1e5], [9.8e7f32, 0.5, 4e6]);
+    for statistics_as_constant_nodes in [false, true] {
+        let mut g = GraphBuilder::new("bn");
+        let x = g.input("x", DType::F32, Shape::from_static(&[2, c, 2, 2]));
+        let param = |g: &mut GraphBuilder, name: &str, v: &[f32]| {
+            let t = Tensor::from_f32(vec![c], v.to_vec());
+            if statistics_as_constant_nodes {
+                g.node(name, Op::Constant { value: std::sync::Arc::new(t) }, &[])
+            } else {
+                g.initializer(name, t)
+            }
+        };
+        let (s, b, m, v) = (
+            param(&mut g, "s", &scale),
+            param(&mut g, "b", &bias),
+            param(&mut g, "m", &mean),
+            param(&mut g, "v", &var),
+        );
+        let y = g.node(
+            "bn",
+            Op::BatchNormalization { epsilon: 1e-5, momentum: 0.9, training_mode: false },
+            &[&x, &s, &b, &m, &v],
+        );
+        g.output(&y);
+        let g32 = g.finish().unwrap();
+        let g16 = convert_floats(&g32, DType::F16).unwrap();
+        let xs: Vec<f32> = (0..2 * c * 4).map(|i| (i as f32 - 10.0) * 2.5e3).collect();
+        let feed: HashMap<String, Tensor> = [("x".to_string(), Tensor::from_f32(vec![2, c, 2, 2], xs.clone()))].into();
+        let got = bolt::reference::run(&g16, &as_f16(&feed)).unwrap()[&y].to_f64_vec();
+        for (i, (x, got)) in xs.iter().zip(&got).enumerate() {
+            let ch = (i / 4) % c;
+            let want = f64::from(scale[ch]) * (f64::from(*x) - f64::from(mean[ch]))
+                / (f64::from(var[ch]) + 1e-5).sqrt()
+                + f64::from(bias[ch]);
+            assert!((got - want).abs() <= 2e-3 * (1.0 + want.abs()), "[{i}] {got} vs {want}");
+        }
+    }
+}
+
+/// Finite constants past f16's range are clamped to it, as onnxruntime's converter does: an
+/// attention mask built as (1 - m) * f32::MIN stays a mask (-65504) rather than an -inf whose
+/// product with 0 is NaN.
+#[test]
+fn constants_beyond_f16_are_clamped_so_masks_stay_masks() {
+    let mut g = GraphBuilder::new("mask");
+    let scores = g.input("scores", DType::F32, Shape::from_static(&[2, 4]));
+    let keep = g.input("keep", DType::F32, Shape::from_static(&[2, 4]));
+    let one = g.initializer("one", Tensor::from_f32(vec![], vec![1.0]));
+    let lowest = g.initializer("lowest", Tensor::from_f32(vec![], vec![f32::MIN]));
+    let dropped = g.node("dropped", Op::Binary(Binary::Sub), &[&one, &keep]);
+    let bias = g.node("bias", Op::Binary(Binary::Mul), &[&dropped, &lowest]);
+    let masked = g.node("masked", Op::Binary(Binary::Add), &[&scores, &bias]);
+    let p = g.node("softmax", Op::Softmax { axis: -1 }, &[&masked]);
+    g.output(&p);
+    let g32 = g.finish().unwrap();
+    let g16 = convert_floats(&g32, DType::F16).unwrap();
+    assert_eq!(g16.initializers["lowest"].to_f64_vec(), vec![-max_finite(DType::F16)]);
+    let feed: HashMap<String, Tensor> = [
+        ("scores".to_string(), Tensor::from_f32(vec![2, 4], vec![0.5, -1.0, 2.0, 0.0, 1.0, 1.0, -3.0, 0.25])),
+        ("keep".to_string(), Tensor::from_f32(vec![2, 4], vec![1.0, 1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0])),
+    ]
+    .into();
+    let want = &bolt::reference::run(&g32, &feed).unwrap()[&p];
+    let got = &bolt::reference::run(&g16, &as_f16(&feed)).unwrap()[&p];
+    assert!(got.to_f64_vec().iter().all(|v| v.is_finite()), "{:?}", got.to_f64_vec());
+    assert!(max_rel_err(got, want) < 2e-3);
+    assert_eq!(got.to_f64_vec()[2], 0.0, "the masked key gets no weight");
+}
+
+/// Where a model's values leave f16's range on given inputs (magika's decomposed LayerNorm sums
+/// squares past 65504), `first_overflow` names the first tensor that is finite in f32 and not
+/// in f16, which `bolt compile --precision f16` reports instead of building a wrong artifact.
+#[test]
+fn first_overflow_names_the_sum_of_squares_that_leaves_f16() {
+    let mut g = GraphBuilder::new("rms");
+    let x = g.input("x", DType::F32, Shape::from_static(&[2, 64]));
+    let sq = g.node("square", Op::Binary(Binary::Mul), &[&x, &x]);
+    let sum = g.node(
+        "sum",
+        Op::Reduce { kind: ReduceKind::Sum, axes: Some(vec![-1]), keepdims: true, noop_with_empty_axes: false },
+        &[&sq],
+    );
+    let inv = g.initializer("inv_n", Tensor::from_f32(vec![], vec![1.0 / 64.0]));
+    let mean = g.node("mean", Op::Binary(Binary::Mul), &[&sum, &inv]);
+    let rms = g.node("rms", Op::Unary(Unary::Sqrt), &[&mean]);
+    let y = g.node("normalised", Op::Binary(Binary::Div), &[&x, &rms]);
+    g.output(&y);
+    let g32 = g.finish().unwrap();
+    let g16 = convert_floats(&g32, DType::F16).unwrap();
+    let feed = |scale: f32| -> HashMap<String, Tensor> {
+        [("x".to_string(), Tensor::from_f32(vec![2, 64], (0..128).map(|i| scale * ((i % 7) as f32 - 3.0)).collect()))]
+            .into()
+    };
+    // |x| up to 3 * 40: squares up to 14400, their row sum ~ 3.7e5.
+    let o = first_overflow(&g32, &g16, &feed(40.0)).unwrap().expect("the row sum leaves f16");
+    assert_eq!((o.node.as_str(), o.tensor.as_str()), ("sum", sum.as_str()));
+    assert!(o.original_max_abs > max_finite(DType::F16), "{o:?}");
+    // Small values stay in range: nothing to report.
+    assert_eq!(first_overflow(&g32, &g16, &feed(1.0)).unwrap(), None);
+    // bf16 has f32's range.
+    let gbf = convert_floats(&g32, DType::BF16).unwrap();
+    assert_eq!(first_overflow(&g32, &gbf, &feed(40.0)).unwrap(), None);
+}

@@ -314,6 +314,38 @@ fn run(cli: Cli) -> Result<ExitCode> {
             if let Some((o, why)) = summary.plan.as_ref().and_then(|p| p.mismatches.first()) {
                 bail!("the planned graph differs from the model on output '{o}': {why}");
             }
+            // A narrower float type whose range the model leaves on these inputs loses its answer
+            // (inf, then NaN): say where, before any kernel is built.
+            if !no_artifact {
+                let (p, _) = bolt::artifact::resolve_precision(&graph, precision)?;
+                let storage = p.storage();
+                let narrower = graph
+                    .inputs
+                    .iter()
+                    .chain(&graph.outputs)
+                    .any(|t| graph.types.get(t).is_some_and(|ty| ty.dtype.is_float() && ty.dtype != storage));
+                let sample = match (&feed, no_run) {
+                    (Some(feed), _) => Some(feed.clone()),
+                    (None, true) => None,
+                    (None, false) => Some(compile::synthetic_inputs(&graph, &bindings, 0)?),
+                };
+                if let (true, Some(sample), true) = (narrower, sample, storage != bolt::ir::DType::F32) {
+                    let converted = bolt::ir::precision::convert_floats(&graph, storage)?;
+                    let sample = bolt::runtime::prepare_inputs(&graph, &sample)?;
+                    if let Some(o) = bolt::ir::precision::first_overflow(&graph, &converted, &sample)? {
+                        bail!(
+                            "--precision {}: tensor '{}' (node '{}') reaches {:.3e} on these inputs, beyond {storage}'s \
+                             largest value {:.0}: in {storage} it is inf or NaN and the model's answer is lost. Compile with \
+                             --precision bf16 (f32's range) or tf32",
+                            p.name(),
+                            o.tensor,
+                            o.node,
+                            o.original_max_abs,
+                            bolt::ir::precision::max_finite(storage)
+                        );
+                    }
+                }
+            }
             let report = if no_artifact {
                 None
             } else {

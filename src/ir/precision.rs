@@ -18,17 +18,25 @@ pub fn convert_floats(g: &Graph, to: DType) -> Result<Graph> {
 /// [`convert_floats`]; `If` branches are converted alike and typed by their `If` (`infer`
 /// false: a branch's inputs are typed by the enclosing graph).
 fn convert_graph(g: &Graph, to: DType, infer: bool) -> Result<Graph> {
+    // Finite constants beyond `to`'s range are clamped to its largest value, as onnxruntime's
+    // float16 converter does: the -3.4e38 of an attention mask stays a mask (-65504) instead of
+    // an -inf whose product with 0 is NaN. Statistics are folded first (they would not survive
+    // clamping); what else overflows, `first_overflow` finds on the compile's inputs.
+    let max = max_finite(to);
     let convert = |t: &Tensor| -> Tensor {
         if t.dtype().is_float() && t.dtype() != to {
-            Tensor::from_f64_as(to, t.shape.clone(), &t.to_f64_vec()).expect("float dtype")
+            let v: Vec<f64> =
+                t.to_f64_vec().into_iter().map(|x| if x.is_finite() { x.clamp(-max, max) } else { x }).collect();
+            Tensor::from_f64_as(to, t.shape.clone(), &v).expect("float dtype")
         } else {
             t.clone()
         }
     };
     let mut out = g.clone();
-    out.initializers = g.initializers.iter().map(|(k, t)| (k.clone(), Arc::new(convert(t)))).collect();
-    let keep: std::collections::HashSet<&String> = g.inputs.iter().chain(g.initializers.keys()).collect();
-    out.types = g
+    fold_batch_norm_statistics(&mut out, to);
+    out.initializers = out.initializers.iter().map(|(k, t)| (k.clone(), Arc::new(convert(t)))).collect();
+    let keep: std::collections::HashSet<&String> = out.inputs.iter().chain(out.initializers.keys()).collect();
+    out.types = out
         .types
         .iter()
         .filter(|(k, _)| keep.contains(k))
@@ -58,4 +66,130 @@ fn convert_graph(g: &Graph, to: DType, infer: bool) -> Result<Graph> {
         super::infer::infer_graph(&mut out, &HashMap::new())?;
     }
     Ok(out)
+}
+
+/// The largest finite value of float type `t`.
+pub fn max_finite(t: DType) -> f64 {
+    match t {
+        DType::F16 => f64::from(half::f16::MAX),
+        DType::BF16 => f64::from(half::bf16::MAX),
+        DType::F32 => f64::from(f32::MAX),
+        _ => f64::MAX,
+    }
+}
+
+/// Inference BatchNormalizations whose constant statistics `to` cannot hold (a running
+/// variance of 1e8 is inf in f16, and the normalisation then zeroes the channel) get the same
+/// affine map with statistics that fit, computed in f64: scale' = scale / sqrt(var + eps),
+/// bias' = bias - mean * scale', mean 0, variance 1, epsilon 0. The new constants get names of
+/// their own (the old ones may have other readers).
+fn fold_batch_norm_statistics(g: &mut Graph, to: DType) {
+    let max = max_finite(to);
+    // Constants: weights, and Constant nodes' values (exporters write statistics either way).
+    let mut constants: HashMap<String, Arc<Tensor>> = g.initializers.clone().into_iter().collect();
+    for n in &g.nodes {
+        if let (Op::Constant { value }, Some(o)) = (&n.op, n.outputs.first()) {
+            constants.insert(o.clone(), value.clone());
+        }
+    }
+    let mut added = Vec::new();
+    for n in &mut g.nodes {
+        let Op::BatchNormalization { epsilon, training_mode: false, .. } = n.op else { continue };
+        let get = |i: usize| n.input(i).and_then(|x| constants.get(x)).map(|t| t.to_f64_vec());
+        let (Some(scale), Some(bias), Some(mean), Some(var)) = (get(1), get(2), get(3), get(4)) else { continue };
+        let c = scale.len();
+        if [&bias, &mean, &var].iter().any(|v| v.len() != c) {
+            continue;
+        }
+        let fits = |v: &[f64]| v.iter().all(|x| !x.is_finite() || x.abs() <= max);
+        if fits(&scale) && fits(&bias) && fits(&mean) && fits(&var) {
+            continue;
+        }
+        let eps = f64::from(epsilon);
+        let a: Vec<f64> = (0..c).map(|i| scale[i] / (var[i] + eps).sqrt()).collect();
+        let b: Vec<f64> = (0..c).map(|i| bias[i] - mean[i] * a[i]).collect();
+        let shape = vec![c];
+        let name = n.name.clone();
+        for (slot, what, values) in
+            [(1, "scale", a), (2, "bias", b), (3, "mean", vec![0.0; c]), (4, "var", vec![1.0; c])]
+        {
+            let t = format!("{name}.f64_folded_{what}");
+            added.push((t.clone(), Tensor::from_f64_as(DType::F32, shape.clone(), &values).expect("f32")));
+            n.inputs[slot] = Some(t);
+        }
+        if let Op::BatchNormalization { epsilon, .. } = &mut n.op {
+            *epsilon = 0.0;
+        }
+    }
+    for (name, t) in added {
+        g.types
+            .insert(name.clone(), TensorType { dtype: DType::F32, shape: Some(super::Shape::from_static(&t.shape)) });
+        g.initializers.insert(name, Arc::new(t));
+    }
+}
+
+/// A tensor that overflows the converted graph's float type: finite in the original, inf or
+/// NaN once converted.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Overflow {
+    pub node: String,
+    pub tensor: String,
+    /// The largest magnitude the original computes there.
+    pub original_max_abs: f64,
+}
+
+/// Runs `original` and `converted` (its [`convert_floats`]) on `inputs` (float inputs cast to
+/// each graph's input types) on the reference and returns the first tensor, in node order,
+/// that is finite in the original and not in the converted graph: where the narrower type's
+/// range ends the model's answer (an f16 sum of squares past 65504, say).
+pub fn first_overflow(
+    original: &Graph,
+    converted: &Graph,
+    inputs: &HashMap<String, Tensor>,
+) -> Result<Option<Overflow>> {
+    let cast = |g: &Graph| -> Result<HashMap<String, Tensor>> {
+        inputs
+            .iter()
+            .map(|(k, t)| {
+                let want = g.types.get(k).map_or(t.dtype(), |ty| ty.dtype);
+                let t = if t.dtype().is_float() && want.is_float() && want != t.dtype() {
+                    Tensor::from_f64_as(want, t.shape.clone(), &t.to_f64_vec())
+                        .ok_or_else(|| Error::tensor(k, format!("cannot hold {want} values")))?
+                } else {
+                    t.clone()
+                };
+                Ok((k.clone(), t))
+            })
+            .collect()
+    };
+    let stats = |t: &Tensor| -> (bool, f64) {
+        let v = t.to_f64_vec();
+        (v.iter().all(|x| x.is_finite()), v.iter().fold(0.0f64, |m, x| m.max(x.abs())))
+    };
+    let mut finite: HashMap<String, f64> = HashMap::new();
+    crate::reference::run_with(original, &cast(original)?, |n, xs| {
+        let ys = crate::reference::eval_node(n, xs)?;
+        for (o, y) in n.outputs.iter().zip(&ys) {
+            if let (true, (true, m)) = (y.dtype().is_float(), stats(y)) {
+                finite.insert(o.clone(), m);
+            }
+        }
+        Ok(ys)
+    })?;
+    let mut first = None;
+    crate::reference::run_with(converted, &cast(converted)?, |n, xs| {
+        let ys = crate::reference::eval_node(n, xs)?;
+        if first.is_none() {
+            for (o, y) in n.outputs.iter().zip(&ys) {
+                if let Some(&m) = finite.get(o) {
+                    if y.dtype().is_float() && !stats(y).0 {
+                        first = Some(Overflow { node: n.name.clone(), tensor: o.clone(), original_max_abs: m });
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(ys)
+    })?;
+    Ok(first)
 }
