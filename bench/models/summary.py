@@ -4,8 +4,11 @@ Each artifact has `<case>.check.log` (`bolt run --check --oracle reference --ben
 against the same plan on the CPU reference), `<case>.ort.log` (`--check --oracle expected.npz`:
 against onnxruntime's outputs) and, on the cuda device, `<case>.graph.log` (`--bench --graph`),
 each with its exit status in `.rc`. A case is `ok` when both checks ran and every output is
-within the precision's tolerance, `mismatch` when an output is not, `error` when bolt failed
-(the log's tail says why)."""
+within the precision's tolerance; `mismatch` when the device differs from the reference device
+(a kernel bug); `precision` when the device agrees with the reference device but the plan at
+this precision does not reach onnxruntime's f32 answer within the precision's tolerance;
+`error` when bolt failed (the log's tail says why); `not-built` when the package could not
+build the artifact (its `.skipped` file says why)."""
 import argparse
 import datetime
 import json
@@ -54,9 +57,11 @@ def main():
         c = parse(check)
         ort = parse(logs / f"{name}.ort.log")
         g = parse(logs / f"{name}.graph.log") if (logs / f"{name}.graph.log").is_file() else None
-        verdicts = [x["verdict"] for x in c["outputs"] + ort["outputs"]]
-        if any(v == "MISMATCH" for v in verdicts):
-            status = "mismatch"
+        bad = lambda r: any(x["verdict"] == "MISMATCH" for x in r["outputs"])  # noqa: E731
+        if bad(c):
+            status = "mismatch"  # the device's kernels differ from their meaning: a kernel bug
+        elif bad(ort):
+            status = "precision"  # the plan at this precision differs from onnxruntime's f32 answer
         elif c["exit"] == 0 and ort["exit"] == 0 and c["outputs"] and ort["outputs"]:
             status = "ok"
         else:
@@ -64,6 +69,12 @@ def main():
         model, _, precision = name.rpartition("-")
         cases.append({"case": name, "model": model, "precision": precision, "status": status, "check": c,
                       "onnxruntime": ort, "graph": g})
+    # Artifacts the package could not build at a precision (bench/models/package.sh).
+    for skipped in sorted((pkg / "models").glob("*.skipped")):
+        name = skipped.name[: -len(".skipped")]
+        model, _, precision = name.rpartition("-")
+        cases.append({"case": name, "model": model, "precision": precision, "status": "not-built",
+                      "reason": skipped.read_text().strip()})
     smi = logs / "nvidia-smi.csv"
     gpu = smi.read_text().strip().splitlines()[1:] if smi.is_file() else []
     commit = (pkg / "commit.txt").read_text().strip() if (pkg / "commit.txt").is_file() else None
@@ -72,13 +83,16 @@ def main():
     result = {"schema": "bolt-models-v1", "date": now.isoformat(timespec="seconds"), "device": o.device,
               "gpu": gpu, "commit": commit, "oracle": "the artifact's plan on the CPU reference device",
               "cases": cases,
-              "counts": {s: sum(c["status"] == s for c in cases) for s in ("ok", "mismatch", "error")}}
+              "counts": {s: sum(c["status"] == s for c in cases) for s in ("ok", "mismatch", "precision", "error", "not-built")}}
     out.mkdir(parents=True, exist_ok=True)
     stem = out / f"{now:%Y-%m-%d}-{gpu_name}-models"
     stem.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
     rows = ["| case | status | vs reference: max abs diff | vs onnxruntime: max abs diff | device us | launches | "
             "graph device us | wall ms |", "|---|---|---|---|---|---|---|---|"]
     for c in cases:
+        if c["status"] == "not-built":
+            rows.append(f"| {c['case']} | not-built: {c['reason'][:100]} | | | | | | |")
+            continue
         ck, g = c["check"], c["graph"] or {}
         diff = lambda r: max((x["max_abs_diff"] for x in r["outputs"]), default=None)  # noqa: E731
         wall = ck.get("wall_s_mean")
@@ -87,7 +101,9 @@ def main():
     md = f"# models — {o.device} {gpu[0] if gpu else ''}\n\n{result['date']} · commit {commit} · {json.dumps(result['counts'])}\n\n"
     stem.with_suffix(".md").write_text(md + "\n".join(rows) + "\n")
     print(f"models: {json.dumps(result['counts'])} -> {stem}.json")
-    return 0 if result["counts"]["ok"] == len(cases) and cases else 1
+    # A kernel that differs from its meaning, or a run that failed, fails the run; precision
+    # loss against onnxruntime and models not built are results.
+    return 0 if cases and not (result["counts"]["mismatch"] or result["counts"]["error"]) else 1
 
 
 if __name__ == "__main__":
