@@ -562,3 +562,25 @@ fn only_exactly_causal_constant_masks_become_causal_kernels() {
         assert!(worst <= 1e-5, "{what}: planned graph vs model: {worst}");
     }
 }
+
+/// On a Hopper device the report says which attention kernel an sm90 build runs each fused
+/// core with: the Hopper kernel where it takes the problem at the report's sizes, else the sm80
+/// kernel and why (here: 7 queries are not a whole vector; f32 data). An A100 report says
+/// nothing of it.
+#[test]
+fn the_report_says_which_kernel_a_hopper_gpu_runs_each_core_with() {
+    use bolt::plan::{report::report, PlanOptions};
+    let line = |s: usize, dtype: DType, device: bolt_profiler::device::DeviceSpec| -> String {
+        let (g, _) = exported(Export::Rank3, s, 64, dtype);
+        let opts = PlanOptions { device, ..Default::default() };
+        let plan = bolt::plan::plan_with(&g, &opts).unwrap();
+        let md = report("m", &g, &plan, &opts).to_markdown();
+        md.lines().find(|l| l.contains("softmax ->")).unwrap_or_else(|| panic!("{md}")).to_string()
+    };
+    let h100 = bolt_profiler::device::DeviceSpec::h100_sxm5_80gb;
+    assert!(line(16, DType::F16, h100()).contains("on Hopper: the Hopper kernel (CUTLASS example 88)"));
+    let ragged = line(7, DType::F16, h100());
+    assert!(ragged.contains("on Hopper: the sm80 kernel (") && ragged.contains("seq_q"), "{ragged}");
+    assert!(line(16, DType::F32, h100()).contains("f16 and bf16 data only"));
+    assert!(!line(16, DType::F16, bolt_profiler::device::DeviceSpec::a100_sxm4_80gb()).contains("on Hopper"));
+}

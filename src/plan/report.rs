@@ -40,6 +40,10 @@ pub struct Report {
     /// Each core: the fused attention node that runs it, or why it stays two batched GEMMs
     /// and a stitched softmax.
     pub attention_fused: Vec<super::attention::AttentionDecision>,
+    /// On a Hopper device, per fused attention node: `None` when the Hopper kernel (CUTLASS's
+    /// example 88) takes its problem at the report's sizes, else why the sm80 kernel runs it.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub hopper_attention: BTreeMap<String, Option<String>>,
     /// Memory-intensive regions between the kernels (AStitch): each a stitched kernel, or left
     /// on the host with why.
     pub stitched: Vec<super::stitch::StitchDecision>,
@@ -193,6 +197,15 @@ pub fn report(model: &str, original: &Graph, plan: &Plan, opts: &PlanOptions) ->
         attention,
         not_attention,
         attention_fused: plan.attention.clone(),
+        hopper_attention: if opts.device.arch == bolt_codegen::spec::Arch::Sm90 {
+            plan.attention
+                .iter()
+                .filter_map(|d| d.fused.as_ref())
+                .filter_map(|node| Some((node.clone(), hopper_attention(&plan.graph, node, &opts.bindings)?.err())))
+                .collect()
+        } else {
+            BTreeMap::new()
+        },
         stitched: plan.stitched.clone(),
         glue: plan.glue.clone(),
     }
@@ -413,6 +426,11 @@ impl Report {
                         if !d.padding.is_empty() {
                             how.push_str("; head dims zero-padded to whole vectors");
                         }
+                        match d.fused.as_ref().and_then(|f| self.hopper_attention.get(f)) {
+                            Some(None) => how.push_str("; on Hopper: the Hopper kernel (CUTLASS example 88)"),
+                            Some(Some(why)) => how.push_str(&format!("; on Hopper: the sm80 kernel ({why})")),
+                            None => {}
+                        }
                         if d.causal {
                             how.push_str("; the constant mask is causal: masked in the kernel, which skips the tiles past the diagonal");
                         }
@@ -475,4 +493,23 @@ impl Report {
         }
         s
     }
+}
+
+/// Whether the Hopper attention kernel takes fused attention node `node` at `bindings`' sizes,
+/// or why not (what an sm90 build records and its runtime decides per problem); `None` when
+/// the sizes give the node no problem (a model whose shapes do not bind at them).
+fn hopper_attention(
+    g: &Graph,
+    node: &str,
+    bindings: &crate::compile::DimBindings,
+) -> Option<std::result::Result<(), String>> {
+    let n = g.nodes.iter().find(|n| n.name == node)?;
+    let Op::Attention(op) = &n.op else { return None };
+    let spec = super::lower::attention_spec(g, n).ok()?;
+    let bound = super::edit::bind_inputs(g, bindings).ok()?;
+    let shapes: Vec<Vec<usize>> =
+        n.inputs.iter().flatten().map(|x| super::edit::bound_shape(&bound, x, bindings)).collect::<Option<_>>()?;
+    let refs: Vec<&[usize]> = shapes.iter().map(|s| s.as_slice()).collect();
+    let (p, _) = super::lower::attention_problem(op, &spec, &refs).ok()?;
+    Some(spec.hopper(p.head_dim, p.head_dim_v).and_then(|h| h.check(&p)).map_err(|r| r.to_string()))
 }
