@@ -11,14 +11,15 @@
 //!     [--profile dry|full] [--arch sm90|sm80 (dry: sm80, full: sm90)] [--top-k 3] [--models testdata/models]
 //! ```
 //!
-//! Profiles: `full` builds every kernel the GPU suites need (sm_90a for GEMM/conv, sm_80 with
-//! PTX for what only sm80 has: alignment-2 convs, b2b chains, the whole epilogue matrix);
+//! Profiles: `full` builds every kernel the GPU suites need (sm_90a for GEMM/conv, sm80 kernels
+//! for what only sm80 has: alignment-2 convs, b2b chains, the whole epilogue matrix);
 //! `dry` builds a handful of sm80 kernels so that CI can check the harness end to end on the
 //! host (`can_implement`) in about a minute of nvcc. Both list every workload of the shapes
 //! files; a workload without a built kernel says why.
 //!
-//! sm_80 objects carry compute_80 PTX besides the SASS (codegen's `Arch::targets`): sm_80 SASS
-//! alone does not load on an H100 (sm_90); the driver JIT-compiles the embedded PTX there.
+//! sm80 kernels are built for the H100 the package runs on: sm_90 SASS compiled from their
+//! compute_80 PTX (codegen's `Arch::targets_for`), plus the PTX. Not the PTX alone: the H100
+//! machines' CUDA 13.0 driver cannot JIT the pinned nvcc's newer PTX.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -215,7 +216,8 @@ impl Pack {
     fn add(&mut self, spec: KernelSpec) -> Value {
         let symbol = symbol_for(&spec);
         let v = json!({"symbol": symbol, "library": lib_for(spec.arch), "arch": format!("{:?}", spec.arch).to_lowercase(),
-                       "tile": tile_name(&spec.tile), "ptx_jit": spec.arch == Arch::Sm80});
+                       "tile": tile_name(&spec.tile), "ptx_jit": false,
+                       "sm90_sass_from_compute_80": spec.arch == Arch::Sm80});
         self.specs.insert(symbol, spec);
         v
     }
@@ -506,7 +508,7 @@ fn back_to_back(p: &mut Pack, suites: &mut BTreeMap<&'static str, Vec<Value>>) -
                 case["cost"] = json!(cost);
                 case["residency"] = json!(format!("{:?}", spec.residency));
                 if build {
-                    case["kernels"] = json!([{"symbol": symbol, "library": "b2b/libbolt_bench_b2b.so", "arch": "sm80", "ptx_jit": true}]);
+                    case["kernels"] = json!([{"symbol": symbol, "library": "b2b/libbolt_bench_b2b.so", "arch": "sm80", "ptx_jit": false, "sm90_sass_from_compute_80": true}]);
                     p.b2b.insert(symbol, spec);
                     case["status"] = json!("ready");
                     case["reason"] = json!("");
@@ -769,6 +771,7 @@ fn build(p: &Pack) -> Result<Value> {
         let mut options = BuildOptions::new(&out_dir);
         options.name = Path::new(lib_for(arch)).file_stem().unwrap().to_string_lossy().trim_start_matches("lib").into();
         options.archs = Some(vec![arch]);
+        options.run_on = vec![Arch::Sm90];
         let builder = Builder::discover(options).map_err(|e| anyhow::anyhow!("{e}"))?;
         eprintln!("bench_package: building {} {arch:?} kernels with {}", specs.len(), builder.toolchain());
         let report = builder.build(&Templates, &specs).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -786,12 +789,12 @@ fn build(p: &Pack) -> Result<Value> {
         );
         libs.push(json!({"library": lib_for(arch), "arch": format!("{arch:?}").to_lowercase(), "kernels": report.symbols.len(),
                          "nvcc_invocations": report.nvcc_invocations, "seconds": report.total_seconds,
-                         "ptx_jit_on_sm90": arch == Arch::Sm80}));
+                         "ptx_jit_on_sm90": false, "sm90_sass_from_compute_80": arch == Arch::Sm80}));
     }
     if !p.b2b.is_empty() {
         let specs: Vec<b2b::B2bSpec> = p.b2b.values().cloned().collect();
         let start = Instant::now();
-        let lib = b2b::build_library(&specs, &p.o.out.join("b2b"), "bolt_bench_b2b", None)
+        let lib = b2b::build_library(&specs, &p.o.out.join("b2b"), "bolt_bench_b2b", None, &[Arch::Sm90])
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         eprintln!(
             "bench_package: {} ({} chain kernels, {:.1}s)",
@@ -800,13 +803,14 @@ fn build(p: &Pack) -> Result<Value> {
             start.elapsed().as_secs_f64()
         );
         libs.push(json!({"library": "b2b/libbolt_bench_b2b.so", "arch": "sm80", "kernels": lib.symbols.len(),
-                         "seconds": start.elapsed().as_secs_f64(), "ptx_jit_on_sm90": true}));
+                         "seconds": start.elapsed().as_secs_f64(), "ptx_jit_on_sm90": false, "sm90_sass_from_compute_80": true}));
     }
     if !p.attention.is_empty() {
         let specs: Vec<AttentionSpec> = p.attention.values().copied().collect();
         let out_dir = p.o.out.join("attention");
         let mut options = BuildOptions::new(&out_dir);
         options.name = "bolt_bench_attention".into();
+        options.run_on = vec![Arch::Sm90];
         let builder = Builder::discover(options).map_err(|e| anyhow::anyhow!("{e}"))?;
         let report =
             builder.build_all(&Templates, &[], &[], &[], &[], &specs, &[]).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -819,7 +823,7 @@ fn build(p: &Pack) -> Result<Value> {
         );
         libs.push(json!({"library": ATTENTION_LIB, "arch": "sm80+sm90", "kernels": report.symbols.len(),
                          "nvcc_invocations": report.nvcc_invocations, "seconds": report.total_seconds,
-                         "ptx_jit_on_sm90": "sm80 kernels"}));
+                         "ptx_jit_on_sm90": false, "sm90_sass_from_compute_80": "sm80 kernels"}));
     }
     Ok(json!(libs))
 }
@@ -867,7 +871,7 @@ fn attention(p: &mut Pack, suites: &mut BTreeMap<&'static str, Vec<Value>>) {
             if build {
                 p.attention.insert(symbol.clone(), spec);
                 kernels.push(
-                    json!({"symbol": symbol, "library": ATTENTION_LIB, "arch": arch, "ptx_jit": spec.arch == Arch::Sm80,
+                    json!({"symbol": symbol, "library": ATTENTION_LIB, "arch": arch, "ptx_jit": false, "sm90_sass_from_compute_80": spec.arch == Arch::Sm80,
                                     "workspace_bytes": spec.workspace_bytes(&problem)}),
                 );
             }

@@ -25,7 +25,7 @@ while [[ $# -gt 0 ]]; do
     esac
 done
 [[ $PROFILE == dry || $PROFILE == full ]] || { echo "package.sh: --profile must be dry or full" >&2; exit 2; }
-OUT="${OUT:-target/bench-pkg$([[ $PROFILE == dry ]] && echo -dry)}"
+OUT="${OUT:-target/bench-pkg$([[ $PROFILE == dry ]] && echo -dry || true)}"
 # ../shared/workloads of the repository or of an ancestor (git worktrees live below the clone).
 WORKLOADS="${BOLT_WORKLOADS:-}"
 if [[ -z $WORKLOADS ]]; then

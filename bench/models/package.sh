@@ -10,7 +10,7 @@
 #
 # Models and their flags: bench/models/models.txt. `--dry` (what CI checks): small_conv_mlp
 # only, sm80, tf32, into target/bench-models-dry. Defaults: every listed model, f16, sm90
-# (kernels only CUTLASS 2.x has, and Bolt's own, are built for sm80 with PTX, as always), DIR
+# (kernels only CUTLASS 2.x has, and Bolt's own, are sm80 kernels built as sm_90 SASS + compute_80 PTX), DIR
 # target/bench-models: about 55 MiB (the binary 17). Fails if DIR is over the device's 64 MiB
 # carry limit. TF32 weights are twice the size: two packages carry them, e.g.
 #   --precisions tf32 --models small_conv_mlp,ppocrv4_det,ppocr_cls,magika,akiki_vad,silero_vad

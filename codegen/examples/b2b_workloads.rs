@@ -103,7 +103,7 @@ fn main() {
         }));
         specs.push(spec);
     }
-    let lib = b2b::build_library(&specs, &out, "bolt_b2b_workloads", None).unwrap_or_else(|e| panic!("{e}"));
+    let lib = b2b::build_library(&specs, &out, "bolt_b2b_workloads", None, &[]).unwrap_or_else(|e| panic!("{e}"));
     println!(
         "{} chains, {} kernels in {} ({:.1}s of nvcc; compiled now: max {} registers, {} B spilled)",
         entries.len(),

@@ -1310,14 +1310,15 @@ pub enum B2bBuildError {
 
 /// Builds `specs` (invalid ones are reported, not built) into `<out_dir>/lib<name>.so` through
 /// [`crate::builder::Builder::build_all`] (the one build path of every kernel: units of up to
-/// [`KERNELS_PER_UNIT`] with the example's headers on the include path, sm_80 SASS + compute_80
-/// PTX, the content-hash cache at `cache_dir`, default [`crate::cache::Cache::default_dir`]),
+/// [`KERNELS_PER_UNIT`] with the example's headers on the include path, SASS for each GPU of
+/// `run_on` (empty: sm_80) + compute_80 PTX, the content-hash cache at `cache_dir`, default [`crate::cache::Cache::default_dir`]),
 /// plus `lib<name>.b2b.json`, the chain-kernel index the benchmark package ships.
 pub fn build_library(
     specs: &[B2bSpec],
     out_dir: &Path,
     name: &str,
     cache_dir: Option<&Path>,
+    run_on: &[Arch],
 ) -> Result<B2bLibrary, B2bBuildError> {
     let mut selected: Vec<B2bSpec> = Vec::new();
     let mut rejected = Vec::new();
@@ -1336,6 +1337,9 @@ pub fn build_library(
     let mut options = crate::builder::BuildOptions::new(out_dir);
     options.name = name.to_string();
     options.cache_dir = cache_dir.map(Path::to_path_buf);
+    if !run_on.is_empty() {
+        options.run_on = run_on.to_vec();
+    }
     options.ptxas_verbose = true;
     let builder = crate::builder::Builder::discover(options)?;
     let report = builder.build_all(&crate::builder::Templates, &[], &selected, &[], &[], &[], &[])?;

@@ -153,6 +153,9 @@ pub struct BuildOptions {
     /// Most kernels in one sm90 translation unit (default 2: two TMA warp-specialized GEMMs
     /// took 50 s and 3.3 GB in one unit, 48 s + 54 s and 3.3 GB each apart).
     pub sm90_kernels_per_unit: usize,
+    /// The GPUs the library will run on (default: sm80): sm80 units carry SASS for each
+    /// ([`Arch::targets_for`]), so an H100 runs them without JIT-compiling their PTX.
+    pub run_on: Vec<Arch>,
     /// Extra nvcc arguments for every compile (part of the cache key).
     pub nvcc_flags: Vec<String>,
     /// Ask ptxas for register/spill/shared-memory usage; parsed into [`UnitReport::resources`].
@@ -174,6 +177,7 @@ impl BuildOptions {
             memory_budget: None,
             sm80_kernels_per_unit: 8,
             sm90_kernels_per_unit: 2,
+            run_on: vec![Arch::Sm80],
             nvcc_flags: Vec::new(),
             ptxas_verbose: false,
             cudart: Cudart::Static,
@@ -469,7 +473,11 @@ impl Builder {
         class: UnitClass,
         ptxas: bool,
     ) -> Compile<'_> {
-        let mut c = class.arch.targets(self.toolchain.compile(source, output)).include(include).ptxas_verbose(ptxas);
+        let mut c = class
+            .arch
+            .targets_for(self.toolchain.compile(source, output), &self.options.run_on)
+            .include(include)
+            .ptxas_verbose(ptxas);
         match class.example {
             ExampleHeaders::None => {}
             ExampleHeaders::B2b => c = c.include(crate::b2b::include_dir(&self.toolchain)),
@@ -525,8 +533,8 @@ impl Builder {
     /// [`Builder::build`] plus back-to-back chain kernels ([`crate::b2b`]) and glue kernels
     /// ([`crate::glue`]) in the same library. Chain kernels go in units of up to
     /// [`crate::b2b::KERNELS_PER_UNIT`] with the fused-kernel example headers on the include
-    /// path; glue kernels in one unit. Both compile like the sm80 kernels (sm_80 SASS +
-    /// compute_80 PTX: they load on any GPU Bolt targets) and are listed in the manifest's
+    /// path; glue kernels in one unit. Both compile like the sm80 kernels (SASS for each GPU of
+    /// [`BuildOptions::run_on`] + compute_80 PTX: they load on any GPU Bolt targets) and are listed in the manifest's
     /// `b2b` and `glue`. Stitched kernels ([`crate::stitch`]) likewise, in units of up to
     /// [`STITCH_KERNELS_PER_UNIT`], listed in `stitch`; fused attention kernels
     /// ([`crate::attention`]) in units of up to [`crate::attention::KERNELS_PER_UNIT`] with

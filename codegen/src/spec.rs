@@ -38,13 +38,30 @@ impl Arch {
         }
     }
 
-    /// The targets of a library compile for this arch: sm_80 SASS plus compute_80 PTX (SASS
-    /// alone does not load on an H100; the driver JIT-compiles the PTX there, once per
-    /// process, cached by the driver), or sm_90a SASS (arch-specific features: no PTX that a
-    /// later GPU could run).
+    /// The targets of a library compile for this arch: sm_80 SASS plus compute_80 PTX (the
+    /// PTX lets later GPUs run it through the driver's JIT), or sm_90a SASS (arch-specific
+    /// features: no PTX that a later GPU could run).
     pub fn targets<'a>(self, compile: bolt_cutlass::Compile<'a>) -> bolt_cutlass::Compile<'a> {
+        self.targets_for(compile, &[Arch::Sm80])
+    }
+
+    /// [`Arch::targets`] for a library that runs on `gpus`: this arch's kernels get SASS for
+    /// each GPU they can run on. sm80 kernels (CUTLASS 2.x, mma.sync) run on an H100 too, and
+    /// get sm_90 SASS compiled from their compute_80 PTX for it, not only the PTX: the driver's
+    /// JIT reads PTX no newer than the driver, and the pinned nvcc writes a newer PTX than the
+    /// CUDA 13.0 drivers of H100 machines read. No GPU listed: as for an A100.
+    pub fn targets_for<'a>(self, compile: bolt_cutlass::Compile<'a>, gpus: &[Arch]) -> bolt_cutlass::Compile<'a> {
         match self {
-            Arch::Sm80 => compile.arch(bolt_cutlass::Arch::Sm80).ptx(bolt_cutlass::Arch::Sm80),
+            Arch::Sm80 => {
+                let mut c = compile;
+                for gpu in if gpus.is_empty() { &[Arch::Sm80][..] } else { gpus } {
+                    c = match gpu {
+                        Arch::Sm80 => c.arch(bolt_cutlass::Arch::Sm80),
+                        Arch::Sm90 => c.sass_from(bolt_cutlass::Arch::Sm80, bolt_cutlass::Arch::Sm90),
+                    };
+                }
+                c.ptx(bolt_cutlass::Arch::Sm80)
+            }
             Arch::Sm90 => compile.arch(bolt_cutlass::Arch::Sm90a),
         }
     }

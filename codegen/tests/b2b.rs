@@ -151,7 +151,7 @@ fn symbols_and_blocks() {
 /// them; returns the library.
 fn compile_b2b_unit(name: &str, specs: &[B2bSpec]) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("b2b");
-    let lib = b2b::build_library(specs, &dir.join(name), name, Some(&dir.join("cache")))
+    let lib = b2b::build_library(specs, &dir.join(name), name, Some(&dir.join("cache")), &[])
         .unwrap_or_else(|e| panic!("{name}: {e}"));
     assert!(lib.rejected.is_empty(), "{:?}", lib.rejected);
     if lib.nvcc_seconds.is_empty() {

@@ -93,6 +93,8 @@ pub struct Compile<'a> {
     archs: Vec<Arch>,
     /// Architectures whose PTX is embedded besides the SASS.
     ptx_archs: Vec<Arch>,
+    /// SASS for a GPU compiled from an older architecture's PTX: `(ptx, sass)`.
+    cross_archs: Vec<(Arch, Arch)>,
     defines: Vec<(String, Option<String>)>,
     includes: Vec<PathBuf>,
     extra_args: Vec<OsString>,
@@ -134,6 +136,7 @@ impl<'a> Compile<'a> {
             kind: OutputKind::Object,
             archs: Vec::new(),
             ptx_archs: Vec::new(),
+            cross_archs: Vec::new(),
             defines: Vec::new(),
             includes: Vec::new(),
             extra_args: Vec::new(),
@@ -152,6 +155,21 @@ impl<'a> Compile<'a> {
     pub fn ptx(mut self, arch: Arch) -> Self {
         if !self.ptx_archs.contains(&arch) {
             self.ptx_archs.push(arch);
+        }
+        self
+    }
+
+    /// SASS for `sass` compiled from `ptx`'s virtual architecture
+    /// (`-gencode arch=compute_80,code=sm_90`): code written for an older GPU, ready to run on
+    /// a newer one without the driver's JIT. That JIT reads PTX no newer than the driver's
+    /// CUDA version, and nvcc writes its own version's PTX: a CUDA 13.5 nvcc's compute_80 PTX
+    /// does not load under a CUDA 13.0 driver, its SASS does.
+    pub fn sass_from(mut self, ptx: Arch, sass: Arch) -> Self {
+        if ptx == sass {
+            return self.arch(sass);
+        }
+        if !self.cross_archs.contains(&(ptx, sass)) {
+            self.cross_archs.push((ptx, sass));
         }
         self
     }
@@ -191,11 +209,12 @@ impl<'a> Compile<'a> {
 
     /// The nvcc arguments (without the nvcc path itself).
     pub fn args(&self) -> Result<Vec<OsString>> {
-        if self.archs.is_empty() {
+        if self.archs.is_empty() && self.cross_archs.is_empty() {
             return Err(Error::InvalidCompile("no target architecture given".into()));
         }
-        if self.kind == OutputKind::Cubin && self.archs.len() != 1 {
-            return Err(Error::InvalidCompile(format!("a cubin holds one architecture, got {}", self.archs.len())));
+        let sass_count = self.archs.len() + self.cross_archs.len();
+        if self.kind == OutputKind::Cubin && sass_count != 1 {
+            return Err(Error::InvalidCompile(format!("a cubin holds one architecture, got {sass_count}")));
         }
         let mode = match self.kind {
             OutputKind::Object => "-c",
@@ -209,6 +228,10 @@ impl<'a> Compile<'a> {
         }
         if self.kind == OutputKind::Cubin && !self.ptx_archs.is_empty() {
             return Err(Error::InvalidCompile("a cubin holds SASS only, not PTX".into()));
+        }
+        for (ptx, sass) in &self.cross_archs {
+            args.push("-gencode".into());
+            args.push(format!("arch=compute_{},code=sm_{}", ptx.number(), sass.number()).into());
         }
         for arch in &self.ptx_archs {
             args.push("-gencode".into());
@@ -381,6 +404,20 @@ mod tests {
             -I/extra -I/cutlass/include -I/cutlass/tools/util/include -Xptxas -v -lineinfo";
         assert_eq!(args.join(" "), expected);
         assert_eq!(render_command(Path::new("/a b/nvcc"), &["-DX=it's".into()]), r"'/a b/nvcc' '-DX=it'\''s'");
+    }
+
+    #[test]
+    fn sass_for_a_newer_gpu_from_older_ptx() {
+        let tc = fake_toolchain();
+        let compile = tc.compile("k.cu", "k.o").sass_from(Arch::Sm80, Arch::Sm90).ptx(Arch::Sm80);
+        let args = strings(compile.args().unwrap());
+        let gencodes: Vec<&str> = args.windows(2).filter(|w| w[0] == "-gencode").map(|w| w[1].as_str()).collect();
+        assert_eq!(gencodes, ["arch=compute_80,code=sm_90", "arch=compute_80,code=compute_80"]);
+        // Same architecture on both sides is plain SASS.
+        let same = tc.compile("k.cu", "k.o").sass_from(Arch::Sm80, Arch::Sm80);
+        assert!(strings(same.args().unwrap()).contains(&"arch=compute_80,code=sm_80".to_string()));
+        let cubin = tc.compile("k.cu", "k.cubin").kind(OutputKind::Cubin).arch(Arch::Sm80).sass_from(Arch::Sm80, Arch::Sm90);
+        assert!(matches!(cubin.args(), Err(Error::InvalidCompile(_))));
     }
 
     #[test]

@@ -441,6 +441,9 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
             }
         }
         bo.archs = Some(archs);
+        // The asked archs are the GPUs the artifact runs on: its sm80 kernels get SASS for
+        // each (an sm90 build's chains, glue and sm80 attention run on the H100 as sm_90 SASS).
+        bo.run_on = opts.archs.clone();
         bo.cache_dir = opts.cache_dir.clone();
         bo.jobs = opts.jobs;
         let builder = Builder::discover(bo).map_err(|e| Error::Model(format!("kernel build: {e}")))?;
