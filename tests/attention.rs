@@ -460,6 +460,20 @@ fn an_sm90_build_carries_the_hopper_attention_kernel_and_the_device_picks_it_per
         m.units[e.unit].nvcc_arch.clone()
     };
     assert_eq!((unit(portable.symbol()), unit(sm90.symbol())), ("sm_80".to_string(), "sm_90a".to_string()));
+    // The sm80 kernel of an sm90 build is H100 machine code compiled from its compute_80 PTX,
+    // and the PTX: not the PTX alone, which a driver older than the pinned nvcc cannot JIT.
+    use bolt_cutlass::fatbin::Image;
+    let images: Vec<Vec<Image>> =
+        bolt_cutlass::fatbin::fat_binaries(&std::fs::read(art.library.as_ref().unwrap()).unwrap())
+            .into_iter()
+            .filter(|i| i.iter().any(|i| matches!(i, Image::Ptx(80) | Image::Sass(80) | Image::Sass(90))))
+            .map(|mut i| {
+                i.sort();
+                i
+            })
+            .collect();
+    assert!(images.contains(&vec![Image::Sass(90), Image::Ptx(80)]), "{images:?}");
+    assert!(!images.iter().flatten().any(|i| *i == Image::Sass(80)), "no A100 code in an H100 build: {images:?}");
 
     let graph = art.graph();
     let n = graph.nodes.iter().find(|n| n.name == a.node).unwrap();

@@ -12,6 +12,7 @@ import pathlib
 import subprocess
 import sys
 import time
+import traceback
 
 from . import reference as ref
 from .abi import Libraries
@@ -33,6 +34,8 @@ def parse(argv):
     ap.add_argument("--compile-mode", default="max-autotune", help="torch.compile mode of the baselines")
     ap.add_argument("--budget-s", type=float, help="per suite: later cases are 'skipped' once spent")
     ap.add_argument("--memcheck", action="store_true", help="kernels suite: compute-sanitizer memcheck, one case per family")
+    ap.add_argument("--memcheck-timeout", type=float, default=900,
+                    help="seconds compute-sanitizer may take before memcheck is recorded as not-run")
     ap.add_argument("--seed", type=int, default=0)
     o = ap.parse_args(argv)
     o.suites = SUITES if o.suites == "all" else [s.strip() for s in o.suites.split(",") if s.strip()]
@@ -68,7 +71,7 @@ def memcheck(o, records):
            "--pkg", str(o.pkg), "--cases", ",".join(picks.values())]
     t0 = time.monotonic()
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=pathlib.Path(__file__).parent.parent)
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=o.memcheck_timeout, cwd=pathlib.Path(__file__).parent.parent)
     except (OSError, subprocess.TimeoutExpired) as e:
         return {"status": "not-run", "reason": f"{type(e).__name__}: {e}", "cases": picks}
     tail = (p.stdout + p.stderr)[-3000:]
@@ -112,6 +115,10 @@ def main(argv=None):
         except BenchError as e:
             print(f"bench: {suite}: {e}", file=sys.stderr)
             return 2
+        except Exception as e:  # noqa: BLE001 -- a suite that breaks is a failed result; the next suite runs
+            traceback.print_exc()
+            records, extra = [{"id": f"{suite}:harness", "status": "failed", "reason": f"{type(e).__name__}: {e}",
+                               "traceback": traceback.format_exc()[-3000:]}], {}
         records = coverage(suite, records, expected)
         if suite in ("kernels", "attention") and o.memcheck and not o.dry_run:
             extra["memcheck"] = memcheck(o, records)

@@ -4,6 +4,7 @@ host path (can_implement, CPU reference checks, no timings) or the GPU path (tor
 
 import math
 import time
+import traceback
 
 import numpy as np
 
@@ -61,6 +62,16 @@ def finish(rec, checks, extra_fail=None):
         rec["status"] = "dry-ok" if rec.get("mode") == "dry-run" else "ok"
         rec.setdefault("reason", "")
     return rec
+
+
+def guarded(rec, checks, fn, *args):
+    """fn(*args), the GPU part of one case: an exception there (a launch that fails, a CUDA
+    error, a harness bug) fails that case with its reason, and the suite goes on."""
+    try:
+        return fn(*args)
+    except Exception as e:  # noqa: BLE001
+        rec["traceback"] = traceback.format_exc()[-3000:]
+        return finish(rec, checks, f"{type(e).__name__}: {e}")
 
 
 # ================================================================================ GPU helpers
@@ -262,22 +273,11 @@ def suite_kernels(ctx, cases):
             fail = None if rec["checker_selftest"]["ok"] else "checker self-test failed"
             records.append(finish(rec, checks, fail))
             continue
-        k = case["kernels"][0]
-        a, b, c, bias = ref.random_operands(case["problem"], rng, case["epilogue"])
-        want, scale = ref.kernel_reference(case.get("family"), case["problem"], case["epilogue"], a, b, c, bias,
-                                           0.75, 0.5)
-        torch, _ = _torch()
-        dev = lambda x: None if x is None else torch.from_numpy(x.astype(np.float16)).cuda()  # noqa: E731
-        ops = Operands.__new__(Operands)
-        ops.problem = ops.bolt_problem = case["problem"]
-        ops.form, ops._bolt = case["epilogue"], None
-        ops.a, ops.b, ops.c, ops.bias = dev(a), dev(b), dev(c), dev(bias)
-        run, d = bolt_runner(ctx, k, ops, 0.75, 0.5)
-        run()
-        torch.cuda.synchronize()
-        rec["numerics"] = ref.compare(d.float().cpu().numpy() * scale, want)
-        rec["symbol"] = k["symbol"]
-        records.append(finish(rec, checks, None if rec["numerics"]["ok"] else "numerics outside tolerance"))
+        if ctx.over_budget():
+            rec.update(status="skipped", reason="time budget (--budget-s) spent")
+            records.append(rec)
+            continue
+        records.append(guarded(rec, checks, gpu_kernel_case, ctx, case, rec, checks, rng))
     memcheck = {}
     for fam in MEMCHECK_FAMILIES:
         first = next((r["id"] for r in records if r.get("family") == fam and r["status"] in ("ok", "dry-ok")), None)
@@ -289,6 +289,26 @@ def suite_kernels(ctx, cases):
         records.append({"id": "kernels:epilogue-reference", "status": "failed",
                         "reason": f"numpy epilogue differs from Expr::eval by {worst:g}"})
     return records, extra
+
+
+def gpu_kernel_case(ctx, case, rec, checks, rng):
+    """One kernel on one problem, inputs from the host, output against numpy float64."""
+    k = case["kernels"][0]
+    a, b, c, bias = ref.random_operands(case["problem"], rng, case["epilogue"])
+    want, scale = ref.kernel_reference(case.get("family"), case["problem"], case["epilogue"], a, b, c, bias,
+                                       0.75, 0.5)
+    torch, _ = _torch()
+    dev = lambda x: None if x is None else torch.from_numpy(x.astype(np.float16)).cuda()  # noqa: E731
+    ops = Operands.__new__(Operands)
+    ops.problem = ops.bolt_problem = case["problem"]
+    ops.form, ops._bolt = case["epilogue"], None
+    ops.a, ops.b, ops.c, ops.bias = dev(a), dev(b), dev(c), dev(bias)
+    run, d = bolt_runner(ctx, k, ops, 0.75, 0.5)
+    run()
+    torch.cuda.synchronize()
+    rec["numerics"] = ref.compare(d.float().cpu().numpy() * scale, want)
+    rec["symbol"] = k["symbol"]
+    return finish(rec, checks, None if rec["numerics"]["ok"] else "numerics outside tolerance")
 
 
 # ================================================================================ suites 2: gemm / conv
@@ -310,7 +330,7 @@ def suite_gemm_conv(ctx, cases):
             rec.update(status="skipped", reason="time budget (--budget-s) spent")
             records.append(rec)
             continue
-        records.append(gpu_compare(ctx, case, rec, checks))
+        records.append(guarded(rec, checks, gpu_compare, ctx, case, rec, checks))
     return records, {"profiler_truth": profiler_truth(records)}
 
 
@@ -391,35 +411,39 @@ def suite_epilogue(ctx, cases):
                 continue
             records.append(finish(rec, checks))
             continue
-        torch, _ = _torch()
-        gen = torch.Generator(device="cuda").manual_seed(ctx.seed)
-        ops = Operands(case["problem"], case["epilogue"], gen)
-        fused, tried, numerics = tune_and_check(ctx, case, ops, case["kernels"])
-        plain_form = {"beta_source": False, "bias": False, "activation": "identity", "activation_params": {},
-                      "residual": None, "name": "identity"}
-        pops = Operands.__new__(Operands)
-        pops.__dict__.update(ops.__dict__)
-        pops.form, pops.c, pops.bias, pops._bolt = plain_form, None, None, None
-        plain, _, _ = tune_and_check(ctx, case, pops, case.get("unfused_kernels", []))
-        rec["fused"], rec["fused_tried"], rec["numerics"], rec["bolt_plain"] = fused, tried, numerics, plain
-        if plain:
-            _, _, _, _, d = pops.bolt_tensors()
-            # NPQK / MN output: the bias broadcasts over the last axis in both families.
-            form, bias = case["epilogue"], ops.bias
-            ew = lambda: torch_epilogue(form, d, 1.0, 1.0, None, bias)  # noqa: E731
-            try:
-                ewc, secs = compiled(ctx, ew)
-                rec["elementwise"] = {**ctx.timer(ewc), "kernel": "torch.compile of bias + activation", "compile_seconds": secs}
-            except Exception as e:  # noqa: BLE001
-                rec["elementwise"] = {**ctx.timer(ew), "kernel": f"eager (compile failed: {type(e).__name__})"}
-            rec["unfused_us"] = plain["median_us"] + rec["elementwise"]["median_us"]
-            if fused:
-                rec["speedup"] = rec["unfused_us"] / fused["median_us"]
-        rec["torch"] = ctx.timer(ops.torch_fn())
-        fail = "numerics outside tolerance" if numerics and not numerics["ok"] else None
-        records.append(finish(rec, checks, fail))
+        records.append(guarded(rec, checks, gpu_epilogue, ctx, case, rec, checks))
     sp = [r.get("speedup") for r in records if r.get("speedup")]
     return records, {"geomean_speedup": geomean(sp), "paper": "1.45x GEMM, 1.38x Conv2D average (T4)"}
+
+
+def gpu_epilogue(ctx, case, rec, checks):
+    torch, _ = _torch()
+    gen = torch.Generator(device="cuda").manual_seed(ctx.seed)
+    ops = Operands(case["problem"], case["epilogue"], gen)
+    fused, tried, numerics = tune_and_check(ctx, case, ops, case["kernels"])
+    plain_form = {"beta_source": False, "bias": False, "activation": "identity", "activation_params": {},
+                  "residual": None, "name": "identity"}
+    pops = Operands.__new__(Operands)
+    pops.__dict__.update(ops.__dict__)
+    pops.form, pops.c, pops.bias, pops._bolt = plain_form, None, None, None
+    plain, _, _ = tune_and_check(ctx, case, pops, case.get("unfused_kernels", []))
+    rec["fused"], rec["fused_tried"], rec["numerics"], rec["bolt_plain"] = fused, tried, numerics, plain
+    if plain:
+        _, _, _, _, d = pops.bolt_tensors()
+        # NPQK / MN output: the bias broadcasts over the last axis in both families.
+        form, bias = case["epilogue"], ops.bias
+        ew = lambda: torch_epilogue(form, d, 1.0, 1.0, None, bias)  # noqa: E731
+        try:
+            ewc, secs = compiled(ctx, ew)
+            rec["elementwise"] = {**ctx.timer(ewc), "kernel": "torch.compile of bias + activation", "compile_seconds": secs}
+        except Exception as e:  # noqa: BLE001
+            rec["elementwise"] = {**ctx.timer(ew), "kernel": f"eager (compile failed: {type(e).__name__})"}
+        rec["unfused_us"] = plain["median_us"] + rec["elementwise"]["median_us"]
+        if fused:
+            rec["speedup"] = rec["unfused_us"] / fused["median_us"]
+    rec["torch"] = ctx.timer(ops.torch_fn())
+    fail = "numerics outside tolerance" if numerics and not numerics["ok"] else None
+    return finish(rec, checks, fail)
 
 
 # ================================================================================ suite 4: back-to-back
@@ -448,7 +472,7 @@ def suite_b2b(ctx, cases):
             rec.update(status="skipped", reason="time budget (--budget-s) spent")
             records.append(rec)
             continue
-        records.append(gpu_b2b(ctx, case, rec, checks, layers))
+        records.append(guarded(rec, checks, gpu_b2b, ctx, case, rec, checks, layers))
     sp = [r.get("speedup_vs_best_unfused") for r in records if r.get("speedup_vs_best_unfused")]
     return records, {"geomean_speedup_vs_best_unfused": geomean(sp), "paper": "Table 1: 1.24-1.46x, Table 2: 1.10-2.02x (T4)"}
 
@@ -561,31 +585,35 @@ def suite_padding(ctx, cases):
             rec.update(status="skipped", reason="time budget (--budget-s) spent")
             records.append(rec)
             continue
-        torch, F = _torch()
-        gen = torch.Generator(device="cuda").manual_seed(ctx.seed)
-        ops = Operands(case["problem"], case["epilogue"], gen)
-        fail = None
-        for key, v in variants.items():
-            if not v or v.get("status") != "ready":
-                continue
-            o = ops if key == "unpadded_sm80" else Operands.__new__(Operands)
-            if o is not ops:
-                o.__dict__.update(ops.__dict__)
-                o.bolt_problem, o._bolt = v["problem"], None
-            best, tried, num = tune_and_check(ctx, v, o, v["kernels"])
-            rec["variants"][key].update(bolt=best, numerics=num)
-            if num and not num["ok"]:
-                fail = f"{key}: numerics outside tolerance"
-        cpad = case["padded_sm80"]["problem"]["c"] - case["problem"]["c"]
-        rec["pad_copy"] = ctx.timer(lambda: F.pad(ops.a, (0, cpad)))
-        un = (rec["variants"]["unpadded_sm80"].get("bolt") or {}).get("median_us")
-        pd = (rec["variants"].get("padded_sm80", {}).get("bolt") or {}).get("median_us")
-        if un and pd:
-            rec["speedup_padded"] = un / pd
-            rec["speedup_padded_incl_copy"] = un / (pd + rec["pad_copy"]["median_us"])
-            rec["pad_cost_pct"] = 100.0 * rec["pad_copy"]["median_us"] / (pd + rec["pad_copy"]["median_us"])
-        records.append(finish(rec, checks, fail))
+        records.append(guarded(rec, checks, gpu_padding, ctx, case, rec, checks, variants))
     return records, {"paper": "Table 3: padded 1.60-1.99x, padding cost 9-24% (T4)"}
+
+
+def gpu_padding(ctx, case, rec, checks, variants):
+    torch, F = _torch()
+    gen = torch.Generator(device="cuda").manual_seed(ctx.seed)
+    ops = Operands(case["problem"], case["epilogue"], gen)
+    fail = None
+    for key, v in variants.items():
+        if not v or v.get("status") != "ready":
+            continue
+        o = ops if key == "unpadded_sm80" else Operands.__new__(Operands)
+        if o is not ops:
+            o.__dict__.update(ops.__dict__)
+            o.bolt_problem, o._bolt = v["problem"], None
+        best, tried, num = tune_and_check(ctx, v, o, v["kernels"])
+        rec["variants"][key].update(bolt=best, numerics=num)
+        if num and not num["ok"]:
+            fail = f"{key}: numerics outside tolerance"
+    cpad = case["padded_sm80"]["problem"]["c"] - case["problem"]["c"]
+    rec["pad_copy"] = ctx.timer(lambda: F.pad(ops.a, (0, cpad)))
+    un = (rec["variants"]["unpadded_sm80"].get("bolt") or {}).get("median_us")
+    pd = (rec["variants"].get("padded_sm80", {}).get("bolt") or {}).get("median_us")
+    if un and pd:
+        rec["speedup_padded"] = un / pd
+        rec["speedup_padded_incl_copy"] = un / (pd + rec["pad_copy"]["median_us"])
+        rec["pad_cost_pct"] = 100.0 * rec["pad_copy"]["median_us"] / (pd + rec["pad_copy"]["median_us"])
+    return finish(rec, checks, fail)
 
 
 # ================================================================================ suite 6: end to end
@@ -708,7 +736,7 @@ def suite_attention(ctx, cases):
             rec.update(status="skipped", reason="time budget (--budget-s) spent")
             records.append(rec)
             continue
-        records.append(gpu_attention(ctx, case, rec, checks))
+        records.append(guarded(rec, checks, gpu_attention, ctx, case, rec, checks))
     sp = [r.get("speedup_vs_sdpa") for r in records if r.get("speedup_vs_sdpa")]
     return records, {"geomean_speedup_vs_sdpa": geomean(sp)}
 

@@ -3,7 +3,9 @@
 # the cuda device with its model's real inputs, checked against the same plan and weights on
 # the CPU reference (`bolt run --check --oracle reference`: the device's kernels against their
 # meaning; the plan against the original model is checked where the package was built), timed
-# per kernel (`--bench`) and again as one CUDA graph (`--graph`). Writes
+# per kernel (`--bench`) and again as one CUDA graph (`--graph`). An artifact whose outputs
+# differ from the reference device's runs once more with `--every-tensor`, which names the first
+# node whose output differs (<case>.tensors.log). Writes
 # RESULTS/<date>-<gpu>-models.json and .md (RESULTS: --out, else $OUT/results, else ./results).
 #
 #   bash run.sh [--out DIR] [--device cuda|reference] [--timeout SECS] [--models a,b]
@@ -49,6 +51,12 @@ for art in "$HERE"/models/*/; do
         timeout "$TIMEOUT" "$BOLT" run "$art" --device "$DEVICE" --inputs "$inputs" "${extra[@]}" > "$log" 2>&1
         echo $? > "$log.rc"
         echo "run.sh: $case_name $mode: exit $(cat "$log.rc")"
+        if [[ $mode == check ]] && grep -q '^MISMATCH' "$log"; then
+            # Which node's output first differs from the reference device's: every tensor kept.
+            timeout "$TIMEOUT" "$BOLT" run "$art" --device "$DEVICE" --inputs "$inputs" --check --oracle reference \
+                --every-tensor > "$LOGS/$case_name.tensors.log" 2>&1
+            grep -E '^(every tensor|first differing)' "$LOGS/$case_name.tensors.log" | sed "s/^/run.sh: $case_name: /"
+        fi
     done
 done
 PY="${PYTHON:-python3}"

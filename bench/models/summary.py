@@ -67,8 +67,16 @@ def main():
         else:
             status = "error"
         model, _, precision = name.rpartition("-")
-        cases.append({"case": name, "model": model, "precision": precision, "status": status, "check": c,
-                      "onnxruntime": ort, "graph": g})
+        case = {"case": name, "model": model, "precision": precision, "status": status, "check": c,
+                "onnxruntime": ort, "graph": g}
+        tensors = logs / f"{name}.tensors.log"  # run.sh's tensor-by-tensor rerun of a mismatch
+        if tensors.is_file():
+            lines = tensors.read_text(errors="replace").splitlines()
+            case["tensors"] = {"first_differing": next((x.split(": ", 1)[1] for x in lines
+                                                        if x.startswith("first differing tensor: ")), None),
+                               "differing": [x.strip() for x in lines if x.startswith("  TENSOR ")],
+                               "summary": next((x for x in lines if x.startswith("every tensor: ")), None)}
+        cases.append(case)
     # Artifacts the package could not build at a precision (bench/models/package.sh).
     for skipped in sorted((pkg / "models").glob("*.skipped")):
         name = skipped.name[: -len(".skipped")]

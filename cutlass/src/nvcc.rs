@@ -416,7 +416,8 @@ mod tests {
         // Same architecture on both sides is plain SASS.
         let same = tc.compile("k.cu", "k.o").sass_from(Arch::Sm80, Arch::Sm80);
         assert!(strings(same.args().unwrap()).contains(&"arch=compute_80,code=sm_80".to_string()));
-        let cubin = tc.compile("k.cu", "k.cubin").kind(OutputKind::Cubin).arch(Arch::Sm80).sass_from(Arch::Sm80, Arch::Sm90);
+        let cubin =
+            tc.compile("k.cu", "k.cubin").kind(OutputKind::Cubin).arch(Arch::Sm80).sass_from(Arch::Sm80, Arch::Sm90);
         assert!(matches!(cubin.args(), Err(Error::InvalidCompile(_))));
     }
 

@@ -98,6 +98,11 @@ enum Command {
         /// Capture the launch sequence in a CUDA graph (cuda).
         #[arg(long)]
         graph: bool,
+        /// With `--check --oracle reference`: keep every tensor the plan computes and compare
+        /// each with the reference device's, in run order; the first that differs names the
+        /// node (and kernel) to look at.
+        #[arg(long)]
+        every_tensor: bool,
     },
     /// Plan a model and report what Bolt fuses, pads, transposes and leaves to the host, and
     /// why, with hints for the model's author. Markdown by default. With no MODEL, uses the
@@ -385,12 +390,15 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Run { artifact, device, inputs, dims, check, oracle, bench, graph } => {
+        Command::Run { artifact, device, inputs, dims, check, oracle, bench, graph, every_tensor } => {
             if !matches!(oracle.as_str(), "original" | "reference") && !oracle.ends_with(".npz") {
                 bail!("--oracle {oracle}: expected original, reference or a FILE.npz of outputs");
             }
+            if every_tensor && !(check && oracle == "reference") {
+                bail!("--every-tensor compares with the reference device's tensors: give --check --oracle reference");
+            }
             let check = check.then_some(oracle.as_str());
-            run_artifact(&artifact, &device, inputs.as_deref(), dims, check, bench, graph)
+            run_artifact(&artifact, &device, inputs.as_deref(), dims, check, bench, graph, every_tensor)
         }
         Command::Report {
             model,
@@ -502,11 +510,15 @@ fn run_artifact(
     check: Option<&str>,
     bench: bool,
     graph: bool,
+    every_tensor: bool,
 ) -> Result<ExitCode> {
     use bolt::runtime::{self, DeviceKind, RunOptions};
     let kind = DeviceKind::parse(device)
         .ok_or_else(|| anyhow::anyhow!("--device {device}: unknown device (reference, cuda)"))?;
-    let art = Artifact::open(dir)?;
+    let mut art = Artifact::open(dir)?;
+    let model_outputs = art.plan.outputs.clone();
+    let observed = if every_tensor { runtime::observe_every_tensor(&mut art)? } else { Vec::new() };
+    let art = art;
     let m = &art.manifest;
     println!(
         "artifact {} ({}, precision {}, archs {:?}): {} kernel nodes, {} chain nodes, {} glue nodes, {} stitched nodes, {} host ops",
@@ -530,7 +542,7 @@ fn run_artifact(
     let t0 = std::time::Instant::now();
     let outs = runtime::outputs_as_f32(exec.run(&feed)?);
     let first = t0.elapsed().as_secs_f64();
-    for name in &art.plan.outputs {
+    for name in &model_outputs {
         let t = &outs[name];
         let v = t.to_f64_vec();
         let mean = v.iter().sum::<f64>() / v.len().max(1) as f64;
@@ -581,8 +593,9 @@ fn run_artifact(
     if let Some((want, what)) = recorded {
         let want = runtime::outputs_as_f32(want);
         let what = format!("{}, vs {what}", m.precision.name());
-        let ok = compare_outputs(&art.plan.outputs, &outs, &want, rtol, atol, &what);
-        return Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE });
+        let ok = compare_outputs(&model_outputs, &outs, &want, rtol, atol, &what);
+        let tensors_ok = observed.is_empty() || compare_every_tensor(&art, &observed, &outs, &want, rtol, atol);
+        return Ok(if ok && tensors_ok { ExitCode::SUCCESS } else { ExitCode::FAILURE });
     }
     let original = if m.source == bolt::artifact::format::BUILTIN_DEFAULT {
         bolt::models::default_model()?
@@ -616,6 +629,84 @@ fn run_artifact(
     let want = bolt::reference::run(&original, &runtime::prepare_inputs(&original, &feed32)?)?;
     let ok = compare_outputs(&original.outputs, &outs, &want, rtol, atol, m.precision.name());
     Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// `--every-tensor`: each intermediate tensor against the oracle's, in run order. Prints the
+/// ones outside the tolerance with the node and kernel that computed them, and the first (its
+/// inputs agreed, so its own kernel or copy differs); true when every tensor agrees.
+fn compare_every_tensor(
+    art: &Artifact,
+    observed: &[(String, String)],
+    outs: &std::collections::HashMap<String, bolt::ir::Tensor>,
+    want: &std::collections::HashMap<String, bolt::ir::Tensor>,
+    rtol: f64,
+    atol: f64,
+) -> bool {
+    let p = &art.plan;
+    let runs = |node: &str| -> String {
+        if let Some(k) = p.kernels.iter().find(|k| k.node == node) {
+            let symbols: std::collections::BTreeSet<&str> =
+                k.buckets.iter().flatten().map(|c| c.symbol.as_str()).collect();
+            return symbols.into_iter().collect::<Vec<_>>().join(" | ");
+        }
+        if let Some(c) = p.chains.iter().find(|c| c.node == node) {
+            return c
+                .buckets
+                .iter()
+                .map(|b| b.symbol.as_str())
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect::<Vec<_>>()
+                .join(" | ");
+        }
+        p.glue
+            .iter()
+            .find(|g| g.node == node)
+            .map(|g| g.symbol.clone())
+            .or_else(|| p.stitch.iter().find(|s| s.node == node).map(|s| s.symbol.clone()))
+            .or_else(|| p.attention.iter().find(|a| a.node == node).map(|a| a.symbol.clone()))
+            .or_else(|| p.recurrent.iter().find(|r| r.node == node).map(|r| r.symbol.clone()))
+            .or_else(|| p.host_ops.iter().find(|h| h.node == node).map(|h| format!("host {}", h.op_type)))
+            .unwrap_or_else(|| "copy or host".into())
+    };
+    let mut bad = Vec::new();
+    for (name, node) in observed {
+        let (Some(a), Some(b)) = (outs.get(name), want.get(name)) else {
+            bad.push((
+                name,
+                node,
+                format!("missing from the {}", if outs.contains_key(name) { "oracle" } else { "run" }),
+            ));
+            continue;
+        };
+        let (a, b) = (a.to_f64_vec(), b.to_f64_vec());
+        if a.len() != b.len() {
+            bad.push((name, node, format!("{} values, the reference has {}", a.len(), b.len())));
+            continue;
+        }
+        let mut worst = 0.0f64;
+        let mut outside = 0usize;
+        for (x, y) in a.iter().zip(&b) {
+            let d = (x - y).abs();
+            if !(d <= atol + rtol * y.abs()) {
+                outside += 1;
+            }
+            if !(d <= worst) {
+                worst = d;
+            }
+        }
+        if outside > 0 {
+            bad.push((name, node, format!("max abs diff {worst:.3e}, {outside} of {} outside", a.len())));
+        }
+    }
+    println!("every tensor: {} compared, {} outside atol {atol} + rtol {rtol} x |ref|", observed.len(), bad.len());
+    for (name, node, why) in bad.iter().take(40) {
+        println!("  TENSOR {name} (node {node}, {}): {why}", runs(node));
+    }
+    if let Some((name, node, _)) = bad.first() {
+        println!("first differing tensor: {name}, computed by node {node} ({})", runs(node));
+    }
+    bad.is_empty()
 }
 
 /// Prints one verdict line per output (`ok` / `MISMATCH`, the worst difference and how many

@@ -687,12 +687,15 @@ impl CudaExecutor {
         let crate::ir::Op::RecurrentScan(op) = &n.op else {
             return Err(fail("-".into(), "the plan records a recurrent kernel for a node that is not a scan".into()));
         };
-        let shapes = static_input_shapes(graph, n).map_err(|why| fail("-".into(), why))?;
-        let (xw, rt) = match (shapes.first(), shapes.get(1)) {
-            (Some(xw), Some(rt)) => (xw, rt),
-            _ => return Err(fail("-".into(), "XW or Rᵀ has no shape".into())),
+        // The problem comes from XW and Rᵀ alone; the optional inputs after them (bias,
+        // lengths, initial states) may be absent.
+        let shape = |i: usize| {
+            n.input(i)
+                .and_then(|x| graph.types.get(x)?.shape.as_ref()?.as_static())
+                .ok_or_else(|| fail("-".into(), format!("input {i} ({:?}) has no static shape", n.input(i))))
         };
-        let problem = crate::plan::lower::recurrent_problem(op, xw, rt).map_err(|why| fail("-".into(), why))?;
+        let (xw, rt) = (shape(0)?, shape(1)?);
+        let problem = crate::plan::lower::recurrent_problem(op, &xw, &rt).map_err(|why| fail("-".into(), why))?;
         let status = kernel.can_implement(&problem);
         if status != Status::Ok {
             return Err(fail(format!("{problem:?}"), format!("can_implement: {status}")));
@@ -904,16 +907,25 @@ impl CudaExecutor {
             let r = if b.height == 1 {
                 unsafe { result::memcpy_dtod_async(dst, src, b.width, self.stream) }
             } else {
+                // Every field spelled out: the struct holds an enum without a zero variant,
+                // so `mem::zeroed` for the rest is undefined behaviour (Rust aborts on it).
                 let copy = sys::CUDA_MEMCPY2D {
+                    srcXInBytes: 0,
+                    srcY: 0,
                     srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+                    srcHost: std::ptr::null(),
                     srcDevice: src,
+                    srcArray: std::ptr::null_mut(),
                     srcPitch: b.src_pitch,
+                    dstXInBytes: 0,
+                    dstY: 0,
                     dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+                    dstHost: std::ptr::null_mut(),
                     dstDevice: dst,
+                    dstArray: std::ptr::null_mut(),
                     dstPitch: b.dst_pitch,
                     WidthInBytes: b.width,
                     Height: b.height,
-                    ..unsafe { std::mem::zeroed() }
                 };
                 unsafe { sys::cuMemcpy2DAsync_v2(&copy, self.stream) }.result()
             };

@@ -87,6 +87,29 @@ pub trait Executor {
     }
 }
 
+/// Makes every tensor a node computes an output of `artifact` (after its own outputs, in run
+/// order), with its memory planned again so that none is overwritten: a device's run can then
+/// be compared tensor by tensor with another's (`bolt run --check --oracle reference
+/// --every-tensor`), and the first node whose output differs is the one to look at. Returns
+/// the added names with the node that computes each.
+pub fn observe_every_tensor(artifact: &mut Artifact) -> Result<Vec<(String, String)>, RuntimeError> {
+    let plan = &mut artifact.plan;
+    let mut added = Vec::new();
+    for n in &plan.nodes {
+        for o in n.outputs.iter().filter(|o| !o.is_empty()) {
+            if !plan.outputs.contains(o) && !added.iter().any(|(x, _): &(String, String)| x == o) {
+                added.push((o.clone(), n.name.clone()));
+            }
+        }
+    }
+    plan.outputs.extend(added.iter().map(|(o, _)| o.clone()));
+    let dims: crate::compile::DimBindings = plan.arena_dims().into_iter().collect();
+    let arena = memory::plan_arena(&artifact.graph(), &dims)
+        .map_err(|e| RuntimeError::Unsupported(format!("planning memory for every tensor: {e}")))?;
+    artifact.plan.arena = arena;
+    Ok(added)
+}
+
 /// Options of a device.
 #[derive(Clone, Debug, Default)]
 pub struct RunOptions {
