@@ -237,6 +237,9 @@ pub enum B2bRejection {
     #[error("layer {layer}: threadblock {} is not a multiple of warp {}, itself of instruction 16x8x16", fmt3(.threadblock), fmt3(.warp))]
     TileDivisibility { layer: usize, threadblock: [u32; 3], warp: [u32; 3] },
 
+    #[error("layer {layer}: conv chain with warp M {warp_m} < 32: conv chains with 16-row warps gave wrong answers on an H100 (MobileNetV2's and PP-LCNet's first conv chains, bench/results/2026-11-26-NVIDIA-H100-80GB-HBM3-models.json) where 32-row ones were right; CUTLASS's example 13 fuses convs with 32-row warps (its GEMM chains use 16-row ones)")]
+    WarpM { layer: usize, warp_m: u32 },
+
     #[error("layer {layer}: warp K {warp_k} != threadblock K {threadblock_k}: no sliced-K in the fused mainloops")]
     SlicedK { layer: usize, threadblock_k: u32, warp_k: u32 },
 
@@ -404,6 +407,9 @@ pub fn validate(spec: &B2bSpec) -> Result<(), B2bRejection> {
         });
         if !divisible {
             return Err(B2bRejection::TileDivisibility { layer: i, threadblock: l.threadblock, warp: l.warp });
+        }
+        if spec.family == B2bFamily::Conv2dFprop && l.warp[0] < 32 {
+            return Err(B2bRejection::WarpM { layer: i, warp_m: l.warp[0] });
         }
         if l.warp[2] != l.threadblock[2] {
             return Err(B2bRejection::SlicedK { layer: i, threadblock_k: l.threadblock[2], warp_k: l.warp[2] });

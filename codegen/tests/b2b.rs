@@ -409,10 +409,18 @@ fn every_residence_rule_rejects_with_a_reason() {
     // Conv chains keep fewer accumulators live beside the conv iterators (ptxas spilled at 128).
     let mut conv_regs = conv_rf();
     conv_regs.types = types(F16, F32, F16);
-    conv_regs.layers[0] = layer(128, [64, 128, 32], [16, 128, 32], bias_relu());
-    conv_regs.layers[1] = layer(128, [64, 128, 32], [16, 128, 32], bias_relu());
+    conv_regs.layers[0] = layer(64, [64, 64, 32], [32, 64, 32], bias_relu());
+    conv_regs.layers[1] = layer(64, [64, 64, 32], [32, 64, 32], bias_relu());
     let r = rejected(&conv_regs);
     assert!(matches!(r, B2bRejection::ConvRegisters { registers: 128, max: 96, .. }), "{r}");
+    // Conv chains with 16-row warps computed wrong answers on an H100 (GEMM chains, whose
+    // CUTLASS example uses them, keep them).
+    let mut conv_warp_m = conv_rf();
+    conv_warp_m.layers[0] = layer(32, [64, 32, 32], [16, 32, 32], bias_relu());
+    conv_warp_m.layers[1] = layer(96, [64, 96, 32], [16, 96, 32], bias_relu());
+    let r = rejected(&conv_warp_m);
+    assert!(matches!(r, B2bRejection::WarpM { layer: 0, warp_m: 16 }), "{r}");
+    assert!(validate(&gemm_rf()).is_ok(), "16-row warps stay for GEMM chains");
     let mut conv_loads = conv_smem();
     conv_loads.layers[0] = layer(32, [128, 32, 64], [64, 32, 64], bias_relu());
     conv_loads.layers[1] = layer(64, [128, 64, 32], [64, 64, 32], Epilogue::plain());

@@ -1028,12 +1028,18 @@ impl CudaExecutor {
             }
         }
         let _events = Events(start, end);
-        // Kernels, chains and glue kernels alike (host steps are not device time).
-        for s in &mut p.steps {
+        // Kernels, chains and glue kernels alike. Host steps are not device time, but they
+        // run: this run's outputs are the ones returned, and later kernels read what the host
+        // steps write (the arena reuses their memory within a run).
+        for i in 0..p.steps.len() {
+            if let Step::Host { node } = p.steps[i] {
+                self.host_step(p, node)?;
+                continue;
+            }
             // SAFETY: live events and stream of this context.
             drv("record", unsafe { result::event::record(start, self.stream) })?;
             let h0 = Instant::now();
-            let Some((node, symbol)) = self.launch_step(s)? else { continue };
+            let Some((node, symbol)) = self.launch_step(&mut p.steps[i])? else { continue };
             host += h0.elapsed().as_secs_f64();
             drv("record", unsafe { result::event::record(end, self.stream) })?;
             drv("event synchronize", unsafe { result::event::synchronize(end) })?;
