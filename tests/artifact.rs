@@ -990,6 +990,47 @@ fn arena_never_overlaps_live_tensors() {
     }
 }
 
+/// `bolt run --every-tensor`'s artifact: every tensor a node computes becomes an output, the
+/// memory plan keeps each to the end (no overlap, none reused), and the reference device
+/// returns them with the values the planned graph computes (so a device's run can be compared
+/// tensor by tensor, and the first differing node is the one to look at).
+#[test]
+fn every_tensor_observed_keeps_each_tensor_with_its_value() {
+    let g = hf_attention_block();
+    let dir = tempfile::tempdir().unwrap();
+    let opts = CompileOptions { archs: Vec::new(), dims: vec![range("S", 1, 8)], ..CompileOptions::new(dir.path()) };
+    compile(&g, &opts).unwrap();
+    let mut art = Artifact::open(dir.path()).unwrap();
+    let before = art.plan.outputs.clone();
+    let added = runtime::observe_every_tensor(&mut art).unwrap();
+    let computed: Vec<&String> =
+        art.plan.nodes.iter().flat_map(|n| n.outputs.iter()).filter(|o| !o.is_empty() && !before.contains(o)).collect();
+    assert_eq!(added.len(), computed.len());
+    assert!(added.len() > 5, "{added:?}");
+    assert_eq!(art.plan.outputs[..before.len()], before[..], "the model's outputs come first");
+    let ends = art.plan.nodes.len();
+    for (name, node) in &added {
+        assert!(art.plan.nodes.iter().any(|n| &n.name == node && n.outputs.contains(name)));
+        let t = art.plan.arena.tensors.iter().find(|t| &t.name == name).unwrap_or_else(|| panic!("{name} planned"));
+        assert_eq!(t.last, ends, "{name} lives to the end");
+    }
+    assert!(bolt::runtime::memory::find_overlap(&art.plan.arena).is_none());
+
+    let b: HashMap<String, usize> = [("S".to_string(), 5)].into();
+    let inputs = bolt::compile::synthetic_inputs(&g, &b, 3).unwrap();
+    let mut exec = runtime::open(&art, DeviceKind::Reference, &RunOptions::default()).unwrap();
+    let got = exec.run(&inputs).unwrap();
+    let plain = Artifact::open(dir.path()).unwrap();
+    let want = runtime::open(&plain, DeviceKind::Reference, &RunOptions::default()).unwrap().run(&inputs).unwrap();
+    for o in &before {
+        assert_eq!(got[o].to_f64_vec(), want[o].to_f64_vec(), "observing changes no output ({o})");
+    }
+    for (name, _) in &added {
+        let t = &got[name];
+        assert!(!t.to_f64_vec().is_empty() && t.to_f64_vec().iter().all(|x| x.is_finite()), "{name}: {:?}", t.shape);
+    }
+}
+
 /// The find_overlap check itself finds an overlap (so the property test above can fail).
 #[test]
 fn overlap_check_detects_a_collision() {

@@ -13,6 +13,7 @@
 # `--device reference` runs the same steps on the CPU (what CI does to check this script).
 set -uo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+COMMAND="bash run.sh $*"
 RESULTS="" DEVICE=cuda TIMEOUT=240 MODELS=""
 while [[ $# -gt 0 ]]; do
     case "$1" in
@@ -60,4 +61,4 @@ for art in "$HERE"/models/*/; do
     done
 done
 PY="${PYTHON:-python3}"
-"$PY" "$HERE/summary.py" --logs "$LOGS" --out "$RESULTS" --device "$DEVICE" --package "$HERE"
+"$PY" "$HERE/summary.py" --logs "$LOGS" --out "$RESULTS" --device "$DEVICE" --package "$HERE" --command "$COMMAND"

@@ -48,6 +48,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--device", required=True)
     ap.add_argument("--package", required=True)
+    ap.add_argument("--command", default=None, help="the run.sh command line, recorded in the result")
     o = ap.parse_args()
     logs, out = pathlib.Path(o.logs), pathlib.Path(o.out)
     pkg = pathlib.Path(o.package)
@@ -89,7 +90,8 @@ def main():
     now = datetime.datetime.now(datetime.timezone.utc)
     gpu_name = gpu[0].split(",")[0].strip().replace(" ", "-") if gpu else o.device
     result = {"schema": "bolt-models-v1", "date": now.isoformat(timespec="seconds"), "device": o.device,
-              "gpu": gpu, "commit": commit, "oracle": "the artifact's plan on the CPU reference device",
+              "gpu": gpu, "commit": commit, "command": o.command,
+              "oracle": "the artifact's plan on the CPU reference device",
               "cases": cases,
               "counts": {s: sum(c["status"] == s for c in cases) for s in ("ok", "mismatch", "precision", "error", "not-built")}}
     out.mkdir(parents=True, exist_ok=True)
