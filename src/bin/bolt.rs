@@ -706,6 +706,39 @@ fn compare_every_tensor(
     if let Some((name, node, _)) = bad.first() {
         println!("first differing tensor: {name}, computed by node {node} ({})", runs(node));
     }
+    // Where the first ones differ, by position along the last axis (channels, columns) and
+    // along the rows before it: a kernel bug shows a pattern (one warp's columns, the rows
+    // past a tile), rounding does not.
+    let shown: Vec<_> = bad.iter().filter(|(_, _, why)| why.starts_with("max abs diff")).take(6).collect();
+    for (name, node, _) in shown {
+        let (a, b) = (&outs[*name], &want[*name]);
+        let cols = a.shape.last().copied().unwrap_or(1).max(1);
+        let (x, y) = (a.to_f64_vec(), b.to_f64_vec());
+        let mut per_col = vec![0usize; cols];
+        let mut rows = std::collections::BTreeSet::new();
+        let mut first = Vec::new();
+        for (i, (p, q)) in x.iter().zip(&y).enumerate() {
+            if !((p - q).abs() <= atol + rtol * q.abs()) {
+                per_col[i % cols] += 1;
+                rows.insert(i / cols);
+                if first.len() < 6 {
+                    first.push(format!("[{}, {}] {p:.4} vs {q:.4}", i / cols, i % cols));
+                }
+            }
+        }
+        let cols_bad: Vec<String> =
+            per_col.iter().enumerate().filter(|(_, &c)| c > 0).map(|(i, c)| format!("{i}:{c}")).collect();
+        println!(
+            "  PATTERN {name} (node {node}) shape {:?}: {} of {} rows differ (rows {}..={}), columns (index:count) {}; first: {}",
+            a.shape,
+            rows.len(),
+            x.len() / cols,
+            rows.first().copied().unwrap_or(0),
+            rows.last().copied().unwrap_or(0),
+            cols_bad.join(" "),
+            first.join("; ")
+        );
+    }
     bad.is_empty()
 }
 
