@@ -237,8 +237,8 @@ pub enum B2bRejection {
     #[error("layer {layer}: threadblock {} is not a multiple of warp {}, itself of instruction 16x8x16", fmt3(.threadblock), fmt3(.warp))]
     TileDivisibility { layer: usize, threadblock: [u32; 3], warp: [u32; 3] },
 
-    #[error("layer {layer}: conv chain with warp M {warp_m} < 32: conv chains with 16-row warps gave wrong answers on an H100 (MobileNetV2's and PP-LCNet's first conv chains, bench/results/2026-11-26-NVIDIA-H100-80GB-HBM3-models.json) where 32-row ones were right; CUTLASS's example 13 fuses convs with 32-row warps (its GEMM chains use 16-row ones)")]
-    WarpM { layer: usize, warp_m: u32 },
+    #[error("layer {layer}: warp N {warp_n} is not a power of two: on an H100, fused chains with 48- and 96-column warps computed wrong values in the columns past each warp's first power of two (MobileNetV2's, PP-LCNet's and PP-OCRv4 det's conv chains, bench/results/2026-11-26-h100), 32- and 64-column ones right; CUTLASS's example 13 uses 32 to 128")]
+    WarpN { layer: usize, warp_n: u32 },
 
     #[error("layer {layer}: warp K {warp_k} != threadblock K {threadblock_k}: no sliced-K in the fused mainloops")]
     SlicedK { layer: usize, threadblock_k: u32, warp_k: u32 },
@@ -408,9 +408,6 @@ pub fn validate(spec: &B2bSpec) -> Result<(), B2bRejection> {
         if !divisible {
             return Err(B2bRejection::TileDivisibility { layer: i, threadblock: l.threadblock, warp: l.warp });
         }
-        if spec.family == B2bFamily::Conv2dFprop && l.warp[0] < 32 {
-            return Err(B2bRejection::WarpM { layer: i, warp_m: l.warp[0] });
-        }
         if l.warp[2] != l.threadblock[2] {
             return Err(B2bRejection::SlicedK { layer: i, threadblock_k: l.threadblock[2], warp_k: l.warp[2] });
         }
@@ -440,6 +437,9 @@ pub fn validate(spec: &B2bSpec) -> Result<(), B2bRejection> {
             if !k.is_multiple_of(l.threadblock[2]) {
                 return Err(B2bRejection::IntermediateK { layer: i, k, threadblock_k: l.threadblock[2] });
             }
+        }
+        if !l.warp[1].is_power_of_two() {
+            return Err(B2bRejection::WarpN { layer: i, warp_n: l.warp[1] });
         }
     }
 
@@ -894,7 +894,7 @@ fn round_up(x: u64, to: u64) -> u64 {
 /// Hardware-native fused candidates for `problem` with one epilogue per layer: threadblock M
 /// 64 or 128, 2/4/8 warps, threadblock K 32 or 64 for layer 0 (32 for later layers, which run
 /// over the intermediate's N), 3 or 4 stages, each layer's tile N its N rounded up to 16, 32 or
-/// 64; RF-resident (warp N = tile N) and shared-memory-resident (warps split N) variants, each
+/// 64 or to a power of two; RF-resident (warp N = tile N) and shared-memory-resident (warps split N) variants, each
 /// through [`validate`] and [`check_problem`].
 pub fn candidates(
     family: B2bFamily,
@@ -963,8 +963,12 @@ pub fn candidates(
         }
     };
     let ns: Vec<u64> = (0..layers).map(|i| problem.n(i)).collect();
-    for granule in [16, 32, 64] {
-        let tile_n: Vec<u32> = ns.iter().map(|&n| round_up(n.max(1), granule) as u32).collect();
+    // Tile N: each layer's N rounded up to 16, 32 or 64, or to a power of two (warp N must be
+    // one: [`B2bRejection::WarpN`]).
+    let roundings: [fn(u64) -> u64; 4] =
+        [|n| round_up(n, 16), |n| round_up(n, 32), |n| round_up(n, 64), |n| n.next_power_of_two().max(16)];
+    for round in roundings {
+        let tile_n: Vec<u32> = ns.iter().map(|&n| round(n.max(1)) as u32).collect();
         for tb_m in [64, 128] {
             for tb_k0 in [32, 64] {
                 for stages in [3, 4] {
