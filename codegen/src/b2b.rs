@@ -237,6 +237,9 @@ pub enum B2bRejection {
     #[error("layer {layer}: threadblock {} is not a multiple of warp {}, itself of instruction 16x8x16", fmt3(.threadblock), fmt3(.warp))]
     TileDivisibility { layer: usize, threadblock: [u32; 3], warp: [u32; 3] },
 
+    #[error("conv chain {residency:?}-resident with {}x{} layer-{layer} warps: on an H100 only RF-resident conv chains with 32-row warps computed right (16-row RF warps gave wrong columns 32..63, shared-memory-resident ones wrong columns past 32 too: MobileNetV2's, PP-LCNet's and PP-OCRv4 det's chains, bench/results/2026-11-26-h100); CUTLASS's example 13 fuses convs with 32-row warps", .warp[0], .warp[1])]
+    ConvUnverified { residency: Residency, layer: usize, warp: [u32; 3] },
+
     #[error("layer {layer}: warp N {warp_n} is not a power of two: on an H100, fused chains with 48- and 96-column warps computed wrong values in the columns past each warp's first power of two (MobileNetV2's, PP-LCNet's and PP-OCRv4 det's conv chains, bench/results/2026-11-26-h100), 32- and 64-column ones right; CUTLASS's example 13 uses 32 to 128")]
     WarpN { layer: usize, warp_n: u32 },
 
@@ -348,6 +351,23 @@ fn epilogue_thread_map(n: u32, warps: u32, warps_m: u32, alignment: u32, element
 }
 
 /// Checks every rule; the first broken one is returned.
+/// What Bolt picks among valid chains ([`validate`]): the configurations that computed right
+/// on a GPU. Chains outside them render and compile, and gave wrong values on an H100 (every
+/// tensor of three models against the reference device, bench/results/2026-11-26-h100):
+/// warps whose N is not a power of two, and conv chains other than RF-resident ones with
+/// 32-row warps.
+pub fn check_verified(spec: &B2bSpec) -> Result<(), B2bRejection> {
+    for (i, l) in spec.layers.iter().enumerate() {
+        if !l.warp[1].is_power_of_two() {
+            return Err(B2bRejection::WarpN { layer: i, warp_n: l.warp[1] });
+        }
+        if spec.family == B2bFamily::Conv2dFprop && (spec.residency != Residency::Registers || l.warp[0] < 32) {
+            return Err(B2bRejection::ConvUnverified { residency: spec.residency, layer: i, warp: l.warp });
+        }
+    }
+    Ok(())
+}
+
 pub fn validate(spec: &B2bSpec) -> Result<(), B2bRejection> {
     let count = spec.layers.len();
     if count < 2 {
@@ -437,9 +457,6 @@ pub fn validate(spec: &B2bSpec) -> Result<(), B2bRejection> {
             if !k.is_multiple_of(l.threadblock[2]) {
                 return Err(B2bRejection::IntermediateK { layer: i, k, threadblock_k: l.threadblock[2] });
             }
-        }
-        if !l.warp[1].is_power_of_two() {
-            return Err(B2bRejection::WarpN { layer: i, warp_n: l.warp[1] });
         }
     }
 
@@ -952,16 +969,17 @@ pub fn candidates(
     let mut specs: Vec<B2bSpec> = Vec::new();
     let mut seen = HashSet::new();
     let mut first_rejection = None;
-    let mut consider = |spec: B2bSpec, specs: &mut Vec<B2bSpec>| match validate(&spec) {
-        Ok(()) => {
-            if check_problem(&spec, &problem).is_ok() && seen.insert(spec.clone()) {
-                specs.push(spec);
+    let mut consider =
+        |spec: B2bSpec, specs: &mut Vec<B2bSpec>| match validate(&spec).and_then(|()| check_verified(&spec)) {
+            Ok(()) => {
+                if check_problem(&spec, &problem).is_ok() && seen.insert(spec.clone()) {
+                    specs.push(spec);
+                }
             }
-        }
-        Err(r) => {
-            first_rejection.get_or_insert(r.to_string());
-        }
-    };
+            Err(r) => {
+                first_rejection.get_or_insert(r.to_string());
+            }
+        };
     let ns: Vec<u64> = (0..layers).map(|i| problem.n(i)).collect();
     // Tile N: each layer's N rounded up to 16, 32 or 64, or to a power of two (warp N must be
     // one: [`B2bRejection::WarpN`]).

@@ -393,11 +393,22 @@ fn every_residence_rule_rejects_with_a_reason() {
     let r = rejected(&k1);
     assert!(matches!(r, B2bRejection::IntermediateK { layer: 1, k: 32, threadblock_k: 64 }), "{r}");
 
-    // Warp N: a power of two (48- and 96-column warps computed wrong columns on an H100).
+    // What Bolt picks of the valid chains: those that computed right on an H100. Warp N a
+    // power of two (48- and 96-column warps gave wrong columns); conv chains RF-resident with
+    // 32-row warps (16-row ones and shared-memory-resident ones gave wrong columns).
     let mut warp_n = gemm_smem();
     warp_n.layers[1] = layer(96, [64, 96, 32], [32, 48, 32], Epilogue::plain());
-    let r = rejected(&warp_n);
+    validate(&warp_n).unwrap();
+    let r = b2b::check_verified(&warp_n).unwrap_err();
     assert!(matches!(r, B2bRejection::WarpN { layer: 1, warp_n: 48 }), "{r}");
+    assert!(b2b::check_verified(&gemm_rf()).is_ok() && b2b::check_verified(&conv_rf()).is_ok());
+    let r = b2b::check_verified(&conv_smem()).unwrap_err();
+    assert!(matches!(r, B2bRejection::ConvUnverified { residency: Residency::SharedMemory, .. }), "{r}");
+    let mut conv16 = conv_rf();
+    conv16.layers[0].warp[0] = 16;
+    conv16.layers[1].warp[0] = 16;
+    let r = b2b::check_verified(&conv16).unwrap_err();
+    assert!(matches!(r, B2bRejection::ConvUnverified { layer: 0, warp: [16, 64, 32], .. }), "{r}");
 
     // Thread maps: 16 filter rows over 4 warps would drop rows.
     let mut map = gemm_smem();
@@ -602,13 +613,21 @@ fn workload_chains_get_candidates_of_the_right_residency() {
     for p in w["conv_pairs_bolt_table2"]["problems"].as_array().unwrap() {
         let g = |k: &str| p[k].as_i64().unwrap() as i32;
         let problem = conv_pair(32, g("H"), g("W"), g("C"), g("K0"), g("stride"), g("K1"));
-        let c = best(B2bFamily::Conv2dFprop, &problem, &relu2);
-        // The paper's RF residence, where the channel counts give power-of-two warp tiles;
-        // others (48 channels) pad to 64 columns, past the RF register budget of a 32-row
-        // conv warp, and stage the intermediate in shared memory.
-        if (g("K0") as u32).is_power_of_two() && (g("K1") as u32).is_power_of_two() {
-            assert_eq!(c.residency, Residency::Registers, "{p}");
+        // Conv chains Bolt picks are RF-resident with 32-row warps (the configuration that
+        // computed right on an H100): wide pairs exceed its register budget and stay unfused,
+        // with the reason.
+        match candidates(B2bFamily::Conv2dFprop, types(F16, F32, F16), &problem, &relu2) {
+            Err(e) => {
+                let tile = |k: i32| (k as u32).next_power_of_two().max(32);
+                assert!(tile(g("K0")) + tile(g("K1")) > 96, "{p}: {e}");
+                eprintln!("conv {p}: unfused: {e}");
+                continue;
+            }
+            Ok(_) => {}
         }
+        let c = best(B2bFamily::Conv2dFprop, &problem, &relu2);
+        assert_eq!(c.residency, Residency::Registers, "{p}");
+        assert!(c.specs.iter().all(|(s, _)| s.layers.iter().all(|l| l.warp[0] >= 32)), "{p}");
         assert_eq!(c.padded_input_channels.is_some(), g("C") % 8 != 0, "{p}");
         let (s, cost) = &c.specs[0];
         eprintln!(
