@@ -61,8 +61,12 @@ fn the_papers_gemm_pairs_fuse() {
     }
 }
 
+/// The paper's Table 2 conv pairs (48 and 64 channels) stay unfused, with the reason: the conv
+/// chains that computed right on an H100 are RF-resident with 32-row warps, whose accumulators
+/// for 64 + 64 columns pass the register budget; the 16-row and shared-memory-resident ones
+/// that would fit gave wrong values (bench/results/2026-11-26-h100). A narrow pair fuses.
 #[test]
-fn the_papers_conv_pairs_fuse() {
+fn the_papers_conv_pairs_wait_for_a_verified_configuration_and_narrow_pairs_fuse() {
     let Some(w) = common::workload("b2b.json") else { return };
     for p in w["conv_pairs_bolt_table2"]["problems"].as_array().unwrap() {
         let (h, wd, c) = (usize_of(p, "H"), usize_of(p, "W"), usize_of(p, "C"));
@@ -70,10 +74,12 @@ fn the_papers_conv_pairs_fuse() {
         println!("H={h} W={wd} C={c} K0={k0} stride={s} K1={k1} batch 32 (paper: {}x on T4)", p["paper_speedup"]);
         let d = decisions(&conv_pair(32, h, wd, c, k0, s, k1));
         assert_eq!(d.len(), 1);
-        assert!(d[0].fused, "{}", d[0].reason);
-        // One threadblock row block per 64 output pixels: hundreds of thousands of rows.
-        assert!(d[0].fused_estimate.as_ref().unwrap().tiles > 132);
+        assert!(!d[0].fused, "{}", d[0].reason);
+        assert!(d[0].reason.contains("computed right on a GPU"), "{}", d[0].reason);
     }
+    let d = decisions(&conv_pair(32, 56, 56, 32, 32, 1, 64));
+    assert!(d[0].fused, "{}", d[0].reason);
+    assert!(d[0].fused_estimate.as_ref().unwrap().tiles > 132);
 }
 
 #[test]

@@ -902,6 +902,8 @@ pub enum NoCandidate {
     Problem(String),
     #[error("no tile configuration passes validation (first rejection: {0})")]
     NoValidTile(String),
+    #[error("valid tile configurations exist, but none of those that computed right on a GPU (e.g. {0})")]
+    Unverified(String),
 }
 
 fn round_up(x: u64, to: u64) -> u64 {
@@ -969,17 +971,23 @@ pub fn candidates(
     let mut specs: Vec<B2bSpec> = Vec::new();
     let mut seen = HashSet::new();
     let mut first_rejection = None;
-    let mut consider =
-        |spec: B2bSpec, specs: &mut Vec<B2bSpec>| match validate(&spec).and_then(|()| check_verified(&spec)) {
+    let mut first_unverified = None;
+    let mut consider = |spec: B2bSpec, specs: &mut Vec<B2bSpec>| match validate(&spec) {
+        Ok(()) if check_problem(&spec, &problem).is_ok() => match check_verified(&spec) {
             Ok(()) => {
-                if check_problem(&spec, &problem).is_ok() && seen.insert(spec.clone()) {
+                if seen.insert(spec.clone()) {
                     specs.push(spec);
                 }
             }
             Err(r) => {
-                first_rejection.get_or_insert(r.to_string());
+                first_unverified.get_or_insert(r.to_string());
             }
-        };
+        },
+        Ok(()) => {}
+        Err(r) => {
+            first_rejection.get_or_insert(r.to_string());
+        }
+    };
     let ns: Vec<u64> = (0..layers).map(|i| problem.n(i)).collect();
     // Tile N: each layer's N rounded up to 16, 32 or 64, or to a power of two (warp N must be
     // one: [`B2bRejection::WarpN`]).
@@ -1066,6 +1074,9 @@ pub fn candidates(
         }
     }
     if specs.is_empty() {
+        if let Some(why) = first_unverified {
+            return Err(NoCandidate::Unverified(why));
+        }
         return Err(NoCandidate::NoValidTile(first_rejection.unwrap_or_else(|| "none".into())));
     }
     let residency = if specs.iter().any(|s| s.residency == Residency::Registers) {
