@@ -55,18 +55,17 @@ fn the_papers_gemm_pairs_fuse() {
         let d = decisions(&mlp(m, &[k0, n0, n1]));
         assert_eq!(d.len(), 1, "one candidate chain");
         assert!(d[0].fused, "{}", d[0].reason);
-        assert_eq!(d[0].residency, Some(Residency::Registers));
+        // RF-resident where the last layer fits one 32- or 64-column warp (the widths that
+        // computed right on an H100), staged in shared memory otherwise.
+        let rf = if n1 <= 64 { Residency::Registers } else { Residency::SharedMemory };
+        assert_eq!(d[0].residency, Some(rf), "N1 = {n1}");
         let unfused_bytes: f64 = d[0].unfused.iter().map(|(_, e)| e.dram_bytes).sum();
         assert!(d[0].fused_estimate.as_ref().unwrap().dram_bytes < unfused_bytes, "{}", d[0].reason);
     }
 }
 
-/// The paper's Table 2 conv pairs (48 and 64 channels) stay unfused, with the reason: the conv
-/// chains that computed right on an H100 are RF-resident with 32-row warps, whose accumulators
-/// for 64 + 64 columns pass the register budget; the 16-row and shared-memory-resident ones
-/// that would fit gave wrong values (bench/results/2026-11-26-h100). A narrow pair fuses.
 #[test]
-fn the_papers_conv_pairs_wait_for_a_verified_configuration_and_narrow_pairs_fuse() {
+fn the_papers_conv_pairs_fuse() {
     let Some(w) = common::workload("b2b.json") else { return };
     for p in w["conv_pairs_bolt_table2"]["problems"].as_array().unwrap() {
         let (h, wd, c) = (usize_of(p, "H"), usize_of(p, "W"), usize_of(p, "C"));
@@ -74,12 +73,19 @@ fn the_papers_conv_pairs_wait_for_a_verified_configuration_and_narrow_pairs_fuse
         println!("H={h} W={wd} C={c} K0={k0} stride={s} K1={k1} batch 32 (paper: {}x on T4)", p["paper_speedup"]);
         let d = decisions(&conv_pair(32, h, wd, c, k0, s, k1));
         assert_eq!(d.len(), 1);
-        assert!(!d[0].fused, "{}", d[0].reason);
-        assert!(d[0].reason.contains("computed right on a GPU"), "{}", d[0].reason);
+        assert!(d[0].fused, "{}", d[0].reason);
+        // One threadblock row block per 64 output pixels: hundreds of thousands of rows.
+        assert!(d[0].fused_estimate.as_ref().unwrap().tiles > 132);
     }
-    let d = decisions(&conv_pair(32, 56, 56, 32, 32, 1, 64));
-    assert!(d[0].fused, "{}", d[0].reason);
-    assert!(d[0].fused_estimate.as_ref().unwrap().tiles > 132);
+}
+
+/// A conv pair whose last layer needs warps wider than 64 columns stays unfused, with the
+/// reason: only 32- and 64-column last-layer warps computed right on an H100.
+#[test]
+fn a_wide_conv_pair_waits_for_a_verified_configuration() {
+    let d = decisions(&conv_pair(1, 112, 112, 32, 16, 1, 96));
+    assert!(!d[0].fused, "{}", d[0].reason);
+    assert!(d[0].reason.contains("computed right on a GPU"), "{}", d[0].reason);
 }
 
 #[test]
@@ -88,8 +94,10 @@ fn cutlass_example_shapes_pick_register_or_shared_memory_residency() {
     for p in w["cutlass_example_shapes"].as_array().unwrap() {
         let (m, n0, k0, n1) = (usize_of(p, "M"), usize_of(p, "N0"), usize_of(p, "K0"), usize_of(p, "N1"));
         let d = decisions(&mlp(m, &[k0, n0, n1]));
+        // RF residence needs the last layer's warps as wide as its N: only 32 and 64 columns
+        // computed right on an H100, so wider RF examples stage in shared memory.
         let want = match p["resident"].as_str().unwrap() {
-            "registers" => Residency::Registers,
+            "registers" if n1 <= 64 => Residency::Registers,
             _ => Residency::SharedMemory,
         };
         assert!(d[0].fused, "{}", d[0].reason);
