@@ -197,8 +197,8 @@ pub struct NodeKernels {
     pub buckets: Vec<Vec<KernelChoice>>,
 }
 
-/// The back-to-back chain kernel one fused chain node runs in one shape bucket (sm_80 SASS +
-/// compute_80 PTX, so it also runs on Hopper), and why it was chosen.
+/// The back-to-back chain kernel one fused chain node runs in one shape bucket (an sm80 kernel:
+/// SASS for the artifact's GPUs, Hopper's too, + compute_80 PTX), and why it was chosen.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ChainChoice {
     /// Prefix of the library's `<symbol>_run` etc.
@@ -220,7 +220,7 @@ pub struct NodeChain {
 
 /// A planned data-movement node (layout transpose, channel padding, float cast) that a glue
 /// kernel of the library runs. One kernel serves every shape bucket and arch (its problem comes
-/// from the shapes at run time; it carries sm_80 SASS and compute_80 PTX).
+/// from the shapes at run time; it carries SASS for the artifact's GPUs and compute_80 PTX).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct NodeGlue {
     pub node: String,
@@ -231,7 +231,8 @@ pub struct NodeGlue {
 
 /// A planned stitched node (`Op::Stitched`: a region of element-wise ops and row reductions)
 /// that a stitched kernel of the library runs. One kernel serves every shape bucket and arch
-/// (its problem comes from the input shapes at run time; sm_80 SASS and compute_80 PTX).
+/// (its problem comes from the input shapes at run time; SASS for the artifact's GPUs and
+/// compute_80 PTX).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct NodeStitch {
     pub node: String,
@@ -242,7 +243,7 @@ pub struct NodeStitch {
 
 /// A planned recurrent scan (`Op::RecurrentScan`) that a recurrent kernel of the library runs.
 /// One kernel serves every shape bucket and arch (the problem comes from the input shapes at
-/// run time; sm_80 SASS and compute_80 PTX).
+/// run time; SASS for the artifact's GPUs and compute_80 PTX).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct NodeRecurrent {
     pub node: String,
@@ -253,7 +254,7 @@ pub struct NodeRecurrent {
 
 /// A planned fused attention node (`Op::Attention`) that an attention kernel of the library
 /// runs. One kernel serves every shape bucket and arch (the problem comes from the input shapes
-/// at run time; sm_80 SASS and compute_80 PTX); on an sm90 GPU the Hopper kernel runs instead
+/// at run time; SASS for the artifact's GPUs and compute_80 PTX); on an sm90 GPU the Hopper kernel runs instead
 /// where the artifact has one and it takes the run's problem.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct NodeAttention {

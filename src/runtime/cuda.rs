@@ -381,8 +381,9 @@ impl CudaExecutor {
                 planned.push(self.plan_copy(&graph, n, &input_addr).unwrap_or(Planned::Host));
                 continue;
             };
-            // An sm80 kernel carries compute_80 PTX, which a Hopper GPU's driver JIT-compiles:
-            // an artifact built for sm80 only still runs on an H100 (slower than sm90 kernels).
+            // An sm80 kernel runs on an H100 too: as sm_90 SASS where the artifact was built for
+            // it, else through its compute_80 PTX, which the driver JIT-compiles when it is no
+            // newer than the driver (slower than sm90 kernels either way).
             let on_this_gpu = |c: &&KernelChoice| c.arch == self.arch;
             let via_ptx = |c: &&KernelChoice| self.arch == Arch::Sm90 && c.arch == Arch::Sm80;
             let choice: &KernelChoice = nk.buckets[bucket]
