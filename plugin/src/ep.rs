@@ -338,8 +338,34 @@ unsafe extern "system" fn ep_compile(
                     } else if me.options.device == Device::Cuda {
                         opts.archs = vec![gpu_arch(me.options.device_id as usize)?];
                     }
-                    let report = bolt::artifact::compile(&imported.graph, &opts)
-                        .map_err(|e| format!("fused node '{name}': building its artifact {}: {e}", out.display()))?;
+                    let report = bolt::artifact::compile(&imported.graph, &opts).map_err(|e| {
+                        // Symbolic dims the `dims` option leaves out are planned at 1, which
+                        // some models cannot take (a pooling window larger than a 1-pixel image).
+                        let symbolic: Vec<String> = imported
+                            .graph
+                            .inputs
+                            .iter()
+                            .filter_map(|i| imported.graph.types.get(i)?.shape.as_ref())
+                            .flat_map(|s| s.0.iter())
+                            .filter_map(|d| match d {
+                                bolt::ir::Dim::Sym(k) if !opts.dims.iter().any(|r| &r.name == k) => Some(k.clone()),
+                                _ => None,
+                            })
+                            .collect::<std::collections::BTreeSet<_>>()
+                            .into_iter()
+                            .collect();
+                        let hint = if symbolic.is_empty() {
+                            String::new()
+                        } else {
+                            format!(
+                                " (the input dims {} were planned at 1: give their ranges with the EP option dims, \
+                                 e.g. dims={}=1..64)",
+                                symbolic.join(", "),
+                                symbolic[0]
+                            )
+                        };
+                        format!("fused node '{name}': building its artifact {}: {e}{hint}", out.display())
+                    })?;
                     me.log(|| {
                         format!(
                             "compile {name}: artifact {} ({}), {} kernel(s)",
