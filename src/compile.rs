@@ -262,14 +262,45 @@ pub fn pick_kernel(
         });
     }
     let r = bolt_profiler::analytic::rank_all(w, &device, arch);
-    match r.ranked.first() {
-        Some(best) => Ok(Pick {
+    if let Some(best) = r.ranked.first() {
+        return Ok(Pick {
             spec: best.spec.clone(),
             name: best.candidate.name.clone(),
             how: format!("est {:.1} us", best.estimate.time_s * 1e6),
-        }),
-        None => Err(format!("no candidate: {}", r.excluded.first().map_or("none".to_string(), |e| e.reason.clone()))),
+        });
     }
+    let why = r.excluded.first().map_or("none".to_string(), |e| e.reason.clone());
+    // What CUTLASS 3.x has no Hopper kernel for (depthwise and grouped convs, unaligned
+    // operands) an H100 runs as an sm80 kernel (built as sm_90 SASS for it), ranked with the
+    // Hopper's numbers: on the GPU, not on the host.
+    if arch == bolt_codegen::spec::Arch::Sm90 {
+        let sm80 = bolt_codegen::spec::Arch::Sm80;
+        if let Some(e) = db.and_then(|db| db.lookup(w, &device, sm80, &toolchain)) {
+            let spec = bolt_codegen::spec::KernelSpec {
+                family: w.family,
+                arch: sm80,
+                types: w.types,
+                layouts: w.layouts,
+                alignment: w.alignment,
+                tile: e.tile,
+                epilogue: w.epilogue.clone(),
+            };
+            return Ok(Pick {
+                spec,
+                name: e.best.clone(),
+                how: format!("tuning db, {:?} {:.1} us", e.source, e.time_s * 1e6),
+            });
+        }
+        let r80 = bolt_profiler::analytic::rank_all(w, &device, sm80);
+        if let Some(best) = r80.ranked.first() {
+            return Ok(Pick {
+                spec: best.spec.clone(),
+                name: best.candidate.name.clone(),
+                how: format!("est {:.1} us; sm80 kernel: {why}", best.estimate.time_s * 1e6),
+            });
+        }
+    }
+    Err(format!("no candidate: {why}"))
 }
 
 /// The kernel for each distinct workload on H100 (sm90) by [`pick_kernel`]. Returns (kernel

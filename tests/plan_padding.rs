@@ -125,4 +125,14 @@ fn depthwise_convs_are_left_unpadded() {
     let y = n.op("dw", dw, &[&x, &w]);
     let p = planned(&n.finish(&[&y]), true);
     assert!(p.padding.is_empty());
+
+    // CUTLASS 3.x has no depthwise conv: for an H100 the pick is the sm80 kernel (an sm90
+    // build compiles it as sm_90 SASS; the H100 ran it right, bench/results/2026-11-26-h100),
+    // so the node runs on the GPU rather than on the host.
+    let (uses, skipped) = bolt::plan::lower::workloads(&p.graph, &std::collections::HashMap::new());
+    assert!(skipped.is_empty(), "{skipped:?}");
+    let dw = uses.iter().find(|u| u.workload.describe().contains("g12")).expect("the depthwise conv's workload");
+    let pick = bolt::compile::pick_kernel(&dw.workload, bolt_codegen::spec::Arch::Sm90, None).unwrap();
+    assert_eq!(pick.spec.arch, bolt_codegen::spec::Arch::Sm80, "{}", pick.how);
+    assert!(pick.how.contains("sm80 kernel"), "the pick says why: {}", pick.how);
 }
