@@ -241,66 +241,46 @@ pub fn pick_kernel(
     db: Option<&bolt_profiler::db::Db>,
 ) -> std::result::Result<Pick, String> {
     let device = bolt_profiler::device::DeviceSpec::for_arch(arch);
-    // GemmSoftmax is a CUTLASS 2.x kernel only: a Hopper GPU runs its sm80 build (compute_80
-    // PTX), ranked with the Hopper's numbers.
+    // GemmSoftmax is a CUTLASS 2.x kernel only: a Hopper GPU runs its sm80 build, ranked with
+    // the Hopper's numbers.
     let arch = if w.family == bolt_codegen::spec::Family::GemmSoftmax { bolt_codegen::spec::Arch::Sm80 } else { arch };
     let toolchain = bolt_profiler::db::Toolchain::pinned();
-    if let Some(e) = db.and_then(|db| db.lookup(w, &device, arch, &toolchain)) {
-        let spec = bolt_codegen::spec::KernelSpec {
-            family: w.family,
-            arch,
-            types: w.types,
-            layouts: w.layouts,
-            alignment: w.alignment,
-            tile: e.tile,
-            epilogue: w.epilogue.clone(),
-        };
-        return Ok(Pick {
-            spec,
-            name: e.best.clone(),
-            how: format!("tuning db, {:?} {:.1} us", e.source, e.time_s * 1e6),
-        });
-    }
-    let r = bolt_profiler::analytic::rank_all(w, &device, arch);
-    if let Some(best) = r.ranked.first() {
-        return Ok(Pick {
-            spec: best.spec.clone(),
-            name: best.candidate.name.clone(),
-            how: format!("est {:.1} us", best.estimate.time_s * 1e6),
-        });
-    }
-    let why = r.excluded.first().map_or("none".to_string(), |e| e.reason.clone());
-    // What CUTLASS 3.x has no Hopper kernel for (depthwise and grouped convs, unaligned
-    // operands) an H100 runs as an sm80 kernel (built as sm_90 SASS for it), ranked with the
-    // Hopper's numbers: on the GPU, not on the host.
-    if arch == bolt_codegen::spec::Arch::Sm90 {
-        let sm80 = bolt_codegen::spec::Arch::Sm80;
-        if let Some(e) = db.and_then(|db| db.lookup(w, &device, sm80, &toolchain)) {
+    // The tuning database's entry for `arch`, else the analytic model's top pick.
+    let pick_for = |arch: bolt_codegen::spec::Arch| -> std::result::Result<Pick, String> {
+        if let Some(e) = db.and_then(|db| db.lookup(w, &device, arch, &toolchain)) {
             let spec = bolt_codegen::spec::KernelSpec {
                 family: w.family,
-                arch: sm80,
+                arch,
                 types: w.types,
                 layouts: w.layouts,
                 alignment: w.alignment,
                 tile: e.tile,
                 epilogue: w.epilogue.clone(),
             };
-            return Ok(Pick {
-                spec,
-                name: e.best.clone(),
-                how: format!("tuning db, {:?} {:.1} us", e.source, e.time_s * 1e6),
-            });
+            let how = format!("tuning db, {:?} {:.1} us", e.source, e.time_s * 1e6);
+            return Ok(Pick { spec, name: e.best.clone(), how });
         }
-        let r80 = bolt_profiler::analytic::rank_all(w, &device, sm80);
-        if let Some(best) = r80.ranked.first() {
-            return Ok(Pick {
+        let r = bolt_profiler::analytic::rank_all(w, &device, arch);
+        match r.ranked.first() {
+            Some(best) => Ok(Pick {
                 spec: best.spec.clone(),
                 name: best.candidate.name.clone(),
-                how: format!("est {:.1} us; sm80 kernel: {why}", best.estimate.time_s * 1e6),
-            });
+                how: format!("est {:.1} us", best.estimate.time_s * 1e6),
+            }),
+            None => Err(r.excluded.first().map_or("none".to_string(), |e| e.reason.clone())),
         }
+    };
+    match pick_for(arch) {
+        Ok(p) => Ok(p),
+        // What CUTLASS 3.x has no Hopper kernel for (depthwise and grouped convs, unaligned
+        // operands) an H100 runs as an sm80 kernel (built as sm_90 SASS for it), ranked with
+        // the Hopper's numbers: on the GPU, not on the host.
+        Err(why) if arch == bolt_codegen::spec::Arch::Sm90 => match pick_for(bolt_codegen::spec::Arch::Sm80) {
+            Ok(p) => Ok(Pick { how: format!("{}; sm80 kernel: {why}", p.how), ..p }),
+            Err(_) => Err(format!("no candidate: {why}")),
+        },
+        Err(why) => Err(format!("no candidate: {why}")),
     }
-    Err(format!("no candidate: {why}"))
 }
 
 /// The kernel for each distinct workload on H100 (sm90) by [`pick_kernel`]. Returns (kernel
