@@ -1,11 +1,16 @@
 """Writes a test model's first data set as .npz files (run here, with the project's venv):
 
-    python bench/models/inputs.py MODEL_DIR OUT_DIR
+    python bench/models/inputs.py MODEL_DIR OUT_DIR [--batch B]
 
 MODEL_DIR/test_data_set_0/input_<i>.pb (ONNX TensorProtos, the model's real inputs, in the order
 of the graph's non-initializer inputs) -> OUT_DIR/inputs.npz, keyed by input name; the outputs
 the model's source recorded (onnxruntime's, input_<i>'s siblings output_<i>.pb) ->
-OUT_DIR/expected.npz. `bolt compile --inputs` and `bolt run --inputs` read the first."""
+OUT_DIR/expected.npz. `bolt compile --inputs` and `bolt run --inputs` read the first.
+
+`--batch B` also writes inputs_bB.npz and expected_bB.npz: every input and output repeated B
+times along axis 0 (for models whose inputs and outputs all lead with the batch and whose
+samples are independent, B copies of a sample give B copies of its answer), so a batch-B run is
+timed and still checked against onnxruntime's outputs."""
 import sys
 from pathlib import Path
 
@@ -23,7 +28,7 @@ def tensors(files):
     return out
 
 
-def main(model_dir, out_dir):
+def main(model_dir, out_dir, batch=None):
     model_dir, out_dir = Path(model_dir), Path(out_dir)
     data = model_dir / "test_data_set_0"
     if not data.is_dir():
@@ -41,9 +46,20 @@ def main(model_dir, out_dir):
     outs = tensors(sorted(data.glob("output_*.pb"), key=order))
     gout = [o.name for o in g.output]
     np.savez(out_dir / "expected.npz", **{n: a for n, (_, a) in zip(gout, outs)})
+    if batch:
+        for stem, named in (("inputs", zip(names, inputs)), ("expected", zip(gout, outs))):
+            named = list(named)
+            if any(a.ndim == 0 or a.shape[0] != 1 for _, (_, a) in named):
+                sys.exit(f"{data}: --batch needs every input and output to lead with a batch of 1")
+            np.savez(out_dir / f"{stem}_b{batch}.npz", **{n: np.repeat(a, batch, axis=0) for n, (_, a) in named})
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
+    args = sys.argv[1:]
+    b = None
+    if len(args) == 4 and args[2] == "--batch" and args[3].isdigit() and int(args[3]) > 0:
+        b = int(args[3])
+        args = args[:2]
+    if len(args) != 2:
         sys.exit(__doc__)
-    main(sys.argv[1], sys.argv[2])
+    main(args[0], args[1], b)

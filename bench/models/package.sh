@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # Packages whole models for the GPU machine (here: Rust, the pinned nvcc, the project's venv):
 #
-#   bash bench/models/package.sh [--out DIR] [--models a,b] [--precisions f16,tf32] [--arch sm90] [--dry]
+#   bash bench/models/package.sh [--out DIR] [--models a,b|none] [--precisions f16,tf32] [--arch sm90]
+#                                [--generate a,b|all] [--dry]
 #
 #   DIR/bin/bolt                         the bolt binary with the cuda device (stripped)
 #   DIR/models/<model>-<precision>/      artifacts (`bolt compile`: plan, weights, kernel library)
 #   DIR/inputs/<model>/inputs.npz        the model's real inputs (test_data_set_0), expected.npz
 #   DIR/run.sh                           the GPU entry point (bench/models/run.sh)
+#   with --generate (models of bench/models/generated.txt, built on the GPU machine, not here):
+#   DIR/generated.txt, DIR/make/         which ones, and the seeded generator (tests/python)
+#   DIR/cutlass-headers.tar.xz           CUTLASS's include trees (about 1 MiB packed) for nvcc there
+#   DIR/torch_e2e.py                     the same networks in PyTorch, eager and torch.compile
 #
 # Models and their flags: bench/models/models.txt. `--dry` (what CI checks): small_conv_mlp
 # only, sm80, tf32, into target/bench-models-dry. Defaults: every listed model, f16, sm90
@@ -19,13 +24,14 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 ROOT="$PWD"
-OUT="" MODELS="" PRECISIONS="f16" ARCH=sm90 DRY=0
+OUT="" MODELS="" PRECISIONS="f16" ARCH=sm90 DRY=0 GENERATE=""
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --out) OUT="$2"; shift 2 ;;
         --models) MODELS="$2"; shift 2 ;;
         --precisions) PRECISIONS="$2"; shift 2 ;;
         --arch) ARCH="$2"; shift 2 ;;
+        --generate) GENERATE="$2"; shift 2 ;;
         --dry) DRY=1; shift ;;
         *) echo "models/package.sh: unknown argument $1" >&2; exit 2 ;;
     esac
@@ -41,7 +47,7 @@ PY="${BOLT_PYTHON:-$ROOT/.venv/bin/python}"
 cargo build --release -q --features cuda -p bolt --bin bolt
 rm -rf "$OUT" && mkdir -p "$OUT/bin" "$OUT/models" "$OUT/inputs"
 strip -o "$OUT/bin/bolt" target/release/bolt
-cp bench/models/run.sh bench/models/summary.py bench/models/models.txt "$OUT/"
+cp bench/models/run.sh bench/models/summary.py bench/models/models.txt bench/models/inputs.py "$OUT/"
 echo "$(git rev-parse HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo -dirty)" > "$OUT/commit.txt"
 
 while read -r name flags; do
@@ -69,6 +75,24 @@ while read -r name flags; do
         rm -rf "$art/.build"
     done
 done < bench/models/models.txt
+
+if [[ -n $GENERATE ]]; then
+    mkdir -p "$OUT/make"
+    cp tests/python/make_models.py tests/python/refcase.py "$OUT/make/"
+    cp bench/models/torch_e2e.py "$OUT/"
+    awk -v want=",$GENERATE," '/^#/ || NF == 0 { next } want == ",all," || index(want, "," $1 ",") { print }' \
+        bench/models/generated.txt > "$OUT/generated.txt"
+    [[ -s $OUT/generated.txt ]] || { echo "models/package.sh: --generate $GENERATE: none of bench/models/generated.txt" >&2; exit 2; }
+    # The CUTLASS tree the toolchain uses here (CUTLASS_DIR or the pinned install).
+    cutlass_dir="$(target/release/bolt toolchain status | sed -n 's/^CUTLASS: *[^ ]* at \(.*\) (.*)$/\1/p')"
+    [[ -f $cutlass_dir/include/cutlass/cutlass.h ]] || { echo "models/package.sh: no CUTLASS tree ($cutlass_dir)" >&2; exit 2; }
+    # include/ and tools/util/include/ (every unit), and the example directories some kernel
+    # families build from (codegen: b2b::EXAMPLE_DIR, sm80::GEMM_SOFTMAX_EXAMPLE_DIR,
+    # attention::EXAMPLE_DIR and SM90_EXAMPLE_DIR).
+    tar -C "$cutlass_dir" -cf - include tools/util/include examples/13_two_tensor_op_fusion examples/35_gemm_softmax \
+        examples/41_fused_multi_head_attention examples/88_hopper_fmha | xz -T0 -6 > "$OUT/cutlass-headers.tar.xz"
+    echo "models/package.sh: generated there: $(cut -d' ' -f1 "$OUT/generated.txt" | sort -u | tr '\n' ' ')"
+fi
 
 BYTES=$(du -sb "$OUT" | cut -f1)
 LIMIT=$((64 * 1024 * 1024))

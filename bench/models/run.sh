@@ -8,19 +8,29 @@
 # node whose output differs (<case>.tensors.log). Writes
 # RESULTS/<date>-<gpu>-models.json and .md (RESULTS: --out, else $OUT/results, else ./results).
 #
+# Models the package lists in generated.txt are first generated here from their seeded script
+# and compiled here (this machine's nvcc, the packaged CUTLASS headers, a cold kernel cache): the
+# build's seconds are a result (<case>.build.log). Those also run at a larger batch (inputs and
+# onnxruntime's outputs repeated along axis 0): checked and timed (`<case>.big.log`, graph too),
+# and torch_e2e.py times the same networks in PyTorch on the same GPU.
+#
 #   bash run.sh [--out DIR] [--device cuda|reference] [--timeout SECS] [--models a,b]
+#               [--build-timeout SECS] [--torch-timeout SECS] [--arch sm90]
 #
 # `--device reference` runs the same steps on the CPU (what CI does to check this script).
 set -uo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 COMMAND="bash run.sh $*"
-RESULTS="" DEVICE=cuda TIMEOUT=240 MODELS=""
+RESULTS="" DEVICE=cuda TIMEOUT=240 MODELS="" BUILD_TIMEOUT=240 TORCH_TIMEOUT=240 ARCH=sm90
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --out) RESULTS="$2"; shift 2 ;;
         --device) DEVICE="$2"; shift 2 ;;
         --timeout) TIMEOUT="$2"; shift 2 ;;
         --models) MODELS="$2"; shift 2 ;;
+        --build-timeout) BUILD_TIMEOUT="$2"; shift 2 ;;
+        --torch-timeout) TORCH_TIMEOUT="$2"; shift 2 ;;
+        --arch) ARCH="$2"; shift 2 ;;
         *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -34,22 +44,61 @@ if [[ $DEVICE == cuda ]]; then
     nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw --format=csv \
         > "$LOGS/nvidia-smi.csv" 2>&1 || true
 fi
+PY="${PYTHON:-python3}"
+if [[ -f $HERE/generated.txt ]]; then
+    mkdir -p "$HERE/cutlass" "$HERE/models" "$HERE/inputs"
+    tar -xJf "$HERE/cutlass-headers.tar.xz" -C "$HERE/cutlass"
+    # nvcc: this machine's (CUDA_HOME or PATH); a kernel cache of the package's own: cold.
+    export CUTLASS_DIR="$HERE/cutlass" BOLT_CACHE_DIR="${BOLT_CACHE_DIR:-$HERE/cache}"
+    "$BOLT" toolchain status > "$LOGS/toolchain.log" 2>&1
+    while read -r name precisions batch flags; do
+        if [[ -n $MODELS && ",$MODELS," != *",$name,"* ]]; then continue; fi
+        if [[ ! -f $HERE/inputs/$name/inputs_b$batch.npz ]]; then
+            "$PY" "$HERE/make/make_models.py" --out "$HERE/testdata" --only "$name" > "$LOGS/$name.make.log" 2>&1 &&
+                "$PY" "$HERE/inputs.py" "$HERE/testdata/$name" "$HERE/inputs/$name" --batch "$batch" >> "$LOGS/$name.make.log" 2>&1 ||
+                { echo "run.sh: generating $name failed (see $name.make.log)"; continue; }
+        fi
+        for p in ${precisions//,/ }; do
+            art="$HERE/models/$name-$p"
+            echo "$batch" > "$art.batch"
+            echo "$batch" > "$LOGS/$name-$p.batch"
+            t0=$(date +%s.%N)
+            # shellcheck disable=SC2086 # flags are words
+            timeout "$BUILD_TIMEOUT" "$BOLT" compile "$HERE/testdata/$name/model.onnx" --arch "$ARCH" --precision "$p" \
+                --inputs "$HERE/inputs/$name/inputs.npz" $flags -o "$art" > "$LOGS/$name-$p.build.log" 2>&1
+            rc=$?
+            echo "$rc" > "$LOGS/$name-$p.build.log.rc"
+            echo "$(date +%s.%N) $t0" | awk '{ printf "%.1f\n", $1 - $2 }' > "$LOGS/$name-$p.build.s"
+            echo "run.sh: built $name-$p: exit $rc in $(cat "$LOGS/$name-$p.build.s") s"
+            [[ $rc == 0 ]] || rm -rf "$art"
+        done
+    done < <(grep -v '^#' "$HERE/generated.txt" | grep -v '^ *$')
+fi
 for art in "$HERE"/models/*/; do
     art="${art%/}"
     case_name="$(basename "$art")"
     model="${case_name%-*}"
     if [[ -n $MODELS && ",$MODELS," != *",$model,"* ]]; then continue; fi
     inputs="$HERE/inputs/$model/inputs.npz"
-    for mode in check ort graph; do
+    batch="$(cat "$art.batch" 2>/dev/null)"
+    for mode in check ort graph big biggraph; do
+        run_inputs="$inputs"
         case $mode in
             check) extra=(--check --oracle reference --bench) ;;
             # onnxruntime's outputs for the same inputs, recorded with the model (f32, CPU).
             ort) extra=(--check --oracle "$HERE/inputs/$model/expected.npz") ;;
             graph) extra=(--bench --graph) ;;
+            # The larger batch, checked against onnxruntime's outputs repeated (inputs.py --batch).
+            big) extra=(--check --oracle "$HERE/inputs/$model/expected_b$batch.npz" --bench) ;;
+            biggraph) extra=(--bench --graph) ;;
         esac
-        [[ $mode == graph && $DEVICE != cuda ]] && continue  # a CUDA graph needs the cuda device
+        if [[ $mode == big* ]]; then
+            [[ -n $batch ]] || continue
+            run_inputs="$HERE/inputs/$model/inputs_b$batch.npz"
+        fi
+        [[ $mode == *graph && $DEVICE != cuda ]] && continue  # a CUDA graph needs the cuda device
         log="$LOGS/$case_name.$mode.log"
-        timeout "$TIMEOUT" "$BOLT" run "$art" --device "$DEVICE" --inputs "$inputs" "${extra[@]}" > "$log" 2>&1
+        timeout "$TIMEOUT" "$BOLT" run "$art" --device "$DEVICE" --inputs "$run_inputs" "${extra[@]}" > "$log" 2>&1
         echo $? > "$log.rc"
         echo "run.sh: $case_name $mode: exit $(cat "$log.rc")"
         if [[ $mode == check ]] && grep -q '^MISMATCH' "$log"; then
@@ -60,5 +109,12 @@ for art in "$HERE"/models/*/; do
         fi
     done
 done
-PY="${PYTHON:-python3}"
+if [[ -f $HERE/torch_e2e.py && $DEVICE == cuda ]]; then
+    # The same networks in PyTorch on this GPU, at the batches the generated models ran.
+    nets="$(grep -v '^#' "$HERE/generated.txt" | awk 'NF { n = split($2, p, ","); for (i = 1; i <= n; i++) print $1 ":" $3 ":" p[i] }' | tr '\n' ',')"
+    timeout "$TORCH_TIMEOUT" "$PY" "$HERE/torch_e2e.py" --models "${nets%,}" --out "$LOGS/torch_e2e.json" \
+        --deadline-s "$((TORCH_TIMEOUT * 2 / 3))" \
+        > "$LOGS/torch_e2e.log" 2>&1
+    echo "run.sh: torch_e2e: exit $?"
+fi
 "$PY" "$HERE/summary.py" --logs "$LOGS" --out "$RESULTS" --device "$DEVICE" --package "$HERE" --command "$COMMAND"

@@ -570,6 +570,16 @@ fn run_artifact(
                     t.launches,
                     t.host_seconds * 1e6 / t.launches.max(1) as f64
                 );
+                if let Some((median, p10, p90)) = t.whole_run_spread() {
+                    println!(
+                        "whole run {:.1} us median of {} (p10 {:.1}, p90 {:.1}), inputs on the device{}",
+                        median * 1e6,
+                        t.whole_run_seconds.len(),
+                        p10 * 1e6,
+                        p90 * 1e6,
+                        if graph { ", one CUDA graph" } else { "" }
+                    );
+                }
             }
             None => println!("(the {device} device measures no per-kernel time)"),
         }

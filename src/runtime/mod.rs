@@ -73,6 +73,21 @@ pub struct Timings {
     pub device_seconds: f64,
     pub host_seconds: f64,
     pub launches: usize,
+    /// Whole runs, inputs on the device, each timed by events around it (one per repeat).
+    pub whole_run_seconds: Vec<f64>,
+}
+
+impl Timings {
+    /// Median, 10th and 90th percentile of [`Timings::whole_run_seconds`] (nearest rank).
+    pub fn whole_run_spread(&self) -> Option<(f64, f64, f64)> {
+        let mut v = self.whole_run_seconds.clone();
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_by(f64::total_cmp);
+        let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+        Some((at(0.5), at(0.1), at(0.9)))
+    }
 }
 
 /// One device running one artifact.
@@ -310,5 +325,17 @@ impl Executor for Reference {
             Ok(vec![glue::run(spec, &problem, x).map_err(|why| crate::Error::node(node, why))?])
         })?;
         Ok(outs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Timings;
+
+    #[test]
+    fn whole_run_spread_is_median_and_nearest_rank_deciles() {
+        assert_eq!(Timings::default().whole_run_spread(), None, "no whole runs timed: no spread");
+        let t = Timings { whole_run_seconds: (1..=11).rev().map(f64::from).collect(), ..Timings::default() };
+        assert_eq!(t.whole_run_spread(), Some((6.0, 2.0, 10.0)));
     }
 }

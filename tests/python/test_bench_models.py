@@ -98,3 +98,38 @@ def test_a_device_unlike_the_reference_device_fails_the_run(tmp_path):
     r = json.loads(next((tmp_path / "out").glob("*-models.json")).read_text())
     assert p.returncode == 1 and r["cases"][0]["status"] == "mismatch", (p.stdout, p.stderr, r)
     assert r["cases"][0]["check"]["device"] == "cuda (NVIDIA H100)"
+
+
+def test_generated_models_are_made_built_and_run_at_two_batches_where_they_run(tmp_path):
+    """`package.sh --generate`: the model is generated from its seeded script where run.sh
+    runs, compiled there with the packaged CUTLASS headers (the build timed), and run at batch 1
+    and at the larger batch, each checked against onnxruntime's outputs (repeated for the larger
+    batch). The kernels are those of the dry package's artifact: the shared kernel cache has them."""
+    pkg = tmp_path / "gen"
+    p = subprocess.run(["bash", str(REPO / "bench" / "models" / "package.sh"), "--models", "none", "--generate",
+                        "small_conv_mlp", "--arch", "sm80", "--out", str(pkg)], cwd=REPO, capture_output=True, text=True,
+                       timeout=1200)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    assert not list((pkg / "models").iterdir()), "nothing prebuilt travels with --models none"
+    assert (pkg / "generated.txt").read_text().split()[:3] == ["small_conv_mlp", "tf32", "4"]
+    cache = os.environ.get("BOLT_CACHE_DIR") or str(Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "bolt")
+    env = {**os.environ, "BOLT_CACHE_DIR": cache, "PYTHON": sys.executable}
+    p = subprocess.run(["bash", str(pkg / "run.sh"), "--out", str(tmp_path / "res"), "--device", "reference",
+                        "--arch", "sm80"], capture_output=True, text=True, timeout=1200, env=env)
+    r = json.loads(next((tmp_path / "res").glob("*-models.json")).read_text())
+    assert p.returncode == 0 and r["counts"]["ok"] == 1, p.stdout[-3000:] + p.stderr[-3000:]
+    case = r["cases"][0]
+    assert case["build"]["exit"] == 0 and case["build"]["wall_s"] > 0
+    assert case["big_batch"] == 4 and case["big"]["outputs"][0]["verdict"] == "ok"
+    assert "expected_b4.npz" in (tmp_path / "res" / "models-logs" / "small_conv_mlp-tf32.big.log").read_text()
+    assert "| small_conv_mlp | tf32 | 4 |" in next((tmp_path / "res").glob("*-models.md")).read_text()
+
+
+def test_the_packaged_cutlass_headers_hold_every_example_directory_a_kernel_family_builds_from():
+    import re
+    dirs = set()
+    for f in (REPO / "codegen" / "src").glob("*.rs"):
+        dirs |= set(re.findall(r'EXAMPLE_DIR: &str = "([^"]+)"', f.read_text()))
+    assert len(dirs) >= 4, dirs
+    script = (REPO / "bench" / "models" / "package.sh").read_text()
+    assert not [d for d in dirs if d not in script], "add the missing directories to package.sh's tar"
