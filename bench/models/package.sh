@@ -83,14 +83,7 @@ if [[ -n $GENERATE ]]; then
     awk -v want=",$GENERATE," '/^#/ || NF == 0 { next } want == ",all," || index(want, "," $1 ",") { print }' \
         bench/models/generated.txt > "$OUT/generated.txt"
     [[ -s $OUT/generated.txt ]] || { echo "models/package.sh: --generate $GENERATE: none of bench/models/generated.txt" >&2; exit 2; }
-    # The CUTLASS tree the toolchain uses here (CUTLASS_DIR or the pinned install).
-    cutlass_dir="$(target/release/bolt toolchain status | sed -n 's/^CUTLASS: *[^ ]* at \(.*\) (.*)$/\1/p')"
-    [[ -f $cutlass_dir/include/cutlass/cutlass.h ]] || { echo "models/package.sh: no CUTLASS tree ($cutlass_dir)" >&2; exit 2; }
-    # include/ and tools/util/include/ (every unit), and the example directories some kernel
-    # families build from (codegen: b2b::EXAMPLE_DIR, sm80::GEMM_SOFTMAX_EXAMPLE_DIR,
-    # attention::EXAMPLE_DIR and SM90_EXAMPLE_DIR).
-    tar -C "$cutlass_dir" -cf - include tools/util/include examples/13_two_tensor_op_fusion examples/35_gemm_softmax \
-        examples/41_fused_multi_head_attention examples/88_hopper_fmha | xz -T0 -6 > "$OUT/cutlass-headers.tar.xz"
+    bash bench/cutlass_headers.sh "$OUT/cutlass-headers.tar.xz"
     echo "models/package.sh: generated there: $(cut -d' ' -f1 "$OUT/generated.txt" | sort -u | tr '\n' ' ')"
 fi
 
