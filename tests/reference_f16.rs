@@ -165,3 +165,60 @@ fn first_overflow_names_the_sum_of_squares_that_leaves_f16() {
     let gbf = convert_floats(&g32, DType::BF16).unwrap();
     assert_eq!(first_overflow(&g32, &gbf, &feed(40.0)).unwrap(), None);
 }
+
+/// What hosts need from an f16 build of an f32 model: inputs and outputs of the model's types,
+/// f16 inside. The I/O-keeping conversion casts at the edges only; its run equals the plain f16
+/// conversion's (same roundings, the edge casts exact conversions) on the same f32 inputs.
+#[test]
+fn f16_keeping_io_types_casts_at_the_edges_and_computes_in_f16() {
+    let g32 = bolt::models::default_model().unwrap();
+    let kept = bolt::ir::precision::convert_floats_keeping_io(&g32, DType::F16).unwrap();
+    for x in kept.inputs.iter().chain(&kept.outputs) {
+        assert_eq!(kept.tensor_type(x).unwrap().dtype, DType::F32, "{x} keeps the model's type");
+    }
+    assert!(kept.initializers.values().all(|t| t.dtype() != DType::F32), "weights are f16");
+    let casts: Vec<_> = kept.nodes.iter().filter(|n| matches!(n.op, Op::Cast { .. })).collect();
+    assert_eq!(casts.len(), kept.inputs.len() + kept.outputs.len(), "one cast per float input and output");
+    assert!(matches!(kept.nodes[0].op, Op::Cast { to: DType::F16, .. }), "inputs are cast before any reader");
+
+    let bindings: DimBindings = [("N".to_string(), 2)].into();
+    let in32 = synthetic_inputs(&g32, &bindings, 3).unwrap();
+    let out = &g32.outputs[0];
+    let y_kept = &bolt::reference::run(&kept, &in32).unwrap()[out];
+    let g16 = convert_floats(&g32, DType::F16).unwrap();
+    let y16 = &bolt::reference::run(&g16, &as_f16(&in32)).unwrap()[out];
+    assert_eq!(y_kept.dtype(), DType::F32);
+    assert_eq!(y_kept.to_f64_vec(), y16.to_f64_vec(), "the edge casts change no value");
+    let y32 = &bolt::reference::run(&g32, &in32).unwrap()[out];
+    assert!(max_rel_err(y_kept, y32) > 0.0, "f16 inside: not bit-identical to the f32 run");
+}
+
+/// An f32 model compiled at f16 for a host keeps its declared input and output types in the
+/// artifact; the artifact's run on the reference device (f32 in, f32 out) tracks the f32 model.
+#[test]
+fn an_f16_artifact_with_the_models_io_types_takes_and_returns_f32() {
+    let g32 = bolt::models::default_model().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let opts = bolt::artifact::CompileOptions {
+        archs: vec![],
+        precision: Some(bolt::artifact::Precision::F16),
+        io_types: bolt::artifact::IoTypes::Model,
+        ..bolt::artifact::CompileOptions::new(dir.path())
+    };
+    bolt::artifact::compile(&g32, &opts).unwrap();
+    let a = bolt::artifact::Artifact::open(dir.path()).unwrap();
+    assert_eq!(a.manifest.precision, bolt::artifact::Precision::F16);
+    let planned = a.graph();
+    for x in planned.inputs.iter().chain(&planned.outputs) {
+        assert_eq!(planned.tensor_type(x).unwrap().dtype, DType::F32, "{x}");
+    }
+    let bindings: DimBindings = [("N".to_string(), 2)].into();
+    let in32 = synthetic_inputs(&g32, &bindings, 5).unwrap();
+    let mut dev = bolt::runtime::Reference::new(&a);
+    let got = bolt::runtime::Executor::run(&mut dev, &in32).unwrap();
+    let out = &g32.outputs[0];
+    let want = &bolt::reference::run(&g32, &in32).unwrap()[out];
+    assert_eq!(got[out].dtype(), DType::F32);
+    let err = max_rel_err(&got[out], want);
+    assert!(err > 0.0 && err < 1e-2, "f16 inside, f32 at the edges: relative error {err}");
+}

@@ -8,8 +8,9 @@
 `prepare --generate resnet50,bert_base` also packs models of bench/models/generated.txt to be
 made where `run` runs (their weights do not travel): the seeded generator, CUTLASS's headers and
 the list. `run` then generates each, compiles it once through ORT there (that machine's nvcc;
-the seconds are recorded), and runs it at batch 1 and at the list's larger batch (inputs and
-onnxruntime's outputs repeated along axis 0, bench/models/inputs.py --batch).
+the EP option `precision` from the list's first precision; the seconds are recorded), and runs
+it at batch 1 and at the list's larger batch (inputs and onnxruntime's outputs repeated along
+axis 0, bench/models/inputs.py --batch), checked at that precision's tolerance.
 
 `prepare` compiles each test model with ORT's compile-once options (`ep.context_enable=1`):
 Bolt builds an artifact per fused node (plan, weights, sm90 kernel library; f32 models in TF32)
@@ -103,10 +104,10 @@ def generate(device, ort, bolt_ort, np):
     os.environ["CUTLASS_DIR"] = str(cutlass)
     os.environ.setdefault("BOLT_CACHE_DIR", str(HERE / "cache"))
     for line in (HERE / "generated.txt").read_text().splitlines():
-        name, _precisions, batch, *flags = line.split()
-        rec = made.setdefault(name, {"batch": int(batch)})
-        if len(rec) > 1:
-            continue  # listed once per precision: ORT runs f32 models in TF32 only
+        name, precisions, batch, *flags = line.split()
+        rec = made.setdefault(name, {"batch": int(batch), "precision": precisions.split(",")[0]})
+        if len(rec) > 2:
+            continue  # listed once per precision: the first listed is the one built
         if (HERE / f"{name}_ctx.onnx").is_file() and (HERE / "data" / name / f"inputs_b{batch}.npz").is_file():
             rec["reused"] = "made and compiled by an earlier run here"
             continue
@@ -116,7 +117,7 @@ def generate(device, ort, bolt_ort, np):
                             "--only", name], check=True, capture_output=True, text=True)
             subprocess.run([sys.executable, str(HERE / "inputs.py"), str(HERE / "testdata" / name), str(HERE / "data" / name),
                             "--batch", batch], check=True, capture_output=True, text=True)
-            options = {"device": device, **({"dims": dims} if dims else {})}
+            options = {"device": device, "precision": rec["precision"], **({"dims": dims} if dims else {})}
             rec["options"] = options
             rec["build_seconds"] = compile_once(HERE / "testdata" / name / "model.onnx", HERE / "data" / name,
                                                 HERE / f"{name}_ctx.onnx", options, ort, bolt_ort, np)
@@ -128,8 +129,9 @@ def generate(device, ort, bolt_ort, np):
     return made
 
 
-def checked_and_timed(sess, inputs, expected, np):
-    """Runs `inputs`, compares every output with `expected`, times session.run."""
+def checked_and_timed(sess, inputs, expected, np, rtol=RTOL, atol=ATOL):
+    """Runs `inputs`, compares every output with `expected` (|got - want| <= atol + rtol |want|),
+    times session.run."""
     outs = sess.run(None, inputs)
     checks = []
     for n, got in zip([x.name for x in sess.get_outputs()], outs):
@@ -139,7 +141,7 @@ def checked_and_timed(sess, inputs, expected, np):
             continue
         got, want = got.astype(np.float64), want.astype(np.float64)
         err = np.abs(got - want)
-        bad = int((~(err <= ATOL + RTOL * np.abs(want))).sum())
+        bad = int((~(err <= atol + rtol * np.abs(want))).sum())
         checks.append({"output": n, "max_abs_diff": float(err.max()), "outside": bad, "values": int(want.size)})
     for _ in range(3):
         sess.run(None, inputs)
@@ -181,13 +183,16 @@ def run(o):
             sess = bolt_ort.session(str(ctx), {"device": o.device}, so=so)
             case["load_seconds"] = time.monotonic() - t0
             case["providers"] = sess.get_providers()
+            # f16/bf16 builds: Bolt's f16 tolerance (bolt run --check's), else TF32's.
+            tol = (2e-2, 2e-2) if case.get("precision") in ("f16", "bf16") else (RTOL, ATOL)
+            case["tolerance"] = {"rtol": tol[0], "atol": tol[1]}
             checks, case["run_ms"] = checked_and_timed(sess, dict(np.load(data / "inputs.npz")),
-                                                       dict(np.load(data / "expected.npz")), np)
+                                                       dict(np.load(data / "expected.npz")), np, *tol)
             case["outputs"] = checks
             big = case.get("batch")
             if big and (data / f"inputs_b{big}.npz").is_file():
                 bchecks, bms = checked_and_timed(sess, dict(np.load(data / f"inputs_b{big}.npz")),
-                                                 dict(np.load(data / f"expected_b{big}.npz")), np)
+                                                 dict(np.load(data / f"expected_b{big}.npz")), np, *tol)
                 case["big"] = {"batch": big, "outputs": bchecks, "run_ms": bms}
                 checks = checks + bchecks
             ok = all(c.get("outside", 1) == 0 for c in checks)

@@ -218,10 +218,8 @@ pub unsafe extern "C" fn bolt_artifact_build(
         let m = bolt::import::load_bytes(model_bytes(model, len)?, None).map_err(|e| e.to_string())?;
         let dir = scratch_dir("build");
         let packed = (|| {
-            let mut opts = bolt::artifact::CompileOptions::new(&dir);
+            let mut opts = crate::ep::compile_options(&dir, &options, label.unwrap_or_else(|| m.graph.name.clone()));
             opts.archs = crate::ep::build_archs(&options);
-            opts.dims = options.dims.clone();
-            opts.source = bolt::artifact::Source::Host(label.unwrap_or_else(|| m.graph.name.clone()));
             bolt::artifact::compile(&m.graph, &opts).map_err(|e| format!("'{}': {e}", m.graph.name))?;
             bolt::artifact::bundle::pack(&dir).map_err(|e| e.to_string())
         })();

@@ -328,9 +328,7 @@ unsafe extern "system" fn ep_compile(
                     // Compile once: build the artifact beside the model ORT will save.
                     let (dir, rel) = context_location(c, model_path.as_deref(), &name)?;
                     let out = dir.join(&rel);
-                    let mut opts = bolt::artifact::CompileOptions::new(&out);
-                    opts.dims = me.options.dims.clone();
-                    opts.source = bolt::artifact::Source::Host(format!("ONNX Runtime fused node {name}"));
+                    let mut opts = compile_options(&out, &me.options, format!("ONNX Runtime fused node {name}"));
                     // Kernels for the `arch` option, else this GPU's, else sm80's (the default:
                     // the artifact may move to a GPU machine later).
                     if !me.options.archs.is_empty() {
@@ -386,7 +384,16 @@ unsafe extern "system" fn ep_compile(
                     me.log(|| format!("compile {name}: kernels for GPU {} ready", me.options.device_id));
                     (graph, Runner::Cuda(std::sync::Mutex::new(x)))
                 } else {
-                    let plan = bolt::plan::plan(&imported.graph)
+                    // The `precision` option narrows what runs here too (the model's types at
+                    // the node's edges), so the reference device answers as a GPU build would.
+                    let narrowed = match me.options.precision.map(|p| p.storage()) {
+                        Some(t) if t != bolt::ir::DType::F32 => {
+                            bolt::ir::precision::convert_floats_keeping_io(&imported.graph, t)
+                                .map_err(|e| format!("fused node '{name}': precision {t}: {e}"))?
+                        }
+                        _ => imported.graph.clone(),
+                    };
+                    let plan = bolt::plan::plan(&narrowed)
                         .map_err(|e| format!("fused node '{name}': planning failed: {e}"))?;
                     me.log(|| {
                         format!(
@@ -520,6 +527,19 @@ pub fn build_archs(options: &Options) -> Vec<bolt_codegen::spec::Arch> {
     }
 }
 
+/// What a host's subgraph is compiled with (both hosts): the EP's dims and precision, the
+/// model's input and output types kept (the host hands over and takes back those), and the
+/// host's name for it. Archs are the caller's.
+pub fn compile_options(out: &std::path::Path, options: &Options, label: String) -> bolt::artifact::CompileOptions {
+    bolt::artifact::CompileOptions {
+        dims: options.dims.clone(),
+        precision: options.precision,
+        io_types: bolt::artifact::IoTypes::Model,
+        source: bolt::artifact::Source::Host(label),
+        ..bolt::artifact::CompileOptions::new(out)
+    }
+}
+
 /// Builds `g` into an artifact for GPU `options.device_id` (through the kernel cache: a warm
 /// cache runs no nvcc) and opens it on that GPU; the artifact's directory is removed once
 /// open (the kernel library stays mapped, the weights are on the GPU). Both hosts use it.
@@ -531,10 +551,8 @@ pub fn build_for_gpu(g: &Graph, options: &Options, label: &str) -> Res<(Graph, b
     ));
     let built = (|| {
         let arch = gpu_arch(options.device_id as usize)?;
-        let mut opts = bolt::artifact::CompileOptions::new(&out);
-        opts.dims = options.dims.clone();
+        let mut opts = compile_options(&out, options, label.to_string());
         opts.archs = vec![arch];
-        opts.source = bolt::artifact::Source::Host(label.to_string());
         bolt::artifact::compile(g, &opts).map_err(|e| format!("'{label}': building its kernels: {e}"))?;
         let a = bolt::artifact::Artifact::open(&out).map_err(|e| e.to_string())?;
         let run = bolt::runtime::RunOptions { device: options.device_id as usize, ..Default::default() };

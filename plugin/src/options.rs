@@ -45,6 +45,9 @@ pub struct Options {
     /// GPU archs compiled artifacts carry kernels for (`arch=sm80,sm90`); empty: the GPU of
     /// `device_id` when there is one (see `ep::build_archs`).
     pub archs: Vec<bolt_codegen::spec::Arch>,
+    /// The precision of what Bolt builds (`precision=f16`); `None`: the model's own, f32 models
+    /// in TF32. Inputs and outputs keep the model's types either way (cast on the device).
+    pub precision: Option<bolt::artifact::Precision>,
 }
 
 /// Compile once: with ORT's `ep.context_enable=1` each fused node becomes a Bolt artifact
@@ -79,7 +82,7 @@ pub fn context_from_session_config<'a>(
 }
 
 /// Bolt's own keys, and ORT's own keys Bolt accepts (`arena.*` as a prefix).
-pub const KNOWN: &[&str] = &["device", "verbose", "device_id", "arena.*", "dims", "arch"];
+pub const KNOWN: &[&str] = &["device", "verbose", "device_id", "arena.*", "dims", "arch", "precision"];
 
 impl Options {
     /// Parses `key=value` pairs (keys without the `ep.<name>.` prefix). Every error names the
@@ -130,6 +133,11 @@ impl Options {
                             })
                         })
                         .collect::<Result<_, _>>()?
+                }
+                "precision" => {
+                    o.precision = Some(bolt::artifact::Precision::parse(v.trim()).ok_or_else(|| {
+                        format!("invalid value '{v}' for EP option 'precision' (expected tf32, f16 or bf16)")
+                    })?)
                 }
                 arena if arena.starts_with("arena.") => o.arena.push((arena.to_string(), v.to_string())),
                 other => {

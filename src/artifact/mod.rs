@@ -10,4 +10,4 @@ mod write;
 
 pub use format::{Manifest, PlanFile, Precision};
 pub use read::{Artifact, ArtifactError};
-pub use write::{buckets, compile, resolve_precision, CompileOptions, CompileReport, Source};
+pub use write::{buckets, compile, resolve_precision, CompileOptions, CompileReport, IoTypes, Source};

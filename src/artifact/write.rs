@@ -41,6 +41,19 @@ pub struct CompileOptions {
     pub bound_inputs: std::collections::BTreeMap<String, String>,
     /// When a Softmax after a GEMM runs inside it (CUTLASS's GemmSoftmax).
     pub row_epilogue: crate::plan::row_epilogue::RowEpilogueMode,
+    /// The types of the artifact's inputs and outputs when the precision narrows the model's.
+    pub io_types: IoTypes,
+}
+
+/// The types an artifact takes and returns when its precision narrows the model's floats.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum IoTypes {
+    /// The precision's (an f32 model at f16 takes and returns f16; `bolt run` converts).
+    #[default]
+    Precision,
+    /// The model's declared types, cast on the device where they enter and leave: what a host
+    /// framework hands over and takes back (ONNX Runtime, TVM).
+    Model,
 }
 
 /// Where a compiled model came from (the manifest's `source`).
@@ -68,6 +81,7 @@ impl CompileOptions {
             source: Source::Builtin,
             bound_inputs: Default::default(),
             row_epilogue: Default::default(),
+            io_types: IoTypes::Precision,
         }
     }
 }
@@ -279,7 +293,10 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
     let t0 = Instant::now();
     let (precision, precision_defaulted) = resolve_precision(model, opts.precision)?;
     let g = if precision.storage() != model_float(model) {
-        crate::ir::precision::convert_floats(model, precision.storage())?
+        match opts.io_types {
+            IoTypes::Precision => crate::ir::precision::convert_floats(model, precision.storage())?,
+            IoTypes::Model => crate::ir::precision::convert_floats_keeping_io(model, precision.storage())?,
+        }
     } else {
         model.clone()
     };

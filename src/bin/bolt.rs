@@ -55,6 +55,11 @@ enum Command {
         /// model says it pays, always (to time it on a GPU), or never.
         #[arg(long, value_enum, default_value_t = bolt::plan::row_epilogue::RowEpilogueMode::Cost)]
         row_epilogue: bolt::plan::row_epilogue::RowEpilogueMode,
+        /// Types of the artifact's inputs and outputs when --precision narrows the model's:
+        /// the precision's, or the model's (cast on the device, for a host that hands over
+        /// tensors of the model's types through the runtime's enqueue).
+        #[arg(long, value_enum, default_value_t = bolt::artifact::IoTypes::Precision)]
+        io_types: bolt::artifact::IoTypes,
         /// Specialise to one size per symbolic dim (TensorRT's static shapes): each fixed at its
         /// --dim size or the --inputs' shape before planning, so control flow and shape
         /// arithmetic on the sizes fold (PyTorch's squeeze(dim) Ifs). The artifact then takes
@@ -263,6 +268,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             inputs,
             bind,
             row_epilogue,
+            io_types,
             static_shapes,
             no_run,
             no_artifact,
@@ -378,6 +384,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     source: model.clone().map_or(bolt::artifact::Source::Builtin, bolt::artifact::Source::File),
                     bound_inputs,
                     row_epilogue,
+                    io_types,
                     ..CompileOptions::new(dir)
                 };
                 Some(bolt::artifact::compile(&graph, &opts).map_err(hint)?)

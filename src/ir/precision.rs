@@ -15,6 +15,66 @@ pub fn convert_floats(g: &Graph, to: DType) -> Result<Graph> {
     convert_graph(g, to, true)
 }
 
+/// [`convert_floats`] with the graph's inputs and outputs left in the model's types: a Cast to
+/// `to` after each float input and a Cast back before each float output, what a host framework
+/// needs (ONNX Runtime and TVM hand over and take back tensors of the model's declared types;
+/// TensorRT's f16 mode keeps f32 I/O the same way). The casts are ordinary nodes: on a GPU
+/// they stitch into element-wise kernels.
+pub fn convert_floats_keeping_io(g: &Graph, to: DType) -> Result<Graph> {
+    let mut out = convert_floats(g, to)?;
+    let changed = |name: &String| g.types.get(name).is_some_and(|t| t.dtype.is_float() && t.dtype != to);
+    let fresh = |base: &str, out: &Graph| {
+        let mut name = format!("{base}.{to}");
+        while out.types.contains_key(&name) || out.nodes.iter().any(|n| n.outputs.contains(&name)) {
+            name.push('_');
+        }
+        name
+    };
+    let mut casts = Vec::new();
+    for x in g.inputs.iter().filter(|x| changed(x) && !g.initializers.contains_key(*x)) {
+        let stored = fresh(x, &out);
+        for n in &mut out.nodes {
+            for i in n.inputs.iter_mut().flatten().filter(|i| *i == x) {
+                *i = stored.clone();
+            }
+        }
+        out.types.insert(x.clone(), g.types[x].clone());
+        casts.push(super::Node {
+            name: format!("{x}.to_{to}"),
+            op: Op::Cast { to, saturate: true },
+            inputs: vec![Some(x.clone())],
+            outputs: vec![stored],
+        });
+    }
+    // Inputs first: their casts precede every reader.
+    out.nodes.splice(0..0, casts);
+    for y in g.outputs.iter().filter(|y| changed(y) && !g.inputs.contains(y)) {
+        let Some(at) = out.nodes.iter().position(|n| n.outputs.contains(y)) else { continue };
+        let stored = fresh(y, &out);
+        for n in &mut out.nodes {
+            for o in n.outputs.iter_mut().filter(|o| *o == y) {
+                *o = stored.clone();
+            }
+            for i in n.inputs.iter_mut().flatten().filter(|i| *i == y) {
+                *i = stored.clone();
+            }
+        }
+        out.types.remove(y);
+        let dtype = g.types[y].dtype;
+        out.nodes.insert(
+            at + 1,
+            super::Node {
+                name: format!("{y}.to_{dtype}"),
+                op: Op::Cast { to: dtype, saturate: true },
+                inputs: vec![Some(stored)],
+                outputs: vec![y.clone()],
+            },
+        );
+    }
+    super::infer::infer_graph(&mut out, &HashMap::new())?;
+    Ok(out)
+}
+
 /// [`convert_floats`]; `If` branches are converted alike and typed by their `If` (`infer`
 /// false: a branch's inputs are typed by the enclosing graph).
 fn convert_graph(g: &Graph, to: DType, infer: bool) -> Result<Graph> {

@@ -345,6 +345,7 @@ def small_matmul_model() -> bytes:
         ({"verbose": "maybe"}, "EP option 'verbose'"),
         ({"device_id": "3"}, "device_id=3: no such device"),
         ({"device_id": "gpu0"}, "invalid value 'gpu0' for EP option 'device_id'"),
+        ({"precision": "fp8"}, "invalid value 'fp8' for EP option 'precision'"),
     ],
 )
 def test_bad_options_give_clear_errors(options, message):
@@ -625,6 +626,35 @@ def test_compile_once_writes_an_epcontext_model_that_loads_without_planning(tmp_
     with pytest.raises(Exception) as e:
         bolt_ort.session(str(ctx), so=ort.SessionOptions())
     assert "weights.bin" in str(e.value), str(e.value)
+
+
+def test_precision_f16_computes_in_f16_with_the_models_f32_inputs_and_outputs(tmp_path):
+    """`precision=f16`: Bolt runs its part of an f32 model in f16 (weights and activations) while
+    ORT hands over and takes back f32 tensors, here and in a compiled-once (EPContext) model;
+    the answers track ORT CPU's within f16's tolerance and are not the f32 run's."""
+    src = tmp_path / "m.onnx"
+    onnx.save(epcontext_model(), str(src))
+    x = np.random.default_rng(2).uniform(-1, 1, (16, 32)).astype(np.float32)
+    want = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, {"X": x})[0]
+    tol = dict(rtol=2e-2, atol=2e-2 * float(np.abs(want).max()))
+    f32 = bolt_ort.session(str(src)).run(None, {"X": x})[0]
+    sess = bolt_ort.session(str(src), {"precision": "f16"})
+    assert sess.get_outputs()[0].type == "tensor(float)"
+    f16 = sess.run(None, {"X": x})[0]
+    assert f16.dtype == np.float32
+    np.testing.assert_allclose(f16, want, **tol)
+    assert np.abs(f16 - f32).max() > 0, "the f16 run equals the f32 run: precision was ignored"
+
+    so = ort.SessionOptions()
+    so.add_session_config_entry("ep.context_enable", "1")
+    so.add_session_config_entry("ep.context_file_path", str(tmp_path / "m_ctx.onnx"))
+    so.add_session_config_entry("ep.context_embed_mode", "0")
+    bolt_ort.session(str(src), {"precision": "f16"}, so=so).run(None, {"X": x})
+    manifests = list((tmp_path / "m_ctx.bolt").glob("*/manifest.json"))
+    assert manifests and all('"precision": "f16"' in m.read_text().replace('":"', '": "') for m in manifests)
+    loaded = bolt_ort.session(str(tmp_path / "m_ctx.onnx")).run(None, {"X": x})[0]
+    np.testing.assert_allclose(loaded, want, **tol)
+    assert np.abs(loaded - f32).max() > 0
 
 
 def test_compile_once_names_the_symbolic_dims_to_give_when_planning_at_1_fails(tmp_path):
