@@ -1035,11 +1035,65 @@ fn every_tensor_observed_keeps_each_tensor_with_its_value() {
 #[test]
 fn overlap_check_detects_a_collision() {
     use bolt::artifact::format::{ArenaPlan, ArenaTensor};
-    let t = |name: &str, offset, first, last| ArenaTensor { name: name.into(), offset, bytes: 512, first, last };
+    let t = |name: &str, offset, first, last| ArenaTensor {
+        name: name.into(),
+        offset,
+        bytes: 512,
+        first,
+        last,
+        alias_of: None,
+    };
     let bad = ArenaPlan { bytes: 1024, naive_bytes: 1024, tensors: vec![t("a", 0, 0, 2), t("b", 256, 1, 3)] };
     assert!(bolt::runtime::memory::find_overlap(&bad).is_some());
     let ok = ArenaPlan { bytes: 512, naive_bytes: 1024, tensors: vec![t("a", 0, 0, 1), t("b", 0, 2, 3)] };
     assert!(bolt::runtime::memory::find_overlap(&ok).is_none());
+    // A view aliasing "a" is the same buffer: fine at a's offset within a's lifetime, a
+    // collision elsewhere or outliving it.
+    let view = |offset, last| ArenaTensor { alias_of: Some("a".into()), ..t("v", offset, 1, last) };
+    let plan = |v| ArenaPlan { bytes: 1024, naive_bytes: 1536, tensors: vec![t("a", 0, 0, 2), v] };
+    assert!(bolt::runtime::memory::find_overlap(&plan(view(0, 2))).is_none());
+    assert!(bolt::runtime::memory::find_overlap(&plan(view(512, 2))).is_some(), "an alias off its root's bytes");
+    assert!(bolt::runtime::memory::find_overlap(&plan(view(0, 3))).is_some(), "an alias outliving its root");
+}
+
+/// Views (Reshape, Flatten, Squeeze, Unsqueeze, Identity) of a tensor the arena holds are that
+/// tensor's bytes: planned at its offset, with no copy to run, and the tensor lives until its
+/// views' last reader. A view of a graph input or a weight is still a copy (their memory is
+/// not the arena's).
+#[test]
+fn views_of_arena_tensors_are_aliases_not_copies() {
+    let mut b = bolt::ir::builder::GraphBuilder::new("views");
+    let x = b.input("x", DType::F32, Shape::from_static(&[4, 6]));
+    let shape = b.initializer("shape", Tensor::from_i64(vec![2], vec![6, 4]));
+    let w = b.initializer("w", Tensor::from_f32(vec![4, 6], vec![0.5; 24]));
+    let of_input = b.node("of_input", Op::Reshape { allowzero: false }, &[&x, &shape]);
+    let r1 = b.node("r1", Op::Unary(Unary::Relu), &[&x]);
+    let v1 = b.node("v1", Op::Reshape { allowzero: false }, &[&r1, &shape]);
+    let v2 = b.node("v2", Op::Identity, &[&v1]);
+    let of_weight = b.node("of_weight", Op::Reshape { allowzero: false }, &[&w, &shape]);
+    let r2 = b.node("r2", Op::Unary(Unary::Relu), &[&of_input]);
+    let r3 = b.node("r3", Op::Unary(Unary::Relu), &[&v2]);
+    let r4 = b.node("r4", Op::Unary(Unary::Relu), &[&of_weight]);
+    for o in [&r2, &r3, &r4] {
+        b.output(o);
+    }
+    let g = b.finish().unwrap();
+    let arena = bolt::runtime::memory::plan_arena(&g, &Default::default()).unwrap();
+    let get = |n: &str| arena.tensors.iter().find(|t| t.name == n).unwrap_or_else(|| panic!("{n} planned"));
+    assert_eq!(get(&v1).alias_of.as_deref(), Some(r1.as_str()));
+    assert_eq!(get(&v2).alias_of.as_deref(), Some(r1.as_str()), "a view of a view aliases the chain's first");
+    assert_eq!((get(&v1).offset, get(&v2).offset), (get(&r1).offset, get(&r1).offset));
+    let r3_at = g.nodes.iter().position(|n| n.outputs.contains(&r3)).unwrap();
+    assert_eq!(get(&r1).last, r3_at, "r1 lives until its views' last reader");
+    assert_eq!(get(&of_input).alias_of, None, "a view of a graph input is a copy");
+    assert_eq!(get(&of_weight).alias_of, None, "a view of a weight is a copy");
+    assert!(bolt::runtime::memory::find_overlap(&arena).is_none());
+    // No other tensor was placed over r1 while its views are read.
+    for t in arena.tensors.iter().filter(|t| t.alias_of.is_none() && t.name != r1) {
+        let live = t.first <= get(&r1).last && get(&r1).first <= t.last;
+        let bytes = t.offset < get(&r1).offset + get(&r1).bytes && get(&r1).offset < t.offset + t.bytes;
+        assert!(!(live && bytes), "{t:?} placed over r1");
+    }
 }
 
 fn copy_dir(from: &Path, to: &Path) {

@@ -295,6 +295,11 @@ pub struct ArenaTensor {
     pub first: usize,
     /// Index of the last node that reads it (the node count for graph outputs).
     pub last: usize,
+    /// A view's output (Reshape, Flatten, Squeeze, Unsqueeze, Identity) that is the same bytes
+    /// as this arena tensor, its view chain's first tensor: same offset, no copy; that tensor
+    /// lives as long as every view of it is read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alias_of: Option<String>,
 }
 
 /// `plan.json`: the planned graph without its weights, plus what runs where.

@@ -636,6 +636,11 @@ impl CudaExecutor {
         if !crate::plan::lower::is_copy_node(graph, n) {
             return None;
         }
+        // A view the arena planned as an alias of its input: the same bytes, nothing to copy.
+        let out = n.outputs.first()?;
+        if n.op.is_view() && self.plan.arena.tensors.iter().any(|a| &a.name == out && a.alias_of.is_some()) {
+            return Some(Planned::Copy(n.name.clone(), Vec::new()));
+        }
         let shape = |t: &str| graph.types.get(t)?.shape.as_ref()?.as_static();
         let elem = graph.types.get(n.outputs.first()?)?.dtype.size_bytes()?;
         // A view reads only its data input (Reshape's shape input is a host value), a Split,
@@ -891,6 +896,8 @@ impl CudaExecutor {
                 self.launch(node, problem, params)?;
                 Some((&**node, params.symbol()))
             }
+            // An aliased view: no launch.
+            Step::Copy { blocks, .. } if blocks.is_empty() => None,
             Step::Copy { node, blocks } => {
                 self.copy_rects(node, blocks)?;
                 Some((&**node, "memcpy"))

@@ -26,7 +26,8 @@ pub fn plan_arena(g: &Graph, bindings: &DimBindings) -> Result<ArenaPlan, String
     for o in &g.outputs {
         last_use.insert(o.as_str(), end);
     }
-    let mut tensors = Vec::new();
+    let mut tensors: Vec<ArenaTensor> = Vec::new();
+    let mut index: HashMap<&str, usize> = HashMap::new();
     for (i, n) in g.nodes.iter().enumerate() {
         for o in n.outputs.iter().filter(|o| !o.is_empty()) {
             let ty = g.types.get(o).ok_or_else(|| format!("tensor '{o}' (output of '{}') has no type", n.name))?;
@@ -50,10 +51,23 @@ pub fn plan_arena(g: &Graph, bindings: &DimBindings) -> Result<ArenaPlan, String
             let elem = ty.dtype.size_bytes().ok_or_else(|| format!("tensor '{o}' has type {} of no size", ty.dtype))?;
             let bytes = (shape.iter().product::<usize>() * elem) as u64;
             let last = last_use.get(o.as_str()).copied().unwrap_or(i).max(i);
-            tensors.push(ArenaTensor { name: o.clone(), offset: 0, bytes, first: i, last });
+            // A view of an arena tensor of the same size is that tensor's bytes: an alias of
+            // its chain's first tensor, which then lives as long as any view of it is read.
+            let alias_of = n.op.is_view().then(|| n.input(0)).flatten().and_then(|x| {
+                let at = *index.get(x)?;
+                let root: &ArenaTensor = &tensors[at];
+                (root.bytes == bytes).then(|| root.alias_of.clone().unwrap_or_else(|| root.name.clone()))
+            });
+            if let Some(root) = &alias_of {
+                let r = index[root.as_str()];
+                tensors[r].last = tensors[r].last.max(last);
+            }
+            index.insert(o.as_str(), tensors.len());
+            tensors.push(ArenaTensor { name: o.clone(), offset: 0, bytes, first: i, last, alias_of });
         }
     }
-    let mut order: Vec<usize> = (0..tensors.len()).collect();
+    // Aliases take their root's offset after placement; only roots are placed.
+    let mut order: Vec<usize> = (0..tensors.len()).filter(|&t| tensors[t].alias_of.is_none()).collect();
     // Largest first; ties by definition order so plans are deterministic.
     order.sort_by(|&a, &b| tensors[b].bytes.cmp(&tensors[a].bytes).then(a.cmp(&b)));
     let mut placed: Vec<usize> = Vec::new();
@@ -79,17 +93,35 @@ pub fn plan_arena(g: &Graph, bindings: &DimBindings) -> Result<ArenaPlan, String
         arena = arena.max(offset + bytes);
         placed.push(t);
     }
+    for t in 0..tensors.len() {
+        if let Some(root) = tensors[t].alias_of.clone() {
+            tensors[t].offset = tensors[index[root.as_str()]].offset;
+        }
+    }
     let naive_bytes = tensors.iter().map(|t| align_up(t.bytes, TENSOR_ALIGN as u64)).sum();
     Ok(ArenaPlan { bytes: align_up(arena, TENSOR_ALIGN as u64), naive_bytes, tensors })
 }
 
 /// The first pair of tensors whose lifetimes and byte ranges both overlap, if any (what the
-/// planner must never produce; tests check real plans with it).
+/// planner must never produce; tests check real plans with it). A view and the tensor it
+/// aliases are one buffer, not a pair; an alias must sit at its root's offset, and its root
+/// must live as long as it.
 pub fn find_overlap(plan: &ArenaPlan) -> Option<(&ArenaTensor, &ArenaTensor)> {
     let t = &plan.tensors;
+    let root = |a: &ArenaTensor| a.alias_of.clone().unwrap_or_else(|| a.name.clone());
+    for a in t.iter().filter(|a| a.alias_of.is_some()) {
+        match t.iter().find(|r| r.name == root(a)) {
+            Some(r) if r.offset == a.offset && r.first <= a.first && a.last <= r.last => {}
+            Some(r) => return Some((a, r)),
+            None => return Some((a, a)),
+        }
+    }
     for i in 0..t.len() {
         for j in i + 1..t.len() {
             let (a, b) = (&t[i], &t[j]);
+            if root(a) == root(b) {
+                continue;
+            }
             let live = a.first <= b.last && b.first <= a.last;
             let bytes = a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes;
             if live && bytes && a.bytes > 0 && b.bytes > 0 {
