@@ -272,3 +272,17 @@ def test_profiler_truth_compares_the_analytic_first_pick_with_the_best_timed():
     assert t["top1_fastest"] == pytest.approx(1 / 3) and t["top1_within_10pct"] == pytest.approx(2 / 3)
     assert t["worst_top1_over_best"] == 2.0
     assert profiler_truth([])["cases"] == 0
+
+
+def test_cases_filter_runs_only_the_named_cases(package, tmp_path):
+    """`--cases`: a rerun of chosen cases (a failing kernel with CUDA_MODULE_LOADING=EAGER, say)
+    runs those alone, lists no missing workloads, and records the CUDA switches it ran under."""
+    res = tmp_path / "res"
+    p = subprocess.run([sys.executable, "-m", "harness.run", "--pkg", str(package), "--dry-run", "--suites", "kernels",
+                        "--cases", "sm80/gemm/", "--out", str(res)], cwd=package, capture_output=True, text=True,
+                       timeout=120, env={**os.environ, "CUDA_MODULE_LOADING": "EAGER"})
+    assert p.returncode == 0, p.stdout + p.stderr
+    r = json.loads(next(res.glob("*kernels.json")).read_text())
+    ids = [c["id"] for c in r["cases"]]
+    assert ids and all("sm80/gemm/" in i for i in ids), ids
+    assert r["cuda_env"]["CUDA_MODULE_LOADING"] == "EAGER"
