@@ -173,7 +173,7 @@ def compile_object(sym: str, artifact: bytes, n_inputs: int, n_outputs: int, opt
 
 
 # Options only the build reads: the run takes the device keys (and verbose).
-_BUILD_ONLY = ("arch", "dims")
+_BUILD_ONLY = ("arch", "dims", "precision")
 
 
 def compile_function(func, options: dict) -> tvm.runtime.Module:
