@@ -1528,3 +1528,40 @@ fn a_softmax_fused_into_its_gemm_builds_one_sm80_gemm_softmax_kernel() {
         }
     }
 }
+
+/// The compile report tells device work from host work: the default model's Flatten is a view
+/// the cuda device runs itself (an alias of its input), not a host op; a cubic Resize (resize
+/// kernels are nearest or linear) is what the host computes, listed with the reason.
+#[test]
+fn the_compile_report_separates_device_copies_from_host_ops() {
+    let g = bolt::models::default_model().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let report = compile(&g, &CompileOptions::new(dir.path())).unwrap();
+    assert_eq!((report.device_copies, report.host_ops), (1, 0), "{report}");
+    assert!(report.host.is_empty() && !report.to_string().contains("on the host:"), "{report}");
+    let art = Artifact::open(dir.path()).unwrap();
+    let flatten = art.plan.host_ops.iter().find(|h| h.op_type == "Flatten").expect("the Flatten is listed");
+    assert!(flatten.on_device && flatten.reason.contains("alias"), "{flatten:?}");
+
+    let mut n = Net::new(DType::F32);
+    let x = n.input("x", &[1, 2, 3, 3]);
+    let scales = n.b.initializer("scales", Tensor::from_f32(vec![4], vec![1.0, 1.0, 2.0, 2.0]));
+    let attrs = ResizeAttrs {
+        mode: ResizeMode::Cubic,
+        coord: CoordTransform::HalfPixel,
+        nearest: NearestMode::Floor,
+        cubic_coeff_a: -0.75,
+        exclude_outside: false,
+        extrapolation_value: 0.0,
+        antialias: false,
+        axes: None,
+        aspect: AspectPolicy::Stretch,
+    };
+    let y = n.op("cubic", Op::Resize(attrs), &[&x, "", &scales]);
+    let dir = tempfile::tempdir().unwrap();
+    let report =
+        compile(&n.finish(&[&y]), &CompileOptions { archs: Vec::new(), ..CompileOptions::new(dir.path()) }).unwrap();
+    assert_eq!((report.host_ops, report.device_copies), (1, 0), "{report}");
+    assert_eq!(report.host[0].0, "Resize");
+    assert!(report.to_string().contains("on the host: Resize x1:"), "{report}");
+}

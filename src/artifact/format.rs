@@ -274,6 +274,11 @@ pub struct HostOp {
     pub node: String,
     pub op_type: String,
     pub reason: String,
+    /// A data-movement node the cuda device runs itself (a view: an alias of its input or a
+    /// copy; a concatenation, slice, split...: copies on the stream), with no host round trip;
+    /// `false`: the host computes it.
+    #[serde(default)]
+    pub on_device: bool,
 }
 
 /// The activation arena: every intermediate tensor's byte range, planned by liveness for the

@@ -110,7 +110,12 @@ pub struct CompileReport {
     pub recurrent_nodes: usize,
     /// Distinct kernels in the library (all archs).
     pub kernels: usize,
+    /// Nodes the host computes (the cuda device copies data to and from it around them).
     pub host_ops: usize,
+    /// Views and copies the cuda device runs itself (aliases or copies on the stream).
+    pub device_copies: usize,
+    /// The host ops by op type and reason, with their counts.
+    pub host: Vec<(String, String, usize)>,
     pub nvcc_invocations: usize,
     pub build_seconds: f64,
     pub total_seconds: f64,
@@ -136,19 +141,23 @@ impl std::fmt::Display for CompileReport {
         }
         writeln!(
             f,
-            "  {} kernel nodes, {} chain nodes, {} glue nodes, {} stitched nodes, {} attention nodes, {} recurrent nodes, {} kernels in the library, {} host ops; {} nvcc runs, build {:.1} s, total {:.1} s",
+            "  {} kernel nodes, {} chain nodes, {} glue nodes, {} stitched nodes, {} attention nodes, {} recurrent nodes, {} device copies, {} kernels in the library, {} host ops; {} nvcc runs, build {:.1} s, total {:.1} s",
             self.kernel_nodes,
             self.chain_nodes,
             self.glue_nodes,
             self.stitch_nodes,
             self.attention_nodes,
             self.recurrent_nodes,
+            self.device_copies,
             self.kernels,
             self.host_ops,
             self.nvcc_invocations,
             self.build_seconds,
             self.total_seconds
         )?;
+        for (op, why, count) in &self.host {
+            writeln!(f, "  on the host: {op} x{count}: {why}")?;
+        }
         if let Some(why) = &self.chains_unfused {
             writeln!(f, "  back-to-back chains run unfused: {why}")?;
         }
@@ -524,22 +533,25 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
                 && !attention.contains_key(&n.name)
                 && !recurrent.contains_key(&n.name)
         })
-        .map(|n| HostOp {
-            node: n.name.clone(),
-            op_type: n.op.op_type().to_string(),
-            reason: host_reason.get(&n.name).cloned().unwrap_or_else(|| match &n.op {
-                Op::Fused(_) | Op::FusedChain(_) => "no kernel for this node".to_string(),
-                Op::Reshape { .. } | Op::Flatten { .. } | Op::Squeeze | Op::Unsqueeze | Op::Identity => {
-                    "a view (same bytes, another shape): the cuda device copies it on the stream, no host round trip"
-                        .to_string()
-                }
-                _ if crate::plan::lower::is_copy_node(&graph, n) => {
-                    "a concatenation, split, slice, single-index gather, truncation or broadcast: the cuda device copies its \
-                     rectangles on the stream, no host round trip"
-                        .to_string()
-                }
-                _ => "no kernel family for this op: runs on the host (CPU reference)".to_string(),
-            }),
+        .map(|n| {
+            let (reason, on_device) = match (host_reason.get(&n.name), &n.op) {
+                (Some(why), _) => (why.clone(), false),
+                (None, Op::Fused(_) | Op::FusedChain(_)) => ("no kernel for this node".to_string(), false),
+                (None, op) if op.is_view() => (
+                    "a view (same bytes, another shape): an alias of its input in the activation arena (nothing \
+                     runs), or a device copy of a graph input or weight"
+                        .to_string(),
+                    true,
+                ),
+                (None, _) if crate::plan::lower::is_copy_node(&graph, n) => (
+                    "a concatenation, split, slice, single-index gather, truncation or broadcast: the cuda device \
+                     copies its rectangles on the stream, no host round trip"
+                        .to_string(),
+                    true,
+                ),
+                (None, _) => ("no kernel family for this op: runs on the host (CPU reference)".to_string(), false),
+            };
+            HostOp { node: n.name.clone(), op_type: n.op.op_type().to_string(), reason, on_device }
         })
         .collect::<Vec<_>>();
     let plan = PlanFile {
@@ -616,7 +628,15 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
         attention_nodes: plan.attention.len(),
         recurrent_nodes: plan.recurrent.len(),
         kernels: built_symbols,
-        host_ops: plan.host_ops.len(),
+        host_ops: plan.host_ops.iter().filter(|h| !h.on_device).count(),
+        device_copies: plan.host_ops.iter().filter(|h| h.on_device).count(),
+        host: plan.host_ops.iter().filter(|h| !h.on_device).fold(Vec::new(), |mut groups, h| {
+            match groups.iter_mut().find(|(o, w, _): &&mut (String, String, usize)| *o == h.op_type && *w == h.reason) {
+                Some(g) => g.2 += 1,
+                None => groups.push((h.op_type.clone(), h.reason.clone(), 1)),
+            }
+            groups
+        }),
         nvcc_invocations,
         build_seconds,
         total_seconds: t0.elapsed().as_secs_f64(),
