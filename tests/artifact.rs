@@ -602,17 +602,7 @@ fn host_resizes_equal_the_reference_resize() {
     }
     assert!(kinds.len() > 40, "{} kinds of resize kernel", kinds.len());
     // Cubic resizes stay on the host, with the reason.
-    let cubic = ResizeAttrs {
-        mode: ResizeMode::Cubic,
-        coord: CoordTransform::HalfPixel,
-        nearest: NearestMode::Floor,
-        cubic_coeff_a: -0.75,
-        exclude_outside: false,
-        extrapolation_value: 0.0,
-        antialias: false,
-        axes: None,
-        aspect: AspectPolicy::Stretch,
-    };
+    let cubic = ResizeAttrs { mode: ResizeMode::Cubic, nearest: NearestMode::Floor, ..Default::default() };
     let scales = Tensor::from_f32(vec![4], vec![1.0, 1.0, 2.0, 2.0]);
     let why = bolt::plan::lower::glue_for(
         &Op::Resize(cubic),
@@ -1546,17 +1536,7 @@ fn the_compile_report_separates_device_copies_from_host_ops() {
     let mut n = Net::new(DType::F32);
     let x = n.input("x", &[1, 2, 3, 3]);
     let scales = n.b.initializer("scales", Tensor::from_f32(vec![4], vec![1.0, 1.0, 2.0, 2.0]));
-    let attrs = ResizeAttrs {
-        mode: ResizeMode::Cubic,
-        coord: CoordTransform::HalfPixel,
-        nearest: NearestMode::Floor,
-        cubic_coeff_a: -0.75,
-        exclude_outside: false,
-        extrapolation_value: 0.0,
-        antialias: false,
-        axes: None,
-        aspect: AspectPolicy::Stretch,
-    };
+    let attrs = ResizeAttrs { mode: ResizeMode::Cubic, nearest: NearestMode::Floor, ..Default::default() };
     let y = n.op("cubic", Op::Resize(attrs), &[&x, "", &scales]);
     let dir = tempfile::tempdir().unwrap();
     let report =

@@ -11,17 +11,7 @@ use common::nets::{inputs, Net};
 /// computes it; resize kernels are nearest or linear).
 fn host_copy(n: &mut Net, x: &str) -> String {
     let scales = n.b.initializer(&format!("{x}.scales"), bolt::ir::Tensor::from_f32(vec![4], vec![1.0; 4]));
-    let attrs = bolt::ir::ResizeAttrs {
-        mode: bolt::ir::ResizeMode::Cubic,
-        coord: bolt::ir::CoordTransform::HalfPixel,
-        nearest: bolt::ir::NearestMode::RoundPreferFloor,
-        cubic_coeff_a: -0.75,
-        exclude_outside: false,
-        extrapolation_value: 0.0,
-        antialias: false,
-        axes: None,
-        aspect: bolt::ir::AspectPolicy::Stretch,
-    };
+    let attrs = bolt::ir::ResizeAttrs { mode: bolt::ir::ResizeMode::Cubic, ..Default::default() };
     n.op("cubic", Op::Resize(attrs), &[x, "", &scales])
 }
 

@@ -238,9 +238,7 @@ fn transposes_compose_and_cancel_with_the_region_entry() {
 /// remain only where data enters (the Focus concat) and at the graph output.
 #[test]
 fn layout_regions_extend_through_concat_slice_resize_and_elementwise_ops() {
-    use bolt::ir::{
-        AspectPolicy, AutoPad, Binary, CoordTransform, NearestMode, ResizeAttrs, ResizeMode, Tensor, Unary, Window,
-    };
+    use bolt::ir::{AutoPad, Binary, CoordTransform, NearestMode, ResizeAttrs, ResizeMode, Tensor, Unary, Window};
     let mut n = Net::new(DType::F32);
     let i64s = |n: &mut Net, name: &str, v: &[i64]| n.b.initializer(name, Tensor::from_i64(vec![v.len()], v.to_vec()));
     let count = std::cell::Cell::new(0);
@@ -291,12 +289,7 @@ fn layout_regions_extend_through_concat_slice_resize_and_elementwise_ops() {
         mode: ResizeMode::Nearest,
         coord: CoordTransform::Asymmetric,
         nearest: NearestMode::Floor,
-        cubic_coeff_a: -0.75,
-        exclude_outside: false,
-        extrapolation_value: 0.0,
-        antialias: false,
-        axes: None,
-        aspect: AspectPolicy::Stretch,
+        ..Default::default()
     };
     let up = n.op("up", Op::Resize(attrs), &[&d, "", &scales]);
     let y = n.op("fpn", Op::Concat { axis: 1 }, &[&up, &c3]);

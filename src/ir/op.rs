@@ -511,6 +511,23 @@ pub struct ResizeAttrs {
     pub aspect: AspectPolicy,
 }
 
+/// ONNX's defaults for every attribute (nearest, half_pixel, round_prefer_floor, a = -0.75).
+impl Default for ResizeAttrs {
+    fn default() -> ResizeAttrs {
+        ResizeAttrs {
+            mode: ResizeMode::Nearest,
+            coord: CoordTransform::HalfPixel,
+            nearest: NearestMode::RoundPreferFloor,
+            cubic_coeff_a: -0.75,
+            exclude_outside: false,
+            extrapolation_value: 0.0,
+            antialias: false,
+            axes: None,
+            aspect: AspectPolicy::Stretch,
+        }
+    }
+}
+
 /// The cell of a recurrent layer (ONNX RNN, GRU, LSTM), with its variant attributes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Cell {

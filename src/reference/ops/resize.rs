@@ -236,17 +236,7 @@ mod tests {
     use crate::ir::AspectPolicy;
 
     fn attrs(mode: ResizeMode, coord: CoordTransform) -> ResizeAttrs {
-        ResizeAttrs {
-            mode,
-            coord,
-            nearest: NearestMode::RoundPreferFloor,
-            cubic_coeff_a: -0.75,
-            exclude_outside: false,
-            extrapolation_value: 0.0,
-            antialias: false,
-            axes: None,
-            aspect: AspectPolicy::Stretch,
-        }
+        ResizeAttrs { mode, coord, ..Default::default() }
     }
 
     fn t(shape: &[usize], v: &[f32]) -> Tensor {
