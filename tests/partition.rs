@@ -130,8 +130,11 @@ fn conv_batchnorm_residual_relu_is_one_partition() {
     assert_eq!(e.form().activation, Some(Activation::Relu));
 }
 
+/// The residual fuses after the activation; the Cast past it does not: the kernels read the
+/// source C in the output's type (CUTLASS's ElementC is ElementD), and the residual is of the
+/// operands' type, so the Cast stays a node of its own.
 #[test]
-fn residual_after_activation_and_cast_fuse() {
+fn residual_after_activation_fuses_and_a_cast_past_it_stays_out() {
     let mut b = GraphBuilder::new("t");
     let x = b.input("x", DType::F32, Shape::from_static(&[4, 8]));
     let r = b.input("r", DType::F32, Shape::from_static(&[4, 16]));
@@ -145,8 +148,23 @@ fn residual_after_activation_and_cast_fuse() {
     let p = partition(&b.finish().unwrap());
     let e = &p.partitions[0].epilogue;
     assert_eq!(e.form().source.as_ref().map(|s| s.at), Some(ResidualAt::AfterActivation));
-    assert_eq!(e.output_dtype, DType::F16);
-    assert_eq!(p.partitions[0].nodes.len(), 5);
+    assert_eq!(e.output_dtype, DType::F32);
+    assert_eq!(p.partitions[0].nodes.len(), 4, "mm, bias, tanh, res; not the cast");
+}
+
+/// With no source read, the output Cast fuses: the kernel writes the cast type.
+#[test]
+fn an_output_cast_fuses_when_the_kernel_reads_no_source() {
+    let mut b = GraphBuilder::new("t");
+    let x = b.input("x", DType::F32, Shape::from_static(&[4, 8]));
+    let w = b.initializer("w", f32s(&[8, 16], 0.1));
+    let y = b.node("mm", Op::MatMul, &[&x, &w]);
+    let y = bias_add(&mut b, y);
+    let y = b.node("cast", Op::Cast { to: DType::F16, saturate: true }, &[&y]);
+    b.output(&y);
+    let p = partition(&b.finish().unwrap());
+    assert_eq!(p.partitions[0].epilogue.output_dtype, DType::F16);
+    assert_eq!(p.partitions[0].nodes.len(), 3, "mm, bias, cast");
 }
 
 #[test]

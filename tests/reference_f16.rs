@@ -1,9 +1,28 @@
 //! The reference executor runs f16 graphs (Bolt's kernels compute in f16), rounding once per
 //! op as a GPU epilogue does; results track the f32 run within f16's precision.
 
+mod common;
+
 use bolt::compile::{synthetic_inputs, DimBindings};
-use bolt::ir::{precision::convert_floats, DType, Tensor};
+use bolt::ir::{precision::convert_floats, DType, Graph, Op, Tensor};
 use std::collections::HashMap;
+
+/// The fused kernels of a planned graph with the types their bias and source (C) are stored
+/// in: CUTLASS reads both in the kernel's output type (ElementC is ElementD), so any other type
+/// would be read as the wrong bytes on a GPU (the reference device reads values, not bytes).
+fn fused_operand_types(g: &Graph) -> Vec<(String, DType, Vec<(String, DType)>)> {
+    let mut out = Vec::new();
+    for n in &g.nodes {
+        let Op::Fused(k) = &n.op else { continue };
+        let operands = [n.input(2), n.input(3)]
+            .into_iter()
+            .flatten()
+            .map(|x| (x.to_string(), g.tensor_type(x).unwrap().dtype))
+            .collect();
+        out.push((n.name.clone(), k.output_dtype, operands));
+    }
+    out
+}
 
 fn max_rel_err(a: &Tensor, b: &Tensor) -> f64 {
     let (x, y) = (a.to_f64_vec(), b.to_f64_vec());
@@ -45,7 +64,7 @@ fn bf16_conversion_keeps_integer_tensors() {
 
 use bolt::ir::builder::GraphBuilder;
 use bolt::ir::precision::{first_overflow, max_finite};
-use bolt::ir::{Binary, Op, ReduceKind, Shape, Unary};
+use bolt::ir::{Binary, ReduceKind, Shape, Unary};
 
 fn as_f16(inputs: &HashMap<String, Tensor>) -> HashMap<String, Tensor> {
     inputs
@@ -212,6 +231,15 @@ fn an_f16_artifact_with_the_models_io_types_takes_and_returns_f32() {
     for x in planned.inputs.iter().chain(&planned.outputs) {
         assert_eq!(planned.tensor_type(x).unwrap().dtype, DType::F32, "{x}");
     }
+    // The output cast folded into the last Gemm, whose bias is then f32 like its output (an f16
+    // bias read as f32 gave ResNet-50 logits of 1e8 through ONNX Runtime on an H100).
+    let fused = fused_operand_types(&planned);
+    assert!(fused.iter().any(|(_, out, ops)| *out == DType::F32 && !ops.is_empty()), "{fused:?}");
+    for (node, out, operands) in &fused {
+        for (x, t) in operands {
+            assert_eq!(t, out, "{node}: '{x}' is stored as {t}, the kernel writes {out}");
+        }
+    }
     let bindings: DimBindings = [("N".to_string(), 2)].into();
     let in32 = synthetic_inputs(&g32, &bindings, 5).unwrap();
     let mut dev = bolt::runtime::Reference::new(&a);
@@ -221,4 +249,29 @@ fn an_f16_artifact_with_the_models_io_types_takes_and_returns_f32() {
     assert_eq!(got[out].dtype(), DType::F32);
     let err = max_rel_err(&got[out], want);
     assert!(err > 0.0 && err < 1e-2, "f16 inside, f32 at the edges: relative error {err}");
+}
+
+/// A residual (source C) of the operands' type keeps the output cast out of the epilogue: the
+/// kernel would read the f16 residual as f32. The cast stays a node of its own.
+#[test]
+fn an_output_cast_after_an_f16_residual_stays_out_of_the_epilogue() {
+    let mut net = common::nets::Net::new(DType::F32);
+    let x = net.input("x", &[8, 16]);
+    let r = net.input("r", &[8, 32]);
+    let y = net.linear(&x, 16, 32);
+    let y = net.op("residual", Op::Binary(bolt::ir::Binary::Add), &[&y, &r]);
+    let g32 = net.finish(&[&y]);
+    let kept = bolt::ir::precision::convert_floats_keeping_io(&g32, DType::F16).unwrap();
+    let planned = bolt::plan::plan(&kept).unwrap().graph;
+    let fused = fused_operand_types(&planned);
+    assert_eq!(fused.len(), 1, "{fused:?}");
+    let (node, out, operands) = &fused[0];
+    assert_eq!(*out, DType::F16, "{node} writes f16; a Cast node makes the f32 output");
+    assert_eq!(operands.len(), 2, "bias and residual: {operands:?}");
+    assert!(operands.iter().all(|(_, t)| t == out), "{operands:?}");
+    assert!(planned.nodes.iter().any(|n| matches!(n.op, Op::Cast { to: DType::F32, .. })));
+    let inputs = common::nets::inputs(&g32);
+    let want = &bolt::reference::run(&g32, &inputs).unwrap()[&y];
+    let got = &bolt::reference::run(&planned, &inputs).unwrap()[&y];
+    assert!(max_rel_err(got, want) < 1e-2, "f16 inside tracks the f32 model");
 }

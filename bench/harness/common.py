@@ -274,6 +274,9 @@ def fmt(x, digits=1):
     if x is None:
         return "-"
     if isinstance(x, float):
+        # Errors and tolerances are small: fixed digits would print 4.9e-4 as 0.0.
+        if x != 0 and abs(x) < 0.05:
+            return f"{x:.2e}"
         return f"{x:.{digits}f}"
     return str(x)
 

@@ -15,13 +15,16 @@
 # and torch_e2e.py times the same networks in PyTorch on the same GPU.
 #
 #   bash run.sh [--out DIR] [--device cuda|reference] [--timeout SECS] [--models a,b]
-#               [--build-timeout SECS] [--torch-timeout SECS] [--arch sm90]
+#               [--build-timeout SECS] [--torch-timeout SECS] [--arch sm90] [--phase build|run|all]
 #
+# `--phase build` only generates and compiles (CPU and nvcc: PyTorch may time on the idle GPU
+# meanwhile); `--phase run` runs what an earlier build phase left, with the same --out.
+# `--torch-timeout 0` leaves PyTorch out.
 # `--device reference` runs the same steps on the CPU (what CI does to check this script).
 set -uo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 COMMAND="bash run.sh $*"
-RESULTS="" DEVICE=cuda TIMEOUT=240 MODELS="" BUILD_TIMEOUT=240 TORCH_TIMEOUT=240 ARCH=sm90
+RESULTS="" DEVICE=cuda TIMEOUT=240 MODELS="" BUILD_TIMEOUT=240 TORCH_TIMEOUT=240 ARCH=sm90 PHASE=all
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --out) RESULTS="$2"; shift 2 ;;
@@ -31,9 +34,11 @@ while [[ $# -gt 0 ]]; do
         --build-timeout) BUILD_TIMEOUT="$2"; shift 2 ;;
         --torch-timeout) TORCH_TIMEOUT="$2"; shift 2 ;;
         --arch) ARCH="$2"; shift 2 ;;
+        --phase) PHASE="$2"; shift 2 ;;
         *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
+[[ $PHASE == build || $PHASE == run || $PHASE == all ]] || { echo "run.sh: --phase must be build, run or all" >&2; exit 2; }
 RESULTS="${RESULTS:-${OUT:+$OUT/results}}"
 RESULTS="${RESULTS:-$PWD/results}"
 LOGS="$RESULTS/models-logs"
@@ -45,7 +50,7 @@ if [[ $DEVICE == cuda ]]; then
         > "$LOGS/nvidia-smi.csv" 2>&1 || true
 fi
 PY="${PYTHON:-python3}"
-if [[ -f $HERE/generated.txt ]]; then
+if [[ -f $HERE/generated.txt && $PHASE != run ]]; then
     mkdir -p "$HERE/cutlass" "$HERE/models" "$HERE/inputs"
     tar -xJf "$HERE/cutlass-headers.tar.xz" -C "$HERE/cutlass"
     # nvcc: this machine's (CUDA_HOME or PATH); a kernel cache of the package's own: cold.
@@ -74,6 +79,7 @@ if [[ -f $HERE/generated.txt ]]; then
         done
     done < <(grep -v '^#' "$HERE/generated.txt" | grep -v '^ *$')
 fi
+[[ $PHASE == build ]] && exit 0
 for art in "$HERE"/models/*/; do
     art="${art%/}"
     case_name="$(basename "$art")"
@@ -109,7 +115,7 @@ for art in "$HERE"/models/*/; do
         fi
     done
 done
-if [[ -f $HERE/torch_e2e.py && $DEVICE == cuda ]]; then
+if [[ -f $HERE/torch_e2e.py && $DEVICE == cuda && $TORCH_TIMEOUT != 0 ]]; then
     # The same networks in PyTorch on this GPU, at the batches the generated models ran.
     nets="$(grep -v '^#' "$HERE/generated.txt" | awk 'NF { n = split($2, p, ","); for (i = 1; i <= n; i++) print $1 ":" $3 ":" p[i] }' | tr '\n' ',')"
     timeout "$TORCH_TIMEOUT" "$PY" "$HERE/torch_e2e.py" --models "${nets%,}" --out "$LOGS/torch_e2e.json" \

@@ -802,7 +802,7 @@ pub fn render(spec: &StitchSpec, symbol: &str) -> Result<String, RenderError> {
     let mut reductions = Vec::new();
     for (j, s) in spec.steps.iter().enumerate() {
         exprs.push(match *s {
-            Step::Input(i) => format!("load_{i}(p, a, row, col)"),
+            Step::Input(i) => format!("load_{i}(p, a, r, col)"),
             Step::Const(c) if c.0.is_infinite() => (if c.0 > 0.0 { "INFINITY" } else { "-INFINITY" }).to_string(),
             Step::Const(c) => format!("{:e}f", c.0),
             Step::Unary(f, x) => f.cpp(&v(x)),

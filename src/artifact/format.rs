@@ -334,6 +334,14 @@ pub struct PlanFile {
 }
 
 impl PlanFile {
+    /// Data-movement nodes the cuda device runs itself: (copies it enqueues, views that alias
+    /// their input's bytes and launch nothing).
+    pub fn device_data_movement(&self) -> (usize, usize) {
+        let on_device = self.host_ops.iter().filter(|h| h.on_device).count();
+        let aliases = self.arena.tensors.iter().filter(|t| t.alias_of.is_some()).count();
+        (on_device.saturating_sub(aliases), aliases)
+    }
+
     /// The run-time rule: the first (smallest) bucket covering `bindings`; the last when none
     /// does (kernels take any size at run time; the bucket only picks the schedule).
     pub fn bucket_for(&self, bindings: &HashMap<String, usize>) -> usize {

@@ -112,8 +112,10 @@ pub struct CompileReport {
     pub kernels: usize,
     /// Nodes the host computes (the cuda device copies data to and from it around them).
     pub host_ops: usize,
-    /// Views and copies the cuda device runs itself (aliases or copies on the stream).
+    /// Copies the cuda device enqueues itself (concatenations, slices, views it cannot alias).
     pub device_copies: usize,
+    /// Views that alias their input's bytes: nothing runs for them.
+    pub aliased_views: usize,
     /// The host ops by op type and reason, with their counts.
     pub host: Vec<(String, String, usize)>,
     pub nvcc_invocations: usize,
@@ -141,7 +143,7 @@ impl std::fmt::Display for CompileReport {
         }
         writeln!(
             f,
-            "  {} kernel nodes, {} chain nodes, {} glue nodes, {} stitched nodes, {} attention nodes, {} recurrent nodes, {} device copies, {} kernels in the library, {} host ops; {} nvcc runs, build {:.1} s, total {:.1} s",
+            "  {} kernel nodes, {} chain nodes, {} glue nodes, {} stitched nodes, {} attention nodes, {} recurrent nodes, {} device copies, {} aliased views, {} kernels in the library, {} host ops; {} nvcc runs, build {:.1} s, total {:.1} s",
             self.kernel_nodes,
             self.chain_nodes,
             self.glue_nodes,
@@ -149,6 +151,7 @@ impl std::fmt::Display for CompileReport {
             self.attention_nodes,
             self.recurrent_nodes,
             self.device_copies,
+            self.aliased_views,
             self.kernels,
             self.host_ops,
             self.nvcc_invocations,
@@ -629,7 +632,8 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
         recurrent_nodes: plan.recurrent.len(),
         kernels: built_symbols,
         host_ops: plan.host_ops.iter().filter(|h| !h.on_device).count(),
-        device_copies: plan.host_ops.iter().filter(|h| h.on_device).count(),
+        device_copies: plan.device_data_movement().0,
+        aliased_views: plan.device_data_movement().1,
         host: plan.host_ops.iter().filter(|h| !h.on_device).fold(Vec::new(), |mut groups, h| {
             match groups.iter_mut().find(|(o, w, _): &&mut (String, String, usize)| *o == h.op_type && *w == h.reason) {
                 Some(g) => g.2 += 1,

@@ -528,7 +528,7 @@ fn run_artifact(
     let art = art;
     let m = &art.manifest;
     println!(
-        "artifact {} ({}, precision {}, archs {:?}): {} kernel nodes, {} chain nodes, {} glue nodes, {} stitched nodes, {} device copies, {} host ops",
+        "artifact {} ({}, precision {}, archs {:?}): {} kernel nodes, {} chain nodes, {} glue nodes, {} stitched nodes, {} device copies, {} aliased views, {} host ops",
         dir.display(),
         m.model,
         m.precision.name(),
@@ -537,7 +537,8 @@ fn run_artifact(
         art.plan.chains.len(),
         art.plan.glue.len(),
         art.plan.stitch.len(),
-        art.plan.host_ops.iter().filter(|h| h.on_device).count(),
+        art.plan.device_data_movement().0,
+        art.plan.device_data_movement().1,
         art.plan.host_ops.iter().filter(|h| !h.on_device).count()
     );
     let plan_graph = art.graph();

@@ -472,10 +472,15 @@ fn grow(cx: &mut Ctx, i: usize, kind: AnchorKind, a: String, b: String) -> Parti
             _ => break,
         }
     }
-    // Output conversion.
+    // Output conversion. The kernels read a source (C) in the output's type (ElementC is
+    // ElementD), so a cast past a residual of another type stays a separate node.
     if let Some(ni) = cx.sole_consumer(&cur) {
         if let Op::Cast { to, .. } = g.nodes[ni].op {
-            if kernel_dtype(to) {
+            let source_of_another_type = e
+                .steps()
+                .iter()
+                .any(|s| matches!(s, Step::Source { tensor, .. } if g.types.get(tensor).map(|t| t.dtype) != Some(to)));
+            if kernel_dtype(to) && !source_of_another_type {
                 e.output_dtype = to;
                 take(cx, ni, &mut nodes, &mut cur);
             }

@@ -177,12 +177,14 @@ fn fuse(g: &Graph, p: &Partition, out: &mut Graph) -> Result<Node> {
             *b += term.scale as f64 * through_folds * x;
         }
     }
-    let dtype = g.types.get(&p.a).map(|t| t.dtype).ok_or_else(|| err("input type unknown".into()))?;
+    g.types.get(&p.a).ok_or_else(|| err("input type unknown".into()))?;
     let mut inputs = vec![Some(p.a.clone()), Some(weight_name), None, None];
     if has_bias {
+        // In the output's type: the kernels read the bias as they read C (ElementC is ElementD),
+        // which differs from the operands' type when the epilogue took an output Cast.
         let name = format!("{}.bolt_bias", p.anchor);
-        out.initializers
-            .insert(name.clone(), Arc::new(Tensor::from_f64_as(dtype, vec![channels], &bias).expect("float")));
+        let bias = Tensor::from_f64_as(e.output_dtype, vec![channels], &bias).expect("float");
+        out.initializers.insert(name.clone(), Arc::new(bias));
         inputs[2] = Some(name);
     }
     inputs[3] = form.source.as_ref().map(|s| s.tensor.clone());

@@ -136,6 +136,9 @@ pub(crate) fn lower_one(
     let input = element(a_type).ok_or("operand type is not f16, bf16 or f32")?;
     let output = element(k.output_dtype).ok_or("output type is not f16, bf16 or f32")?;
     let types = Types { input, accumulator: Element::F32, output };
+    if let Some(b) = bias {
+        same_type_as_output(g, k, b, "bias")?;
+    }
     let (epi, alpha, beta) = epilogue(k, bias.is_some())?;
     let i64s = |v: usize| v as i64;
     let (wl, out) = match &*k.anchor {
@@ -193,6 +196,19 @@ pub(crate) fn lower_one(
     Ok((wl, alpha, beta, out))
 }
 
+/// The kernels read the bias and the source (C) in the output's type (CUTLASS's ElementC is
+/// ElementD): a tensor of another type would be read as the wrong bytes.
+fn same_type_as_output(g: &Graph, k: &FusedKernel, tensor: &str, role: &str) -> Result<(), String> {
+    match g.types.get(tensor).map(|t| t.dtype) {
+        Some(t) if t == k.output_dtype => Ok(()),
+        Some(t) => Err(format!(
+            "{role} '{tensor}' is {t} but the kernel writes {}: kernels read it in the output's type",
+            k.output_dtype
+        )),
+        None => Err(format!("{role} '{tensor}' has no type")),
+    }
+}
+
 /// Every kernel of a planned graph as a workload, under `bindings` for symbolic dims (1 when
 /// unbound).
 pub fn workloads(g: &Graph, bindings: &HashMap<String, usize>) -> (Vec<KernelUse>, Vec<Unlowered>) {
@@ -226,7 +242,12 @@ pub fn workloads(g: &Graph, bindings: &HashMap<String, usize>) -> (Vec<KernelUse
             // Inputs: A, then (weight, bias) per layer, then the last layer's source.
             let (w, b) = if chain.is_some() { (1 + 2 * i, 2 + 2 * i) } else { (1, 2) };
             let name = if chain.is_some() { format!("{}#{i}", n.name) } else { n.name.clone() };
-            match lower_one(g, &name, k, a_in.clone(), (n.input(w), n.input(b)), bindings) {
+            // The last layer's source (C): after its weights and biases.
+            let source = (i + 1 == layers.len()).then(|| n.input(1 + 2 * layers.len())).flatten();
+            let lowered = source
+                .map_or(Ok(()), |c| same_type_as_output(g, k, c, "source"))
+                .and_then(|()| lower_one(g, &name, k, a_in.clone(), (n.input(w), n.input(b)), bindings));
+            match lowered {
                 Ok((workload, alpha, beta, out)) => {
                     a_in = (out, k.output_dtype);
                     uses.push(KernelUse { node: name, chain: chain.clone(), workload, alpha, beta });

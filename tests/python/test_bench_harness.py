@@ -286,3 +286,13 @@ def test_cases_filter_runs_only_the_named_cases(package, tmp_path):
     ids = [c["id"] for c in r["cases"]]
     assert ids and all("sm80/gemm/" in i for i in ids), ids
     assert r["cuda_env"]["CUDA_MODULE_LOADING"] == "EAGER"
+
+
+def test_tables_print_small_errors_in_scientific_notation():
+    """A kernel's 4.9e-4 error printed with one fixed decimal read as 0.0 in the results tables."""
+    assert common.fmt(4.891e-4) == "4.89e-04"
+    assert common.fmt(0.0) == "0.0"
+    assert common.fmt(12.34) == "12.3"
+    assert common.fmt(None) == "-"
+    row = common.markdown_table(["err"], [[1.5e-3]])
+    assert "1.50e-03" in row and "0.0" not in row

@@ -340,10 +340,18 @@ namespace layer1 {
 
 // D = relu(alpha * acc + bias)
 // The bias is read as the C operand with a zero row stride, so every row sees the same vector.
-using EpilogueOp = cutlass::epilogue::thread::LinearCombinationGeneric<
+using EpilogueBase = cutlass::epilogue::thread::LinearCombinationGeneric<
     cutlass::epilogue::thread::ReLu, ElementC, kAlignmentC, ElementAccumulator, ElementCompute,
     cutlass::epilogue::thread::ScaleType::NoBetaScaling, cutlass::FloatRoundStyle::round_to_nearest,
     /*IsHeavy=*/false>;
+// A type of this kernel's own, so that every CUTLASS type built on it is too. Kernels that
+// instantiate one CUTLASS type in two units share its static members (the linker merges them:
+// GemmUniversalBase's "shared memory limit raised on this device" flag) and their device
+// function's name; such sm80 GEMMs (CUTLASS's own activation functors, same tile in several
+// units) failed to launch on an H100 under CUDA's lazy loading and ran under eager loading.
+struct EpilogueOp : EpilogueBase {
+  using EpilogueBase::EpilogueBase;
+};
 
 }  // namespace layer1
 

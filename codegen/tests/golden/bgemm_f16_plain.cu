@@ -280,9 +280,17 @@ constexpr int kAlignmentC = 8;
 
 // D = alpha * acc
 // beta = 0: C is never read (ScaleType::Default keeps serial split-K's partial sums working).
-using EpilogueOp = cutlass::epilogue::thread::LinearCombination<
+using EpilogueBase = cutlass::epilogue::thread::LinearCombination<
     ElementC, kAlignmentC, ElementAccumulator, ElementCompute,
     cutlass::epilogue::thread::ScaleType::Default>;
+// A type of this kernel's own, so that every CUTLASS type built on it is too. Kernels that
+// instantiate one CUTLASS type in two units share its static members (the linker merges them:
+// GemmUniversalBase's "shared memory limit raised on this device" flag) and their device
+// function's name; such sm80 GEMMs (CUTLASS's own activation functors, same tile in several
+// units) failed to launch on an H100 under CUDA's lazy loading and ran under eager loading.
+struct EpilogueOp : EpilogueBase {
+  using EpilogueBase::EpilogueBase;
+};
 
 using Gemm = cutlass::gemm::device::GemmUniversal<
     ElementA, LayoutA, ElementB, LayoutB, ElementC, LayoutC, ElementAccumulator,

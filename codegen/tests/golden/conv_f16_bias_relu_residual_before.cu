@@ -288,9 +288,17 @@ constexpr cutlass::conv::StrideSupport kStrideSupport = cutlass::conv::StrideSup
 // D = relu(alpha * acc + bias + C)
 // Residual block on the broadcast epilogue: Unary(Activation(alpha * acc + bias) + beta * C), the
 // bias a broadcast vector.
-using EpilogueOp = cutlass::epilogue::thread::LinearCombinationResidualBlock<
+using EpilogueBase = cutlass::epilogue::thread::LinearCombinationResidualBlock<
     ElementC, ElementAccumulator, ElementCompute, ElementC, kAlignmentC,
     cutlass::epilogue::thread::Identity, cutlass::plus, cutlass::epilogue::thread::ReLu>;
+// A type of this kernel's own, so that every CUTLASS type built on it is too. Kernels that
+// instantiate one CUTLASS type in two units share its static members (the linker merges them:
+// GemmUniversalBase's "shared memory limit raised on this device" flag) and their device
+// function's name; such sm80 GEMMs (CUTLASS's own activation functors, same tile in several
+// units) failed to launch on an H100 under CUDA's lazy loading and ran under eager loading.
+struct EpilogueOp : EpilogueBase {
+  using EpilogueBase::EpilogueBase;
+};
 
 using Conv2dFpropKernel = typename cutlass::conv::kernel::DefaultConv2dFpropWithBroadcast<
     ElementA, LayoutA, ElementB, LayoutB, ElementC, LayoutC, ElementAccumulator,

@@ -317,10 +317,18 @@ struct LeakyRelu<cutlass::Array<T, N>> {
 
 // D = leaky_relu(alpha * acc + bias; alpha=0.1)
 // The bias is read as the C operand with a zero row stride, so every row sees the same vector.
-using EpilogueOp = cutlass::epilogue::thread::LinearCombinationGeneric<
+using EpilogueBase = cutlass::epilogue::thread::LinearCombinationGeneric<
     LeakyRelu, ElementC, kAlignmentC, ElementAccumulator, ElementCompute,
     cutlass::epilogue::thread::ScaleType::NoBetaScaling, cutlass::FloatRoundStyle::round_to_nearest,
     /*IsHeavy=*/false>;
+// A type of this kernel's own, so that every CUTLASS type built on it is too. Kernels that
+// instantiate one CUTLASS type in two units share its static members (the linker merges them:
+// GemmUniversalBase's "shared memory limit raised on this device" flag) and their device
+// function's name; such sm80 GEMMs (CUTLASS's own activation functors, same tile in several
+// units) failed to launch on an H100 under CUDA's lazy loading and ran under eager loading.
+struct EpilogueOp : EpilogueBase {
+  using EpilogueBase::EpilogueBase;
+};
 
 using Conv2dFpropKernel = typename cutlass::conv::kernel::DefaultConv2dGroupFprop<
     ElementA, LayoutA, ElementB, LayoutB, ElementC, LayoutC, ElementAccumulator,

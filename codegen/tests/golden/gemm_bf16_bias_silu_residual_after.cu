@@ -282,9 +282,17 @@ constexpr int kSplitKSlices = 1;  // > 1: serial split-K, partial sums reduced t
 // D = silu(alpha * acc + bias) + C
 // Residual block on the broadcast epilogue: Unary(Activation(alpha * acc + bias) + beta * C), the
 // bias a broadcast vector.
-using EpilogueOp = cutlass::epilogue::thread::LinearCombinationResidualBlock<
+using EpilogueBase = cutlass::epilogue::thread::LinearCombinationResidualBlock<
     ElementC, ElementAccumulator, ElementCompute, ElementC, kAlignmentC,
     cutlass::epilogue::thread::SiLu, cutlass::plus, cutlass::epilogue::thread::Identity>;
+// A type of this kernel's own, so that every CUTLASS type built on it is too. Kernels that
+// instantiate one CUTLASS type in two units share its static members (the linker merges them:
+// GemmUniversalBase's "shared memory limit raised on this device" flag) and their device
+// function's name; such sm80 GEMMs (CUTLASS's own activation functors, same tile in several
+// units) failed to launch on an H100 under CUDA's lazy loading and ran under eager loading.
+struct EpilogueOp : EpilogueBase {
+  using EpilogueBase::EpilogueBase;
+};
 
 using Gemm = cutlass::gemm::device::GemmUniversalWithBroadcast<
     ElementA, LayoutA, ElementB, LayoutB, ElementC, LayoutC, ElementAccumulator,

@@ -309,10 +309,18 @@ struct HardSigmoid<cutlass::Array<T, N>> {
 };
 
 // D = hardsigmoid(alpha * acc + beta * C; alpha=0.2, beta=0.5)
-using EpilogueOp = cutlass::epilogue::thread::LinearCombinationGeneric<
+using EpilogueBase = cutlass::epilogue::thread::LinearCombinationGeneric<
     HardSigmoid, ElementC, kAlignmentC, ElementAccumulator, ElementCompute,
     cutlass::epilogue::thread::ScaleType::Default, cutlass::FloatRoundStyle::round_to_nearest,
     /*IsHeavy=*/false>;
+// A type of this kernel's own, so that every CUTLASS type built on it is too. Kernels that
+// instantiate one CUTLASS type in two units share its static members (the linker merges them:
+// GemmUniversalBase's "shared memory limit raised on this device" flag) and their device
+// function's name; such sm80 GEMMs (CUTLASS's own activation functors, same tile in several
+// units) failed to launch on an H100 under CUDA's lazy loading and ran under eager loading.
+struct EpilogueOp : EpilogueBase {
+  using EpilogueBase::EpilogueBase;
+};
 
 using Gemm = cutlass::gemm::device::GemmUniversal<
     ElementA, LayoutA, ElementB, LayoutB, ElementC, LayoutC, ElementAccumulator,
