@@ -412,3 +412,27 @@ fn a_model_that_does_not_exist_names_the_file() {
     assert!(!o.status.success());
     assert!(text(&o).1.contains("/nonexistent/m.onnx"));
 }
+
+/// `bolt-tune model` tunes what `bolt compile` with the same --dim and --precision looks up:
+/// the model at that precision (here f16, channels padded to 8) in every shape bucket of a
+/// range (N=1..4: 1 and 4), back-to-back chain layers included (a build that cannot fuse the
+/// chain runs them as kernels). It used to tune the f32 model at one size, keys no f16 build
+/// ever looked up.
+#[test]
+fn a_models_tuning_keys_are_those_its_build_looks_up() {
+    let Some(dir) = common::testdata("models/small_conv_mlp") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let (db, out_json) = (tmp.path().join("db.json"), tmp.path().join("out.json"));
+    let model = dir.join("model.onnx");
+    let args = [model.to_str().unwrap(), "--precision", "f16", "--dim", "N=1..4", "--arch", "sm90"];
+    let o = bolt_tune(&db, &[&args[..], &["--json", out_json.to_str().unwrap()]].concat());
+    let (stdout, stderr) = text(&o);
+    assert!(o.status.success(), "{stderr}");
+    let results = json(&out_json);
+    let keys: Vec<&Value> = results["results"].as_array().unwrap().iter().map(|r| &r["key"]).collect();
+    assert_eq!(keys.len(), 8, "2 convs and 2 GEMMs in 2 buckets: {stdout}");
+    assert!(keys.iter().all(|k| k["dtypes"] == "f16/f32/f16"), "{keys:?}");
+    assert!(stdout.contains("conv 1x32x32x8 k16") && stdout.contains("conv 4x32x32x8 k16"), "{stdout}");
+    let o = bolt_tune(&db, &[args[0], "--precision", "f64"]);
+    assert!(!o.status.success() && text(&o).1.contains("--precision f64"), "{}", text(&o).1);
+}

@@ -7,9 +7,12 @@
 //! own); with reductions it is the *regional* scheme: a group of threads owns a row, each
 //! reduction is a group-wide reduction (warp shuffles, then shared memory across warps), and
 //! the element-wise values a later phase needs are recomputed from the (cache-resident) row
-//! rather than stored. The thread mapping adapts to the width at initialise time: a group is
-//! the smallest power of two >= width / 4 threads (1..=1024), and a block of at least 128
-//! threads holds several narrow rows.
+//! rather than stored. The thread mapping adapts to the problem at initialise time: with many
+//! rows, rows up to 1024 wide take at most one warp (shuffles only, no block barrier; narrow
+//! rows at 4 elements per thread) and wider rows a power of two >= width / 32 threads; with
+//! few rows the group grows (down to 4 elements per thread, up to 1024 threads) until the
+//! launch has enough threads to fill the GPU; a block of at least 128 threads holds several
+//! rows.
 //!
 //! Values are typed ([`Kind`]): floats compute in f32, integers in int64 and bools as bools, so
 //! the masks exporters write around attention and padding (`Equal`, `Not`, `Where`, `Cast`

@@ -237,7 +237,54 @@ pub fn reference_element(w: &Workload, a: &[f32], b: &[f32], i: usize) -> f64 {
 
 /// Compares `samples` output elements of `d` (evenly spread, first and last included) with
 /// the reference. Tolerance: the output type's rounding plus f32 accumulation over K.
-pub fn check_output(w: &Workload, a: &[f32], b: &[f32], d: &[f32], samples: usize) -> Result<(), String> {
+/// The epilogue's extra operands a timed kernel reads: a bias per output channel and a source
+/// C of D's shape, each only when the workload's epilogue reads it (else empty). Kernels with
+/// a bias or C refuse null pointers: without these no such kernel could be timed.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct EpilogueOperands {
+    pub bias: Vec<f32>,
+    pub c: Vec<f32>,
+}
+
+impl EpilogueOperands {
+    pub fn for_workload(w: &Workload) -> EpilogueOperands {
+        let e = w.types.output;
+        let channels = match w.problem {
+            Problem::Gemm(p) => p.n as usize,
+            Problem::Conv2d(p) => p.k as usize,
+        };
+        EpilogueOperands {
+            bias: if w.epilogue.expr.reads_bias() { host_values(channels, e, 3) } else { Vec::new() },
+            c: if w.epilogue.expr.reads_source() { host_values(output_len(w), e, 4) } else { Vec::new() },
+        }
+    }
+}
+
+/// Output element `i` through the workload's epilogue (alpha = beta = 1), in f64.
+pub fn reference_with_epilogue(w: &Workload, a: &[f32], b: &[f32], ops: &EpilogueOperands, i: usize) -> f64 {
+    let coords = output_coords(w, i);
+    let channel = match w.problem {
+        Problem::Gemm(_) => coords[2],
+        Problem::Conv2d(_) => coords[3],
+    };
+    let env = bolt_codegen::epilogue::EvalEnv {
+        acc: reference_element(w, a, b, i),
+        alpha: 1.0,
+        beta: 1.0,
+        source: ops.c.get(i).copied().unwrap_or(0.0) as f64,
+        bias: ops.bias.get(channel).copied().unwrap_or(0.0) as f64,
+    };
+    w.epilogue.expr.eval(&env)
+}
+
+pub fn check_output(
+    w: &Workload,
+    a: &[f32],
+    b: &[f32],
+    ops: &EpilogueOperands,
+    d: &[f32],
+    samples: usize,
+) -> Result<(), String> {
     let len = output_len(w);
     if d.len() != len {
         return Err(format!("output has {} elements, expected {len}", d.len()));
@@ -251,7 +298,7 @@ pub fn check_output(w: &Workload, a: &[f32], b: &[f32], d: &[f32], samples: usiz
     let steps = samples.clamp(1, len);
     for s in 0..steps {
         let i = if steps == 1 { 0 } else { s * (len - 1) / (steps - 1) };
-        let want = reference_element(w, a, b, i);
+        let want = reference_with_epilogue(w, a, b, ops, i);
         let got = d[i] as f64;
         let tol = rel * want.abs() + 2e-3 * k.sqrt() + 1e-3;
         if !got.is_finite() || (got - want).abs() > tol {
@@ -283,7 +330,10 @@ pub mod cuda {
     use bolt_codegen::loader::{Kernel, KernelLibrary, Params};
     use cudarc::driver::{sys, CudaContext, CudaSlice, CudaStream, DevicePtr};
 
-    use super::{check_output, decode, encode, host_values, median, operand_lens, output_len, Timer, TimingPlan};
+    use super::{
+        check_output, decode, encode, host_values, median, operand_lens, output_len, EpilogueOperands, Timer,
+        TimingPlan,
+    };
     use crate::analytic::Ranked;
     use crate::workload::{Problem, Workload};
 
@@ -305,6 +355,10 @@ pub mod cuda {
         d: CudaSlice<u8>,
         host_a: Vec<f32>,
         host_b: Vec<f32>,
+        /// The epilogue's bias and C (allocated only when it reads them).
+        bias: Option<CudaSlice<u8>>,
+        c: Option<CudaSlice<u8>>,
+        host_ops: EpilogueOperands,
     }
 
     fn drv<T>(what: &str, r: Result<T, cudarc::driver::DriverError>) -> Result<T, String> {
@@ -333,7 +387,9 @@ pub mod cuda {
         /// Makes sure `self.buffers` holds the inputs of `w` (allocated and uploaded once per
         /// workload: `plan.buffer_sets(w)` copies of A and B, together larger than 2x L2).
         fn prepare(&mut self, w: &Workload) -> Result<(), String> {
-            if self.buffers.as_ref().is_some_and(|b| b.problem == w.problem && b.types == w.types) {
+            if self.buffers.as_ref().is_some_and(|b| {
+                b.problem == w.problem && b.types == w.types && b.host_ops == EpilogueOperands::for_workload(w)
+            }) {
                 return Ok(());
             }
             self.buffers = None; // free the previous workload's memory first
@@ -350,7 +406,16 @@ pub mod cuda {
                 b.push(drv("copy B", self.stream.clone_htod(&eb))?);
             }
             let d = drv("alloc D", self.stream.alloc_zeros::<u8>(output_len(w) * w.types.output.size_bytes()))?;
-            self.buffers = Some(Buffers { problem: w.problem, types: w.types, a, b, d, host_a, host_b });
+            let host_ops = EpilogueOperands::for_workload(w);
+            let upload = |v: &[f32], what: &str| -> Result<Option<CudaSlice<u8>>, String> {
+                if v.is_empty() {
+                    return Ok(None);
+                }
+                Ok(Some(drv(what, self.stream.clone_htod(&encode(v, w.types.output)))?))
+            };
+            let (bias, c) = (upload(&host_ops.bias, "copy bias")?, upload(&host_ops.c, "copy C")?);
+            self.buffers =
+                Some(Buffers { problem: w.problem, types: w.types, a, b, d, host_a, host_b, bias, c, host_ops });
             Ok(())
         }
 
@@ -382,13 +447,19 @@ pub mod cuda {
             let ws = workspace.map(|s| (s.device_ptr(&self.stream), s.len()));
             let (ws_ptr, ws_bytes) =
                 ws.as_ref().map(|((p, _), len)| (*p as *mut c_void, *len)).unwrap_or((std::ptr::null_mut(), 0));
+            let bias = buf.bias.as_ref().map(|s| s.device_ptr(&self.stream));
+            let c = buf.c.as_ref().map(|s| s.device_ptr(&self.stream));
+            let ptr = |p: &Option<(cudarc::driver::sys::CUdeviceptr, _)>| {
+                p.as_ref().map_or(std::ptr::null(), |(p, _)| *p as *const c_void)
+            };
             let args = BoltArgs {
                 a: a as *const c_void,
                 b: b as *const c_void,
+                c: ptr(&c),
+                bias: ptr(&bias),
                 d: d as *mut c_void,
                 alpha: 1.0,
-                beta: 0.0,
-                ..BoltArgs::default()
+                beta: 1.0,
             };
             let stream = self.stream.cu_stream() as *mut c_void;
             // SAFETY: buffers of the sizes the problem implies, of the kernel's element types,
@@ -471,7 +542,7 @@ pub mod cuda {
             let buf = self.buffers.as_ref().ok_or("no buffers prepared")?;
             let bytes = drv("copy D back", self.stream.clone_dtoh(&buf.d))?;
             let d = decode(&bytes, w.types.output);
-            check_output(w, &buf.host_a, &buf.host_b, &d, self.plan.check_samples)
+            check_output(w, &buf.host_a, &buf.host_b, &buf.host_ops, &d, self.plan.check_samples)
         }
     }
 }
@@ -570,11 +641,36 @@ mod tests {
             let got = d[35 + idx(layouts[2], 4, 6, 5, 7)] as f64;
             assert!((got - want).abs() < 1e-5, "{layouts:?}: {got} vs {want}");
             let rounded: Vec<f32> = d.iter().map(|&x| quantize(x, Element::F16)).collect();
-            check_output(&w, &a, &b, &rounded, 1000).unwrap();
+            check_output(&w, &a, &b, &EpilogueOperands::default(), &rounded, 1000).unwrap();
             let mut wrong = rounded.clone();
             wrong[69] += 0.5;
-            assert!(check_output(&w, &a, &b, &wrong, 70).is_err());
+            assert!(check_output(&w, &a, &b, &EpilogueOperands::default(), &wrong, 70).is_err());
         }
+    }
+
+    /// A timed kernel with a bias, C and an activation is checked through its epilogue: the
+    /// plain GEMM (what the check compared with before, so such kernels could only fail) does
+    /// not pass, the epilogue's value does. On an H100, bolt-tune timed no BERT-base GEMM: each
+    /// reads a bias and the timer passed none.
+    #[test]
+    fn outputs_are_checked_through_the_epilogue_with_its_operands() {
+        use bolt_codegen::epilogue::{Activation, NormalForm};
+        let form = NormalForm { beta_source: true, bias: true, activation: Activation::Tanh, residual: None };
+        let w = Workload::gemm("g", (6, 10, 4, 1), F16_F32_F16, [Layout::RowMajor; 3], Epilogue::new(form).unwrap())
+            .unwrap();
+        let ops = EpilogueOperands::for_workload(&w);
+        assert_eq!((ops.bias.len(), ops.c.len()), (10, 60), "a bias per column, C of D's shape");
+        let (la, lb) = operand_lens(&w);
+        let (a, b) = (host_values(la, Element::F16, 1), host_values(lb, Element::F16, 2));
+        let d: Vec<f32> = (0..60).map(|i| reference_with_epilogue(&w, &a, &b, &ops, i) as f32).collect();
+        let i = 37; // row 3, column 7
+        let want = (reference_element(&w, &a, &b, i) + ops.c[i] as f64 + ops.bias[7] as f64).tanh();
+        assert!((d[i] as f64 - want).abs() < 1e-6, "{} vs {want}", d[i]);
+        check_output(&w, &a, &b, &ops, &d, 60).unwrap();
+        let plain = reference_output(&w, &a, &b);
+        assert!(check_output(&w, &a, &b, &ops, &plain, 60).is_err());
+        let none = Workload::gemm("p", (6, 10, 4, 1), F16_F32_F16, [Layout::RowMajor; 3], Epilogue::plain()).unwrap();
+        assert_eq!(EpilogueOperands::for_workload(&none), EpilogueOperands::default());
     }
 
     #[test]

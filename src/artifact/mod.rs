@@ -10,4 +10,6 @@ mod write;
 
 pub use format::{Manifest, PlanFile, Precision};
 pub use read::{Artifact, ArtifactError};
-pub use write::{buckets, compile, resolve_precision, CompileOptions, CompileReport, IoTypes, Source};
+pub use write::{
+    buckets, compile, kernel_workloads, resolve_precision, CompileOptions, CompileReport, IoTypes, Source,
+};

@@ -300,9 +300,8 @@ fn choose_kernels(
     Chosen { kernels: choices, chains, host_reason }
 }
 
-/// Compiles `model` into an artifact at `opts.out_dir` (created or overwritten).
-pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
-    let t0 = Instant::now();
+/// `model` at the build's precision: `(graph, precision, whether it was the model's default)`.
+fn at_precision(model: &Graph, opts: &CompileOptions) -> Result<(Graph, Precision, bool)> {
     let (precision, precision_defaulted) = resolve_precision(model, opts.precision)?;
     let g = if precision.storage() != model_float(model) {
         match opts.io_types {
@@ -312,19 +311,47 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
     } else {
         model.clone()
     };
+    Ok((g, precision, precision_defaulted))
+}
+
+/// The planner's options of a build; back-to-back chains are fused where the planner's
+/// traffic model says they pay.
+fn plan_options(opts: &CompileOptions, bindings: DimBindings) -> crate::plan::PlanOptions {
+    crate::plan::PlanOptions { bindings, b2b: true, row_epilogue: opts.row_epilogue, ..Default::default() }
+}
+
+/// The GEMM/conv workloads [`compile`] picks kernels for under `opts` (its precision, plan and
+/// shape buckets), once per bucket: what `bolt-tune model` tunes, so that the tuning database
+/// holds the keys the build looks up. Nodes that lower to no workload come with the reason.
+pub fn kernel_workloads(
+    model: &Graph,
+    opts: &CompileOptions,
+) -> Result<(Vec<bolt_profiler::workload::Workload>, Vec<crate::plan::lower::Unlowered>)> {
+    let (g, _, _) = at_precision(model, opts)?;
+    let buckets = buckets(&opts.dims);
+    let largest: DimBindings = buckets.last().cloned().unwrap_or_default().into_iter().collect();
+    let graph = crate::plan::plan_with(&g, &plan_options(opts, largest))?.graph;
+    let (mut workloads, mut skipped) = (Vec::new(), Vec::new());
+    for bucket in &buckets {
+        let (uses, s) = crate::plan::lower::workloads(&graph, &bucket.clone().into_iter().collect());
+        // Chain layers too: a build that cannot fuse a chain runs its layers as kernels.
+        workloads.extend(uses.into_iter().map(|u| u.workload));
+        skipped.extend(s);
+    }
+    Ok((workloads, skipped))
+}
+
+/// Compiles `model` into an artifact at `opts.out_dir` (created or overwritten).
+pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
+    let t0 = Instant::now();
+    let (g, precision, precision_defaulted) = at_precision(model, opts)?;
     let buckets = buckets(&opts.dims);
     let largest: DimBindings = buckets.last().cloned().unwrap_or_default().into_iter().collect();
     let db = match &opts.tuning_db {
         Some(p) => Some(bolt_profiler::db::Db::open(p).map_err(|e| io_err(p, e))?),
         None => None,
     };
-    // Back-to-back chains are fused where the planner's traffic model says they pay.
-    let mut plan_opts = crate::plan::PlanOptions {
-        bindings: largest.clone(),
-        b2b: true,
-        row_epilogue: opts.row_epilogue,
-        ..Default::default()
-    };
+    let mut plan_opts = plan_options(opts, largest.clone());
     let mut graph = crate::plan::plan_with(&g, &plan_opts)?.graph;
     let mut chosen = choose_kernels(&graph, &buckets, &opts.archs, db.as_ref());
     // A chain is planned at the largest bucket; a smaller one may have no fused kernel (e.g.

@@ -92,8 +92,15 @@ enum Command {
     Model {
         model: PathBuf,
         /// Size of a symbolic dim, e.g. --dim N=32 (repeatable; unbound dims are 1).
-        #[arg(long = "dim", value_name = "NAME=SIZE", value_parser = parse_binding)]
-        dims: Vec<(String, usize)>,
+        /// Size or range of a symbolic dim as `bolt compile` takes it, e.g. --dim N=32 or
+        /// --dim N=1..32 (every shape bucket of the range is tuned; unbound dims are 1).
+        #[arg(long = "dim", value_name = "NAME=SIZE|MIN..MAX", value_parser = bolt::artifact::format::DimRange::parse)]
+        dims: Vec<bolt::artifact::format::DimRange>,
+        /// The precision of the build to tune for (f16, bf16, tf32; default: the model's, as
+        /// `bolt compile`): the workloads are exactly those `bolt compile` with the same
+        /// --dim and --precision looks up in the database.
+        #[arg(long)]
+        precision: Option<String>,
     },
     /// Every problem of a shapes file (the formats of ../shared/workloads/{gemm,conv2d,padding}.json).
     Shapes {
@@ -154,21 +161,20 @@ struct Common {
     /// Tuning database (default: $BOLT_TUNING_DB, else ~/.cache/bolt/tuning.json).
     #[arg(long, global = true)]
     db: Option<PathBuf>,
-    /// Pre-generated kernel library to time (default: $BOLT_KERNEL_LIBRARY); GPU mode only.
+    /// Kernel library to time (default: $BOLT_KERNEL_LIBRARY, else the analytic top-k built
+    /// here with nvcc before timing); GPU mode only.
     #[arg(long, global = true)]
     library: Option<PathBuf>,
+    /// Only build the analytic top-k of every workload into a kernel library (nvcc, no GPU)
+    /// and print its path: time it on a GPU machine with --library.
+    #[arg(long, global = true)]
+    build_candidates: bool,
     /// Write the results as CSV.
     #[arg(long, global = true)]
     csv: Option<PathBuf>,
     /// Write the results as JSON.
     #[arg(long, global = true)]
     json: Option<PathBuf>,
-}
-
-fn parse_binding(s: &str) -> Result<(String, usize), String> {
-    let (k, v) = s.split_once('=').ok_or_else(|| format!("'{s}' is not NAME=SIZE"))?;
-    let v = v.parse().map_err(|_| format!("'{v}' is not a size"))?;
-    Ok((k.to_string(), v))
 }
 
 fn main() -> ExitCode {
@@ -222,11 +228,22 @@ fn workloads(cmd: &Command) -> Result<Vec<Workload>> {
             let name = format!("conv_{n}x{h}x{w}x{c}_k{k}_{r}x{s}_s{stride}");
             vec![Workload::conv2d(&name, shape, types_of(dtype)?, epilogue_of(epilogue)?)?]
         }
-        Command::Model { model, dims } => {
+        Command::Model { model, dims, precision } => {
             let graph = bolt::import::load(model)?.graph;
-            let opts = bolt::plan::PlanOptions { bindings: dims.iter().cloned().collect(), ..Default::default() };
-            let plan = bolt::plan::plan_with(&graph, &opts).with_context(|| format!("planning {}", model.display()))?;
-            let (uses, skipped) = bolt::plan::lower::workloads(&plan.graph, &opts.bindings);
+            let precision = match precision {
+                Some(p) => Some(
+                    bolt::artifact::Precision::parse(p)
+                        .ok_or_else(|| anyhow::anyhow!("--precision {p}: expected f16, bf16 or tf32"))?,
+                ),
+                None => None,
+            };
+            let opts = bolt::artifact::CompileOptions {
+                dims: dims.clone(),
+                precision,
+                ..bolt::artifact::CompileOptions::new(std::env::temp_dir())
+            };
+            let (uses, skipped) = bolt::artifact::kernel_workloads(&graph, &opts)
+                .with_context(|| format!("planning {}", model.display()))?;
             for s in &skipped {
                 eprintln!("bolt-tune: {}: not tuned: {}", s.node, s.reason);
             }
@@ -234,18 +251,11 @@ fn workloads(cmd: &Command) -> Result<Vec<Workload>> {
             for u in uses {
                 let same = |w: &Workload| {
                     (w.family, w.types, w.layouts, w.alignment, &w.epilogue, w.problem)
-                        == (
-                            u.workload.family,
-                            u.workload.types,
-                            u.workload.layouts,
-                            u.workload.alignment,
-                            &u.workload.epilogue,
-                            u.workload.problem,
-                        )
+                        == (u.family, u.types, u.layouts, u.alignment, &u.epilogue, u.problem)
                 };
                 match unique.iter_mut().find(|(w, _)| same(w)) {
                     Some((_, n)) => *n += 1,
-                    None => unique.push((u.workload, 1)),
+                    None => unique.push((u, 1)),
                 }
             }
             eprintln!(
@@ -306,13 +316,18 @@ fn run(cli: Cli) -> Result<()> {
     if arch == Arch::Sm90 && device.arch == Arch::Sm80 {
         bail!("--arch sm90 on {}: sm90a kernels (wgmma, TMA) need a Hopper GPU", device.name);
     }
+    if c.build_candidates {
+        let lib = build_candidates(&workloads, &device, arch, c.top_k)?;
+        println!("{}", lib.display());
+        return Ok(());
+    }
     let mut opts = TuneOptions::new(arch, device.clone());
     opts.top_k = c.top_k;
     opts.time_budget = c.time_budget.map(Duration::from_secs_f64);
     opts.resume = c.resume;
     opts.dynamic_leading_dim = c.dynamic_m;
 
-    let mut timer = make_timer(c, &detection, &device)?;
+    let mut timer = make_timer(c, &detection, &device, arch, &workloads)?;
     let mode = match &timer {
         Some(t) => format!("measuring the analytic top-{} on {}", c.top_k, t.describe()),
         None => {
@@ -391,13 +406,20 @@ fn run(cli: Cli) -> Result<()> {
 }
 
 #[cfg(feature = "cuda")]
-fn make_timer(c: &Common, detection: &Detection, device: &DeviceSpec) -> Result<Option<Box<dyn Timer>>> {
+fn make_timer(
+    c: &Common,
+    detection: &Detection,
+    device: &DeviceSpec,
+    arch: Arch,
+    workloads: &[Workload],
+) -> Result<Option<Box<dyn Timer>>> {
     use bolt_profiler::timing::{cuda::CudaTimer, TimingPlan};
     if !matches!(detection, Detection::Found(_)) {
         return Ok(None);
     }
-    let Some(lib) = c.library.clone().or_else(|| std::env::var_os("BOLT_KERNEL_LIBRARY").map(PathBuf::from)) else {
-        return Ok(None);
+    let lib = match c.library.clone().or_else(|| std::env::var_os("BOLT_KERNEL_LIBRARY").map(PathBuf::from)) {
+        Some(lib) => lib,
+        None => build_candidates(workloads, device, arch, c.top_k)?,
     };
     let mut plan = TimingPlan::new(device);
     plan.top_k = c.top_k;
@@ -405,8 +427,53 @@ fn make_timer(c: &Common, detection: &Detection, device: &DeviceSpec) -> Result<
     Ok(Some(Box::new(t)))
 }
 
+/// The analytic top-k of every workload built (nvcc through the kernel cache: a rerun compiles
+/// nothing) into a library of its own under the cache: what a GPU run with no --library times.
+/// Candidates codegen rejects are reported and left untimed.
+fn build_candidates(workloads: &[Workload], device: &DeviceSpec, arch: Arch, top_k: usize) -> Result<PathBuf> {
+    use bolt_codegen::builder::{BuildOptions, Builder, Templates};
+    let mut specs: Vec<bolt_codegen::spec::KernelSpec> = Vec::new();
+    for w in workloads {
+        for r in bolt_profiler::analytic::rank_all(w, device, arch).ranked.into_iter().take(top_k) {
+            if !specs.contains(&r.spec) {
+                specs.push(r.spec);
+            }
+        }
+    }
+    let root = bolt_codegen::cache::Cache::default_dir()
+        .map(|d| d.with_file_name("tune"))
+        .unwrap_or_else(|| std::env::temp_dir().join("bolt-tune"));
+    let mut options = BuildOptions::new(root.join(format!("{arch:?}").to_ascii_lowercase()));
+    options.name = "bolt_tune_candidates".into();
+    options.archs = Some(vec![arch]);
+    let builder = Builder::discover(options).context("building the candidates to time (nvcc and CUTLASS)")?;
+    eprintln!(
+        "bolt-tune: building {} candidate kernels (top-{top_k} of each workload) with {}",
+        specs.len(),
+        builder.toolchain()
+    );
+    let report = builder.build(&Templates, &specs).map_err(|e| anyhow::anyhow!("building the candidates: {e}"))?;
+    for r in &report.rejected {
+        eprintln!("bolt-tune: candidate {} not built: {}", r.symbol, r.reason);
+    }
+    eprintln!(
+        "bolt-tune: built {} kernels in {:.1} s (nvcc ran {} times): {}",
+        report.symbols.len(),
+        report.total_seconds,
+        report.nvcc_invocations,
+        report.library.display()
+    );
+    Ok(report.library)
+}
+
 #[cfg(not(feature = "cuda"))]
-fn make_timer(c: &Common, _detection: &Detection, _device: &DeviceSpec) -> Result<Option<Box<dyn Timer>>> {
+fn make_timer(
+    c: &Common,
+    _detection: &Detection,
+    _device: &DeviceSpec,
+    _arch: Arch,
+    _workloads: &[Workload],
+) -> Result<Option<Box<dyn Timer>>> {
     if c.library.is_some() && !c.analytic_only {
         eprintln!("bolt-tune: --library ignored: this build has no GPU support (feature `cuda`)");
     }
