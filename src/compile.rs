@@ -480,7 +480,9 @@ impl std::fmt::Display for Summary {
                 "\nPlan ({:.1} ms): {} nodes, {} kernels ({} back-to-back chains), {} layout transforms, {} paddings (bolt report shows why)",
                 p.milliseconds, p.planned_nodes, p.kernels, p.chains_fused, p.layout_transforms, p.paddings
             )?;
-            writeln!(f, "Kernel picks (analytic, H100 sm90; bolt-tune times them on a GPU):")?;
+            // The model as given: a build at another precision or with a tuning database picks
+            // its own kernels (its report lists them).
+            writeln!(f, "Kernel picks for the model as given (analytic, H100 sm90; bolt-tune times them on a GPU):")?;
             for (node, problem, pick) in &p.picks {
                 writeln!(f, "  {node:<24} {problem:<44} {pick}")?;
             }

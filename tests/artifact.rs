@@ -1530,6 +1530,10 @@ fn the_compile_report_separates_device_copies_from_host_ops() {
     // Aliased, so counted apart from copies: nothing runs for it.
     assert_eq!((report.device_copies, report.aliased_views, report.host_ops), (0, 1, 0), "{report}");
     assert!(report.to_string().contains("0 device copies, 1 aliased views"), "{report}");
+    // The kernels it built, as chosen for its precision: one line per kernel with its nodes.
+    assert_eq!(report.picks.iter().map(|(_, n)| n).sum::<usize>(), report.kernel_nodes, "{report}");
+    assert!(report.picks.iter().all(|(p, _)| p.starts_with("bolt_") && p.contains("(est ")), "{:?}", report.picks);
+    assert!(report.to_string().contains("kernels of the largest bucket:"), "{report}");
     assert!(report.host.is_empty() && !report.to_string().contains("on the host:"), "{report}");
     let art = Artifact::open(dir.path()).unwrap();
     let flatten = art.plan.host_ops.iter().find(|h| h.op_type == "Flatten").expect("the Flatten is listed");

@@ -118,6 +118,9 @@ pub struct CompileReport {
     pub aliased_views: usize,
     /// The host ops by op type and reason, with their counts.
     pub host: Vec<(String, String, usize)>,
+    /// The GEMM/conv kernels of the largest shape bucket as built (each arch's pick and how it
+    /// was chosen), with how many nodes run each.
+    pub picks: Vec<(String, usize)>,
     pub nvcc_invocations: usize,
     pub build_seconds: f64,
     pub total_seconds: f64,
@@ -160,6 +163,12 @@ impl std::fmt::Display for CompileReport {
         )?;
         for (op, why, count) in &self.host {
             writeln!(f, "  on the host: {op} x{count}: {why}")?;
+        }
+        if !self.picks.is_empty() {
+            writeln!(f, "  kernels of the largest bucket:")?;
+            for (pick, count) in &self.picks {
+                writeln!(f, "    {pick} x{count}")?;
+            }
         }
         if let Some(why) = &self.chains_unfused {
             writeln!(f, "  back-to-back chains run unfused: {why}")?;
@@ -667,6 +676,14 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
                 None => groups.push((h.op_type.clone(), h.reason.clone(), 1)),
             }
             groups
+        }),
+        picks: plan.kernels.iter().filter_map(|k| k.buckets.last()).flatten().fold(Vec::new(), |mut picks, c| {
+            let pick = format!("{}: {}", c.symbol, c.source);
+            match picks.iter_mut().find(|(p, _): &&mut (String, usize)| *p == pick) {
+                Some(p) => p.1 += 1,
+                None => picks.push((pick, 1)),
+            }
+            picks
         }),
         nvcc_invocations,
         build_seconds,
