@@ -1136,6 +1136,23 @@ fn glue_only_artifact_and_a_mismatched_glue_symbol() {
     assert!(e.contains("plan.json") && e.contains("'glue[0].symbol'"), "{e}");
 }
 
+/// A kernel reads its operands as its spec's types: a plan whose bias is of another type
+/// (what the planner once wrote for a GEMM that took an output Cast, an f16 bias read as f32)
+/// is refused when opened, naming the node, the tensor and the kernel, before anything runs.
+#[test]
+fn a_plan_whose_kernel_operands_disagree_with_its_kernels_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = bolt::models::default_model().unwrap();
+    compile(&g, &CompileOptions::new(dir.path())).unwrap();
+    let art = Artifact::open(dir.path()).unwrap();
+    let fc2 = art.plan.kernels.iter().find(|k| k.node == "fc2").expect("fc2 is a kernel node");
+    assert_eq!(fc2.buckets[0][0].spec.types.output, bolt_codegen::spec::Element::F32);
+    rewrite_consistently(dir.path(), PLAN_FILE, |p| p["types"]["fc2.bolt_bias"]["dtype"] = "F16".into());
+    let e = Artifact::open(dir.path()).unwrap_err().to_string();
+    assert!(e.contains("plan.json") && e.contains("node 'fc2': bias 'fc2.bolt_bias' is f16"), "{e}");
+    assert!(e.contains("reads F32"), "{e}");
+}
+
 /// Corrupt, truncated, version-mismatched and inconsistent artifacts: an error naming the file
 /// and the field, never a panic; `bolt run` exits non-zero with it.
 #[test]

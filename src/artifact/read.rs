@@ -147,6 +147,7 @@ impl Artifact {
                 ));
             }
         }
+        check_kernel_operand_types(&plan).map_err(|(field, reason)| err(&ppath, field, reason))?;
         let library = manifest
             .files
             .keys()
@@ -207,4 +208,43 @@ impl Artifact {
             outputs: self.plan.outputs.clone(),
         }
     }
+}
+
+/// Every GEMM/conv kernel reads its operands as the bytes of its spec's types: A and the
+/// weights of the input type; the bias, C and D of the output type (CUTLASS's ElementC is
+/// ElementD). A plan whose tensors disagree would run and give a wrong answer (an f16 bias
+/// read as f32 made ResNet-50's logits 1e8 on an H100), so opening it fails, naming the node.
+fn check_kernel_operand_types(plan: &PlanFile) -> Result<(), (String, String)> {
+    let dtype = |t: &str| plan.types.get(t).map(|t| t.dtype);
+    for (i, k) in plan.kernels.iter().enumerate() {
+        let node = plan
+            .nodes
+            .iter()
+            .find(|n| n.name == k.node)
+            .ok_or_else(|| (format!("kernels[{i}].node"), format!("'{}' is no node of the plan", k.node)))?;
+        let roles = [(node.input(0), "A", true), (node.input(1), "weights", true), (node.input(2), "bias", false)]
+            .into_iter()
+            .chain([(node.input(3), "C", false), (node.outputs.first().map(String::as_str), "D", false)]);
+        for (tensor, role, of_input) in roles {
+            let Some(tensor) = tensor else { continue };
+            let have = dtype(tensor).and_then(crate::plan::lower::element);
+            for (b, choices) in k.buckets.iter().enumerate() {
+                for c in choices {
+                    let want = if of_input { c.spec.types.input } else { c.spec.types.output };
+                    if have != Some(want) {
+                        return Err((
+                            format!("kernels[{i}].buckets[{b}]"),
+                            format!(
+                                "node '{}': {role} '{tensor}' is {}, its kernel {} reads {want:?}: rebuild with bolt compile",
+                                k.node,
+                                dtype(tensor).map_or("untyped".to_string(), |d| d.to_string()),
+                                c.symbol
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
 }
