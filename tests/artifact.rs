@@ -996,7 +996,8 @@ fn every_tensor_observed_keeps_each_tensor_with_its_value() {
     let computed: Vec<&String> =
         art.plan.nodes.iter().flat_map(|n| n.outputs.iter()).filter(|o| !o.is_empty() && !before.contains(o)).collect();
     assert_eq!(added.len(), computed.len());
-    assert!(added.len() > 5, "{added:?}");
+    // The packed Q/K/V projection, the attention output (heads merged) and its reshape.
+    assert!(added.len() >= 3, "{added:?}");
     assert_eq!(art.plan.outputs[..before.len()], before[..], "the model's outputs come first");
     let ends = art.plan.nodes.len();
     for (name, node) in &added {

@@ -598,3 +598,147 @@ fn the_report_says_which_kernel_a_hopper_gpu_runs_each_core_with() {
     assert!(line(16, DType::F32, h100()).contains("f16 and bf16 data only"));
     assert!(!line(16, DType::F16, bolt_profiler::device::DeviceSpec::a100_sxm4_80gb()).contains("on Hopper"));
 }
+
+/// How the Q, K and V projections of [`projected_block`] are wired.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Projections {
+    /// Q, K and V from one input, each `MatMul + Add(bias)` (BERT's self-attention).
+    SelfAttention,
+    /// V's projection has no bias: the packed bias adds zeros to V's columns.
+    VWithoutBias,
+    /// K and V from a second input (cross-attention): nothing to pack.
+    Cross,
+    /// Q's projection is also a graph output: it must stay a tensor of its own.
+    QReadElsewhere,
+}
+
+/// A HuggingFace-style attention block from its input projections: `X·W + b`, the head split
+/// Reshape [0, 0, H, D] and transposes, the core with a padding mask, the head merge.
+fn projected_block(p: Projections, s: usize, d: usize, dtype: DType) -> (Graph, HashMap<String, Tensor>) {
+    let e = H * d;
+    let mut g = GraphBuilder::new("projected");
+    let mut feeds = HashMap::new();
+    let cast = |t: Tensor| Tensor::from_f64_as(dtype, t.shape.clone(), &t.to_f64_vec()).unwrap();
+    let x = g.input("x", dtype, Shape::from_static(&[B, s, e]));
+    feeds.insert("x".to_string(), cast(random(&[B, s, e], 11)));
+    let memory = if p == Projections::Cross {
+        feeds.insert("memory".to_string(), cast(random(&[B, s, e], 12)));
+        g.input("memory", dtype, Shape::from_static(&[B, s, e]))
+    } else {
+        x.clone()
+    };
+    let mask = g.input("mask", dtype, Shape::from_static(&[B, 1, 1, s]));
+    let pad: Vec<f64> = (0..B * s).map(|i| if i / s == 1 && i % s >= s / 2 && s > 1 { -1e4 } else { 0.0 }).collect();
+    feeds.insert("mask".into(), Tensor::from_f64_as(dtype, vec![B, 1, 1, s], &pad).unwrap());
+    let split = g.initializer("split", Tensor::from_i64(vec![4], vec![0, 0, H as i64, d as i64]));
+    let project = |g: &mut GraphBuilder, name: &str, input: &str, seed: u64, bias: bool| {
+        let w = random(&[e, e], seed).to_f64_vec().iter().map(|v| v / (e as f64).sqrt()).collect::<Vec<_>>();
+        let w = g.initializer(&format!("W{name}"), Tensor::from_f64_as(dtype, vec![e, e], &w).unwrap());
+        let mut y = g.node(&format!("{name}_matmul"), Op::MatMul, &[input, &w]);
+        if bias {
+            let b = g.initializer(&format!("b{name}"), cast(random(&[e], seed + 100)));
+            y = g.node(&format!("{name}_add"), Op::Binary(Binary::Add), &[&y, &b]);
+        }
+        y
+    };
+    let q_proj = project(&mut g, "q", &x, 1, true);
+    let k_proj = project(&mut g, "k", &memory, 2, true);
+    let v_proj = project(&mut g, "v", &memory, 3, p != Projections::VWithoutBias);
+    let heads = |g: &mut GraphBuilder, name: &str, y: &str, perm: Vec<usize>| {
+        let r = g.node(&format!("{name}_split"), Op::Reshape { allowzero: false }, &[y, &split]);
+        g.node(&format!("{name}_t"), Op::Transpose { perm: Some(perm) }, &[&r])
+    };
+    let q = heads(&mut g, "q", &q_proj, vec![0, 2, 1, 3]);
+    let kt = heads(&mut g, "k", &k_proj, vec![0, 2, 3, 1]);
+    let v = heads(&mut g, "v", &v_proj, vec![0, 2, 1, 3]);
+    let qk = g.node("qk", Op::MatMul, &[&q, &kt]);
+    let root = g.initializer("root_d", Tensor::from_f64_as(dtype, vec![], &[(d as f64).sqrt()]).unwrap());
+    let sc = g.node("div", Op::Binary(Binary::Div), &[&qk, &root]);
+    let sc = g.node("add_mask", Op::Binary(Binary::Add), &[&sc, &mask]);
+    let sm = g.node("softmax", Op::Softmax { axis: -1 }, &[&sc]);
+    let ctx = g.node("pv", Op::MatMul, &[&sm, &v]);
+    let out = g.node("merge", Op::Transpose { perm: Some(vec![0, 2, 1, 3]) }, &[&ctx]);
+    g.output(&out);
+    if p == Projections::QReadElsewhere {
+        g.output(&q_proj);
+    }
+    (g.finish().unwrap(), feeds)
+}
+
+/// Q, K and V projected from one input become one GEMM (`X·[W_q W_k W_v] + [b_q b_k b_v]`) whose
+/// output the attention kernel reads in place, each operand a window of its rows; where the
+/// projections do not share an input, or one is read elsewhere, they stay three. Checked two
+/// ways against the model's original ops on the reference executor: the planned graph (the
+/// rewriting), and the kernel's meaning (`AttentionSpec::eval` through the problem's strides
+/// and each window's offset, what the cuda device launches) on the packed GEMM's output.
+#[test]
+fn projections_of_one_input_become_one_gemm_read_in_place() {
+    use Projections::*;
+    for p in [SelfAttention, VWithoutBias, Cross, QReadElsewhere] {
+        for s in [1usize, 7, 33] {
+            // D = 15 (f32) is padded to whole vectors: padded operands are not windows.
+            for (dtype, d) in [(DType::F32, 16), (DType::F16, 16), (DType::BF16, 8), (DType::F32, 15)] {
+                let what = format!("{p:?} S={s} D={d} {dtype}");
+                let (g, feeds) = projected_block(p, s, d, dtype);
+                let plan = bolt::plan::plan(&g).unwrap();
+                let decision = &plan.attention[0];
+                let node = decision.fused.as_ref().unwrap_or_else(|| panic!("{what}: {:?}", decision.reason));
+                let aligned = d % (16 / dtype.size_bytes().unwrap()) == 0;
+                let packs = matches!(p, SelfAttention | VWithoutBias) && aligned;
+                assert_eq!(decision.packed.is_some(), packs, "{what}: {:?}", decision.packed);
+                let matmuls = plan.canonical.nodes.iter().filter(|n| matches!(n.op, Op::MatMul)).count();
+                assert_eq!(matmuls, if packs { 1 } else { 3 }, "{what}");
+                if let Some(packed) = &decision.packed {
+                    let mut replaced = packed.replaced.clone();
+                    replaced.sort();
+                    let mut want =
+                        vec!["q_add", "q_matmul", "q_split", "k_add", "k_matmul", "k_split", "v_matmul", "v_split"];
+                    if p == SelfAttention {
+                        want.push("v_add");
+                    }
+                    want.sort();
+                    assert_eq!(replaced, want, "{what}");
+                }
+
+                // The planned GEMM adds its bias before rounding once; the model rounds after the
+                // MatMul and again after the Add (bf16 keeps 8 significant bits).
+                let tol = match dtype {
+                    DType::F32 => 1e-4,
+                    DType::F16 => 1e-2,
+                    _ => 1e-1,
+                };
+                let model = bolt::reference::run(&g, &feeds).unwrap();
+                let planned = bolt::reference::run(&plan.graph, &feeds).unwrap();
+                for o in &g.outputs {
+                    let worst = max_abs_diff(&planned[o], &model[o]);
+                    assert!(worst <= tol, "{what}: planned graph vs model, {o}: {worst}");
+                }
+                if !decision.padding.is_empty() {
+                    continue; // padded operands: the kernel's meaning is checked above
+                }
+                // The kernel on the attention node's inputs as the planned graph computes them.
+                let n = plan.graph.nodes.iter().find(|n| &n.name == node).unwrap();
+                let Op::Attention(op) = &n.op else { panic!("{what}: {:?}", n.op) };
+                let mut observed = plan.graph.clone();
+                observed.outputs.extend(n.inputs.iter().flatten().filter(|x| !feeds.contains_key(*x)).cloned());
+                let mut env = bolt::reference::run(&observed, &feeds).unwrap();
+                env.extend(feeds.clone());
+                let args: Vec<&Tensor> = n.inputs.iter().flatten().map(|x| &env[x]).collect();
+                let spec = bolt::plan::lower::attention_spec(&plan.graph, n).unwrap();
+                let shapes: Vec<&[usize]> = args.iter().map(|t| t.shape.as_slice()).collect();
+                let (problem, _) = bolt::plan::lower::attention_problem(op, &spec, &shapes).unwrap();
+                if packs && s > 1 {
+                    // Rows of the packed output are 3·H·D apart (a single row's stride is 0, as
+                    // for any dim of 1); each operand starts at its window.
+                    let row = (3 * H * d) as i64;
+                    assert_eq!([problem.q_strides[2], problem.k_strides[2], problem.v_strides[2]], [row; 3], "{what}");
+                    let w = op.packed.unwrap();
+                    assert_eq!([w[0].start, w[1].start, w[2].start], [0, H * d, 2 * H * d], "{what}");
+                }
+                let kernel = bolt::runtime::attention::run(&spec, op, &args).unwrap();
+                let worst = max_abs_diff(&kernel, &model[&g.outputs[0]]);
+                assert!(worst <= tol, "{what}: attention kernel meaning vs model: {worst}");
+            }
+        }
+    }
+}

@@ -1481,15 +1481,16 @@ fn attention_type(
     v: &TensorType,
 ) -> Result<TensorType, String> {
     let r = a.rank();
-    let view = |t: &TensorType, perm: &[usize], what: &str| -> Result<Option<Vec<Dim>>, String> {
-        match &t.shape {
-            None => Ok(None),
-            Some(s) if s.rank() != r => Err(format!("{what} has rank {}, the op's views rank {r}", s.rank())),
-            Some(s) => Ok(Some(perm.iter().map(|&p| s.0[p].clone()).collect())),
+    let view = |i: usize, t: &TensorType, perm: &[usize], what: &str| -> Result<Option<Vec<Dim>>, String> {
+        let Some(s) = &t.shape else { return Ok(None) };
+        let s = a.source_dims(i, &s.0, |d| Dim::Known(d));
+        if s.len() != r {
+            return Err(format!("{what} has rank {}, the op's views rank {r}", s.len()));
         }
+        Ok(Some(perm.iter().map(|&p| s[p].clone()).collect()))
     };
     let dtype = q.dtype;
-    let (q, k, v) = (view(q, &a.q_perm, "Q")?, view(k, &a.k_perm, "K")?, view(v, &a.v_perm, "V")?);
+    let (q, k, v) = (view(0, q, &a.q_perm, "Q")?, view(1, k, &a.k_perm, "K")?, view(2, v, &a.v_perm, "V")?);
     let shape = match (q, k, v) {
         (Some(q), Some(k), Some(v)) => {
             let one = |d: &Dim| matches!(d, Dim::Known(1));

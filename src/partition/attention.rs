@@ -260,11 +260,51 @@ pub struct FusedAttention {
     /// causal mask said, done by the kernel, which skips the masked tiles (no mask input).
     #[serde(default)]
     pub causal: bool,
+    /// Q, K and V as column windows of one packed projection (one GEMM computed all three,
+    /// [`crate::plan::attention::pack_projections`]): input `i` is that GEMM's output `[.., W]`
+    /// and operand `i`'s source is its window viewed as `[.., heads, head_dim]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packed: Option<[HeadWindow; 3]>,
+}
+
+/// Columns `[start, start + heads * head_dim)` of a packed projection's output `[.., W]`,
+/// viewed as `[.., heads, head_dim]`: read in place through strides (rows `W` apart).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct HeadWindow {
+    pub start: usize,
+    pub heads: usize,
+    pub head_dim: usize,
 }
 
 impl FusedAttention {
     pub fn rank(&self) -> usize {
         self.q_perm.len()
+    }
+
+    /// The dims of operand `i`'s source (what its permutation reorders) given its input's
+    /// dims: the input itself, or its window split into heads (`known` makes a dim).
+    pub fn source_dims<T: Clone>(&self, i: usize, input: &[T], known: impl Fn(usize) -> T) -> Vec<T> {
+        match self.packed.map(|w| w[i]) {
+            Some(w) if !input.is_empty() => {
+                input[..input.len() - 1].iter().cloned().chain([known(w.heads), known(w.head_dim)]).collect()
+            }
+            _ => input.to_vec(),
+        }
+    }
+
+    /// Operand `i`'s source on a dense input of shape `input`: its dims, element strides and
+    /// the element offset of its first element.
+    pub fn source_view(&self, i: usize, input: &[usize]) -> (Vec<usize>, Vec<i64>, usize) {
+        let st = bolt_codegen::abi::contiguous_strides(input);
+        match self.packed.map(|w| w[i]) {
+            Some(w) if !input.is_empty() => {
+                let n = input.len();
+                let dims = self.source_dims(i, input, |d| d);
+                let strides = st[..n - 1].iter().copied().chain([w.head_dim as i64, 1]).collect();
+                (dims, strides, w.start)
+            }
+            _ => (input.to_vec(), st, 0),
+        }
     }
 
     /// The op's meaning on host tensors: [`attention`] of the permuted operands.
@@ -273,13 +313,14 @@ impl FusedAttention {
         if inputs.len() != want {
             return Err(format!("{} inputs, the op takes {want}", inputs.len()));
         }
-        let view = |t: &Tensor, perm: &[usize]| -> Result<Tensor, String> {
-            Ok(crate::reference::ops::layout::transpose(t, Some(perm))?.swap_remove(0))
+        let view = |i: usize, perm: &[usize]| -> Result<Tensor, String> {
+            let source = self.source(i, inputs[i])?;
+            Ok(crate::reference::ops::layout::transpose(&source, Some(perm))?.swap_remove(0))
         };
         let r = self.rank();
         let mut kt_perm = self.k_perm.clone();
         kt_perm.swap(r - 2, r - 1);
-        let (q, k_t, v) = (view(inputs[0], &self.q_perm)?, view(inputs[1], &kt_perm)?, view(inputs[2], &self.v_perm)?);
+        let (q, k_t, v) = (view(0, &self.q_perm)?, view(1, &kt_perm)?, view(2, &self.v_perm)?);
         let causal = if self.causal {
             if self.mask {
                 return Err("a causal attention op takes no mask".into());
@@ -295,6 +336,23 @@ impl FusedAttention {
             return Ok(crate::reference::ops::layout::transpose(&out, Some(&[0, 2, 1, 3]))?.swap_remove(0));
         }
         Ok(out)
+    }
+}
+
+impl FusedAttention {
+    /// Operand `i`'s source as a dense tensor: `t` itself, or its window's columns.
+    fn source(&self, i: usize, t: &Tensor) -> Result<Tensor, String> {
+        let Some(w) = self.packed.map(|w| w[i]) else { return Ok(t.clone()) };
+        let width = *t.shape.last().ok_or("a packed projection of rank 0")?;
+        let cols = w.heads * w.head_dim;
+        if w.start + cols > width {
+            return Err(format!("window [{}, {}) of a packed projection {} wide", w.start, w.start + cols, width));
+        }
+        let v = t.to_f64_vec();
+        let out: Vec<f64> =
+            v.chunks(width.max(1)).flat_map(|row| row[w.start..w.start + cols].iter().copied()).collect();
+        let (shape, _, _) = self.source_view(i, &t.shape);
+        Tensor::from_f64_as(t.dtype(), shape, &out).ok_or_else(|| format!("a packed projection of type {}", t.dtype()))
     }
 }
 

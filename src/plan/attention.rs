@@ -14,8 +14,8 @@
 use super::edit;
 use super::lower;
 use crate::error::Result;
-use crate::ir::{Dim, Graph, Node, Op};
-use crate::partition::attention::{Attention, FusedAttention};
+use crate::ir::{Binary, DType, Dim, Graph, Node, Op, Tensor};
+use crate::partition::attention::{Attention, FusedAttention, HeadWindow};
 use bolt_codegen::attention::{AttentionSpec, OutputLayout};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
@@ -36,6 +36,28 @@ pub struct AttentionDecision {
     /// The core's mask is a constant causal pattern, done by the kernel's causal masking (which
     /// skips the tiles above the diagonal) instead of read.
     pub causal: bool,
+    /// Q, K and V were three projections of one input: one GEMM now computes all three and
+    /// the kernel reads each as a window of its output ([`pack_projections`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub packed: Option<PackedProjections>,
+}
+
+impl AttentionDecision {
+    /// The model's nodes a fused core runs: its own, and the projections its packed GEMM
+    /// replaced (one device unit: the kernel reads that GEMM's output).
+    pub fn model_nodes(&self) -> impl Iterator<Item = &String> {
+        self.nodes.iter().chain(self.packed.iter().flat_map(|p| &p.replaced))
+    }
+}
+
+/// Three projections of one input (`X·W_q + b_q`, `X·W_k + b_k`, `X·W_v + b_v`) that became one
+/// GEMM `X·[W_q W_k W_v] + [b_q b_k b_v]`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PackedProjections {
+    /// The packed GEMM (its MatMul node; the bias Add follows it).
+    pub gemm: String,
+    /// The model's nodes it replaced: each projection's MatMul, bias Add and head-split Reshape.
+    pub replaced: Vec<String>,
 }
 
 /// Replaces every attention core a fused kernel takes with one [`Op::Attention`] node.
@@ -54,6 +76,7 @@ pub fn fuse(g: &mut Graph) -> Result<Vec<AttentionDecision>> {
                     reason: Some(why),
                     padding: Vec::new(),
                     causal: false,
+                    packed: None,
                 });
                 continue;
             }
@@ -126,7 +149,7 @@ pub fn fuse(g: &mut Graph) -> Result<Vec<AttentionDecision>> {
             nodes.extend(dead);
         }
         changed = true;
-        decisions.push(AttentionDecision { nodes, fused: Some(name), reason: None, padding, causal });
+        decisions.push(AttentionDecision { nodes, fused: Some(name), reason: None, padding, causal, packed: None });
     }
     if changed {
         edit::finish(g)?;
@@ -230,8 +253,16 @@ fn fusable(g: &Graph, a: &Attention) -> std::result::Result<Fusable, String> {
     if let Some((m, _)) = mask {
         inputs.push(m.clone());
     }
-    let op =
-        FusedAttention { scale: a.scale, q_perm, k_perm, v_perm, mask: mask.is_some(), merge_heads: false, causal };
+    let op = FusedAttention {
+        scale: a.scale,
+        q_perm,
+        k_perm,
+        v_perm,
+        mask: mask.is_some(),
+        merge_heads: false,
+        causal,
+        packed: None,
+    };
     Ok(Fusable { op, inputs, pad_d, pad_dv })
 }
 
@@ -262,4 +293,237 @@ fn constant_causal(g: &Graph, m: &str, q: &[Dim], k_t: &[Dim]) -> bool {
             v[x] <= -1e4
         }
     })
+}
+
+/// Packs the Q, K and V projections of each fused attention node into one GEMM where all
+/// three are `Reshape(MatMul(X, W) (+ b))` of one input `X` with constant weights, each read
+/// only on the way to this node: `X·[W_q W_k W_v] + [b_q b_k b_v]` computes them at once (one
+/// launch instead of three, three times the tiles per wave: what packed-QKV attention does in
+/// TensorRT and FasterTransformer), and the kernel reads each operand as a window of its
+/// output through strides ([`FusedAttention::packed`]). Nothing is copied: windows start at
+/// whole vectors. The rewrite changes no value (the same products, in the same order per
+/// column); `decisions` record it.
+pub fn pack_projections(g: &mut Graph, decisions: &mut [AttentionDecision]) -> Result<()> {
+    let mut names: HashSet<String> = g.nodes.iter().map(|n| n.name.clone()).collect();
+    let mut changed = false;
+    for d in decisions.iter_mut() {
+        let Some(node) = d.fused.clone() else { continue };
+        let Some(p) = packable(g, &node) else { continue };
+        let first = p.projections[0].matmul.clone();
+        let (w, bias) = (p.weight, p.bias);
+        let w_name = edit::fresh_name(g, &mut names, &format!("{first}.qkv_weight"));
+        g.initializers.insert(w_name.clone(), Arc::new(w));
+        let gemm = edit::fresh_name(g, &mut names, &format!("{first}.qkv"));
+        let y = edit::fresh_name(g, &mut names, &format!("{first}.qkv_output"));
+        let mut new_nodes = Vec::new();
+        let out = match bias {
+            Some(b) => {
+                let b_name = edit::fresh_name(g, &mut names, &format!("{first}.qkv_bias"));
+                g.initializers.insert(b_name.clone(), Arc::new(b));
+                let add = edit::fresh_name(g, &mut names, &format!("{first}.qkv_bias_add"));
+                let out = edit::fresh_name(g, &mut names, &format!("{first}.qkv_biased"));
+                new_nodes.push(edit::node(gemm.clone(), Op::MatMul, vec![Some(p.x.clone()), Some(w_name)], y.clone()));
+                new_nodes.push(edit::node(add, Op::Binary(Binary::Add), vec![Some(y), Some(b_name)], out.clone()));
+                out
+            }
+            None => {
+                new_nodes.push(edit::node(gemm.clone(), Op::MatMul, vec![Some(p.x.clone()), Some(w_name)], y.clone()));
+                y
+            }
+        };
+        let replaced: Vec<String> = p.projections.iter().flat_map(|x| x.nodes.iter().cloned()).collect();
+        // The packed GEMM takes the first projection's place; the others go.
+        let at = g.nodes.iter().position(|n| n.name == first).expect("the first projection's MatMul");
+        g.nodes.splice(at..at + 1, new_nodes);
+        g.nodes.retain(|n| !replaced.contains(&n.name));
+        let n = g.nodes.iter_mut().find(|n| n.name == node).expect("the attention node");
+        let Op::Attention(a) = &n.op else { unreachable!("packable checked the op") };
+        let mut a = (**a).clone();
+        a.packed = Some(p.windows);
+        n.op = Op::Attention(Arc::new(a));
+        for i in 0..3 {
+            n.inputs[i] = Some(out.clone());
+        }
+        remove_dead(g, &p.inputs_of_removed);
+        d.packed = Some(PackedProjections { gemm, replaced });
+        changed = true;
+    }
+    if changed {
+        edit::finish(g)?;
+    }
+    Ok(())
+}
+
+/// One projection `Reshape(MatMul(X, W) (+ b))` feeding an attention operand.
+struct Projection {
+    matmul: String,
+    weight: Arc<Tensor>,
+    bias: Option<Arc<Tensor>>,
+    /// N: the projection's output columns.
+    cols: usize,
+    /// Its MatMul, bias Add and Reshape.
+    nodes: Vec<String>,
+}
+
+struct Packable {
+    x: String,
+    projections: Vec<Projection>,
+    /// `[K, N_q + N_k + N_v]` and `[N_q + N_k + N_v]` (a projection without a bias adds zeros).
+    weight: Tensor,
+    bias: Option<Tensor>,
+    windows: [HeadWindow; 3],
+    /// What the removed nodes read besides X and the weights (the Reshapes' shape inputs):
+    /// computations left unread are removed with them.
+    inputs_of_removed: Vec<String>,
+}
+
+/// Whether attention node `node`'s operands are three projections of one input that one GEMM
+/// can compute, and what that GEMM packs.
+fn packable(g: &Graph, node: &str) -> Option<Packable> {
+    let n = g.nodes.iter().find(|n| n.name == node)?;
+    let Op::Attention(a) = &n.op else { return None };
+    if a.packed.is_some() || a.rank() != 4 {
+        return None;
+    }
+    let inputs: Vec<&str> = (0..3).map(|i| n.input(i)).collect::<Option<_>>()?;
+    if inputs[0] == inputs[1] || inputs[1] == inputs[2] || inputs[0] == inputs[2] {
+        return None;
+    }
+    let producer: HashMap<&str, &Node> =
+        g.nodes.iter().flat_map(|n| n.outputs.iter().map(move |o| (o.as_str(), n))).collect();
+    let readers = edit::consumers(g);
+    // `t` is read once, by node `by`, and is no graph output.
+    let only_reader = |t: &str, by: &str| {
+        !g.outputs.iter().any(|o| o == t)
+            && matches!(readers.get(t).map(Vec::as_slice), Some([(i, _)]) if g.nodes[*i].name == by)
+    };
+    let dims = |t: &str| g.types.get(t).and_then(|t| t.shape.as_ref()).map(|s| s.0.clone());
+    let mut x: Option<&str> = None;
+    let mut dtype = None;
+    let mut projections = Vec::new();
+    let mut inputs_of_removed = Vec::new();
+    let mut heads = Vec::new();
+    for (i, &s) in inputs.iter().enumerate() {
+        // The head split: [.., N] -> [.., H, D], read by this node only.
+        let reshape = producer.get(s)?;
+        if !matches!(reshape.op, Op::Reshape { .. }) || !only_reader(s, node) {
+            return None;
+        }
+        let t = reshape.input(0)?;
+        let (split, flat) = (dims(s)?, dims(t)?);
+        let [b, seq, Dim::Known(h), Dim::Known(d)] = split.as_slice() else { return None };
+        let [b2, seq2, Dim::Known(cols)] = flat.as_slice() else { return None };
+        if b != b2 || seq != seq2 || h * d != *cols || [b, seq].iter().any(|x| matches!(x, Dim::Unknown)) {
+            return None;
+        }
+        if !only_reader(t, &reshape.name) {
+            return None;
+        }
+        // The bias Add (either operand order) and the MatMul.
+        let mut nodes = vec![reshape.name.clone()];
+        let mut bias = None;
+        let mut m = t;
+        let p = producer.get(t)?;
+        if matches!(p.op, Op::Binary(Binary::Add)) {
+            let (l, r) = (p.input(0)?, p.input(1)?);
+            let (b, other) = match (edit::constant(g, l), edit::constant(g, r)) {
+                (None, Some(b)) => (b, l),
+                (Some(b), None) => (b, r),
+                _ => return None,
+            };
+            // A bias of N values (leading dims 1) that broadcasts to the output unchanged.
+            let shape_ok = b.shape.last() == Some(cols) && b.shape.iter().rev().skip(1).all(|&d| d == 1);
+            if !shape_ok || b.shape.len() > 3 || !only_reader(other, &p.name) {
+                return None;
+            }
+            bias = Some(b);
+            nodes.push(p.name.clone());
+            m = other;
+        }
+        let mm = producer.get(m)?;
+        if !matches!(mm.op, Op::MatMul) {
+            return None;
+        }
+        let (xi, wi) = (mm.input(0)?, mm.input(1)?);
+        let w = edit::constant(g, wi)?;
+        if w.shape.len() != 2 || w.shape[1] != *cols || x.is_some_and(|x| x != xi) {
+            return None;
+        }
+        if projections.first().is_some_and(|p: &Projection| p.weight.shape[0] != w.shape[0]) {
+            return None;
+        }
+        let t_dtype = g.types.get(t)?.dtype;
+        if dtype.is_some_and(|d| d != t_dtype)
+            || w.dtype() != t_dtype
+            || bias.as_ref().is_some_and(|b| b.dtype() != t_dtype)
+        {
+            return None;
+        }
+        if bias.is_none() && g.types.get(xi).map(|t| t.dtype) != Some(t_dtype) {
+            return None;
+        }
+        x = Some(xi);
+        dtype = Some(t_dtype);
+        nodes.push(mm.name.clone());
+        inputs_of_removed.extend(reshape.inputs.iter().skip(1).flatten().cloned());
+        heads.push((i, *h, *d));
+        projections.push(Projection { matmul: mm.name.clone(), weight: w, bias, cols: *cols, nodes });
+    }
+    let dtype = dtype?;
+    // Windows start at whole 16-byte vectors, as the kernels' operand pointers must.
+    let align = 16 / dtype.size_bytes().filter(|&s| s > 0)?;
+    if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
+        return None;
+    }
+    let mut start = 0;
+    let mut windows = [HeadWindow { start: 0, heads: 0, head_dim: 0 }; 3];
+    for (k, &(i, h, d)) in heads.iter().enumerate() {
+        if start % align != 0 {
+            return None;
+        }
+        windows[i] = HeadWindow { start, heads: h, head_dim: d };
+        start += projections[k].cols;
+    }
+    let w_refs: Vec<Option<&Tensor>> = projections.iter().map(|p| Some(p.weight.as_ref())).collect();
+    let weight = crate::reference::ops::layout::concat(&w_refs, 1).ok()?.swap_remove(0);
+    let bias = if projections.iter().any(|p| p.bias.is_some()) {
+        let values: Vec<f64> = projections
+            .iter()
+            .flat_map(|p| match &p.bias {
+                Some(b) => b.to_f64_vec(),
+                None => vec![0.0; p.cols],
+            })
+            .collect();
+        Some(Tensor::from_f64_as(dtype, vec![values.len()], &values)?)
+    } else {
+        None
+    };
+    Some(Packable { x: x?.to_string(), projections, weight, bias, windows, inputs_of_removed })
+}
+
+/// Removes the nodes that computed only `seeds` (and what only they read), once nothing reads
+/// them: a removed Reshape's shape computation.
+fn remove_dead(g: &mut Graph, seeds: &[String]) {
+    let mut maybe: HashSet<String> = seeds.iter().cloned().collect();
+    loop {
+        let read: HashSet<&str> = g
+            .nodes
+            .iter()
+            .flat_map(|n| n.inputs.iter().flatten().map(String::as_str))
+            .chain(g.outputs.iter().map(String::as_str))
+            .collect();
+        let dead: Vec<usize> = (0..g.nodes.len())
+            .filter(|&i| {
+                let n = &g.nodes[i];
+                n.outputs.iter().any(|o| maybe.contains(o)) && n.outputs.iter().all(|o| !read.contains(o.as_str()))
+            })
+            .collect();
+        if dead.is_empty() {
+            return;
+        }
+        for &i in dead.iter().rev() {
+            let n = g.nodes.remove(i);
+            maybe.extend(n.inputs.into_iter().flatten());
+        }
+    }
 }

@@ -1331,7 +1331,7 @@ pub fn attention_spec(g: &Graph, n: &Node) -> Result<bolt_codegen::attention::At
         let x = n.input(i).ok_or_else(|| format!("input {i} missing"))?;
         let t = g.types.get(x).ok_or_else(|| format!("tensor '{x}' has no type"))?;
         let s = t.shape.as_ref().ok_or_else(|| format!("tensor '{x}' has no known rank"))?;
-        Ok((t.dtype, s.0.clone()))
+        Ok((t.dtype, a.source_dims(i, &s.0, |d| crate::ir::Dim::Known(d))))
     };
     let (dtype, q) = shape(0)?;
     let (_, v) = shape(2)?;
@@ -1371,19 +1371,31 @@ pub fn attention_problem(
     if shapes.len() != 3 + usize::from(a.mask) {
         return Err(format!("{} inputs, the node takes {}", shapes.len(), 3 + usize::from(a.mask)));
     }
-    // Each operand's logical [.., S, D] dims and element strides (0 where a dim of 1 broadcasts).
-    let view = |s: &[usize], perm: &[usize], what: &str| -> Result<(Vec<usize>, Vec<i64>), String> {
-        if s.len() != r || perm.len() != r {
-            return Err(format!("{what} of shape {s:?} viewed through {perm:?}"));
+    for (i, w) in a.packed.iter().flatten().enumerate() {
+        let width = shapes[i].last().copied().unwrap_or(0);
+        if w.start + w.heads * w.head_dim > width {
+            return Err(format!(
+                "operand {i}: columns [{}, {}) of a packed projection {width} wide",
+                w.start,
+                w.start + w.heads * w.head_dim
+            ));
         }
-        let st = contiguous_strides(s);
+    }
+    // Each operand's logical [.., S, D] dims and element strides (0 where a dim of 1 broadcasts).
+    // A packed operand's source is a window of its input (`FusedAttention::source_view`): its
+    // strides step over the whole packed rows; the caller offsets its pointer.
+    let view = |i: usize, perm: &[usize], what: &str| -> Result<(Vec<usize>, Vec<i64>), String> {
+        let (s, st, _) = a.source_view(i, shapes[i]);
+        if s.len() != r || perm.len() != r {
+            return Err(format!("{what} of shape {:?} viewed through {perm:?}", shapes[i]));
+        }
         let dims: Vec<usize> = perm.iter().map(|&p| s[p]).collect();
         let strides = perm.iter().map(|&p| if s[p] == 1 { 0 } else { st[p] }).collect();
         Ok((dims, strides))
     };
-    let (qd, qs) = view(shapes[0], &a.q_perm, "Q")?;
-    let (kd, ks) = view(shapes[1], &a.k_perm, "K")?;
-    let (vd, vs) = view(shapes[2], &a.v_perm, "V")?;
+    let (qd, qs) = view(0, &a.q_perm, "Q")?;
+    let (kd, ks) = view(1, &a.k_perm, "K")?;
+    let (vd, vs) = view(2, &a.v_perm, "V")?;
     // (batch, head, seq) axes of the logical operands; rank 3 has one head.
     let axes: [Option<usize>; 3] = if r == 4 { [Some(0), Some(1), Some(2)] } else { [Some(0), None, Some(1)] };
     let pick = |s: &[i64]| axes.map(|a| a.map_or(0, |i| s[i]));

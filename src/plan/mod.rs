@@ -6,7 +6,8 @@
 //! 0. [`canonical`]: ops Bolt runs as other ops are rewritten first (a ConvTranspose whose
 //!    windows tile the output: a 1x1 conv and a DepthToSpace); then [`attention`]: each
 //!    attention core a fused attention kernel takes becomes one node, before its MatMuls
-//!    could become batched-GEMM partitions.
+//!    could become batched-GEMM partitions, and where its Q, K and V are three projections of
+//!    one input, one GEMM computes them (read in place as windows of its output).
 //! 1. [`fuse`]: each partition becomes one kernel node (BN folded, biases summed, scalars in
 //!    alpha); a BatchNormalization no kernel absorbed becomes a per-channel multiply-add.
 //! 2. [`layout`]: conv kernels run NHWC; transposes only where a region of consecutive conv
@@ -200,7 +201,13 @@ pub fn plan(g: &Graph) -> Result<Plan> {
 
 pub fn plan_with(model: &Graph, opts: &PlanOptions) -> Result<Plan> {
     let (mut canonical, _) = canonical::canonical(model)?;
-    let attention = if opts.attention { attention::fuse(&mut canonical)? } else { Vec::new() };
+    let attention = if opts.attention {
+        let mut decisions = attention::fuse(&mut canonical)?;
+        attention::pack_projections(&mut canonical, &mut decisions)?;
+        decisions
+    } else {
+        Vec::new()
+    };
     let g = &canonical;
     let partitioning = partition(g);
     let mut graph = fuse::fuse_partitions(g, &partitioning)?;

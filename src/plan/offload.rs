@@ -54,7 +54,7 @@ pub fn offload(g: &Graph, claimable: &dyn Fn(&Partition) -> Result<(), String>) 
     let mut device: HashSet<String> = partitions.iter().flat_map(|p| p.nodes.iter().cloned()).collect();
     device.extend(plan.stitched.iter().filter(|d| d.stitched.is_some()).flat_map(|d| d.nodes.iter().cloned()));
     device.extend(plan.glue.iter().filter(|d| d.kernel.is_some()).map(|d| d.node.clone()));
-    device.extend(plan.attention.iter().filter(|d| d.fused.is_some()).flat_map(|d| d.nodes.iter().cloned()));
+    device.extend(plan.attention.iter().filter(|d| d.fused.is_some()).flat_map(|d| d.model_nodes().cloned()));
     // Recurrent layers the planner split into a projection GEMM and a scan a kernel takes (the
     // scan keeps the layer's name).
     device.extend(
@@ -76,14 +76,16 @@ pub fn offload(g: &Graph, claimable: &dyn Fn(&Partition) -> Result<(), String>) 
         }
     }
     // Units that must stay whole: each partition, each stitched region, each fused attention
-    // core; other nodes alone.
+    // core (with its packed projections); other nodes alone.
+    let attention: Vec<Vec<String>> =
+        plan.attention.iter().filter(|d| d.fused.is_some()).map(|d| d.model_nodes().cloned().collect()).collect();
     let index: HashMap<&str, usize> = g.nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect();
     let mut unit: Vec<usize> = (0..g.nodes.len()).collect();
     let whole = partitions
         .iter()
         .map(|p| &p.nodes)
         .chain(plan.stitched.iter().filter(|d| d.stitched.is_some()).map(|d| &d.nodes))
-        .chain(plan.attention.iter().filter(|d| d.fused.is_some()).map(|d| &d.nodes));
+        .chain(attention.iter());
     for names in whole {
         let ids: Vec<usize> = names.iter().filter_map(|n| index.get(n.as_str()).copied()).collect();
         if let Some(&first) = ids.first() {

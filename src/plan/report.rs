@@ -97,8 +97,14 @@ fn family(kind: &AnchorKind) -> String {
 }
 
 pub fn report(model: &str, original: &Graph, plan: &Plan, opts: &PlanOptions) -> Report {
+    // The planner's own nodes (a packed Q/K/V projection) are named in the canonical graph.
     let node_op = |name: &str| {
-        original.nodes.iter().find(|n| n.name == name).map_or("?".to_string(), |n| n.op.op_type().to_string())
+        original
+            .nodes
+            .iter()
+            .chain(&plan.canonical.nodes)
+            .find(|n| n.name == name)
+            .map_or("?".to_string(), |n| n.op.op_type().to_string())
     };
     let chain_of = |anchor: &str| {
         plan.chains
@@ -425,6 +431,13 @@ impl Report {
                         };
                         if !d.padding.is_empty() {
                             how.push_str("; head dims zero-padded to whole vectors");
+                        }
+                        if let Some(p) = &d.packed {
+                            how.push_str(&format!(
+                                "; Q, K and V from one packed GEMM {} (replacing {}), read as windows of its output",
+                                p.gemm,
+                                p.replaced.join(", ")
+                            ));
                         }
                         match d.fused.as_ref().and_then(|f| self.hopper_attention.get(f)) {
                             Some(None) => how.push_str("; on Hopper: the Hopper kernel (CUTLASS example 88)"),

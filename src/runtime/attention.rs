@@ -36,7 +36,13 @@ pub fn run(spec: &AttentionSpec, op: &FusedAttention, inputs: &[&Tensor]) -> Res
         }
         *b = padded;
     }
-    let out = spec.eval(&p, &values(inputs[0]), &values(inputs[1]), &values(inputs[2]), bias.as_deref());
+    // A packed operand starts at its window's first column (the cuda device offsets the pointer).
+    let operand = |i: usize| -> Vec<f64> {
+        let v = values(inputs[i]);
+        let (_, _, offset) = op.source_view(i, &inputs[i].shape);
+        v[offset.min(v.len())..].to_vec()
+    };
+    let out = spec.eval(&p, &operand(0), &operand(1), &operand(2), bias.as_deref());
     let (b, h, sq, dv) = (p.batch as usize, p.heads as usize, p.seq_q as usize, p.head_dim_v as usize);
     // Dense in the kernel's layout.
     let shape = match (op.rank(), spec.output) {

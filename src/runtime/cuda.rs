@@ -767,10 +767,16 @@ impl CudaExecutor {
                 RuntimeError::Unsupported(format!("node '{}': tensor '{t}' has no device address", n.name))
             })
         };
+        // A packed operand starts at its window's first column.
+        let e = spec.element.size_bytes() as u64;
+        let operand = |i: usize| -> Result<*const c_void, RuntimeError> {
+            let (_, _, offset) = op.source_view(i, &shapes[i]);
+            Ok((at(i)? + offset as u64 * e) as *const c_void)
+        };
         let mut args = BoltAttentionArgs {
-            q: at(0)? as *const c_void,
-            k: at(1)? as *const c_void,
-            v: at(2)? as *const c_void,
+            q: operand(0)?,
+            k: operand(1)?,
+            v: operand(2)?,
             o: at_output(self, n, input_addr)? as *mut c_void,
             ..Default::default()
         };
