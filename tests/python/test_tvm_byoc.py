@@ -2,6 +2,7 @@
 the CPU reference device: which subgraphs `partition_for_bolt` offloads (decided by Bolt's Rust
 partitioner), and modules that are partitioned, built with the `relax.ext.bolt` codegen,
 exported, reloaded and run, against TVM's own llvm build of the unpartitioned module."""
+import json
 import os
 import shutil
 import subprocess
@@ -13,6 +14,7 @@ import onnx
 import pytest
 
 import tvm  # apache-tvm, pinned in tests/python/requirements.txt
+import tvm_ffi
 from tvm import relax
 from tvm.script import relax as R
 
@@ -369,3 +371,73 @@ def test_attention_core_is_one_bolt_attention_kernel(tmp_path):
     (fused,) = report["attention_fused"]
     assert fused["fused"], fused
     np.testing.assert_allclose(got, tvm_reference(AttentionCore, [q, k, v, mask]), rtol=1e-5, atol=1e-5)
+
+
+def _bench(*args, **kw):
+    return subprocess.run([sys.executable, str(REPO / "bench" / "tvm" / "cuda.py"), *args],
+                          capture_output=True, text=True, **kw)
+
+
+def _real_cache_env() -> dict:
+    """The environment with the real cache settings (where the pinned toolchain lives)."""
+    env = dict(os.environ)
+    if REAL_CACHE.get("BOLT_CACHE_DIR") is None:
+        env.pop("BOLT_CACHE_DIR", None)
+    else:
+        env["BOLT_CACHE_DIR"] = REAL_CACHE["BOLT_CACHE_DIR"]
+    return env
+
+
+def test_the_tvm_gpu_bench_runs_exported_libraries_with_tvms_runtime_alone(tmp_path):
+    """bench/tvm/cuda.py on the CPU: a ResNet-50 stem (from the test data) built by TVM alone and
+    with Bolt's partitions, each exported library then loaded in a process that imports no TVM
+    package (TVM's runtime libraries and tvm_ffi only, as on the GPU machine), run through the
+    VM, and compared with TVM's llvm build; the results file says both match."""
+    if not (TESTDATA / "models" / "resnet50" / "model.onnx").is_file():
+        missing = "resnet50 test model missing (tests/python/make_models.py makes it)"
+        pytest.fail(missing) if os.environ.get("BOLT_REQUIRE_TESTDATA") else pytest.skip(missing)
+    out = tmp_path / "bench-tvm"
+    env = _real_cache_env()
+    r = _bench("prepare", "--target", "llvm", "--until", "maxpool", "--out", str(out), env=env, cwd=REPO)
+    assert r.returncode == 0, r.stderr[-3000:]
+    meta = json.loads((out / "meta.json").read_text())
+    assert sum(meta["offloaded"].values(), []), meta  # Bolt took the stem's conv
+    # The run: TVM's Python package is not importable there, only what the folder carries.
+    site = tmp_path / "site"
+    site.mkdir()
+    packages = Path(tvm_ffi.__file__).parent.parent
+    for name in ("tvm_ffi", "typing_extensions.py", "numpy", "numpy.libs"):
+        if (packages / name).exists():
+            os.symlink(packages / name, site / name)
+    script = (f"import runpy, sys; sys.argv = [{str(out / 'cuda.py')!r}, 'run', '--device', 'cpu', '--iters', '2', "
+              f"'--out', {str(tmp_path / 'results')!r}]\n"
+              "try:\n    runpy.run_path(sys.argv[0], run_name='__main__')\n"
+              "finally:\n    assert 'tvm' not in sys.modules, 'the run imported TVM'\n")
+    r = subprocess.run([sys.executable, "-S", "-c", script], capture_output=True, text=True,
+                       env={**env, "PYTHONPATH": str(site)})
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    (result,) = (tmp_path / "results").glob("*-tvm.json")
+    modules = json.loads(result.read_text())["modules"]
+    assert set(modules) == {"tvm", "bolt"}, modules
+    for which, m in modules.items():
+        assert m["allclose"] and m["max_abs_err"] < 1e-3, (which, m)
+        assert m["shape"] == [1, 64, 56, 56], m
+
+
+def test_the_tvm_gpu_bench_builds_for_target_cuda_without_a_gpu(tmp_path):
+    """The cuda half of bench/tvm/cuda.py's prepare: TVM's own cuda build of the stem and the
+    one with Bolt's partition (`device=cuda`: its sm90 kernel library built here by nvcc) both
+    build and export on a machine without a GPU; Bolt's library embeds its artifact with the
+    kernel library, TVM's its kernels' CUDA source (compiled where it loads). Running them
+    needs the GPU (the bench's run)."""
+    if not (TESTDATA / "models" / "resnet50" / "model.onnx").is_file():
+        missing = "resnet50 test model missing (tests/python/make_models.py makes it)"
+        pytest.fail(missing) if os.environ.get("BOLT_REQUIRE_TESTDATA") else pytest.skip(missing)
+    out = tmp_path / "bench-tvm"
+    env = _real_cache_env()
+    r = _bench("prepare", "--target", "cuda", "--until", "maxpool", "--no-wheel", "--out", str(out), env=env, cwd=REPO)
+    assert r.returncode == 0, r.stderr[-3000:]
+    bolt_lib, tvm_lib = (out / "bolt_cuda.so").read_bytes(), (out / "tvm_cuda.so").read_bytes()
+    assert b"manifest.json" in bolt_lib and b"kernels/libbolt_model.so" in bolt_lib
+    assert b"__global__" in tvm_lib
+    assert (out / "tvm_runtime" / "libtvm_runtime_cuda.so").is_file()
