@@ -11,12 +11,12 @@
 
 mod common;
 
-use bolt::artifact::format::{DimRange, PLAN_FILE, WEIGHTS_FILE};
+use bolt::artifact::format::{DimRange, KernelChoice, PLAN_FILE, WEIGHTS_FILE};
 use bolt::artifact::{compile, Artifact, CompileOptions, Precision};
 use bolt::ir::*;
 use bolt::runtime::{self, DeviceKind, RunOptions};
 use bolt_codegen::glue::GlueSpec;
-use bolt_codegen::spec::Arch;
+use bolt_codegen::spec::{Arch, TileConfig};
 use common::nets::Net;
 use std::collections::HashMap;
 use std::path::Path;
@@ -297,6 +297,41 @@ fn resnet_bottleneck_sm80() {
     // NCHW in and out around the NHWC convs: transposes run as glue kernels.
     let transposes = art.plan.glue.iter().filter(|g| matches!(g.spec, GlueSpec::Transpose(_))).count();
     assert!(transposes >= 2, "{:?}", art.plan.glue);
+}
+
+/// A MobileNetV2 block (1x1 expand + ReLU, 3x3 depthwise + ReLU at strides 1 and 2, 1x1
+/// project): its depthwise convs run Bolt's direct kernel (codegen/src/depthwise.rs) with bias
+/// and activation fused, from the same library as the CUTLASS convs, in f16 and TF32; every
+/// kernel takes the problem the runtime derives and the reference device equals the model.
+/// The direct kernels' arithmetic is checked on the host in codegen/tests/depthwise.rs.
+#[test]
+fn depthwise_convs_run_the_direct_kernel_sm80() {
+    let mut n = Net::new(DType::F32);
+    let x = n.input("x", &[2, 16, 14, 14]);
+    let a = n.conv(&x, 16, 32, 1, 1, 0);
+    let a = n.relu(&a);
+    let b = n.depthwise(&a, 32, 3, 1, 1);
+    let b = n.relu(&b);
+    let c = n.depthwise(&b, 32, 3, 2, 1);
+    let c = n.relu(&c);
+    let y = n.conv(&c, 32, 16, 1, 1, 0);
+    let mut g = n.finish(&[&y]);
+    g.name = "mobilenet-block".into();
+    for precision in [Some(Precision::F16), None] {
+        let dir = tempfile::tempdir().unwrap();
+        let art = build_and_check(&g, dir.path(), &[Arch::Sm80], precision, vec![]);
+        let direct: Vec<&KernelChoice> = art
+            .plan
+            .kernels
+            .iter()
+            .flat_map(|k| k.buckets.iter().flatten())
+            .filter(|c| matches!(c.spec.tile, TileConfig::Direct(_)))
+            .collect();
+        assert_eq!(direct.len(), 2, "{precision:?}: {:?}", art.plan.kernels);
+        for c in direct {
+            assert!(c.spec.epilogue.expr.reads_bias() && c.spec.epilogue.name().contains("relu"), "{:?}", c.spec);
+        }
+    }
 }
 
 /// A back-to-back chain (f16 GEMM 64 -> 64 -> 32 with bias + ReLU, 2048 rows: the planner's

@@ -610,6 +610,12 @@ enum Projections {
     Cross,
     /// Q's projection is also a graph output: it must stay a tensor of its own.
     QReadElsewhere,
+    /// Self-attention whose head-split shape is computed from the input's shape at run time
+    /// (`Shape -> Gather -> Concat`, as exports with dynamic axes write it).
+    DynamicSplit,
+    /// Q's projection scaled before the head split (BART's and Whisper's
+    /// `q_proj(x) * scaling`): the packed GEMM's Q columns carry the scale.
+    ScaledQ,
 }
 
 /// A HuggingFace-style attention block from its input projections: `X·W + b`, the head split
@@ -630,7 +636,19 @@ fn projected_block(p: Projections, s: usize, d: usize, dtype: DType) -> (Graph, 
     let mask = g.input("mask", dtype, Shape::from_static(&[B, 1, 1, s]));
     let pad: Vec<f64> = (0..B * s).map(|i| if i / s == 1 && i % s >= s / 2 && s > 1 { -1e4 } else { 0.0 }).collect();
     feeds.insert("mask".into(), Tensor::from_f64_as(dtype, vec![B, 1, 1, s], &pad).unwrap());
-    let split = g.initializer("split", Tensor::from_i64(vec![4], vec![0, 0, H as i64, d as i64]));
+    let split = if p == Projections::DynamicSplit {
+        let shape = g.node("x_shape", Op::Shape { start: 0, end: None }, &[&x]);
+        let (i0, i1) = (
+            g.initializer("i0", Tensor::from_i64(vec![1], vec![0])),
+            g.initializer("i1", Tensor::from_i64(vec![1], vec![1])),
+        );
+        let batch = g.node("batch_dim", Op::Gather { axis: 0 }, &[&shape, &i0]);
+        let seq = g.node("seq_dim", Op::Gather { axis: 0 }, &[&shape, &i1]);
+        let heads = g.initializer("heads_dims", Tensor::from_i64(vec![2], vec![H as i64, d as i64]));
+        g.node("split_shape", Op::Concat { axis: 0 }, &[&batch, &seq, &heads])
+    } else {
+        g.initializer("split", Tensor::from_i64(vec![4], vec![0, 0, H as i64, d as i64]))
+    };
     let project = |g: &mut GraphBuilder, name: &str, input: &str, seed: u64, bias: bool| {
         let w = random(&[e, e], seed).to_f64_vec().iter().map(|v| v / (e as f64).sqrt()).collect::<Vec<_>>();
         let w = g.initializer(&format!("W{name}"), Tensor::from_f64_as(dtype, vec![e, e], &w).unwrap());
@@ -641,7 +659,11 @@ fn projected_block(p: Projections, s: usize, d: usize, dtype: DType) -> (Graph, 
         }
         y
     };
-    let q_proj = project(&mut g, "q", &x, 1, true);
+    let mut q_proj = project(&mut g, "q", &x, 1, true);
+    if p == Projections::ScaledQ {
+        let s = g.initializer("q_scaling", Tensor::from_f64_as(dtype, vec![], &[0.3]).unwrap());
+        q_proj = g.node("q_scale", Op::Binary(Binary::Mul), &[&q_proj, &s]);
+    }
     let k_proj = project(&mut g, "k", &memory, 2, true);
     let v_proj = project(&mut g, "v", &memory, 3, p != Projections::VWithoutBias);
     let heads = |g: &mut GraphBuilder, name: &str, y: &str, perm: Vec<usize>| {
@@ -674,7 +696,7 @@ fn projected_block(p: Projections, s: usize, d: usize, dtype: DType) -> (Graph, 
 #[test]
 fn projections_of_one_input_become_one_gemm_read_in_place() {
     use Projections::*;
-    for p in [SelfAttention, VWithoutBias, Cross, QReadElsewhere] {
+    for p in [SelfAttention, VWithoutBias, Cross, QReadElsewhere, DynamicSplit, ScaledQ] {
         for s in [1usize, 7, 33] {
             // D = 15 (f32) is padded to whole vectors: padded operands are not windows.
             for (dtype, d) in [(DType::F32, 16), (DType::F16, 16), (DType::BF16, 8), (DType::F32, 15)] {
@@ -684,7 +706,7 @@ fn projections_of_one_input_become_one_gemm_read_in_place() {
                 let decision = &plan.attention[0];
                 let node = decision.fused.as_ref().unwrap_or_else(|| panic!("{what}: {:?}", decision.reason));
                 let aligned = d % (16 / dtype.size_bytes().unwrap()) == 0;
-                let packs = matches!(p, SelfAttention | VWithoutBias) && aligned;
+                let packs = matches!(p, SelfAttention | VWithoutBias | DynamicSplit | ScaledQ) && aligned;
                 assert_eq!(decision.packed.is_some(), packs, "{what}: {:?}", decision.packed);
                 let matmuls = plan.canonical.nodes.iter().filter(|n| matches!(n.op, Op::MatMul)).count();
                 assert_eq!(matmuls, if packs { 1 } else { 3 }, "{what}");
@@ -693,11 +715,16 @@ fn projections_of_one_input_become_one_gemm_read_in_place() {
                     replaced.sort();
                     let mut want =
                         vec!["q_add", "q_matmul", "q_split", "k_add", "k_matmul", "k_split", "v_matmul", "v_split"];
-                    if p == SelfAttention {
+                    if p != VWithoutBias {
                         want.push("v_add");
+                    }
+                    if p == ScaledQ {
+                        want.push("q_scale");
                     }
                     want.sort();
                     assert_eq!(replaced, want, "{what}");
+                    // The head split's shape computation went with the Reshapes it fed.
+                    assert!(!plan.canonical.nodes.iter().any(|n| matches!(n.op, Op::Shape { .. })), "{what}");
                 }
 
                 // The planned GEMM adds its bias before rounding once; the model rounds after the

@@ -15,8 +15,8 @@
 
 use crate::epilogue::Epilogue;
 use crate::spec::{
-    Alignment, Arch, Element, EpilogueSchedule, Family, GroupMode, KernelSchedule, KernelSpec, Layout, Sm80Tile,
-    Sm90Tile, Swizzle, TileConfig, Types,
+    Alignment, Arch, DirectTile, Element, EpilogueSchedule, Family, GroupMode, KernelSchedule, KernelSpec, Layout,
+    Sm80Tile, Sm90Tile, Swizzle, TileConfig, Types,
 };
 use crate::validate::validate;
 
@@ -34,7 +34,7 @@ impl Candidate {
 
     pub fn arch(&self) -> Arch {
         match self.tile {
-            TileConfig::Sm80(_) => Arch::Sm80,
+            TileConfig::Sm80(_) | TileConfig::Direct(_) => Arch::Sm80,
             TileConfig::Sm90(_) => Arch::Sm90,
         }
     }
@@ -86,6 +86,7 @@ pub fn tile_name(tile: &TileConfig) -> String {
             };
             format!("sm90_{m}x{n}x{k}_c{cm}x{cn}_{kernel}_{epilogue}")
         }
+        TileConfig::Direct(t) => format!("direct_v{}_p{}", t.vector, t.pixels),
     }
 }
 
@@ -184,6 +185,12 @@ const SM80_TABLE: &[(u32, u32, u32, u32, u32, u32)] = &[
 const SM80_DEPTHWISE_TABLE: &[([u32; 3], [u32; 3])] =
     &[([64, 128, 8], [32, 64, 8]), ([128, 64, 8], [64, 32, 8]), ([64, 64, 8], [32, 32, 8])];
 
+/// Depthwise convolution also runs Bolt's direct kernel ([`crate::depthwise`]): channel
+/// vectors of 16 bytes down to one element (what the channel count allows), 1 to 4 output
+/// columns per thread (each filter tap loaded once for all of them).
+const DIRECT_VECTORS: [u32; 4] = [8, 4, 2, 1];
+const DIRECT_PIXELS: [u32; 3] = [4, 2, 1];
+
 fn sm80_tiles(family: Family, types: Types) -> Vec<TileConfig> {
     let conv = matches!(family, Family::Conv2dFprop(_));
     // Rasterisation: GEMMs use CUTLASS's default Identity8, convs its Identity4
@@ -191,6 +198,9 @@ fn sm80_tiles(family: Family, types: Types) -> Vec<TileConfig> {
     let swizzle = Swizzle::Identity(if conv { 4 } else { 8 });
     if let Family::Conv2dFprop(f) = family {
         if f.groups == GroupMode::Depthwise {
+            let direct = DIRECT_VECTORS.iter().flat_map(|&vector| {
+                DIRECT_PIXELS.iter().map(move |&pixels| TileConfig::Direct(DirectTile { vector, pixels }))
+            });
             return SM80_DEPTHWISE_TABLE
                 .iter()
                 .map(|&(threadblock, warp)| {
@@ -203,6 +213,7 @@ fn sm80_tiles(family: Family, types: Types) -> Vec<TileConfig> {
                         split_k: 1,
                     })
                 })
+                .chain(direct)
                 .collect();
         }
     }
@@ -408,7 +419,9 @@ mod tests {
         }
         let dw =
             candidates(Arch::Sm80, conv(GroupMode::Depthwise), types(Element::F16, Element::F32, Element::F16), ALIGN8);
-        assert_eq!(dw.len(), 3);
+        // CUTLASS's three SIMT tiles, and the direct kernel's 4 vector widths x 3 column counts.
+        assert_eq!(dw.len(), 3 + 12);
+        assert_eq!(dw.iter().filter(|c| matches!(c.tile, TileConfig::Direct(_))).count(), 12);
         // No depthwise or grouped conv on sm90.
         for g in [GroupMode::SingleGroup, GroupMode::MultipleGroup, GroupMode::Depthwise] {
             assert!(candidates(Arch::Sm90, conv(g), types(Element::F16, Element::F32, Element::F16), ALIGN8).is_empty());
@@ -489,8 +502,11 @@ mod tests {
         let a1 = Alignment { a: 1, b: 1, c: 1 };
         assert!(candidates(Arch::Sm80, Family::Gemm, f16, a1).is_empty());
         assert!(candidates(Arch::Sm90, Family::Gemm, f16, a1).is_empty());
-        // ... except depthwise, which is SIMT with scalar accesses anyway.
-        assert_eq!(candidates(Arch::Sm80, conv(GroupMode::Depthwise), f16, a1).len(), 3);
+        // ... except depthwise: CUTLASS's SIMT kernel has scalar accesses anyway, and the direct
+        // kernel reads one channel at a time.
+        let dw = candidates(Arch::Sm80, conv(GroupMode::Depthwise), f16, a1);
+        assert_eq!(dw.len(), 3 + 3);
+        assert!(dw.iter().all(|c| !matches!(c.tile, TileConfig::Direct(t) if t.vector > 1)));
         // Unaligned output on sm90: the no-smem epilogue.
         let c1 = Alignment { a: 8, b: 8, c: 1 };
         let cs = candidates(Arch::Sm90, Family::Gemm, f16, c1);

@@ -7,6 +7,7 @@ pub mod b2b;
 pub mod builder;
 pub mod cache;
 pub mod candidates;
+pub mod depthwise;
 pub mod epilogue;
 pub mod glue;
 pub mod json_float;

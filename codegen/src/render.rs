@@ -57,6 +57,7 @@ const TEMPLATES: &[(&str, &str)] = &[
     (crate::attention::TEMPLATE, include_str!("../../templates/attention.cu.tera")),
     (crate::attention::SM90_TEMPLATE, include_str!("../../templates/sm90_attention.cu.tera")),
     (crate::recurrent::TEMPLATE, include_str!("../../templates/recurrent.cu.tera")),
+    (crate::depthwise::TEMPLATE, include_str!("../../templates/depthwise_direct.cu.tera")),
 ];
 
 fn tera() -> &'static Tera {
@@ -121,6 +122,7 @@ pub(crate) fn check_symbol(symbol: &str) -> Result<(), RenderError> {
 pub fn render(spec: &KernelSpec, symbol: &str) -> Result<String, RenderError> {
     check_symbol(symbol)?;
     let (template, context) = match spec.arch {
+        Arch::Sm80 if matches!(spec.tile, TileConfig::Direct(_)) => crate::depthwise::context(spec, symbol)?,
         Arch::Sm80 => {
             let (template, ctx) = sm80::context(spec, symbol)?;
             (template, to_context(&ctx)?)
@@ -136,6 +138,7 @@ pub fn render_unit(kernels: &[(&KernelSpec, &str)]) -> Result<String, RenderErro
     let mut includes: Vec<&str> = Vec::new();
     for &(spec, _) in kernels {
         let needed = match spec.arch {
+            Arch::Sm80 if matches!(spec.tile, TileConfig::Direct(_)) => crate::depthwise::includes(),
             Arch::Sm80 => sm80::includes(spec),
             // The unit prologue's helpers need cutlass::Status before any block's prelude.
             Arch::Sm90 => sm90::includes(spec),
@@ -221,6 +224,7 @@ pub fn symbol_for(spec: &KernelSpec) -> String {
             };
             format!("{}_c{}_{kernel}", shape(t.tile), shape(t.cluster))
         }
+        TileConfig::Direct(t) => format!("direct_v{}_p{}", t.vector, t.pixels),
     };
     let epilogue = spec.epilogue.name().replace('-', "_");
     format!("bolt_{arch}_{family}_{types}{layouts}_{alignment}_{tile}_{epilogue}_{:08x}", spec_hash(spec))

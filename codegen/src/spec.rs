@@ -209,10 +209,24 @@ pub struct Sm90Tile {
     pub epilogue: EpilogueSchedule,
 }
 
+/// A direct depthwise convolution (Bolt's own template, `templates/depthwise_direct.cu.tera`):
+/// no implicit GEMM. One channel per group leaves nothing for tensor cores to reduce over, so
+/// each thread accumulates its output taps on the CUDA cores in f32: `vector` adjacent channels
+/// (one 16-byte access at most) of `pixels` adjacent output columns, reusing each filter tap it
+/// loads across them. Plain CUDA: built like the sm80 kernels (SASS for the artifact's GPUs,
+/// compute_80 PTX).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct DirectTile {
+    pub vector: u32,
+    pub pixels: u32,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum TileConfig {
     Sm80(Sm80Tile),
     Sm90(Sm90Tile),
+    /// Depthwise convs only, arch sm80 (runs on every GPU Bolt targets).
+    Direct(DirectTile),
 }
 
 /// One kernel.

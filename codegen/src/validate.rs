@@ -47,8 +47,11 @@ const TMA_ALIGNMENT_BYTES: usize = 16;
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Rejection {
     // ---- arch, types, epilogue ---------------------------------------------------------------
-    #[error("arch {arch:?} given a {tile} tile config: Sm80 specs take Sm80Tile, Sm90 specs Sm90Tile")]
+    #[error("arch {arch:?} given a {tile} tile config: Sm80 specs take Sm80Tile or DirectTile, Sm90 specs Sm90Tile")]
     ArchTileMismatch { arch: Arch, tile: &'static str },
+
+    #[error("direct depthwise kernel: {0}")]
+    Direct(String),
 
     #[error("types.accumulator BF16: no tensor-core (or SIMT) instruction accumulates in bf16; use F32")]
     AccumulatorBf16,
@@ -223,9 +226,36 @@ pub fn validate(spec: &KernelSpec) -> Result<(), Rejection> {
     match (spec.arch, &spec.tile) {
         (Arch::Sm80, TileConfig::Sm80(tile)) => validate_sm80(spec, tile),
         (Arch::Sm90, TileConfig::Sm90(tile)) => validate_sm90(spec, tile),
+        (Arch::Sm80, TileConfig::Direct(tile)) => validate_direct(spec, tile),
         (arch, TileConfig::Sm80(_)) => Err(Rejection::ArchTileMismatch { arch, tile: "Sm80Tile" }),
         (arch, TileConfig::Sm90(_)) => Err(Rejection::ArchTileMismatch { arch, tile: "Sm90Tile" }),
+        (arch, TileConfig::Direct(_)) => Err(Rejection::ArchTileMismatch { arch, tile: "DirectTile" }),
     }
+}
+
+/// The direct depthwise kernel: depthwise convs, f32 accumulation, one access of at most 16
+/// bytes per thread per pixel on channels whose count and pointers allow it, a few pixels per
+/// thread. Any epilogue tree (it is evaluated per element).
+fn validate_direct(spec: &KernelSpec, tile: &crate::spec::DirectTile) -> Result<(), Rejection> {
+    let bad = |reason: String| Err(Rejection::Direct(reason));
+    if !matches!(spec.family, Family::Conv2dFprop(ConvFeatures { groups: GroupMode::Depthwise, .. })) {
+        return bad(format!("family {:?}: the direct kernel runs depthwise convs only", spec.family));
+    }
+    if spec.types.accumulator != Element::F32 {
+        return bad(format!("accumulator {:?}: the direct kernel accumulates in f32", spec.types.accumulator));
+    }
+    let v = tile.vector;
+    if !v.is_power_of_two() || v as usize * spec.types.input.size_bytes().max(spec.types.output.size_bytes()) > 16 {
+        return bad(format!("vector {v}: a power of two of at most 16 bytes of either type"));
+    }
+    let a = spec.alignment;
+    if a.a % v != 0 || a.c % v != 0 {
+        return bad(format!("vector {v} with channel alignments a{} / c{}: channels come in whole vectors", a.a, a.c));
+    }
+    if !matches!(tile.pixels, 1 | 2 | 4 | 8) {
+        return bad(format!("pixels {}: 1, 2, 4 or 8 output columns per thread", tile.pixels));
+    }
+    Ok(())
 }
 
 /// Element-type rules shared by both archs. Tensor-core instructions: mma.sync / wgmma with

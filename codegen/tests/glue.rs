@@ -3,9 +3,9 @@
 //! on the host, compared with loops written here and with the `half` crate's conversions; a
 //! library answers the ABI's host-side calls. Needs the toolchain, no GPU.
 
+mod host_build;
+
 use std::ffi::c_void;
-use std::path::PathBuf;
-use std::process::Command;
 
 use bolt_codegen::abi::{
     BoltGlueArgs, BoltGlueProblem, CanImplementFn, InitializeFn, LaunchFn, ParamsSizeFn, Status, FUNCTION_SUFFIXES,
@@ -391,39 +391,16 @@ fn expected_sources(spec: &GlueSpec, p: BoltGlueProblem) -> Vec<i64> {
 
 #[test]
 fn glue_kernels_compute_the_documented_layouts_and_answer_the_abi() {
-    let tc = bolt_cutlass::Toolchain::discover().unwrap_or_else(|e| panic!("{e}"));
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("glue");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join(bolt_codegen::abi::HEADER_NAME), bolt_codegen::abi::HEADER).unwrap();
+    let dir = host_build::scratch("glue");
     let specs = specs();
     let symbols: Vec<String> = specs.iter().map(glue::symbol_for).collect();
     let pairs: Vec<(&GlueSpec, &str)> = specs.iter().zip(&symbols).map(|(s, n)| (s, n.as_str())).collect();
     let problem = BoltGlueProblem::new(2, 3, 4, 5);
-    let source = dir.join("glue.cu");
-    std::fs::write(&source, glue::render_unit(&pairs).unwrap() + &test_main(&symbols, problem)).unwrap();
-    let object = dir.join("glue.o");
-    let compiled = tc
-        .compile(&source, &object)
-        .arch(bolt_cutlass::Arch::Sm80)
-        .include(&dir)
-        .run()
-        .unwrap_or_else(|e| panic!("{e}"));
-    eprintln!("{} glue kernels compiled in {:.1}s", specs.len(), compiled.elapsed.as_secs_f64());
-    let link = |out: &PathBuf, shared: bool| {
-        let mut c = Command::new(tc.nvcc());
-        if shared {
-            c.arg("-shared");
-        }
-        let o = c.args(["-cudart", "static", "-o"]).arg(out).arg(&object).output().unwrap();
-        assert!(o.status.success(), "link: {}", String::from_utf8_lossy(&o.stderr));
-    };
+    let unit = glue::render_unit(&pairs).unwrap() + &test_main(&symbols, problem);
+    let built = host_build::build(&dir, "glue", &unit);
 
     // Index math and conversions, run on the host.
-    let exe = dir.join("glue_host");
-    link(&exe, false);
-    let out = Command::new(&exe).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let printed = String::from_utf8(out.stdout).unwrap();
+    let printed = host_build::run(&built);
     for (spec, symbol) in specs.iter().zip(&symbols) {
         let got: Vec<&str> = printed.lines().filter_map(|l| l.strip_prefix(symbol.as_str()).map(str::trim)).collect();
         match spec {
@@ -468,9 +445,7 @@ fn glue_kernels_compute_the_documented_layouts_and_answer_the_abi() {
     }
 
     // The ABI's host side.
-    let library = dir.join("libglue.so");
-    link(&library, true);
-    let lib = unsafe { libloading::Library::new(&library) }.unwrap();
+    let lib = unsafe { libloading::Library::new(&built.library) }.unwrap();
     for (spec, symbol) in specs.iter().zip(&symbols) {
         let f = |suffix: &str| format!("{symbol}{suffix}");
         for suffix in FUNCTION_SUFFIXES {

@@ -7,9 +7,10 @@
 //! host-side calls. Needs the toolchain, no GPU; the device's group reductions stay unverified
 //! here.
 
+mod host_build;
+
 use std::ffi::c_void;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
 use bolt_codegen::abi::{BoltStitchArgs, BoltStitchProblem, CanImplementFn, InitializeFn, ParamsSizeFn, Status};
 use bolt_codegen::epilogue::Activation;
@@ -369,10 +370,7 @@ fn test_main(dir: &Path, cases: &[(String, StitchSpec, BoltStitchProblem, Vec<us
 
 #[test]
 fn stitched_kernels_compute_their_specs_and_answer_the_abi() {
-    let tc = bolt_cutlass::Toolchain::discover().unwrap_or_else(|e| panic!("{e}"));
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("stitch");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join(bolt_codegen::abi::HEADER_NAME), bolt_codegen::abi::HEADER).unwrap();
+    let dir = host_build::scratch("stitch");
 
     // Inputs on disk, expected outputs from the spec's meaning.
     let mut runs = Vec::new();
@@ -409,30 +407,11 @@ fn stitched_kernels_compute_their_specs_and_answer_the_abi() {
             unique.push((spec, symbol));
         }
     }
-    let source = dir.join("stitch.cu");
-    std::fs::write(&source, stitch::render_unit(&unique).unwrap() + &test_main(&dir, &runs)).unwrap();
-    let object = dir.join("stitch.o");
-    let compiled = tc
-        .compile(&source, &object)
-        .arch(bolt_cutlass::Arch::Sm80)
-        .include(&dir)
-        .run()
-        .unwrap_or_else(|e| panic!("{e}"));
-    eprintln!("{} stitched kernels compiled in {:.1}s", unique.len(), compiled.elapsed.as_secs_f64());
-    let link = |out: &PathBuf, shared: bool| {
-        let mut c = Command::new(tc.nvcc());
-        if shared {
-            c.arg("-shared");
-        }
-        let o = c.args(["-cudart", "static", "-o"]).arg(out).arg(&object).output().unwrap();
-        assert!(o.status.success(), "link: {}", String::from_utf8_lossy(&o.stderr));
-    };
+    let unit = stitch::render_unit(&unique).unwrap() + &test_main(&dir, &runs);
+    let built = host_build::build(&dir, "stitch", &unit);
 
     // The generated element code, run on the host.
-    let exe = dir.join("stitch_host");
-    link(&exe, false);
-    let out = Command::new(&exe).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    host_build::run(&built);
     for (c, ((symbol, spec, ..), want)) in runs.iter().zip(&expected).enumerate() {
         for (o, (output, want)) in spec.outputs.iter().zip(want).enumerate() {
             let got = decode(output.element, &std::fs::read(dir.join(format!("out_{c}_{o}.bin"))).unwrap());
@@ -456,9 +435,7 @@ fn stitched_kernels_compute_their_specs_and_answer_the_abi() {
     }
 
     // The ABI's host side.
-    let library = dir.join("libstitch.so");
-    link(&library, true);
-    let lib = unsafe { libloading::Library::new(&library) }.unwrap();
+    let lib = unsafe { libloading::Library::new(&built.library) }.unwrap();
     for (symbol, spec, p, _) in &runs {
         let f = |suffix: &str| format!("{symbol}{suffix}");
         let can_implement = *unsafe { lib.get::<CanImplementFn>(f("_can_implement").as_bytes()) }.unwrap();

@@ -245,11 +245,12 @@ pub fn can_implement(spec: &KernelSpec, workload: &Workload) -> Result<(), Strin
     };
     let split_k = match spec.tile {
         TileConfig::Sm80(t) => t.split_k,
-        TileConfig::Sm90(_) => 1,
+        TileConfig::Sm90(_) | TileConfig::Direct(_) => 1,
     };
     let tile_k = match spec.tile {
         TileConfig::Sm80(t) => t.threadblock[2],
         TileConfig::Sm90(t) => t.tile[2],
+        TileConfig::Direct(_) => 1,
     } as u64;
     match workload.problem {
         Problem::Gemm(p) => {
@@ -262,6 +263,14 @@ pub fn can_implement(spec: &KernelSpec, workload: &Workload) -> Result<(), Strin
                 check("C/D batch stride", p.batch_stride_c, al.c)?;
             }
         }
+        Problem::Conv2d(p) if matches!(spec.tile, TileConfig::Direct(_)) => {
+            // Channel vectors of C in, K out; the filter is read one tap at a time.
+            if !(p.c == p.k && p.k == p.groups) {
+                return Err(format!("depthwise conv needs C = K = groups (C {}, K {}, groups {})", p.c, p.k, p.groups));
+            }
+            check("input channels (C)", p.c as i64, al.a)?;
+            check("output channels (K)", p.k as i64, al.c)?;
+        }
         Problem::Conv2d(p) => {
             bolt_codegen::validate::validate_conv_problem(spec, &p).map_err(|e| e.to_string())?;
             let g = p.groups.max(1) as i64;
@@ -272,6 +281,7 @@ pub fn can_implement(spec: &KernelSpec, workload: &Workload) -> Result<(), Strin
             let tile_n = match spec.tile {
                 TileConfig::Sm80(t) => t.threadblock[1],
                 TileConfig::Sm90(t) => t.tile[1],
+                TileConfig::Direct(t) => t.vector,
             } as i64;
             let k_per_group = p.k as i64 / g;
             if let Family::Conv2dFprop(f) = spec.family {
@@ -316,6 +326,9 @@ fn smooth_max(values: &[f64]) -> f64 {
 
 /// The estimated time of `spec` running `workload` on `device` (see the module docs).
 pub fn estimate(spec: &KernelSpec, workload: &Workload, device: &DeviceSpec) -> Estimate {
+    if let TileConfig::Direct(t) = spec.tile {
+        return estimate_direct(spec, t, workload, device);
+    }
     let v = workload.gemm_view();
     let (m, n, k, batch) = (v.m as f64, v.n as f64, v.k as f64, v.batch);
     let types = spec.types;
@@ -400,6 +413,7 @@ pub fn estimate(spec: &KernelSpec, workload: &Workload, device: &DeviceSpec) -> 
                 stages: smem.stages as u32,
             }
         }
+        TileConfig::Direct(_) => unreachable!("the direct kernel's estimate returned above"),
     };
 
     let tiles_m = v.m.div_ceil(g.tm).div_ceil(g.cluster.0) * g.cluster.0;
@@ -415,7 +429,7 @@ pub fn estimate(spec: &KernelSpec, workload: &Workload, device: &DeviceSpec) -> 
     let (schedule, persistent) = match spec.tile {
         TileConfig::Sm90(t) if !conv => (Some(t.kernel), true),
         TileConfig::Sm90(t) => (Some(t.kernel), false),
-        TileConfig::Sm80(_) => (None, false),
+        TileConfig::Sm80(_) | TileConfig::Direct(_) => (None, false),
     };
     let stream_k = schedule == Some(KernelSchedule::StreamK);
     let pingpong = schedule == Some(KernelSchedule::TmaWarpSpecializedPingpong);
@@ -448,7 +462,7 @@ pub fn estimate(spec: &KernelSpec, workload: &Workload, device: &DeviceSpec) -> 
                 * (PIPELINE_FLOOR + (1.0 - PIPELINE_FLOOR) * covered.min(1.0))
         }
         TileConfig::Sm90(_) if conv => SM90_SINGLE_CONSUMER_EFFICIENCY,
-        TileConfig::Sm90(_) => 1.0,
+        TileConfig::Sm90(_) | TileConfig::Direct(_) => 1.0,
     };
     if g.stages < 3 {
         hiding *= SHALLOW_PIPELINE_EFFICIENCY;
@@ -551,6 +565,85 @@ pub fn estimate(spec: &KernelSpec, workload: &Workload, device: &DeviceSpec) -> 
         dram_s,
         l2_s,
         epilogue_s,
+        dram_bytes,
+        l2_bytes,
+    }
+}
+
+/// Share of the CUDA cores' f32 FMA peak the direct depthwise kernel's inner loop reaches: each
+/// FMA needs its input element converted and the loop bounds checked (no measurement yet).
+const DIRECT_FMA_EFFICIENCY: f64 = 0.5;
+/// Resident threads per SM the direct kernel needs to hide its load latency (half the H100's
+/// 2048: its loads are independent across the taps of a thread).
+const DIRECT_THREADS_FOR_PEAK: f64 = 1024.0;
+
+/// Estimated time of the direct depthwise kernel ([`bolt_codegen::depthwise`]): its DRAM
+/// traffic (input, filter, output, source and bias once), its L1/L2 loads (each output column
+/// reads R·S input vectors; each thread loads every tap of its channels once for its columns)
+/// at the access width its vector allows, and its FMAs on the CUDA cores, with too few
+/// threads to fill the GPU slowing all of it down.
+fn estimate_direct(
+    spec: &KernelSpec,
+    tile: bolt_codegen::spec::DirectTile,
+    workload: &Workload,
+    device: &DeviceSpec,
+) -> Estimate {
+    // A GEMM given to the direct kernel (which validation refuses) takes forever.
+    let Problem::Conv2d(p) = workload.problem else {
+        let never = f64::INFINITY;
+        return Estimate {
+            time_s: never,
+            tflops: 0.0,
+            pct_peak: 0.0,
+            tiles: 0,
+            ctas_per_sm: 0,
+            tiles_per_sm: 0.0,
+            waves: 0,
+            wave_efficiency: 0.0,
+            mainloop_s: never,
+            dram_s: never,
+            l2_s: never,
+            epilogue_s: 0.0,
+            dram_bytes: 0.0,
+            l2_bytes: 0.0,
+        };
+    };
+    let (in_b, out_b) = (spec.types.input.size_bytes() as f64, spec.types.output.size_bytes() as f64);
+    let expr = &workload.epilogue.expr;
+    let [n, h, w, c, pp, q, r, s] = [p.n, p.h, p.w, p.c, p.p, p.q, p.r, p.s].map(|x| x.max(0) as f64);
+    let outputs = n * pp * q * c;
+    let (vector, pixels) = (tile.vector as f64, tile.pixels as f64);
+    let threads = n * pp * (q / pixels).ceil() * (c / vector);
+    let dram_bytes = n * h * w * c * in_b
+        + c * r * s * in_b
+        + outputs * out_b * if expr.reads_source() { 2.0 } else { 1.0 }
+        + if expr.reads_bias() { c * out_b } else { 0.0 };
+    // Input vectors per output column and filter taps per thread, through L1/L2.
+    let l2_bytes = outputs * r * s * in_b + threads * r * s * vector * in_b;
+    let fill = (threads / (device.sm_count as f64 * DIRECT_THREADS_FOR_PEAK)).min(1.0).max(1e-3);
+    let access = access_efficiency((vector * in_b) as usize);
+    let fma_s = 2.0 * outputs * r * s / (device.peak_simt_f32 * DIRECT_FMA_EFFICIENCY);
+    let dram_s = dram_bytes / device.dram_bandwidth;
+    let l2_s = l2_bytes / device.l2_bandwidth / access;
+    let mainloop_s = smooth_max(&[fma_s, l2_s]) / fill;
+    let time_s = smooth_max(&[mainloop_s, dram_s]) + LAUNCH_OVERHEAD_S;
+    let flops = workload.flops();
+    let blocks = (threads / 128.0).ceil();
+    let slots = device.sm_count as f64 * (device.max_threads_per_sm as f64 / 128.0);
+    let waves = (blocks / slots).ceil().max(1.0);
+    Estimate {
+        time_s,
+        tflops: flops / time_s / 1e12,
+        pct_peak: 100.0 * flops / time_s / device.peak_flops(spec.types.input),
+        tiles: blocks as u64,
+        ctas_per_sm: (device.max_threads_per_sm / 128).min(device.max_blocks_per_sm),
+        tiles_per_sm: (blocks / device.sm_count as f64).ceil(),
+        waves: waves as u64,
+        wave_efficiency: blocks / (waves * slots),
+        mainloop_s,
+        dram_s,
+        l2_s,
+        epilogue_s: 0.0,
         dram_bytes,
         l2_bytes,
     }

@@ -145,6 +145,10 @@ impl MaxAlignment for Alignment {
 
     fn for_conv2d(c: i64, k: i64, groups: i64, types: Types) -> Alignment {
         let g = groups.max(1);
+        if c == g && k == g {
+            // Depthwise: the direct kernel reads whole channel vectors of C and writes K.
+            return Alignment { a: max_align(&[c], types.input), b: 1, c: max_align(&[k], types.output) };
+        }
         Alignment {
             a: max_align(&[c, c / g], types.input),
             b: max_align(&[c / g], types.input),

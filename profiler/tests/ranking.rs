@@ -17,13 +17,14 @@ fn tile_mn(r: &Ranked) -> (u32, u32) {
     match r.spec.tile {
         TileConfig::Sm80(t) => (t.threadblock[0], t.threadblock[1]),
         TileConfig::Sm90(t) => (t.tile[0], t.tile[1]),
+        TileConfig::Direct(t) => (t.pixels, t.vector),
     }
 }
 
 fn split_k(r: &Ranked) -> u32 {
     match r.spec.tile {
         TileConfig::Sm80(t) => t.split_k,
-        TileConfig::Sm90(_) => 1,
+        TileConfig::Sm90(_) | TileConfig::Direct(_) => 1,
     }
 }
 
@@ -179,11 +180,16 @@ fn conv_ranking_and_epilogue_rules() {
     let t = |w: &Workload| rank(w, &dev, Arch::Sm80)[0].estimate.time_s;
     assert!(t(&unpadded) > 1.3 * t(&padded), "{} vs {}", t(&unpadded), t(&padded));
 
-    // Depthwise: the SIMT kernels on sm80 (at scalar alignment), none on sm90.
+    // Depthwise on sm80: CUTLASS's SIMT kernels (at scalar alignment) and Bolt's direct kernel,
+    // which reads 16-byte channel vectors and ranks first: its traffic is the tensors once
+    // (the SIMT implicit GEMM moves its tiles through shared memory at 2 stages); none on sm90.
     let dw = Conv2dShape { groups: 256, pad: (1, 1), ..Conv2dShape::new(32, 28, 28, 256, 256, 3, 3) };
     let w = Workload::conv2d("dw", dw, F16_F32_F16, Epilogue::plain()).unwrap();
     let r = rank(&w, &dev, Arch::Sm80);
-    assert_eq!(r.len(), 3);
-    assert!(r.iter().all(|x| x.candidate.name.ends_with("_simt")));
+    assert_eq!(r.iter().filter(|x| x.candidate.name.ends_with("_simt")).count(), 3);
+    assert_eq!(r.iter().filter(|x| matches!(x.spec.tile, TileConfig::Direct(_))).count(), 12);
+    assert!(matches!(r[0].spec.tile, TileConfig::Direct(t) if t.vector == 8), "{}", r[0].candidate.name);
+    let simt = r.iter().find(|x| x.candidate.name.ends_with("_simt")).unwrap();
+    assert!(simt.estimate.time_s > 2.0 * r[0].estimate.time_s, "{} vs {}", simt.estimate.time_s, r[0].estimate.time_s);
     assert!(rank(&w, &DeviceSpec::h100_sxm5_80gb(), Arch::Sm90).is_empty());
 }

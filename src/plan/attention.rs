@@ -419,9 +419,26 @@ fn packable(g: &Graph, node: &str) -> Option<Packable> {
         if !only_reader(t, &reshape.name) {
             return None;
         }
-        // The bias Add (either operand order) and the MatMul.
+        // A scalar scale (BART's and Whisper's `q_proj(x) * scaling`), the bias Add (either
+        // operand order) and the MatMul.
         let mut nodes = vec![reshape.name.clone()];
         let mut bias = None;
+        let mut scale = 1.0;
+        let mut t = t;
+        if let Some(p) = producer.get(t).filter(|p| matches!(p.op, Op::Binary(Binary::Mul))) {
+            let (l, r) = (p.input(0)?, p.input(1)?);
+            let (s, other) = match (edit::constant(g, l), edit::constant(g, r)) {
+                (None, Some(s)) => (s, l),
+                (Some(s), None) => (s, r),
+                _ => return None,
+            };
+            if s.len() != 1 || s.shape.len() > 3 || !only_reader(other, &p.name) {
+                return None;
+            }
+            scale = s.to_f64_vec()[0];
+            nodes.push(p.name.clone());
+            t = other;
+        }
         let mut m = t;
         let p = producer.get(t)?;
         if matches!(p.op, Op::Binary(Binary::Add)) {
@@ -467,6 +484,25 @@ fn packable(g: &Graph, node: &str) -> Option<Packable> {
         nodes.push(mm.name.clone());
         inputs_of_removed.extend(reshape.inputs.iter().skip(1).flatten().cloned());
         heads.push((i, *h, *d));
+        // The scale goes into the weight and bias columns: (X·W + b)·s = X·(W·s) + b·s.
+        let (w, bias) = if scale == 1.0 {
+            (w, bias)
+        } else {
+            let scaled = |t: &Tensor| {
+                Tensor::from_f64_as(
+                    t.dtype(),
+                    t.shape.clone(),
+                    &t.to_f64_vec().iter().map(|v| v * scale).collect::<Vec<_>>(),
+                )
+            };
+            (
+                Arc::new(scaled(&w)?),
+                match bias {
+                    Some(b) => Some(Arc::new(scaled(&b)?)),
+                    None => None,
+                },
+            )
+        };
         projections.push(Projection { matmul: mm.name.clone(), weight: w, bias, cols: *cols, nodes });
     }
     let dtype = dtype?;

@@ -56,6 +56,24 @@ impl Net {
         self.b.node(&name, op, &[x, &w, &bias])
     }
 
+    /// Depthwise conv (+ bias): `c` channels, one filter each, square kernel `k`.
+    pub fn depthwise(&mut self, x: &str, c: usize, k: usize, stride: usize, pad: usize) -> String {
+        let w = self.random("w", &[c, 1, k, k], (2.0 / (k * k) as f64).sqrt());
+        let bias = self.random("b", &[c], 0.05);
+        let op = Op::Conv {
+            window: Window {
+                kernel_shape: Some(vec![k, k]),
+                strides: Some(vec![stride, stride]),
+                pads: Some(vec![pad; 4]),
+                dilations: None,
+                auto_pad: AutoPad::NotSet,
+            },
+            group: c,
+        };
+        let name = self.name("dw");
+        self.b.node(&name, op, &[x, &w, &bias])
+    }
+
     /// x @ W[k, n] + bias as nn.Linear exports it.
     pub fn linear(&mut self, x: &str, k: usize, n: usize) -> String {
         let w = self.random("w", &[k, n], (2.0 / k as f64).sqrt());

@@ -1,0 +1,52 @@
+//! For tests that run generated kernels' host code (glue, stitched and direct depthwise
+//! kernels): a unit of kernels plus a host `main`, compiled once for sm_80 and linked twice,
+//! as an executable (the kernels' element code on the host) and as a shared library (the ABI's
+//! host-side calls). Needs the toolchain, no GPU.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub struct HostBuild {
+    pub exe: PathBuf,
+    pub library: PathBuf,
+}
+
+/// The scratch folder of test `name`, with the ABI header the units include.
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join(bolt_codegen::abi::HEADER_NAME), bolt_codegen::abi::HEADER).unwrap();
+    dir
+}
+
+/// Compiles `source` (kernels and a host `main`) as `<dir>/<name>.cu` for sm_80 and links it
+/// as `<dir>/<name>_host` and `<dir>/lib<name>.so`.
+pub fn build(dir: &Path, name: &str, source: &str) -> HostBuild {
+    let tc = bolt_cutlass::Toolchain::discover().unwrap_or_else(|e| panic!("{e}"));
+    let cu = dir.join(format!("{name}.cu"));
+    std::fs::write(&cu, source).unwrap();
+    let object = dir.join(format!("{name}.o"));
+    let compiled =
+        tc.compile(&cu, &object).arch(bolt_cutlass::Arch::Sm80).include(dir).run().unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("{name}: compiled in {:.1}s", compiled.elapsed.as_secs_f64());
+    let link = |out: &PathBuf, shared: bool| {
+        let mut c = Command::new(tc.nvcc());
+        if shared {
+            c.arg("-shared");
+        }
+        let o = c.args(["-cudart", "static", "-o"]).arg(out).arg(&object).output().unwrap();
+        assert!(o.status.success(), "link: {}", String::from_utf8_lossy(&o.stderr));
+    };
+    let build = HostBuild { exe: dir.join(format!("{name}_host")), library: dir.join(format!("lib{name}.so")) };
+    link(&build.exe, false);
+    link(&build.library, true);
+    build
+}
+
+/// Runs the executable; it must succeed. Its standard output.
+pub fn run(b: &HostBuild) -> String {
+    let out = Command::new(&b.exe).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
