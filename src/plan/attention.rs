@@ -302,48 +302,44 @@ fn constant_causal(g: &Graph, m: &str, q: &[Dim], k_t: &[Dim]) -> bool {
 /// TensorRT and FasterTransformer), and the kernel reads each operand as a window of its
 /// output through strides ([`FusedAttention::packed`]). Nothing is copied: windows start at
 /// whole vectors. The rewrite changes no value (the same products, in the same order per
-/// column); `decisions` record it.
+/// column) except where Q is scaled before its head split: the scale goes into Q's weight and
+/// bias columns (rounded once there instead of on every output); `decisions` record it.
 pub fn pack_projections(g: &mut Graph, decisions: &mut [AttentionDecision]) -> Result<()> {
     let mut names: HashSet<String> = g.nodes.iter().map(|n| n.name.clone()).collect();
     let mut changed = false;
     for d in decisions.iter_mut() {
         let Some(node) = d.fused.clone() else { continue };
         let Some(p) = packable(g, &node) else { continue };
-        let first = p.projections[0].matmul.clone();
+        let base = p.projections[0].matmul.clone();
         let (w, bias) = (p.weight, p.bias);
-        let w_name = edit::fresh_name(g, &mut names, &format!("{first}.qkv_weight"));
+        let w_name = edit::fresh_name(g, &mut names, &format!("{base}.qkv_weight"));
         g.initializers.insert(w_name.clone(), Arc::new(w));
-        let gemm = edit::fresh_name(g, &mut names, &format!("{first}.qkv"));
-        let y = edit::fresh_name(g, &mut names, &format!("{first}.qkv_output"));
-        let mut new_nodes = Vec::new();
+        let gemm = edit::fresh_name(g, &mut names, &format!("{base}.qkv"));
+        let y = edit::fresh_name(g, &mut names, &format!("{base}.qkv_output"));
+        let mut new_nodes =
+            vec![edit::node(gemm.clone(), Op::MatMul, vec![Some(p.x.clone()), Some(w_name)], y.clone())];
         let out = match bias {
             Some(b) => {
-                let b_name = edit::fresh_name(g, &mut names, &format!("{first}.qkv_bias"));
+                let b_name = edit::fresh_name(g, &mut names, &format!("{base}.qkv_bias"));
                 g.initializers.insert(b_name.clone(), Arc::new(b));
-                let add = edit::fresh_name(g, &mut names, &format!("{first}.qkv_bias_add"));
-                let out = edit::fresh_name(g, &mut names, &format!("{first}.qkv_biased"));
-                new_nodes.push(edit::node(gemm.clone(), Op::MatMul, vec![Some(p.x.clone()), Some(w_name)], y.clone()));
+                let add = edit::fresh_name(g, &mut names, &format!("{base}.qkv_bias_add"));
+                let out = edit::fresh_name(g, &mut names, &format!("{base}.qkv_biased"));
                 new_nodes.push(edit::node(add, Op::Binary(Binary::Add), vec![Some(y), Some(b_name)], out.clone()));
                 out
             }
-            None => {
-                new_nodes.push(edit::node(gemm.clone(), Op::MatMul, vec![Some(p.x.clone()), Some(w_name)], y.clone()));
-                y
-            }
+            None => y,
         };
-        let replaced: Vec<String> = p.projections.iter().flat_map(|x| x.nodes.iter().cloned()).collect();
-        // The packed GEMM takes the first projection's place; the others go.
-        let at = g.nodes.iter().position(|n| n.name == first).expect("the first projection's MatMul");
-        g.nodes.splice(at..at + 1, new_nodes);
-        g.nodes.retain(|n| !replaced.contains(&n.name));
-        let n = g.nodes.iter_mut().find(|n| n.name == node).expect("the attention node");
-        let Op::Attention(a) = &n.op else { unreachable!("packable checked the op") };
-        let mut a = (**a).clone();
-        a.packed = Some(p.windows);
-        n.op = Op::Attention(Arc::new(a));
+        // The attention node reads the packed output through its windows.
+        let mut op = p.op;
+        op.packed = Some(p.windows);
+        g.nodes[p.node].op = Op::Attention(Arc::new(op));
         for i in 0..3 {
-            n.inputs[i] = Some(out.clone());
+            g.nodes[p.node].inputs[i] = Some(out.clone());
         }
+        // The packed GEMM takes the first projection's place; the projections go.
+        let replaced: Vec<String> = p.projections.iter().flat_map(|x| x.nodes.iter().cloned()).collect();
+        g.nodes.splice(p.first..p.first + 1, new_nodes);
+        g.nodes.retain(|n| !replaced.contains(&n.name));
         remove_dead(g, &p.inputs_of_removed);
         d.packed = Some(PackedProjections { gemm, replaced });
         changed = true;
@@ -366,6 +362,10 @@ struct Projection {
 }
 
 struct Packable {
+    /// The attention node's index and op; the first projection MatMul's index.
+    node: usize,
+    op: FusedAttention,
+    first: usize,
     x: String,
     projections: Vec<Projection>,
     /// `[K, N_q + N_k + N_v]` and `[N_q + N_k + N_v]` (a projection without a bias adds zeros).
@@ -380,7 +380,8 @@ struct Packable {
 /// Whether attention node `node`'s operands are three projections of one input that one GEMM
 /// can compute, and what that GEMM packs.
 fn packable(g: &Graph, node: &str) -> Option<Packable> {
-    let n = g.nodes.iter().find(|n| n.name == node)?;
+    let index = g.nodes.iter().position(|n| n.name == node)?;
+    let n = &g.nodes[index];
     let Op::Attention(a) = &n.op else { return None };
     if a.packed.is_some() || a.rank() != 4 {
         return None;
@@ -534,7 +535,18 @@ fn packable(g: &Graph, node: &str) -> Option<Packable> {
     } else {
         None
     };
-    Some(Packable { x: x?.to_string(), projections, weight, bias, windows, inputs_of_removed })
+    let first = g.nodes.iter().position(|n| n.name == projections[0].matmul)?;
+    Some(Packable {
+        node: index,
+        op: (**a).clone(),
+        first,
+        x: x?.to_string(),
+        projections,
+        weight,
+        bias,
+        windows,
+        inputs_of_removed,
+    })
 }
 
 /// Removes the nodes that computed only `seeds` (and what only they read), once nothing reads
