@@ -129,12 +129,7 @@ pub fn fuse(g: &mut Graph) -> Result<Vec<AttentionDecision>> {
         }
         // Transposes of the operands that nothing reads any more went into the node.
         loop {
-            let read: HashSet<&str> = g
-                .nodes
-                .iter()
-                .flat_map(|n| n.inputs.iter().flatten().map(String::as_str))
-                .chain(g.outputs.iter().map(String::as_str))
-                .collect();
+            let read = edit::read_tensors(g);
             let dead: Vec<String> = g
                 .nodes
                 .iter()
@@ -554,12 +549,7 @@ fn packable(g: &Graph, node: &str) -> Option<Packable> {
 fn remove_dead(g: &mut Graph, seeds: &[String]) {
     let mut maybe: HashSet<String> = seeds.iter().cloned().collect();
     loop {
-        let read: HashSet<&str> = g
-            .nodes
-            .iter()
-            .flat_map(|n| n.inputs.iter().flatten().map(String::as_str))
-            .chain(g.outputs.iter().map(String::as_str))
-            .collect();
+        let read = edit::read_tensors(g);
         let dead: Vec<usize> = (0..g.nodes.len())
             .filter(|&i| {
                 let n = &g.nodes[i];

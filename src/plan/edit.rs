@@ -40,6 +40,15 @@ pub fn bound_shape(g: &Graph, t: &str, bindings: &HashMap<String, usize>) -> Opt
         .collect()
 }
 
+/// Every tensor something reads: a node's input or a graph output.
+pub fn read_tensors(g: &Graph) -> HashSet<&str> {
+    g.nodes
+        .iter()
+        .flat_map(|n| n.inputs.iter().flatten().map(String::as_str))
+        .chain(g.outputs.iter().map(String::as_str))
+        .collect()
+}
+
 /// A name not used by any tensor or node of `g`, derived from `base`.
 pub fn fresh_name(g: &Graph, taken: &mut HashSet<String>, base: &str) -> String {
     let mut name = base.to_string();
@@ -58,8 +67,7 @@ pub fn node(name: String, op: Op, inputs: Vec<Option<String>>, output: String) -
 
 /// After a pass: drop weights nobody reads, type the new ones, order nodes and re-infer.
 pub fn finish(g: &mut Graph) -> Result<()> {
-    let used: HashSet<String> =
-        g.nodes.iter().flat_map(|n| n.inputs.iter().flatten().cloned()).chain(g.outputs.iter().cloned()).collect();
+    let used: HashSet<String> = read_tensors(g).into_iter().map(str::to_string).collect();
     g.initializers.retain(|k, _| used.contains(k));
     let produced: HashSet<&String> = g.nodes.iter().flat_map(|n| n.outputs.iter()).collect();
     let keep: HashSet<String> = used.iter().chain(produced).chain(g.inputs.iter()).cloned().collect();

@@ -493,8 +493,7 @@ fn sink_exit_transforms(
             placed.push((tname, Transform { tensor: out, ..t }));
         }
         // Exit transforms nobody reads any more go.
-        let read: HashSet<String> =
-            g.nodes.iter().flat_map(|n| n.inputs.iter().flatten().cloned()).chain(g.outputs.iter().cloned()).collect();
+        let read: HashSet<String> = super::edit::read_tensors(g).into_iter().map(str::to_string).collect();
         g.nodes.retain(|m| !(exits.contains_key(&m.outputs[0]) && !read.contains(&m.outputs[0])));
     }
 }

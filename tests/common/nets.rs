@@ -40,7 +40,28 @@ impl Net {
 
     /// Conv (+ bias) with square kernel `k`, `pad` on every side.
     pub fn conv(&mut self, x: &str, cin: usize, cout: usize, k: usize, stride: usize, pad: usize) -> String {
-        let w = self.random("w", &[cout, cin, k, k], (2.0 / (cin * k * k) as f64).sqrt());
+        self.grouped_conv("conv", x, cin, cout, k, stride, pad, 1)
+    }
+
+    /// Depthwise conv (+ bias): `c` channels, one filter each, square kernel `k`.
+    pub fn depthwise(&mut self, x: &str, c: usize, k: usize, stride: usize, pad: usize) -> String {
+        self.grouped_conv("dw", x, c, c, k, stride, pad, c)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn grouped_conv(
+        &mut self,
+        base: &str,
+        x: &str,
+        cin: usize,
+        cout: usize,
+        k: usize,
+        stride: usize,
+        pad: usize,
+        group: usize,
+    ) -> String {
+        let fan_in = cin / group * k * k;
+        let w = self.random("w", &[cout, cin / group, k, k], (2.0 / fan_in as f64).sqrt());
         let bias = self.random("b", &[cout], 0.05);
         let op = Op::Conv {
             window: Window {
@@ -50,27 +71,9 @@ impl Net {
                 dilations: None,
                 auto_pad: AutoPad::NotSet,
             },
-            group: 1,
+            group,
         };
-        let name = self.name("conv");
-        self.b.node(&name, op, &[x, &w, &bias])
-    }
-
-    /// Depthwise conv (+ bias): `c` channels, one filter each, square kernel `k`.
-    pub fn depthwise(&mut self, x: &str, c: usize, k: usize, stride: usize, pad: usize) -> String {
-        let w = self.random("w", &[c, 1, k, k], (2.0 / (k * k) as f64).sqrt());
-        let bias = self.random("b", &[c], 0.05);
-        let op = Op::Conv {
-            window: Window {
-                kernel_shape: Some(vec![k, k]),
-                strides: Some(vec![stride, stride]),
-                pads: Some(vec![pad; 4]),
-                dilations: None,
-                auto_pad: AutoPad::NotSet,
-            },
-            group: c,
-        };
-        let name = self.name("dw");
+        let name = self.name(base);
         self.b.node(&name, op, &[x, &w, &bias])
     }
 
