@@ -9,7 +9,7 @@ mod common;
 
 use bolt::ir::builder::GraphBuilder;
 use bolt::ir::precision::convert_floats;
-use bolt::ir::{Binary, DType, Dim, Graph, Op, Shape, Tensor};
+use bolt::ir::{Binary, DType, Dim, Graph, Op, Shape, Tensor, TensorData};
 use bolt::partition::attention::{find, Attention, MaskKind};
 use std::collections::HashMap;
 
@@ -147,6 +147,13 @@ fn softmaxes_that_are_not_cores_say_why() {
     assert!(found.is_empty());
     assert!(not[0].reason.contains("graph output"), "{}", not[0].reason);
 
+    // A selection that fills with a value scores come near (0) is no mask.
+    let (mut g, _) = exported(Export::MaskedFill, 4, 8, DType::F32);
+    g.initializers.insert("fill".into(), std::sync::Arc::new(Tensor::scalar_f32(0.0)));
+    let (found, not) = find(&g);
+    assert!(found.is_empty());
+    assert!(not[0].reason.contains("fills masked scores with 0"), "{}", not[0].reason);
+
     // A mask that varies per query but not per key ([B, 1, S, 1]) is no common mask shape.
     let mut g = graph(Form::DivThenPaddingMask, 4);
     g.types.get_mut("mask").unwrap().shape = Some(Shape::from_static(&[B, 1, 4, 1]));
@@ -171,6 +178,40 @@ fn bert_base_has_one_core_per_layer() {
         assert_eq!(a.q_shape[1], Dim::Known(12));
         assert_eq!(a.q_shape[3], Dim::Known(64));
     }
+}
+
+/// The arabic-name-romanizer wheel's decoder step (torch.onnx 2.14): Luong attention over the
+/// encoder's memory whose padded keys are masked by `Where(mask, -1e9, scores)` (PyTorch's
+/// `masked_fill`). It is one core with a selection mask; on the model's second data set (three
+/// sources of different lengths, so keys are padded), the core's meaning with the selection
+/// read as an additive mask equals the reference's own output of the core's ops.
+#[test]
+fn romanizer_decoder_masked_fill_attention_is_a_core() {
+    let Some(dir) = common::testdata("models/romanizer_decoder") else { return };
+    let mut g = bolt::import::load(&dir.join("model.onnx")).unwrap().graph;
+    let a = only_core(&g);
+    assert_eq!(a.nodes, ["/MatMul", "/Where", "/Softmax", "/MatMul_1"]);
+    assert_eq!(a.mask, None);
+    let select = a.select.clone().expect("a selection mask");
+    assert_eq!((select.masked_when, select.fill, select.kind), (true, -1e9, MaskKind::PerKey));
+    for t in [&a.q, &a.k_t, &a.v, &select.cond, &a.output] {
+        g.outputs.push(t.clone());
+    }
+    let set = dir.join("test_data_set_1");
+    let feeds: HashMap<String, Tensor> = (0..g.inputs.len())
+        .map(|i| {
+            let (_, t) = bolt::cases::read_tensor_pb(&set.join(format!("input_{i}.pb"))).unwrap();
+            (g.inputs[i].clone(), t)
+        })
+        .collect();
+    let outs = bolt::reference::run(&g, &feeds).unwrap();
+    let cond = &outs[&select.cond];
+    let masked = cond.to_f64_vec().iter().filter(|&&c| c != 0.0).count();
+    assert!(masked > 0 && masked < cond.len(), "the data set pads some keys: {masked} of {}", cond.len());
+    let mask = a.additive_mask(outs[&a.q].dtype(), None, Some(cond)).unwrap();
+    let got = a.eval(&outs[&a.q], &outs[&a.k_t], &outs[&a.v], mask.as_ref()).unwrap();
+    let worst = max_abs_diff(&got, &outs[&a.output]);
+    assert!(worst < 1e-5, "max |core - ops| = {worst}");
 }
 
 /// PP-OCRv4's recogniser (paddle2onnx, from the rapidocr wheel): its SVTR blocks' attention
@@ -221,6 +262,20 @@ enum Export {
     Sdpa,
     /// One head, rank 3 (tests/artifact.rs's BERT layer): [B, S, D], Kᵀ by [0,2,1], no mask.
     Rank3,
+    /// HuggingFace's heads with PyTorch's `masked_fill(pad, -1e9)` instead of an additive mask:
+    /// `Where(pad [B,1,1,S], -1e9, scores)`, a boolean input that is true where a key is padding.
+    MaskedFill,
+    /// GPT-2: Q, K, V [B, H, S, D]; `Where(causal [1,1,S,S], scores, lowest)` with a constant
+    /// boolean causal pattern (true keeps), then the additive padding mask [B,1,1,S].
+    Gpt2,
+    /// SDPA's core masked by `Where(causal [S,S], -inf, scores)` with a constant condition
+    /// that is true above the diagonal.
+    CausalWhere,
+}
+
+/// Batch item 1's padding: keys from `from` on.
+fn padding_keys(s: usize, from: usize) -> Vec<bool> {
+    (0..B * s).map(|i| i / s == 1 && i % s >= from).collect()
 }
 
 fn exported(form: Export, s: usize, d: usize, dtype: DType) -> (Graph, HashMap<String, Tensor>) {
@@ -270,6 +325,61 @@ fn exported(form: Export, s: usize, d: usize, dtype: DType) -> (Graph, HashMap<S
             let p = g.node("softmax", Op::Softmax { axis: -1 }, &[&sc]);
             g.node("pv", Op::MatMul, &[&p, &v])
         }
+        Export::MaskedFill => {
+            let q = input(&mut g, "q_proj", &[B, s, H, d], 1);
+            let k = input(&mut g, "k_proj", &[B, s, H, d], 2);
+            let v = input(&mut g, "v_proj", &[B, s, H, d], 3);
+            let pad = g.input("pad", DType::Bool, Shape::from_static(&[B, 1, 1, s]));
+            // In f32 and bf16 batch item 1 pads every key at S = 1: a row with every key masked
+            // (the model weighs the keys evenly, and so does the additive form with the type's
+            // lowest value). f16's lowest value cannot do that (see SelectMask): not tested there.
+            let from = if dtype == DType::F16 { (s / 2).max(1) } else { s / 2 };
+            feeds.insert("pad".into(), Tensor::new(vec![B, 1, 1, s], TensorData::Bool(padding_keys(s, from))).unwrap());
+            let q = g.node("q_t", Op::Transpose { perm: Some(vec![0, 2, 1, 3]) }, &[&q]);
+            let kt = g.node("k_t", Op::Transpose { perm: Some(vec![0, 2, 3, 1]) }, &[&k]);
+            let v = g.node("v_t", Op::Transpose { perm: Some(vec![0, 2, 1, 3]) }, &[&v]);
+            let qk = g.node("qk", Op::MatMul, &[&q, &kt]);
+            let root = scale(&mut g, "root_d", (d as f32).sqrt());
+            let sc = g.node("div", Op::Binary(Binary::Div), &[&qk, &root]);
+            let fill = scale(&mut g, "fill", if dtype == DType::F16 { -1e4 } else { -1e9 });
+            let sc = g.node("masked_fill", Op::Where, &[&pad, &fill, &sc]);
+            let p = g.node("softmax", Op::Softmax { axis: -1 }, &[&sc]);
+            let ctx = g.node("pv", Op::MatMul, &[&p, &v]);
+            g.node("merge", Op::Transpose { perm: Some(vec![0, 2, 1, 3]) }, &[&ctx])
+        }
+        Export::Gpt2 | Export::CausalWhere => {
+            let q = input(&mut g, "q", &[B, H, s, d], 1);
+            let k = input(&mut g, "k", &[B, H, s, d], 2);
+            let v = input(&mut g, "v", &[B, H, s, d], 3);
+            let kt = g.node("k_t", Op::Transpose { perm: Some(vec![0, 1, 3, 2]) }, &[&k]);
+            let qk = g.node("qk", Op::MatMul, &[&q, &kt]);
+            let root = scale(&mut g, "root_d", (d as f32).sqrt());
+            let sc = g.node("div", Op::Binary(Binary::Div), &[&qk, &root]);
+            let above: Vec<bool> = (0..s * s).map(|i| i % s > i / s).collect();
+            let sc = if matches!(form, Export::Gpt2) {
+                let keep = Tensor::new(vec![1, 1, s, s], TensorData::Bool(above.iter().map(|a| !a).collect())).unwrap();
+                let keep = g.initializer("causal", keep);
+                // `torch.finfo(dtype).min`.
+                let min = match dtype {
+                    DType::F16 => half::f16::MIN.to_f32(),
+                    DType::BF16 => half::bf16::MIN.to_f32(),
+                    _ => f32::MIN,
+                };
+                let lowest = scale(&mut g, "lowest", min);
+                let sc = g.node("where", Op::Where, &[&keep, &sc, &lowest]);
+                let mask = g.input("mask", dtype, Shape::from_static(&[B, 1, 1, s]));
+                let pad: Vec<f64> =
+                    padding_keys(s, (s / 2).max(1)).iter().map(|&p| if p { -1e4 } else { 0.0 }).collect();
+                feeds.insert("mask".into(), Tensor::from_f64_as(dtype, vec![B, 1, 1, s], &pad).unwrap());
+                g.node("add_mask", Op::Binary(Binary::Add), &[&sc, &mask])
+            } else {
+                let masked = g.initializer("causal", Tensor::new(vec![s, s], TensorData::Bool(above)).unwrap());
+                let inf = scale(&mut g, "minus_inf", f32::NEG_INFINITY);
+                g.node("where", Op::Where, &[&masked, &inf, &sc])
+            };
+            let p = g.node("softmax", Op::Softmax { axis: -1 }, &[&sc]);
+            g.node("pv", Op::MatMul, &[&p, &v])
+        }
         Export::Rank3 => {
             let q = input(&mut g, "q", &[B, s, d], 1);
             let k = input(&mut g, "k", &[B, s, d], 2);
@@ -299,11 +409,21 @@ fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
 /// reference executor, at sequence lengths whose masks need staging (not a multiple of 8).
 #[test]
 fn exported_cores_run_as_one_attention_kernel_on_the_problem_the_device_launches() {
-    for form in [Export::HuggingFace, Export::Sdpa, Export::Rank3] {
+    let forms =
+        [Export::HuggingFace, Export::Sdpa, Export::Rank3, Export::MaskedFill, Export::Gpt2, Export::CausalWhere];
+    for form in forms {
         for s in [1usize, 7, 16, 33] {
             // D = 15 (f32) and 12 (f16) are not whole vectors: padded to 16.
-            for (dtype, d) in [(DType::F32, 12), (DType::F16, 16), (DType::BF16, 8), (DType::F32, 15), (DType::F16, 12)]
-            {
+            // D = 200: past a block's keys (the output accumulates in the workspace).
+            let dims = [
+                (DType::F32, 12),
+                (DType::F16, 16),
+                (DType::BF16, 8),
+                (DType::F32, 15),
+                (DType::F16, 12),
+                (DType::F16, 200),
+            ];
+            for (dtype, d) in dims {
                 let (g, feeds) = exported(form, s, d, dtype);
                 let plan = bolt::plan::plan(&g).unwrap();
                 let what = format!("{form:?} S={s} D={d} {dtype}");
@@ -317,8 +437,8 @@ fn exported_cores_run_as_one_attention_kernel_on_the_problem_the_device_launches
                 let absorbed: Vec<&str> =
                     decision.nodes.iter().filter(|x| x.ends_with("_t")).map(|x| x.as_str()).collect();
                 let want_absorbed: &[&str] = match form {
-                    Export::HuggingFace => &["q_t", "k_t", "v_t"],
-                    Export::Sdpa | Export::Rank3 => &["k_t"],
+                    Export::HuggingFace | Export::MaskedFill => &["q_t", "k_t", "v_t"],
+                    Export::Sdpa | Export::Rank3 | Export::Gpt2 | Export::CausalWhere => &["k_t"],
                 };
                 assert_eq!(absorbed, want_absorbed, "{what}");
 
@@ -332,14 +452,30 @@ fn exported_cores_run_as_one_attention_kernel_on_the_problem_the_device_launches
                 let worst = max_abs_diff(&planned, &want);
                 assert!(worst <= tol, "{what}: planned graph vs model: {worst}");
 
-                // SDPA's constant causal mask is the kernel's causal masking (no mask input);
-                // one query row is no pattern (it would broadcast over any query count).
-                let causal = matches!(form, Export::Sdpa) && s > 1;
+                // SDPA's constant causal mask, added or selected, is the kernel's causal masking
+                // (no mask input); one query row is no pattern (it would broadcast over any
+                // query count). GPT-2's constant selection comes with an additive mask that is
+                // an input: the two are summed into the mask the kernel reads.
+                let constant = matches!(form, Export::Sdpa | Export::CausalWhere);
+                let causal = constant && s > 1;
+                let masked = matches!(form, Export::HuggingFace | Export::MaskedFill | Export::Gpt2);
                 assert_eq!(
                     (op.causal, decision.causal, op.mask),
-                    (causal, causal, matches!(form, Export::HuggingFace) || (matches!(form, Export::Sdpa) && !causal)),
+                    (causal, causal, masked || (constant && !causal)),
                     "{what}"
                 );
+                // The nodes that make the selection an additive mask run as one stitched kernel.
+                let want_mask_nodes = match form {
+                    Export::MaskedFill => 1,
+                    Export::Gpt2 => 2,
+                    _ => 0,
+                };
+                assert_eq!(decision.mask.len(), want_mask_nodes, "{what}: {:?}", decision.mask);
+                let mask_kernel = plan.stitched.iter().find(|d| decision.mask.iter().any(|m| d.nodes.contains(m)));
+                if want_mask_nodes > 0 {
+                    let d = mask_kernel.unwrap_or_else(|| panic!("{what}: mask nodes not stitched"));
+                    assert!(d.stitched.is_some() && decision.mask.iter().all(|m| d.nodes.contains(m)), "{what}: {d:?}");
+                }
                 // The kernel's meaning on the problem lowered from the node's input shapes.
                 let spec = bolt::plan::lower::attention_spec(&plan.graph, n).unwrap();
                 assert_eq!((spec.bias, spec.causal), (op.mask, op.causal));
@@ -348,7 +484,11 @@ fn exported_cores_run_as_one_attention_kernel_on_the_problem_the_device_launches
                     env.insert(k.clone(), (**v).clone());
                 }
                 // Padded operands: their FitLastAxis producers run on the reference.
+                // The mask made from a selection: its nodes run on the reference.
                 let producer = |t: &str| plan.graph.nodes.iter().find(|p| p.outputs[0] == t).unwrap();
+                let mut with_mask = plan.graph.clone();
+                with_mask.outputs = n.inputs.iter().flatten().filter(|x| !env.contains_key(*x)).cloned().collect();
+                let made = bolt::reference::run(&with_mask, &feeds).unwrap();
                 let args: Vec<Tensor> = n
                     .inputs
                     .iter()
@@ -357,8 +497,9 @@ fn exported_cores_run_as_one_attention_kernel_on_the_problem_the_device_launches
                         Some(t) => t.clone(),
                         None => {
                             let p = producer(x);
-                            assert!(matches!(p.op, Op::FitLastAxis { .. }), "{what}: {x} from {:?}", p.op);
-                            bolt::reference::eval_node(p, &[Some(&env[p.input(0).unwrap()])]).unwrap().remove(0)
+                            let from_mask = mask_kernel.is_some_and(|d| d.stitched.as_ref() == Some(&p.name));
+                            assert!(matches!(p.op, Op::FitLastAxis { .. }) || from_mask, "{what}: {x} from {:?}", p.op);
+                            made[x].clone()
                         }
                     })
                     .collect();
@@ -376,7 +517,7 @@ fn exported_cores_run_as_one_attention_kernel_on_the_problem_the_device_launches
                     }
                 }
                 // HuggingFace's head merge went into the node: the kernel writes [B, S, H, D].
-                assert_eq!(op.merge_heads, matches!(form, Export::HuggingFace), "{what}");
+                assert_eq!(op.merge_heads, matches!(form, Export::HuggingFace | Export::MaskedFill), "{what}");
                 assert_eq!(decision.nodes.contains(&"merge".to_string()), op.merge_heads, "{what}");
                 let worst = max_abs_diff(&kernel, &want);
                 assert!(worst <= tol, "{what}: attention kernel meaning vs model: {worst}");
@@ -396,10 +537,10 @@ fn cores_the_kernels_cannot_take_say_why_and_stay_ops() {
     assert!(plan.attention[0].fused.is_none() && why.contains("not a transpose"), "{why}");
     assert!(plan.graph.nodes.iter().all(|n| !matches!(n.op, Op::Attention(_))));
     // Head dims above the largest kernel's.
-    let (g, _) = exported(Export::Sdpa, 8, 160, DType::F32);
+    let (g, _) = exported(Export::Sdpa, 8, 320, DType::F32);
     let plan = bolt::plan::plan(&g).unwrap();
-    let why = plan.attention[0].reason.as_deref().expect("D=160 fused");
-    assert!(why.contains("up to 128"), "{why}");
+    let why = plan.attention[0].reason.as_deref().expect("D=320 fused");
+    assert!(why.contains("up to 256"), "{why}");
     // Fusion off: the report lists the core as not fused.
     let (g, _) = exported(Export::HuggingFace, 8, 16, DType::F32);
     let opts = bolt::plan::PlanOptions { attention: false, ..Default::default() };
@@ -616,6 +757,12 @@ enum Projections {
     /// Q's projection scaled before the head split (BART's and Whisper's
     /// `q_proj(x) * scaling`): the packed GEMM's Q columns carry the scale.
     ScaledQ,
+    /// The model's own fused projection split into Q, K and V, then each split into heads
+    /// (GPT-2's `c_attn(x).split(E, dim=2)`): the kernel reads through the split.
+    FusedSplit,
+    /// The fused projection viewed per head `[B, S, H, 3D]` and split along the last axis
+    /// (GPT-NeoX): Q, K and V interleaved per head, windows with a head stride of 3D.
+    Interleaved,
 }
 
 /// A HuggingFace-style attention block from its input projections: `X·W + b`, the head split
@@ -659,20 +806,55 @@ fn projected_block(p: Projections, s: usize, d: usize, dtype: DType) -> (Graph, 
         }
         y
     };
-    let mut q_proj = project(&mut g, "q", &x, 1, true);
-    if p == Projections::ScaledQ {
-        let s = g.initializer("q_scaling", Tensor::from_f64_as(dtype, vec![], &[0.3]).unwrap());
-        q_proj = g.node("q_scale", Op::Binary(Binary::Mul), &[&q_proj, &s]);
-    }
-    let k_proj = project(&mut g, "k", &memory, 2, true);
-    let v_proj = project(&mut g, "v", &memory, 3, p != Projections::VWithoutBias);
     let heads = |g: &mut GraphBuilder, name: &str, y: &str, perm: Vec<usize>| {
         let r = g.node(&format!("{name}_split"), Op::Reshape { allowzero: false }, &[y, &split]);
         g.node(&format!("{name}_t"), Op::Transpose { perm: Some(perm) }, &[&r])
     };
-    let q = heads(&mut g, "q", &q_proj, vec![0, 2, 1, 3]);
-    let kt = heads(&mut g, "k", &k_proj, vec![0, 2, 3, 1]);
-    let v = heads(&mut g, "v", &v_proj, vec![0, 2, 1, 3]);
+    let transpose = |g: &mut GraphBuilder, name: &str, y: &str, perm: Vec<usize>| {
+        g.node(&format!("{name}_t"), Op::Transpose { perm: Some(perm) }, &[y])
+    };
+    let mut also_out = None;
+    let (q, kt, v) = if matches!(p, Projections::FusedSplit | Projections::Interleaved) {
+        // One [E, 3E] weight: Q, K, V side by side (FusedSplit) or interleaved per head.
+        let w = random(&[e, 3 * e], 1).to_f64_vec().iter().map(|v| v / (e as f64).sqrt()).collect::<Vec<_>>();
+        let w = g.initializer("Wqkv", Tensor::from_f64_as(dtype, vec![e, 3 * e], &w).unwrap());
+        let b = g.initializer("bqkv", cast(random(&[3 * e], 101)));
+        let y = g.node("qkv_matmul", Op::MatMul, &[&x, &w]);
+        let y = g.node("qkv_add", Op::Binary(Binary::Add), &[&y, &b]);
+        if p == Projections::FusedSplit {
+            let parts = g.node_multi("qkv_split", Op::Split { axis: 2, outputs: 3 }, &[&y], 3);
+            (
+                heads(&mut g, "q", &parts[0], vec![0, 2, 1, 3]),
+                heads(&mut g, "k", &parts[1], vec![0, 2, 3, 1]),
+                heads(&mut g, "v", &parts[2], vec![0, 2, 1, 3]),
+            )
+        } else {
+            let shape = g.initializer("per_head", Tensor::from_i64(vec![4], vec![0, 0, H as i64, 3 * d as i64]));
+            let grouped = g.node("qkv_heads", Op::Reshape { allowzero: false }, &[&y, &shape]);
+            let parts = g.node_multi("qkv_split", Op::Split { axis: -1, outputs: 3 }, &[&grouped], 3);
+            (
+                transpose(&mut g, "q", &parts[0], vec![0, 2, 1, 3]),
+                transpose(&mut g, "k", &parts[1], vec![0, 2, 3, 1]),
+                transpose(&mut g, "v", &parts[2], vec![0, 2, 1, 3]),
+            )
+        }
+    } else {
+        let mut q_proj = project(&mut g, "q", &x, 1, true);
+        if p == Projections::ScaledQ {
+            let s = g.initializer("q_scaling", Tensor::from_f64_as(dtype, vec![], &[0.3]).unwrap());
+            q_proj = g.node("q_scale", Op::Binary(Binary::Mul), &[&q_proj, &s]);
+        }
+        if p == Projections::QReadElsewhere {
+            also_out = Some(q_proj.clone());
+        }
+        let k_proj = project(&mut g, "k", &memory, 2, true);
+        let v_proj = project(&mut g, "v", &memory, 3, p != Projections::VWithoutBias);
+        (
+            heads(&mut g, "q", &q_proj, vec![0, 2, 1, 3]),
+            heads(&mut g, "k", &k_proj, vec![0, 2, 3, 1]),
+            heads(&mut g, "v", &v_proj, vec![0, 2, 1, 3]),
+        )
+    };
     let qk = g.node("qk", Op::MatMul, &[&q, &kt]);
     let root = g.initializer("root_d", Tensor::from_f64_as(dtype, vec![], &[(d as f64).sqrt()]).unwrap());
     let sc = g.node("div", Op::Binary(Binary::Div), &[&qk, &root]);
@@ -681,7 +863,7 @@ fn projected_block(p: Projections, s: usize, d: usize, dtype: DType) -> (Graph, 
     let ctx = g.node("pv", Op::MatMul, &[&sm, &v]);
     let out = g.node("merge", Op::Transpose { perm: Some(vec![0, 2, 1, 3]) }, &[&ctx]);
     g.output(&out);
-    if p == Projections::QReadElsewhere {
+    if let Some(q_proj) = also_out {
         g.output(&q_proj);
     }
     (g.finish().unwrap(), feeds)
@@ -696,7 +878,7 @@ fn projected_block(p: Projections, s: usize, d: usize, dtype: DType) -> (Graph, 
 #[test]
 fn projections_of_one_input_become_one_gemm_read_in_place() {
     use Projections::*;
-    for p in [SelfAttention, VWithoutBias, Cross, QReadElsewhere, DynamicSplit, ScaledQ] {
+    for p in [SelfAttention, VWithoutBias, Cross, QReadElsewhere, DynamicSplit, ScaledQ, FusedSplit, Interleaved] {
         for s in [1usize, 7, 33] {
             // D = 15 (f32) is padded to whole vectors: padded operands are not windows.
             for (dtype, d) in [(DType::F32, 16), (DType::F16, 16), (DType::BF16, 8), (DType::F32, 15)] {
@@ -706,11 +888,25 @@ fn projections_of_one_input_become_one_gemm_read_in_place() {
                 let decision = &plan.attention[0];
                 let node = decision.fused.as_ref().unwrap_or_else(|| panic!("{what}: {:?}", decision.reason));
                 let aligned = d % (16 / dtype.size_bytes().unwrap()) == 0;
+                let fused = matches!(p, FusedSplit | Interleaved);
                 let packs = matches!(p, SelfAttention | VWithoutBias | DynamicSplit | ScaledQ) && aligned;
-                assert_eq!(decision.packed.is_some(), packs, "{what}: {:?}", decision.packed);
+                assert_eq!(decision.packed.is_some(), packs || (fused && aligned), "{what}: {:?}", decision.packed);
                 let matmuls = plan.canonical.nodes.iter().filter(|n| matches!(n.op, Op::MatMul)).count();
-                assert_eq!(matmuls, if packs { 1 } else { 3 }, "{what}");
-                if let Some(packed) = &decision.packed {
+                assert_eq!(matmuls, if packs || fused { 1 } else { 3 }, "{what}");
+                if let Some(packed) = decision.packed.as_ref().filter(|_| fused) {
+                    // The model's split and head reshapes are gone: the kernel reads through them.
+                    assert!(packed.split, "{what}");
+                    let mut replaced = packed.replaced.clone();
+                    replaced.sort();
+                    let want = if p == FusedSplit {
+                        vec!["k_split", "q_split", "qkv_split", "v_split"]
+                    } else {
+                        vec!["qkv_heads", "qkv_split"]
+                    };
+                    assert_eq!(replaced, want, "{what}");
+                    assert!(!plan.canonical.nodes.iter().any(|n| matches!(n.op, Op::Split { .. })), "{what}");
+                } else if let Some(packed) = &decision.packed {
+                    assert!(!packed.split, "{what}");
                     let mut replaced = packed.replaced.clone();
                     replaced.sort();
                     let mut want =
@@ -728,11 +924,13 @@ fn projections_of_one_input_become_one_gemm_read_in_place() {
                 }
 
                 // The planned GEMM adds its bias before rounding once; the model rounds after the
-                // MatMul and again after the Add (bf16 keeps 8 significant bits).
+                // MatMul and again after the Add, and its scores and probabilities after each op
+                // (bf16 keeps 8 significant bits: up to 0.12 here at S = 33, 3% of the outputs'
+                // range; f32 and f16 check the windows tightly).
                 let tol = match dtype {
                     DType::F32 => 1e-4,
                     DType::F16 => 1e-2,
-                    _ => 1e-1,
+                    _ => 1.5e-1,
                 };
                 let model = bolt::reference::run(&g, &feeds).unwrap();
                 let planned = bolt::reference::run(&plan.graph, &feeds).unwrap();
@@ -754,13 +952,21 @@ fn projections_of_one_input_become_one_gemm_read_in_place() {
                 let spec = bolt::plan::lower::attention_spec(&plan.graph, n).unwrap();
                 let shapes: Vec<&[usize]> = args.iter().map(|t| t.shape.as_slice()).collect();
                 let (problem, _) = bolt::plan::lower::attention_problem(op, &spec, &shapes).unwrap();
-                if packs && s > 1 {
+                if (packs || fused) && aligned && s > 1 {
                     // Rows of the packed output are 3·H·D apart (a single row's stride is 0, as
-                    // for any dim of 1); each operand starts at its window.
+                    // for any dim of 1); each operand starts at its window, its heads D apart
+                    // (3·D where Q, K and V are interleaved per head).
                     let row = (3 * H * d) as i64;
                     assert_eq!([problem.q_strides[2], problem.k_strides[2], problem.v_strides[2]], [row; 3], "{what}");
                     let w = op.packed.unwrap();
-                    assert_eq!([w[0].start, w[1].start, w[2].start], [0, H * d, 2 * H * d], "{what}");
+                    let (starts, head) =
+                        if p == Interleaved { ([0, d, 2 * d], 3 * d) } else { ([0, H * d, 2 * H * d], d) };
+                    assert_eq!([w[0].start, w[1].start, w[2].start], starts, "{what}");
+                    assert_eq!(
+                        [problem.q_strides[1], problem.k_strides[1], problem.v_strides[1]],
+                        [head as i64; 3],
+                        "{what}"
+                    );
                 }
                 let kernel = bolt::runtime::attention::run(&spec, op, &args).unwrap();
                 let worst = max_abs_diff(&kernel, &model[&g.outputs[0]]);

@@ -3,8 +3,10 @@
 //! (`BoltAttentionProblem`, `BoltAttentionArgs`). Two kernels, by [`AttentionSpec::arch`]:
 //!
 //! - **sm80**: CUTLASS's memory-efficient attention (examples/41_fused_multi_head_attention,
-//!   `AttentionKernel`: mma.sync, runs on Hopper too), f32/f16/bf16, any D and D_v up to 128,
-//!   an optional additive bias (the mask), no workspace. Template `templates/attention.cu.tera`.
+//!   `AttentionKernel`: mma.sync, runs on Hopper too), f32/f16/bf16, any D and D_v up to 256,
+//!   an optional additive bias (the mask). Up to 128 the output stays in registers and there is
+//!   no workspace; past a block's 128 keys the output is accumulated over the key blocks in an
+//!   f32 buffer, the workspace. Template `templates/attention.cu.tera`.
 //! - **sm90**: CUTLASS's Hopper FMHA (examples/88_hopper_fmha: TMA, wgmma, warp-specialized
 //!   cooperative consumers, FlashAttention-3's schedule), f16/bf16, D = D_v, no bias, query
 //!   counts of whole vectors, a positive scale; its workspace takes the rows' log-sum-exp the
@@ -57,8 +59,9 @@ pub struct AttentionSpec {
     /// Q, K, V, bias and output type; f32 multiplies on tensor cores with 3xTF32 (f32 accuracy),
     /// f16/bf16 accumulate in f32.
     pub element: Element,
-    /// The largest head dim (D and D_v) the kernel takes: 64 (64 queries x 64 keys per block)
-    /// or 128 (32 x 128); the output stays in registers either way.
+    /// The largest head dim (D and D_v) the kernel takes: 64 (64 queries x 64 keys per block),
+    /// 128 (32 x 128; the output stays in registers either way) or 256 (32 x 128, sm80 only: the
+    /// output accumulates in the workspace, [`AttentionSpec::accumulates`]).
     pub head_dim_max: u32,
     /// Whether the kernel reads an additive bias (mask).
     pub bias: bool,
@@ -80,7 +83,7 @@ pub fn alignment(element: Element) -> i64 {
 }
 
 /// Head dims the kernels are instantiated for.
-pub const HEAD_DIM_MAX: [u32; 2] = [64, 128];
+pub const HEAD_DIM_MAX: [u32; 3] = [64, 128, 256];
 
 /// The most batches and heads a problem may have: they are the launch grid's z and y.
 pub const GRID_LIMIT: i64 = 65535;
@@ -88,10 +91,10 @@ pub const GRID_LIMIT: i64 = 65535;
 /// Why an attention spec or problem is refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum AttentionRejection {
-    #[error("head_dim_max {0}: attention kernels are built for 64 or 128")]
+    #[error("head_dim_max {0}: attention kernels are built for 64, 128 or 256")]
     HeadDimMax(u32),
-    #[error("head dim {0} (D or D_v) above the largest kernel's 128")]
-    HeadDim(i64),
+    #[error("head dim {0} (D or D_v) above the kernel's {1}")]
+    HeadDim(i64, u32),
     #[error("{what} {value}: must be positive")]
     Extent { what: &'static str, value: i64 },
     #[error("{what} is {value}: the kernel needs a multiple of {alignment} elements")]
@@ -125,6 +128,9 @@ pub fn validate(spec: &AttentionSpec) -> Result<(), AttentionRejection> {
         }
         if spec.bias {
             return Err(AttentionRejection::Hopper("no additive mask (bias)"));
+        }
+        if spec.head_dim_max > 128 {
+            return Err(AttentionRejection::Hopper("head dims up to 128"));
         }
     }
     Ok(())
@@ -172,10 +178,19 @@ impl AttentionSpec {
         }
     }
 
-    /// Device workspace bytes `<symbol>_workspace_size` answers for `p` (checked): none for
-    /// sm80 kernels, one f32 log-sum-exp per query row for sm90 ones.
+    /// Whether the output outgrows the registers: head dims past a block's keys are computed
+    /// in column blocks, and the output of each key block is accumulated (rescaled by the
+    /// online softmax) in an f32 buffer `[B, S_q, H, D_v]`, the workspace.
+    pub fn accumulates(&self) -> bool {
+        self.arch == Arch::Sm80 && self.head_dim_max > self.tile().1
+    }
+
+    /// Device workspace bytes `<symbol>_workspace_size` answers for `p` (checked): sm80
+    /// kernels, none, or the f32 output accumulator where they [accumulate](Self::accumulates);
+    /// sm90 kernels, one f32 log-sum-exp per query row.
     pub fn workspace_bytes(&self, p: &BoltAttentionProblem) -> usize {
         match self.arch {
+            Arch::Sm80 if self.accumulates() => (p.batch * p.seq_q * p.heads * p.head_dim_v) as usize * 4,
             Arch::Sm80 => 0,
             Arch::Sm90 => (p.batch * p.heads * p.seq_q) as usize * 4,
         }
@@ -221,7 +236,8 @@ impl AttentionSpec {
         // column only: with a ragged S_k the last vector of a row reads past the row, so the
         // rows must be padded to whole vectors (every row of the buffer, the last one too: the
         // caller's part) and every row stride must step over a padded row.
-        if self.bias && p.seq_k % a != 0 {
+        // (A seq_k past 32 bits is refused below; its padded length could overflow.)
+        if self.bias && p.seq_k % a != 0 && p.seq_k <= i64::from(i32::MAX) {
             let padded = (p.seq_k + a - 1) / a * a;
             if let Some(&value) = p.bias_strides.iter().find(|&&s| s != 0 && s < padded) {
                 return Err(AttentionRejection::Misaligned {
@@ -276,7 +292,7 @@ impl AttentionSpec {
         }
         for d in [p.head_dim, p.head_dim_v] {
             if d > i64::from(self.head_dim_max) {
-                return Err(AttentionRejection::HeadDim(d));
+                return Err(AttentionRejection::HeadDim(d, self.head_dim_max));
             }
         }
         Ok(())
@@ -532,6 +548,7 @@ struct Context<'a> {
     bias: bool,
     causal: bool,
     bshd: bool,
+    accumulates: bool,
     grid_limit: i64,
     // The sm90 template's names for the tile.
     block_q: u32,
@@ -554,6 +571,7 @@ pub fn render(spec: &AttentionSpec, symbol: &str) -> Result<String, RenderError>
         bias: spec.bias,
         causal: spec.causal,
         bshd: spec.output == OutputLayout::Bshd,
+        accumulates: spec.accumulates(),
         grid_limit: GRID_LIMIT,
         block_q: queries_per_block,
         block_k: keys_per_block,
@@ -844,7 +862,7 @@ mod tests {
             reject(&f16, BoltAttentionProblem { seq_q: 0, ..p }),
             AttentionRejection::Extent { what: "seq_q", .. }
         ));
-        assert_eq!(reject(&f16, BoltAttentionProblem { head_dim: 72, ..p }), AttentionRejection::HeadDim(72));
+        assert_eq!(reject(&f16, BoltAttentionProblem { head_dim: 72, ..p }), AttentionRejection::HeadDim(72, 64));
         let r = reject(&f16, BoltAttentionProblem { head_dim: 60, head_dim_v: 60, ..p });
         assert_eq!(r.status(), Status::MisalignedOperand);
         assert_eq!(f32.check(&BoltAttentionProblem { head_dim: 60, head_dim_v: 60, ..p }), Ok(()));
@@ -880,13 +898,15 @@ mod tests {
     #[test]
     fn renders_one_block_per_spec_behind_the_abi() {
         let all = all_specs();
-        assert_eq!(all.len(), 32);
+        // sm80: 3 elements x 3 head dims x bias or not x 2 layouts; sm90: 2 x 2 x 2 (no bias,
+        // no 256).
+        assert_eq!(all.len(), 44);
         let mut unique: Vec<String> = all.iter().map(symbol_for).collect();
         unique.sort();
         unique.dedup();
-        assert_eq!(unique.len(), 32);
+        assert_eq!(unique.len(), 44);
         let specs: Vec<AttentionSpec> = all.iter().copied().filter(|s| s.arch == Arch::Sm80).collect();
-        assert_eq!(specs.len(), 24);
+        assert_eq!(specs.len(), 36);
         let symbols: Vec<String> = specs.iter().map(symbol_for).collect();
         let spec = AttentionSpec {
             arch: Arch::Sm80,
@@ -926,9 +946,24 @@ mod tests {
         let pairs: Vec<(&AttentionSpec, &str)> = specs.iter().zip(&symbols).map(|(s, n)| (s, n.as_str())).collect();
         let unit = render_unit(&pairs).unwrap();
         assert!(unit.contains("#include <kernel_forward.h>"));
-        assert_eq!(unit.matches("_launch(void *params, void *stream)").count(), 24);
+        assert_eq!(unit.matches("_launch(void *params, void *stream)").count(), 36);
         assert!(render(&AttentionSpec { head_dim_max: 96, ..spec }, "k").is_err());
         assert!(render_unit(&[(&spec, "k"), (&bhsd, "k")]).is_err());
+        // Head dims past a block's keys: the output accumulates in the f32 workspace, laid out
+        // [B, S_q, H, D_v] whatever the output's layout (f32 output too).
+        let wide = AttentionSpec { head_dim_max: 256, ..bhsd };
+        assert!(wide.accumulates() && !spec.accumulates() && !bhsd.accumulates());
+        let code = render(&wide, "k").unwrap();
+        for needle in [
+            "constexpr int kMaxK = 256;",
+            "static_assert(!Attention::kKeepOutputInRF",
+            "params.output_accum_ptr = static_cast<float *>(workspace);",
+            "p.output_accum_ptr += batch_id * p.num_queries * p.num_heads * p.head_dim_value;",
+            "return size_t(p.batch) * size_t(p.seq_q) * size_t(p.heads) * size_t(p.head_dim_v) * sizeof(float);",
+        ] {
+            assert!(code.contains(needle), "missing {needle}:\n{code}");
+        }
+        assert!(!render(&bhsd, "k").unwrap().contains("output_accum_ptr +="));
 
         // The Hopper kernel: its own template, headers and symbols; one arch per unit.
         let hopper = AttentionSpec { arch: Arch::Sm90, ..spec };
@@ -974,6 +1009,9 @@ mod tests {
         assert_eq!(sm90.check(&p), Ok(()));
         assert_eq!(sm90.workspace_bytes(&p), 2 * 4 * 128 * 4);
         assert_eq!(sm80.workspace_bytes(&p), 0);
+        let wide = AttentionSpec { head_dim_max: 256, ..sm80 };
+        assert_eq!(wide.workspace_bytes(&problem(2, 4, 128, 77, 200, 160)), 2 * 128 * 4 * 160 * 4);
+        assert!(matches!(wide.hopper(256, 256), Err(AttentionRejection::Hopper(_))));
         let rejected = |q: BoltAttentionProblem| sm90.check(&q).unwrap_err();
         // What the sm80 kernel takes and this one does not: ragged query counts, D != D_v,
         // a negative scale, K and V shared by the heads.

@@ -146,6 +146,17 @@ fn renders_match_the_golden_files() {
             },
         ),
         (
+            "attention_f16_d256_bias_bhsd",
+            AttentionSpec {
+                arch: Arch::Sm80,
+                element: Element::F16,
+                head_dim_max: 256,
+                bias: true,
+                causal: false,
+                output: OutputLayout::Bhsd,
+            },
+        ),
+        (
             "attention_bf16_d64_nobias_causal_bhsd",
             AttentionSpec {
                 arch: Arch::Sm80,
@@ -186,13 +197,32 @@ fn renders_match_the_golden_files() {
     }));
 }
 
+/// Every sm80 kernel with the output in registers (head dims 64 and 128), one accumulating
+/// kernel (head dim 256) per element between them a mask, both layouts and a causal one.
 #[test]
 fn every_attention_kernel_builds_loads_and_answers_the_abi() {
-    let mut specs: Vec<AttentionSpec> = attention::all_specs().into_iter().filter(|s| s.arch == Arch::Sm80).collect();
+    let all: Vec<AttentionSpec> = attention::all_specs().into_iter().filter(|s| s.arch == Arch::Sm80).collect();
+    assert_eq!(all.len(), 36);
+    let mut specs: Vec<AttentionSpec> = all.iter().copied().filter(|s| !s.accumulates()).collect();
     assert_eq!(specs.len(), 24);
     // A causal kernel (example 41's CausalFromTopLeft), with a mask too.
     specs.push(AttentionSpec { causal: true, ..specs[3] });
     assert!(specs[24].bias);
+    let wide = |element, bias, output| AttentionSpec {
+        arch: Arch::Sm80,
+        element,
+        head_dim_max: 256,
+        bias,
+        causal: false,
+        output,
+    };
+    specs.extend([
+        wide(Element::F16, true, OutputLayout::Bhsd),
+        wide(Element::BF16, false, OutputLayout::Bshd),
+        wide(Element::F32, true, OutputLayout::Bshd),
+        AttentionSpec { causal: true, ..wide(Element::F16, false, OutputLayout::Bhsd) },
+    ]);
+    assert!(specs[25..].iter().all(|s| s.accumulates() && all.contains(&AttentionSpec { causal: false, ..*s })));
     builds_loads_and_answers_the_abi(&specs);
 }
 
@@ -360,9 +390,11 @@ fn builds_loads_and_answers_the_abi(specs: &[AttentionSpec]) {
         let err = unsafe { kernel.initialize(&bad, &fake, workspace, ws, null) }.unwrap_err();
         assert_eq!(err.status, Status::UnsupportedProblem);
         assert_eq!(err.to_string(), format!("{symbol}_initialize: unsupported problem"));
-        // Above 48 KiB of shared memory (sm80: f32, head dim 128; every sm90 kernel) initialize
-        // sets the kernel's attribute first: without a GPU, CUTLASS_INTERNAL rather than a crash.
-        let big_smem = arch == Arch::Sm90 || (spec.element == Element::F32 && spec.head_dim_max == 128);
+        // Above 48 KiB of shared memory (sm80: f32, head dim 128; head dim 256; every sm90
+        // kernel) initialize sets the kernel's attribute first: without a GPU, CUTLASS_INTERNAL
+        // rather than a crash.
+        let big_smem =
+            arch == Arch::Sm90 || (spec.element == Element::F32 && spec.head_dim_max == 128) || spec.accumulates();
         match unsafe { kernel.initialize(&p, &fake, workspace, ws, null) } {
             Ok(mut params) => {
                 assert_eq!(params.symbol(), symbol);
@@ -392,7 +424,8 @@ fn builds_loads_and_answers_the_abi(specs: &[AttentionSpec]) {
 
 /// A host `main` replaying, for each case, every block's addressing: the generated hook
 /// (`ToBatchHook::to_batch`), then kernel_forward.h's `advance_to_block` after it and the
-/// offsets `attention_kernel` reads and writes at. Prints `case operand b h row col offset`.
+/// offsets `attention_kernel` reads and writes at. Prints `case operand b h row col offset`
+/// (operand `a`: the f32 output accumulator in the workspace, where a kernel has one).
 fn replay_main(cases: &[(String, BoltAttentionProblem)]) -> String {
     let mut m = String::from(
         r#"
@@ -402,13 +435,14 @@ fn replay_main(cases: &[(String, BoltAttentionProblem)]) -> String {
 // the hook (q_start = k_start = 0), and where attention_kernel's iterators then point.
 template <typename Kernel, typename Hook, typename Element>
 static void replay(int c, BoltAttentionProblem const &problem, int kQ, bool bias) {
-  uintptr_t const base[5] = {1ull << 40, 2ull << 40, 3ull << 40, 4ull << 40, 5ull << 40};
+  uintptr_t const base[6] = {1ull << 40, 2ull << 40, 3ull << 40, 4ull << 40, 5ull << 40, 6ull << 40};
   BoltAttentionArgs args = {(void const *)base[0], (void const *)base[1], (void const *)base[2],
                             bias ? (void const *)base[3] : nullptr, (void *)base[4]};
-  auto const params = Kernel::Operator::make_params(Kernel::make_arguments(problem, args));
+  auto const params = Kernel::Operator::make_params(Kernel::make_arguments(problem, args), (void *)base[5]);
   auto off = [&](void const *ptr, int i) {
     return (long long)(((intptr_t)ptr - (intptr_t)base[i]) / (intptr_t)sizeof(Element));
   };
+  auto off_accum = [&](float const *ptr) { return (long long)(((intptr_t)ptr - (intptr_t)base[5]) / 4); };
   dim3 const grid = params.getBlocksGrid();
   for (unsigned z = 0; z < grid.z; ++z) {
     for (unsigned y = 0; y < grid.y; ++y) {
@@ -422,6 +456,10 @@ static void replay(int c, BoltAttentionProblem const &problem, int kQ, bool bias
         p.output_ptr += query_start * p.o_strideM + int64_t(y) * p.head_dim_value;
         if (bias) {
           p.attn_bias_ptr += int64_t(z) * p.bias_strideB + int64_t(y) * p.bias_strideH;
+        }
+        bool const accumulates = p.output_accum_ptr != nullptr;
+        if (accumulates) {
+          p.output_accum_ptr += query_start * (p.head_dim_value * p.num_heads) + int64_t(y) * p.head_dim_value;
         }
         int32_t num_queries = p.num_queries - int32_t(query_start);
         if (num_queries == 1 && p.k_strideH == 0 && p.v_strideH == 0) {
@@ -440,6 +478,10 @@ static void replay(int c, BoltAttentionProblem const &problem, int kQ, bool bias
           }
           for (int col : {0, p.head_dim_value - 1}) {
             printf("%d o %u %u %lld %d %lld\n", c, z, y, row, col, off(p.output_ptr + int64_t(i) * p.o_strideM + col, 4));
+            if (accumulates) {
+              int64_t const accum_stride = int64_t(p.head_dim_value) * p.num_heads;
+              printf("%d a %u %u %lld %d %lld\n", c, z, y, row, col, off_accum(p.output_accum_ptr + i * accum_stride + col));
+            }
           }
           if (bias) {
             for (int key : {0, p.num_keys - 1}) {
@@ -497,7 +539,8 @@ fn blocks_address_their_batch_head_and_queries_in_both_layouts() {
     std::fs::write(include.join(bolt_codegen::abi::HEADER_NAME), bolt_codegen::abi::HEADER).unwrap();
     attention::write_support_files(&include).unwrap();
 
-    // 64 queries per block with a bias into [B, H, S_q, D_v]; 32 per block into [B, S_q, H, D_v].
+    // 64 queries per block with a bias into [B, H, S_q, D_v]; 32 per block into [B, S_q, H, D_v];
+    // 32 per block accumulating in the workspace, with a bias, into [B, H, S_q, D_v].
     let specs = [
         AttentionSpec {
             arch: Arch::Sm80,
@@ -514,6 +557,14 @@ fn blocks_address_their_batch_head_and_queries_in_both_layouts() {
             bias: false,
             causal: false,
             output: OutputLayout::Bshd,
+        },
+        AttentionSpec {
+            arch: Arch::Sm80,
+            element: Element::F16,
+            head_dim_max: 256,
+            bias: true,
+            causal: false,
+            output: OutputLayout::Bhsd,
         },
     ];
     let (b, h, sq, sk, d) = (2, 3, 65, 16, 16);
@@ -581,6 +632,8 @@ fn blocks_address_their_batch_head_and_queries_in_both_layouts() {
                 let s = spec.output_strides(p);
                 at[0] * s[0] + at[1] * s[1] + at[2] * s[2] + at[3]
             }
+            // The accumulator is [B, S_q, H, D_v] whatever the output's layout.
+            "a" => ((at[0] * p.seq_q + at[2]) * p.heads + at[1]) * p.head_dim_v + at[3],
             _ => panic!("{line}"),
         };
         assert_eq!(offset, want, "{:?} {name}: {op} at {at:?}", spec);
@@ -594,6 +647,7 @@ fn blocks_address_their_batch_head_and_queries_in_both_layouts() {
                 for (op, rows, cols) in [
                     ("q", p.seq_q, p.head_dim),
                     ("o", p.seq_q, p.head_dim_v),
+                    ("a", if spec.accumulates() { p.seq_q } else { 0 }, p.head_dim_v),
                     ("k", p.seq_k, p.head_dim),
                     ("v", p.seq_k, p.head_dim_v),
                     ("m", if spec.bias { p.seq_q } else { 0 }, p.seq_k),

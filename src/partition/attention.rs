@@ -1,13 +1,14 @@
-//! Attention cores: `MatMul(Q, Kᵀ) -> scale -> (+ mask) -> Softmax(last axis) -> MatMul(·, V)`
+//! Attention cores: `MatMul(Q, Kᵀ) -> scale -> (mask) -> Softmax(last axis) -> MatMul(·, V)`
 //! as PyTorch's and HuggingFace's exporters write them (the scale as a Div or Mul by a scalar
-//! after the first MatMul, or folded into Q and/or K before it; the head split/merge
-//! Reshape/Transpose stay outside the core).
+//! after the first MatMul, or folded into Q and/or K before it; the mask added, selected by a
+//! `Where` as `masked_fill` exports, or both; the head split/merge Reshape/Transpose stay
+//! outside the core).
 //!
 //! [`find`] recognises each core as a typed [`Attention`] (or says why a Softmax is not one),
 //! and [`Attention::eval`] states its meaning on host tensors: what a fused attention kernel
 //! must compute, checked against the reference executor running the original ops
-//! (tests/attention.rs). The partitioner does not claim the cores yet: until a fused attention
-//! kernel exists their two MatMuls stay batched-GEMM partitions, and the report lists the cores.
+//! (tests/attention.rs). [`crate::plan::attention`] makes the cores a kernel takes one
+//! [`FusedAttention`] node each; the others stay two batched GEMMs around a stitched softmax.
 
 use crate::ir::{Binary, DType, Dim, Graph, Node, Op, Tensor, TensorData};
 use serde::Serialize;
@@ -23,6 +24,52 @@ pub enum MaskKind {
     PerQueryKey,
 }
 
+/// A mask the model applies by selection (PyTorch's `masked_fill(mask, value)`, exported as
+/// `Where`): the scores where `cond` keeps them, the constant `fill` (at most -10⁴) where it
+/// masks. A kernel adds it as an additive mask ([`SelectMask::additive`]): 0 where kept, the
+/// type's lowest value where masked (-inf where the model fills -inf). Where a query keeps a
+/// key, a masked key's weight is 0 both ways (`exp(fill - max)` underflows in f32 for scaled
+/// scores within ±4900). Where a query keeps no key, the model weighs its keys evenly (equal
+/// scores): in f32 arithmetic so does the additive form with f32's or bf16's lowest value,
+/// which absorbs any score; f16's (-65504) does not, so there such a row weighs its keys by
+/// score (a row with every key masked: a padded query's own output).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SelectMask {
+    pub cond: String,
+    /// `Where(cond, fill, scores)`: true masks; `Where(cond, scores, fill)`: false masks.
+    pub masked_when: bool,
+    pub fill: f64,
+    /// How `cond` broadcasts over the scores.
+    pub kind: MaskKind,
+}
+
+impl SelectMask {
+    /// The additive mask of `dtype` this selection is, for condition values `cond`.
+    pub fn additive(&self, cond: &Tensor, dtype: DType) -> Result<Tensor, String> {
+        let masked = if self.fill == f64::NEG_INFINITY { f64::NEG_INFINITY } else { lowest(dtype)? };
+        let v: Vec<f64> =
+            cond.to_f64_vec().iter().map(|&c| if (c != 0.0) == self.masked_when { masked } else { 0.0 }).collect();
+        Tensor::from_f64_as(dtype, cond.shape.clone(), &v).ok_or_else(|| format!("a mask of type {dtype}"))
+    }
+
+    /// The value the additive form puts at masked keys, as a scalar of `dtype`.
+    pub fn masked_value(&self, dtype: DType) -> Result<Tensor, String> {
+        let v = if self.fill == f64::NEG_INFINITY { f64::NEG_INFINITY } else { lowest(dtype)? };
+        Tensor::from_f64_as(dtype, vec![], &[v]).ok_or_else(|| format!("a mask of type {dtype}"))
+    }
+}
+
+/// The lowest finite value of a float type.
+fn lowest(dtype: DType) -> Result<f64, String> {
+    match dtype {
+        DType::F32 => Ok(f32::MIN as f64),
+        DType::F16 => Ok(half::f16::MIN.to_f64()),
+        DType::BF16 => Ok(half::bf16::MIN.to_f64()),
+        DType::F64 => Ok(f64::MIN),
+        d => Err(format!("scores of type {d}")),
+    }
+}
+
 /// One recognised attention core. Q is [.., S_q, D], `k_t` is Kᵀ as the first MatMul reads it
 /// ([.., D, S_k]), V is [.., S_k, D_v]; the output is [.., S_q, D_v].
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -34,7 +81,10 @@ pub struct Attention {
     pub v: String,
     /// Multiplies Q·Kᵀ (every scalar Mul/Div on the way, Q's and K's included).
     pub scale: f64,
+    /// The additive mask (`+ mask`).
     pub mask: Option<(String, MaskKind)>,
+    /// The mask applied by selection (`Where`), nearest the Softmax like the additive one.
+    pub select: Option<SelectMask>,
     pub output: String,
     /// [batch..., S_q, D] as shape inference knows them (symbolic dims stay symbolic).
     pub q_shape: Vec<Dim>,
@@ -99,6 +149,22 @@ impl<'g> Ctx<'g> {
     }
 }
 
+impl Ctx<'_> {
+    /// `n` is `Where(cond, fill, x)` or `Where(cond, x, fill)` with a scalar constant `fill`:
+    /// (cond, x, fill, whether true masks).
+    fn selection(&self, n: &Node) -> Option<(String, String, f64, bool)> {
+        if !matches!(n.op, Op::Where) {
+            return None;
+        }
+        let (c, a, b) = (n.input(0)?, n.input(1)?, n.input(2)?);
+        match (self.scalar(a), self.scalar(b)) {
+            (Some(f), None) => Some((c.to_string(), b.to_string(), f, true)),
+            (None, Some(f)) => Some((c.to_string(), a.to_string(), f, false)),
+            _ => None,
+        }
+    }
+}
+
 /// Every Softmax of `g`: the attention cores it centres, or why not.
 pub fn find(g: &Graph) -> (Vec<Attention>, Vec<NotAttention>) {
     let mut cx = Ctx { g, producer: HashMap::new(), consumers: HashMap::new() };
@@ -138,7 +204,7 @@ fn core(cx: &Ctx, softmax: &Node) -> Result<Attention, String> {
     let v = pv.input(1).ok_or("second MatMul without V")?.to_string();
     // Backwards from the softmax: [+ mask] [scale]* MatMul(Q, Kᵀ).
     let mut nodes = vec![softmax.name.clone(), pv.name.clone()];
-    let (mut scale, mut mask) = (1.0f64, None);
+    let (mut scale, mut mask, mut select) = (1.0f64, None, None);
     let mut t = x.to_string();
     let qk = loop {
         // Every intermediate is read by the next op of the core only.
@@ -151,8 +217,11 @@ fn core(cx: &Ctx, softmax: &Node) -> Result<Attention, String> {
                 // The mask is the operand not on the chain (the chain side comes from the
                 // MatMul or a scale).
                 let (a, b) = (n.input(0).ok_or("Add input")?, n.input(1).ok_or("Add input")?);
-                let on_chain =
-                    |s: &str| cx.producer(s).is_some_and(|p| matches!(p.op, Op::MatMul) || cx.scaling(p).is_some());
+                let on_chain = |s: &str| {
+                    cx.producer(s).is_some_and(|p| {
+                        matches!(p.op, Op::MatMul) || cx.scaling(p).is_some() || cx.selection(p).is_some()
+                    })
+                };
                 let (chain, m) = if on_chain(a) { (a, b) } else { (b, a) };
                 mask = Some(m.to_string());
                 nodes.insert(0, n.name.clone());
@@ -161,6 +230,19 @@ fn core(cx: &Ctx, softmax: &Node) -> Result<Attention, String> {
             Op::Binary(Binary::Add) => {
                 return Err(format!("'{}': a second Add, or the mask added before the scale", n.name))
             }
+            Op::Where if select.is_none() && scale == 1.0 => {
+                let (cond, chain, fill, masked_when) = cx.selection(n).ok_or_else(|| {
+                    format!("'{}': a Where that does not choose between the scores and a constant", n.name)
+                })?;
+                // Only a fill no score comes near is a mask (a masked key then weighs nothing).
+                if !(fill <= -1e4) {
+                    return Err(format!("'{}' fills masked scores with {fill}: a mask fills at most -10⁴", n.name));
+                }
+                select = Some((cond, masked_when, fill));
+                nodes.insert(0, n.name.clone());
+                t = chain;
+            }
+            Op::Where => return Err(format!("'{}': a second Where, or the selection before the scale", n.name)),
             _ => match cx.scaling(n) {
                 Some((from, c)) => {
                     scale *= c;
@@ -210,7 +292,17 @@ fn core(cx: &Ctx, softmax: &Node) -> Result<Attention, String> {
             ))
         }
     };
-    Ok(Attention { nodes, q, k_t, v, scale, mask, output: pv.outputs[0].clone(), q_shape, k_t_shape })
+    let select = match select {
+        None => None,
+        Some((cond, masked_when, fill)) => {
+            let cs = cx.shape(&cond).ok_or_else(|| format!("shape of mask condition '{cond}' unknown"))?;
+            let kind = mask_kind(&cs, &q_shape, &k_t_shape).ok_or_else(|| {
+                format!("mask condition '{cond}' of shape {cs:?} is neither [B,1,1,S_k] nor an [S_q,S_k] pattern")
+            })?;
+            Some(SelectMask { cond, masked_when, fill, kind })
+        }
+    };
+    Ok(Attention { nodes, q, k_t, v, scale, mask, select, output: pv.outputs[0].clone(), q_shape, k_t_shape })
 }
 
 /// The mask's broadcast kind for scores [batch..., S_q, S_k], if it is a common one.
@@ -260,20 +352,32 @@ pub struct FusedAttention {
     /// causal mask said, done by the kernel, which skips the masked tiles (no mask input).
     #[serde(default)]
     pub causal: bool,
-    /// Q, K and V as column windows of one packed projection (one GEMM computed all three,
-    /// [`crate::plan::attention::pack_projections`]): input `i` is that GEMM's output `[.., W]`
-    /// and operand `i`'s source is its window viewed as `[.., heads, head_dim]`.
+    /// Q, K and V as column windows of one packed projection (one GEMM computes all three:
+    /// [`crate::plan::attention::pack_projections`] packed them, or the model's fused
+    /// projection did): input `i` is that projection's output `[.., W]` and operand `i`'s
+    /// source is its window viewed as `[.., heads, head_dim]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub packed: Option<[HeadWindow; 3]>,
 }
 
-/// Columns `[start, start + heads * head_dim)` of a packed projection's output `[.., W]`,
-/// viewed as `[.., heads, head_dim]`: read in place through strides (rows `W` apart).
+/// Head `h`'s columns `[start + h * head_stride, .. + head_dim)` of a packed projection's
+/// output `[.., W]`, viewed as `[.., heads, head_dim]`: read in place through strides (rows
+/// `W` apart). Heads are contiguous (`head_stride = head_dim`) where Q, K and V are packed
+/// side by side (GPT-2's `c_attn`), `head_stride = 3 * head_dim` where a fused projection
+/// interleaves them per head (GPT-NeoX's `[.., H, 3 * D]`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct HeadWindow {
     pub start: usize,
     pub heads: usize,
     pub head_dim: usize,
+    pub head_stride: usize,
+}
+
+impl HeadWindow {
+    /// One past the last column the window reads.
+    pub fn end(&self) -> usize {
+        self.start + self.heads.saturating_sub(1) * self.head_stride + self.head_dim
+    }
 }
 
 impl FusedAttention {
@@ -300,7 +404,7 @@ impl FusedAttention {
             Some(w) if !input.is_empty() => {
                 let n = input.len();
                 let dims = self.source_dims(i, input, |d| d);
-                let strides = st[..n - 1].iter().copied().chain([w.head_dim as i64, 1]).collect();
+                let strides = st[..n - 1].iter().copied().chain([w.head_stride as i64, 1]).collect();
                 (dims, strides, w.start)
             }
             _ => (input.to_vec(), st, 0),
@@ -344,19 +448,43 @@ impl FusedAttention {
     fn source(&self, i: usize, t: &Tensor) -> Result<Tensor, String> {
         let Some(w) = self.packed.map(|w| w[i]) else { return Ok(t.clone()) };
         let width = *t.shape.last().ok_or("a packed projection of rank 0")?;
-        let cols = w.heads * w.head_dim;
-        if w.start + cols > width {
-            return Err(format!("window [{}, {}) of a packed projection {} wide", w.start, w.start + cols, width));
+        if w.end() > width || w.head_stride < w.head_dim {
+            return Err(format!("window {w:?} of a packed projection {width} wide"));
         }
         let v = t.to_f64_vec();
-        let out: Vec<f64> =
-            v.chunks(width.max(1)).flat_map(|row| row[w.start..w.start + cols].iter().copied()).collect();
+        let out: Vec<f64> = v
+            .chunks(width.max(1))
+            .flat_map(|row| (0..w.heads).flat_map(move |h| &row[w.start + h * w.head_stride..][..w.head_dim]))
+            .copied()
+            .collect();
         let (shape, _, _) = self.source_view(i, &t.shape);
         Tensor::from_f64_as(t.dtype(), shape, &out).ok_or_else(|| format!("a packed projection of type {}", t.dtype()))
     }
 }
 
 impl Attention {
+    /// The additive mask of `dtype` (the scores' type) a kernel adds for this core, given the
+    /// values of its additive mask and of its selection's condition: the one there is, or
+    /// their sum (broadcast).
+    pub fn additive_mask(
+        &self,
+        dtype: DType,
+        mask: Option<&Tensor>,
+        cond: Option<&Tensor>,
+    ) -> Result<Option<Tensor>, String> {
+        let selected = match (&self.select, cond) {
+            (Some(s), Some(c)) => Some(s.additive(c, dtype)?),
+            (None, None) => None,
+            _ => return Err("a selection mask needs its condition, and only it".into()),
+        };
+        Ok(match (mask, selected) {
+            (Some(m), Some(s)) => {
+                Some(crate::reference::ops::eval_op(&Op::Binary(Binary::Add), &[Some(m), Some(&s)])?.swap_remove(0))
+            }
+            (m, s) => s.or_else(|| m.cloned()),
+        })
+    }
+
     /// [`attention`] with this core's scale.
     pub fn eval(&self, q: &Tensor, k_t: &Tensor, v: &Tensor, mask: Option<&Tensor>) -> Result<Tensor, String> {
         attention(q, k_t, v, mask, self.scale)

@@ -15,7 +15,7 @@ use super::edit;
 use super::lower;
 use crate::error::Result;
 use crate::ir::{Binary, DType, Dim, Graph, Node, Op, Tensor};
-use crate::partition::attention::{Attention, FusedAttention, HeadWindow};
+use crate::partition::attention::{Attention, FusedAttention, HeadWindow, SelectMask};
 use bolt_codegen::attention::{AttentionSpec, OutputLayout};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
@@ -33,6 +33,10 @@ pub struct AttentionDecision {
     /// Nodes the pass added around the fused node: head dims that are not whole vectors are
     /// zero-padded (Q, K, V: FitLastAxis kernels) and the output cut back (device copies).
     pub padding: Vec<String>,
+    /// Nodes the pass added that make the model's selection mask (`Where`) the additive mask
+    /// the kernel reads.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub mask: Vec<String>,
     /// The core's mask is a constant causal pattern, done by the kernel's causal masking (which
     /// skips the tiles above the diagonal) instead of read.
     pub causal: bool,
@@ -50,14 +54,21 @@ impl AttentionDecision {
     }
 }
 
-/// Three projections of one input (`X·W_q + b_q`, `X·W_k + b_k`, `X·W_v + b_v`) that became one
-/// GEMM `X·[W_q W_k W_v] + [b_q b_k b_v]`.
+/// Q, K and V as windows of one projection's output: three projections of one input
+/// (`X·W_q + b_q`, `X·W_k + b_k`, `X·W_v + b_v`) that became one GEMM
+/// `X·[W_q W_k W_v] + [b_q b_k b_v]`, or the model's own fused projection, whose split the
+/// kernel reads through instead (`split`).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct PackedProjections {
-    /// The packed GEMM (its MatMul node; the bias Add follows it).
+    /// The packed GEMM (its MatMul node; the bias Add follows it), or the node that computes
+    /// the model's fused projection.
     pub gemm: String,
-    /// The model's nodes it replaced: each projection's MatMul, bias Add and head-split Reshape.
+    /// The model's nodes it replaced: each projection's MatMul, bias Add and head-split Reshape;
+    /// or the fused projection's split and head reshapes.
     pub replaced: Vec<String>,
+    /// The model computed Q, K and V as one tensor and split it (GPT-2, GPT-NeoX).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub split: bool,
 }
 
 /// Replaces every attention core a fused kernel takes with one [`Op::Attention`] node.
@@ -67,7 +78,7 @@ pub fn fuse(g: &mut Graph) -> Result<Vec<AttentionDecision>> {
     let mut names: HashSet<String> = g.nodes.iter().map(|n| n.name.clone()).collect();
     let mut changed = false;
     for a in cores {
-        let Fusable { op, mut inputs, pad_d, pad_dv } = match fusable(g, &a) {
+        let Fusable { op, mut inputs, mask, pad_d, pad_dv } = match fusable(g, &a) {
             Ok(x) => x,
             Err(why) => {
                 decisions.push(AttentionDecision {
@@ -76,6 +87,7 @@ pub fn fuse(g: &mut Graph) -> Result<Vec<AttentionDecision>> {
                     reason: Some(why),
                     padding: Vec::new(),
                     causal: false,
+                    mask: Vec::new(),
                     packed: None,
                 });
                 continue;
@@ -107,6 +119,10 @@ pub fn fuse(g: &mut Graph) -> Result<Vec<AttentionDecision>> {
             if let Some((_, to)) = to {
                 inputs[i] = fit(g, &mut names, inputs[i].clone(), to, what);
             }
+        }
+        let mut mask_nodes = Vec::new();
+        if let Some(m) = mask {
+            inputs.push(materialize(g, &mut names, &name, m, &mut mask_nodes)?);
         }
         let kernel_out = match pad_dv {
             Some(_) => {
@@ -144,12 +160,64 @@ pub fn fuse(g: &mut Graph) -> Result<Vec<AttentionDecision>> {
             nodes.extend(dead);
         }
         changed = true;
-        decisions.push(AttentionDecision { nodes, fused: Some(name), reason: None, padding, causal, packed: None });
+        decisions.push(AttentionDecision {
+            nodes,
+            fused: Some(name),
+            reason: None,
+            padding,
+            causal,
+            mask: mask_nodes,
+            packed: None,
+        });
     }
     if changed {
         edit::finish(g)?;
     }
     Ok(decisions)
+}
+
+/// The fused node `node`'s mask input: the model's tensor, a new weight, or the output of new
+/// nodes (named in `added`) that make the selection an additive mask.
+fn materialize(
+    g: &mut Graph,
+    names: &mut HashSet<String>,
+    node: &str,
+    m: MaskInput,
+    added: &mut Vec<String>,
+) -> Result<String> {
+    let weight = |g: &mut Graph, names: &mut HashSet<String>, what: &str, t: Tensor| {
+        let n = edit::fresh_name(g, names, &format!("{node}.{what}"));
+        g.initializers.insert(n.clone(), Arc::new(t));
+        n
+    };
+    Ok(match m {
+        MaskInput::Causal => unreachable!("a causal mask is no input"),
+        MaskInput::Tensor(t) => t,
+        MaskInput::Constant(t) => weight(g, names, "mask", t),
+        MaskInput::Select { select, add, dtype } => {
+            let bad = |reason: String| crate::error::Error::Node {
+                node: node.to_string(),
+                op_type: "Attention".into(),
+                reason: format!("its mask: {reason}"),
+            };
+            let masked = weight(g, names, "mask_fill", select.masked_value(dtype).map_err(bad)?);
+            let kept = weight(g, names, "mask_zero", Tensor::from_f64_as(dtype, vec![], &[0.0]).expect("a float type"));
+            let (x, y) = if select.masked_when { (masked, kept) } else { (kept, masked) };
+            let mut push =
+                |g: &mut Graph, names: &mut HashSet<String>, what: &str, op: Op, inputs: Vec<Option<String>>| {
+                    let n = edit::fresh_name(g, names, &format!("{node}.{what}"));
+                    let out = edit::fresh_name(g, names, &format!("{node}.{what}_values"));
+                    g.nodes.push(edit::node(n.clone(), op, inputs, out.clone()));
+                    added.push(n);
+                    out
+                };
+            let selected = push(g, names, "mask", Op::Where, vec![Some(select.cond), Some(x), Some(y)]);
+            match add {
+                Some(add) => push(g, names, "mask_sum", Op::Binary(Binary::Add), vec![Some(selected), Some(add)]),
+                None => selected,
+            }
+        }
+    })
 }
 
 /// The only reader of the core's output `t`, when it is a Transpose [0, 2, 1, 3] (the head
@@ -166,11 +234,12 @@ fn head_merge<'g>(g: &'g Graph, t: &str) -> Option<&'g Node> {
     matches!(&n.op, Op::Transpose { perm: Some(p) } if p == &[0, 2, 1, 3]).then_some(n)
 }
 
-/// A core an attention kernel takes: the op, its inputs, and the head dims (D, D_v) to pad
-/// to whole vectors as (from, to).
+/// A core an attention kernel takes: the op, its Q, K and V inputs, its mask, and the head
+/// dims (D, D_v) to pad to whole vectors as (from, to).
 struct Fusable {
     op: FusedAttention,
     inputs: Vec<String>,
+    mask: Option<MaskInput>,
     pad_d: Option<(usize, usize)>,
     pad_dv: Option<(usize, usize)>,
 }
@@ -217,11 +286,8 @@ fn fusable(g: &Graph, a: &Attention) -> std::result::Result<Fusable, String> {
     let element = dtype(&q)
         .and_then(lower::element)
         .ok_or_else(|| format!("Q is {:?}: attention kernels take f32, f16 and bf16", dtype(&q)))?;
-    // A constant causal mask is the kernel's causal masking: no mask input.
-    let causal = a.mask.as_ref().is_some_and(|(m, _)| constant_causal(g, m, &a.q_shape, &a.k_t_shape));
-    let mask = a.mask.as_ref().filter(|_| !causal);
     let mut operands = vec![("K", k.clone()), ("V", v.clone())];
-    if let Some((m, _)) = mask {
+    if let Some((m, _)) = &a.mask {
         operands.push(("the mask", m.clone()));
     }
     for (what, t) in &operands {
@@ -240,14 +306,44 @@ fn fusable(g: &Graph, a: &Attention) -> std::result::Result<Fusable, String> {
     // Head dims that are not whole vectors are zero-padded to them.
     let w = bolt_codegen::attention::alignment(element);
     let (d_p, d_v_p) = ((d + w - 1) / w * w, (d_v + w - 1) / w * w);
-    AttentionSpec::for_head_dims(element, d_p, d_v_p, mask.is_some(), OutputLayout::Bhsd)
-        .ok_or_else(|| format!("head dims {d} and {d_v}: attention kernels are built for head dims up to 128"))?;
+    // The mask the kernel adds: the model's additive mask, its selection as an additive one,
+    // or their sum. A constant causal pattern is the kernel's causal masking: no mask input.
+    let q_dtype = dtype(&q).expect("Q's type is known: its element was");
+    let mask = match (&a.mask, &a.select) {
+        (None, None) => None,
+        (add, select) => {
+            let value = |t: Option<&String>| t.map(|t| edit::constant(g, t));
+            let (add_value, cond_value) = (value(add.as_ref().map(|m| &m.0)), value(select.as_ref().map(|s| &s.cond)));
+            let constant = match (add_value, cond_value) {
+                (Some(None), _) | (_, Some(None)) => None,
+                (m, c) => a
+                    .additive_mask(q_dtype, m.flatten().as_deref(), c.flatten().as_deref())
+                    .map_err(|e| format!("the mask: {e}"))?,
+            };
+            match (constant, add, select) {
+                (Some(c), _, _) if constant_causal(&c, &a.q_shape, &a.k_t_shape) => Some(MaskInput::Causal),
+                (_, Some((m, _)), None) => Some(MaskInput::Tensor(m.clone())),
+                (Some(c), _, _) => Some(MaskInput::Constant(c)),
+                (None, add, Some(select)) => Some(MaskInput::Select {
+                    select: select.clone(),
+                    add: add.as_ref().map(|m| m.0.clone()),
+                    dtype: q_dtype,
+                }),
+                (None, _, None) => unreachable!("one of the two masks is there"),
+            }
+        }
+    };
+    let causal = matches!(mask, Some(MaskInput::Causal));
+    let mask = mask.filter(|_| !causal);
+    AttentionSpec::for_head_dims(element, d_p, d_v_p, mask.is_some(), OutputLayout::Bhsd).ok_or_else(|| {
+        format!(
+            "head dims {d} and {d_v}: attention kernels are built for head dims up to {}",
+            bolt_codegen::attention::HEAD_DIM_MAX.iter().max().expect("head dims")
+        )
+    })?;
     let pad = |from: i64, to: i64| (to != from).then_some((from as usize, to as usize));
     let (pad_d, pad_dv) = (pad(d, d_p), pad(d_v, d_v_p));
-    let mut inputs = vec![q, k, v];
-    if let Some((m, _)) = mask {
-        inputs.push(m.clone());
-    }
+    let inputs = vec![q, k, v];
     let op = FusedAttention {
         scale: a.scale,
         q_perm,
@@ -258,18 +354,30 @@ fn fusable(g: &Graph, a: &Attention) -> std::result::Result<Fusable, String> {
         causal,
         packed: None,
     };
-    Ok(Fusable { op, inputs, pad_d, pad_dv })
+    Ok(Fusable { op, inputs, mask, pad_d, pad_dv })
 }
 
-/// Whether mask `m` is a constant causal pattern for scores `[.., S_q, S_k]` (Q `q`, Kᵀ
+/// Where the additive mask a fused kernel reads comes from.
+enum MaskInput {
+    /// A constant causal pattern: the kernel masks, nothing is read.
+    Causal,
+    /// The model's additive mask.
+    Tensor(String),
+    /// Known while planning (a selection by a constant condition): a weight.
+    Constant(Tensor),
+    /// The selection's condition made an additive mask of the scores' type (plus the model's
+    /// additive mask) by nodes the pass adds.
+    Select { select: SelectMask, add: Option<String>, dtype: DType },
+}
+
+/// Whether constant mask `t` is a causal pattern for scores `[.., S_q, S_k]` (Q `q`, Kᵀ
 /// `k_t`): both static and the mask's own last two dims (leading dims 1), 0 where key `j <=`
 /// query `i` and at most -10⁴ (-inf included) where `j > i` (what exporters write: -inf, the
 /// type's lowest value, or -10⁴). A masked key's weight in the model is then
 /// `exp(s - 10⁴ - max)`, which is 0 in f32 for scaled scores within ±4900, so the kernel's
 /// causal masking gives the model's answer.
-fn constant_causal(g: &Graph, m: &str, q: &[Dim], k_t: &[Dim]) -> bool {
+fn constant_causal(t: &Tensor, q: &[Dim], k_t: &[Dim]) -> bool {
     let (Some(Dim::Known(sq)), Some(Dim::Known(sk))) = (q.iter().rev().nth(1), k_t.last()) else { return false };
-    let Some(t) = g.initializers.get(m) else { return false };
     let n = t.shape.len();
     if n < 2 || t.shape[n - 2] != *sq || t.shape[n - 1] != *sk || t.shape[..n - 2].iter().any(|&d| d != 1) {
         return false;
@@ -304,7 +412,21 @@ pub fn pack_projections(g: &mut Graph, decisions: &mut [AttentionDecision]) -> R
     let mut changed = false;
     for d in decisions.iter_mut() {
         let Some(node) = d.fused.clone() else { continue };
-        let Some(p) = packable(g, &node) else { continue };
+        let Some(p) = packable(g, &node) else {
+            // A projection the model fused already: read its windows through the split.
+            if let Some(w) = split_windows(g, &node) {
+                let mut op = w.op;
+                op.packed = Some(w.windows);
+                g.nodes[w.node].op = Op::Attention(Arc::new(op));
+                for i in 0..3 {
+                    g.nodes[w.node].inputs[i] = Some(w.source.clone());
+                }
+                let replaced = remove_dead(g, &w.parts);
+                d.packed = Some(PackedProjections { gemm: w.producer, replaced, split: true });
+                changed = true;
+            }
+            continue;
+        };
         let base = p.projections[0].matmul.clone();
         let (w, bias) = (p.weight, p.bias);
         let w_name = edit::fresh_name(g, &mut names, &format!("{base}.qkv_weight"));
@@ -336,7 +458,7 @@ pub fn pack_projections(g: &mut Graph, decisions: &mut [AttentionDecision]) -> R
         g.nodes.splice(p.first..p.first + 1, new_nodes);
         g.nodes.retain(|n| !replaced.contains(&n.name));
         remove_dead(g, &p.inputs_of_removed);
-        d.packed = Some(PackedProjections { gemm, replaced });
+        d.packed = Some(PackedProjections { gemm, replaced, split: false });
         changed = true;
     }
     if changed {
@@ -508,12 +630,12 @@ fn packable(g: &Graph, node: &str) -> Option<Packable> {
         return None;
     }
     let mut start = 0;
-    let mut windows = [HeadWindow { start: 0, heads: 0, head_dim: 0 }; 3];
+    let mut windows = [HeadWindow { start: 0, heads: 0, head_dim: 0, head_stride: 0 }; 3];
     for (k, &(i, h, d)) in heads.iter().enumerate() {
         if start % align != 0 {
             return None;
         }
-        windows[i] = HeadWindow { start, heads: h, head_dim: d };
+        windows[i] = HeadWindow { start, heads: h, head_dim: d, head_stride: d };
         start += projections[k].cols;
     }
     let w_refs: Vec<Option<&Tensor>> = projections.iter().map(|p| Some(p.weight.as_ref())).collect();
@@ -544,10 +666,127 @@ fn packable(g: &Graph, node: &str) -> Option<Packable> {
     })
 }
 
+/// Attention operands read as windows of a projection the model computed whole and split.
+struct SplitWindows {
+    /// The attention node's index and op.
+    node: usize,
+    op: FusedAttention,
+    /// The fused projection's output `[B, S, W]` and the node computing it.
+    source: String,
+    producer: String,
+    windows: [HeadWindow; 3],
+    /// The operands the node read until now (the split's parts), removed once unread.
+    parts: Vec<String>,
+}
+
+/// Whether attention node `node`'s Q, K and V are head views of parts of one tensor `[B, S, W]`
+/// split along its last axis, as a model with a fused QKV projection computes them: GPT-2
+/// (`c_attn(x).split(E, dim=2)`, then each part's head split `[B, S, E] -> [B, S, H, D]`) or
+/// GPT-NeoX (`qkv.view(B, S, H, 3 * D).split(D, dim=3)`: Q, K and V interleaved per head). The
+/// kernel can read each as a window of that tensor: no split, no copies.
+fn split_windows(g: &Graph, node: &str) -> Option<SplitWindows> {
+    let index = g.nodes.iter().position(|n| n.name == node)?;
+    let n = &g.nodes[index];
+    let Op::Attention(a) = &n.op else { return None };
+    if a.packed.is_some() || a.rank() != 4 {
+        return None;
+    }
+    let inputs: Vec<&str> = (0..3).map(|i| n.input(i)).collect::<Option<_>>()?;
+    let producer: HashMap<&str, &Node> =
+        g.nodes.iter().flat_map(|n| n.outputs.iter().map(move |o| (o.as_str(), n))).collect();
+    let dims = |t: &str| g.types.get(t).and_then(|t| t.shape.as_ref()).map(|s| s.0.clone());
+    let known = |d: &Dim| match d {
+        Dim::Known(n) => Some(*n),
+        _ => None,
+    };
+    // `part` is an output of a Split along its input's last axis: (the Split, the part's first
+    // column).
+    let split_part = |part: &str| -> Option<(&Node, usize)> {
+        let split = producer.get(part)?;
+        let Op::Split { axis, .. } = split.op else { return None };
+        let rank = dims(split.input(0)?)?.len() as i64;
+        if axis != rank - 1 && axis != -1 {
+            return None;
+        }
+        let k = split.outputs.iter().position(|o| o == part)?;
+        let widths: Option<Vec<usize>> = split.outputs[..k].iter().map(|o| dims(o)?.last().and_then(known)).collect();
+        Some((*split, widths?.iter().sum()))
+    };
+    let (mut source, mut windows) = (None::<&str>, [HeadWindow { start: 0, heads: 0, head_dim: 0, head_stride: 0 }; 3]);
+    for (i, &t) in inputs.iter().enumerate() {
+        let operand = dims(t)?;
+        let [b, s, h, d] = operand.as_slice() else { return None };
+        let (h, d) = (known(h)?, known(d)?);
+        if [b, s].iter().any(|x| matches!(x, Dim::Unknown)) {
+            return None;
+        }
+        let p = producer.get(t)?;
+        let (src, window) = match p.op {
+            // GPT-2: a part [B, S, H·D] split into heads.
+            Op::Reshape { .. } => {
+                let part = p.input(0)?;
+                if dims(part)? != [b.clone(), s.clone(), Dim::Known(h * d)] {
+                    return None;
+                }
+                let (split, start) = split_part(part)?;
+                (split.input(0)?, HeadWindow { start, heads: h, head_dim: d, head_stride: d })
+            }
+            // GPT-NeoX: a part of the per-head view [B, S, H, G] of [B, S, H·G].
+            Op::Split { .. } => {
+                let (split, start) = split_part(t)?;
+                let grouped = split.input(0)?;
+                let group = match dims(grouped)?.as_slice() {
+                    [b2, s2, Dim::Known(h2), Dim::Known(w)] if b2 == b && s2 == s && *h2 == h => *w,
+                    _ => return None,
+                };
+                let view = producer.get(grouped).filter(|r| matches!(r.op, Op::Reshape { .. }))?;
+                let whole = view.input(0)?;
+                if dims(whole)? != [b.clone(), s.clone(), Dim::Known(h * group)] {
+                    return None;
+                }
+                (whole, HeadWindow { start, heads: h, head_dim: d, head_stride: group })
+            }
+            _ => return None,
+        };
+        if source.is_some_and(|x| x != src) {
+            return None;
+        }
+        source = Some(src);
+        windows[i] = window;
+    }
+    let source = source?;
+    // (Its leading dims are the operands': a split keeps them, a head view was checked.)
+    let [_, _, Dim::Known(width)] = dims(source)?[..] else { return None };
+    // Windows inside the rows, at whole 16-byte vectors, as the kernels' pointers and strides
+    // must be.
+    let dtype = g.types.get(source)?.dtype;
+    if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
+        return None;
+    }
+    let align = 16 / dtype.size_bytes()?;
+    let aligned = |x: usize| x % align == 0;
+    if !aligned(width)
+        || windows
+            .iter()
+            .any(|w| w.end() > width || !aligned(w.start) || !aligned(w.head_stride) || !aligned(w.head_dim))
+    {
+        return None;
+    }
+    Some(SplitWindows {
+        node: index,
+        op: (**a).clone(),
+        source: source.to_string(),
+        producer: producer.get(source)?.name.clone(),
+        windows,
+        parts: inputs.iter().map(|t| t.to_string()).collect(),
+    })
+}
+
 /// Removes the nodes that computed only `seeds` (and what only they read), once nothing reads
-/// them: a removed Reshape's shape computation.
-fn remove_dead(g: &mut Graph, seeds: &[String]) {
+/// them: a removed Reshape's shape computation. Returns the removed nodes' names.
+fn remove_dead(g: &mut Graph, seeds: &[String]) -> Vec<String> {
     let mut maybe: HashSet<String> = seeds.iter().cloned().collect();
+    let mut removed = Vec::new();
     loop {
         let read = edit::read_tensors(g);
         let dead: Vec<usize> = (0..g.nodes.len())
@@ -557,11 +796,12 @@ fn remove_dead(g: &mut Graph, seeds: &[String]) {
             })
             .collect();
         if dead.is_empty() {
-            return;
+            return removed;
         }
         for &i in dead.iter().rev() {
             let n = g.nodes.remove(i);
             maybe.extend(n.inputs.into_iter().flatten());
+            removed.push(n.name);
         }
     }
 }

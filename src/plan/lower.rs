@@ -1344,7 +1344,12 @@ pub fn attention_spec(g: &Graph, n: &Node) -> Result<bolt_codegen::attention::At
     let layout = if a.merge_heads { OutputLayout::Bshd } else { OutputLayout::Bhsd };
     AttentionSpec::for_head_dims(e, d, d_v, a.mask, layout)
         .map(|spec| AttentionSpec { causal: a.causal, ..spec })
-        .ok_or_else(|| format!("head dims {d} and {d_v}: attention kernels are built for head dims up to 128"))
+        .ok_or_else(|| {
+            format!(
+                "head dims {d} and {d_v}: attention kernels are built for head dims up to {}",
+                bolt_codegen::attention::HEAD_DIM_MAX.iter().max().expect("head dims")
+            )
+        })
 }
 
 /// A mask whose rows are not whole vectors reaches the attention kernel through a copy: its
@@ -1373,12 +1378,8 @@ pub fn attention_problem(
     }
     for (i, w) in a.packed.iter().flatten().enumerate() {
         let width = shapes[i].last().copied().unwrap_or(0);
-        if w.start + w.heads * w.head_dim > width {
-            return Err(format!(
-                "operand {i}: columns [{}, {}) of a packed projection {width} wide",
-                w.start,
-                w.start + w.heads * w.head_dim
-            ));
+        if w.end() > width || w.head_stride < w.head_dim {
+            return Err(format!("operand {i}: window {w:?} of a packed projection {width} wide"));
         }
     }
     // Each operand's logical [.., S, D] dims and element strides (0 where a dim of 1 broadcasts).

@@ -419,7 +419,12 @@ impl Report {
                 self.attention.len()
             );
             for a in &self.attention {
-                let mask = a.mask.as_ref().map_or("no mask".to_string(), |(m, k)| format!("mask {m} ({k:?})"));
+                let mut masks: Vec<String> = a.mask.iter().map(|(m, k)| format!("mask {m} ({k:?})")).collect();
+                masks.extend(a.select.iter().map(|m| {
+                    let when = if m.masked_when { "true" } else { "false" };
+                    format!("selection mask {} ({:?}; {when} masks, filling {})", m.cond, m.kind, m.fill)
+                }));
+                let mask = if masks.is_empty() { "no mask".to_string() } else { masks.join(" and ") };
                 let how = match self.attention_fused.iter().find(|d| d.nodes.contains(&a.nodes[0])) {
                     Some(d) if d.fused.is_some() => {
                         let absorbed: Vec<&String> = d.nodes.iter().filter(|n| !a.nodes.contains(n)).collect();
@@ -432,7 +437,20 @@ impl Report {
                         if !d.padding.is_empty() {
                             how.push_str("; head dims zero-padded to whole vectors");
                         }
-                        if let Some(p) = &d.packed {
+                        if !d.mask.is_empty() {
+                            how.push_str(&format!(
+                                "; the selection read as an additive mask made by {}",
+                                d.mask.join(", ")
+                            ));
+                        }
+                        if let Some(p) = d.packed.as_ref().filter(|p| p.split) {
+                            how.push_str(&format!(
+                                "; Q, K and V read as windows of the model's fused projection ({}'s output), \
+                                 its split {} gone",
+                                p.gemm,
+                                p.replaced.join(", ")
+                            ));
+                        } else if let Some(p) = &d.packed {
                             how.push_str(&format!(
                                 "; Q, K and V from one packed GEMM {} (replacing {}), read as windows of its output",
                                 p.gemm,

@@ -255,11 +255,13 @@ def test_conformance_cases_reach_bolt(conformance_claims):
 # ------------------------------------------------------------------------- attention
 
 
-def hf_attention_model(heads=4, d=16) -> bytes:
+def hf_attention_model(heads=4, d=16, mask="add", qkv="separate") -> bytes:
     """A HuggingFace-style self-attention block: x [b, s, heads*d] projected to Q, K, V, heads
     split by Reshape + Transpose (Kᵀ by [0,2,3,1]), softmax(QKᵀ/sqrt(d) + mask)V with a
-    [b,1,1,s] additive padding mask, heads merged back and projected out. Sequence length
-    symbolic."""
+    [b,1,1,s] additive padding mask (mask="add"), or with PyTorch's masked_fill of a boolean
+    [b,1,1,s] padding mask, Where(mask, -1e9, scores) (mask="where"); heads merged back and
+    projected out. qkv="fused": one [E, 3E] projection split into Q, K and V (GPT-2's c_attn).
+    Sequence length symbolic."""
     rng = np.random.default_rng(7)
     e = heads * d
     inits = [numpy_helper.from_array((rng.standard_normal((e, e)) / np.sqrt(e)).astype(np.float32), f"W{x}") for x in "qkvo"]
@@ -267,10 +269,21 @@ def hf_attention_model(heads=4, d=16) -> bytes:
         numpy_helper.from_array(np.array([0, 0, heads, d], np.int64), "split_shape"),
         numpy_helper.from_array(np.array([0, 0, e], np.int64), "merge_shape"),
         numpy_helper.from_array(np.array(np.sqrt(d), np.float32), "root_d"),
+        numpy_helper.from_array(np.array(-1e9, np.float32), "fill"),
     ]
+    masking = {
+        "add": helper.make_node("Add", ["scaled", "mask"], ["masked"], name="add_mask"),
+        "where": helper.make_node("Where", ["mask", "fill", "scaled"], ["masked"], name="masked_fill"),
+    }[mask]
     nodes = []
+    if qkv == "fused":
+        w = np.concatenate([numpy_helper.to_array(i) for i in inits[:3]], axis=1)
+        inits += [numpy_helper.from_array(w, "Wqkv"), numpy_helper.from_array(np.array([e] * 3, np.int64), "qkv_sizes")]
+        nodes.append(helper.make_node("MatMul", ["x", "Wqkv"], ["qkv_p"], name="qkv_proj"))
+        nodes.append(helper.make_node("Split", ["qkv_p", "qkv_sizes"], ["q_p", "k_p", "v_p"], axis=2, name="qkv_split"))
     for x in "qkv":
-        nodes.append(helper.make_node("MatMul", ["x", f"W{x}"], [f"{x}_p"], name=f"{x}_proj"))
+        if qkv != "fused":
+            nodes.append(helper.make_node("MatMul", ["x", f"W{x}"], [f"{x}_p"], name=f"{x}_proj"))
         nodes.append(helper.make_node("Reshape", [f"{x}_p", "split_shape"], [f"{x}_4"], name=f"{x}_split"))
     nodes += [
         helper.make_node("Transpose", ["q_4"], ["q"], perm=[0, 2, 1, 3], name="q_t"),
@@ -278,7 +291,7 @@ def hf_attention_model(heads=4, d=16) -> bytes:
         helper.make_node("Transpose", ["v_4"], ["v"], perm=[0, 2, 1, 3], name="v_t"),
         helper.make_node("MatMul", ["q", "kt"], ["qk"], name="qk"),
         helper.make_node("Div", ["qk", "root_d"], ["scaled"], name="scale"),
-        helper.make_node("Add", ["scaled", "mask"], ["masked"], name="add_mask"),
+        masking,
         helper.make_node("Softmax", ["masked"], ["p"], axis=-1, name="softmax"),
         helper.make_node("MatMul", ["p", "v"], ["ctx"], name="pv"),
         helper.make_node("Transpose", ["ctx"], ["ctx_t"], perm=[0, 2, 1, 3], name="merge"),
@@ -290,7 +303,7 @@ def hf_attention_model(heads=4, d=16) -> bytes:
         "hf_attention",
         [
             helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "s", e]),
-            helper.make_tensor_value_info("mask", TensorProto.FLOAT, ["b", 1, 1, "s"]),
+            helper.make_tensor_value_info("mask", TensorProto.FLOAT if mask == "add" else TensorProto.BOOL, ["b", 1, 1, "s"]),
         ],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", "s", e])],
         inits,
@@ -300,21 +313,26 @@ def hf_attention_model(heads=4, d=16) -> bytes:
     return m.SerializeToString()
 
 
-def test_attention_block_runs_in_bolt_and_matches_ort_cpu():
-    # Bolt takes the whole block (its core as one fused attention node); sequence lengths that
-    # are not whole vectors make the mask go through the padded staging the kernels need.
-    model = hf_attention_model()
+@pytest.mark.parametrize("masking,qkv", [("add", "separate"), ("where", "separate"), ("add", "fused")])
+def test_attention_block_runs_in_bolt_and_matches_ort_cpu(masking, qkv):
+    # Bolt takes the whole block (its core as one fused attention node, reading Q, K and V as
+    # windows of one projection: packed by the planner, or the model's own split; a
+    # masked_fill's Where made an additive mask by a stitched kernel); sequence lengths that are
+    # not whole vectors make the mask go through the padded staging the kernels need.
+    model = hf_attention_model(mask=masking, qkv=qkv)
     sess = bolt_session(model)
     a = assignment(sess)
     taken = {op for _, op in a.get(bolt_ort.EP_NAME, [])}
     assert {"MatMul", "Softmax", "Transpose"} <= taken, a
-    assert not [op for _, op in a.get("CPUExecutionProvider", []) if op in {"MatMul", "Softmax", "Transpose", "Add", "Div"}], a
+    host = {"MatMul", "Softmax", "Transpose", "Add", "Div", "Where", "Split"}
+    assert not [op for _, op in a.get("CPUExecutionProvider", []) if op in host], a
     cpu = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(3)
     for b, s in [(1, 1), (2, 7), (2, 16), (3, 33)]:
         x = rng.standard_normal((b, s, 64)).astype(np.float32)
-        mask = np.zeros((b, 1, 1, s), np.float32)
-        mask[-1, ..., s // 2 + 1 :] = -1e4  # the last item's padding keys
+        pad = np.zeros((b, 1, 1, s), bool)
+        pad[-1, ..., s // 2 + 1 :] = True  # the last item's padding keys
+        mask = np.where(pad, np.float32(-1e4), np.float32(0)) if masking == "add" else pad
         feeds = {"x": x, "mask": mask}
         assert_close(["y"], sess.run(None, feeds), cpu.run(None, feeds))
 

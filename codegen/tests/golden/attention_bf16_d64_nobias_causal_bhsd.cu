@@ -307,7 +307,7 @@ struct Operator {
   dim3 block_;
   int smem_bytes_;
 
-  static Attention::Params make_params(Arguments const &a) {
+  static Attention::Params make_params(Arguments const &a, void *workspace) {
     BoltAttentionProblem const &p = a.problem;
     Attention::Params params;
     params.query_ptr = const_cast<Element *>(a.q);
@@ -319,6 +319,7 @@ struct Operator {
     params.seqlen_k_ptr = nullptr;
     params.output_ptr = a.o;
     params.output_accum_ptr = nullptr;
+    (void)workspace;
     params.logsumexp_ptr = nullptr;
     params.scale = float(p.scale);
     params.head_dim = int32_t(p.head_dim);
@@ -343,13 +344,13 @@ struct Operator {
 
   // The kernel's own checks (pointer and stride alignment), after check_problem's.
   static cutlass::Status can_implement(Arguments const &arguments) {
-    return Attention::check_supported(make_params(arguments)) ? cutlass::Status::kSuccess
-                                                               : cutlass::Status::kErrorMisalignedOperand;
+    return Attention::check_supported(make_params(arguments, nullptr)) ? cutlass::Status::kSuccess
+                                                                        : cutlass::Status::kErrorMisalignedOperand;
   }
   static size_t get_workspace_size(Arguments const &) { return 0; }
 
-  cutlass::Status initialize(Arguments const &arguments, void *, cudaStream_t) {
-    params_ = make_params(arguments);
+  cutlass::Status initialize(Arguments const &arguments, void *workspace, cudaStream_t) {
+    params_ = make_params(arguments, workspace);
     grid_ = params_.getBlocksGrid();
     block_ = params_.getThreadsGrid();
     smem_bytes_ = int(sizeof(Attention::SharedStorage));
@@ -363,8 +364,8 @@ struct Operator {
     return cutlass::Status::kSuccess;
   }
 
-  cutlass::Status update(Arguments const &arguments) {
-    params_ = make_params(arguments);
+  cutlass::Status update(Arguments const &arguments, void *workspace) {
+    params_ = make_params(arguments, workspace);
     return cutlass::Status::kSuccess;
   }
 
