@@ -273,6 +273,21 @@ enum Export {
     CausalWhere,
 }
 
+/// `scores + mask` with the additive padding mask input `mask` [B, 1, 1, S] (-10⁴ at batch
+/// item 1's keys from S/2 on), fed in `feeds`.
+fn add_padding_mask(
+    g: &mut GraphBuilder,
+    feeds: &mut HashMap<String, Tensor>,
+    scores: &str,
+    s: usize,
+    dtype: DType,
+) -> String {
+    let mask = g.input("mask", dtype, Shape::from_static(&[B, 1, 1, s]));
+    let pad: Vec<f64> = padding_keys(s, (s / 2).max(1)).iter().map(|&p| if p { -1e4 } else { 0.0 }).collect();
+    feeds.insert("mask".into(), Tensor::from_f64_as(dtype, vec![B, 1, 1, s], &pad).unwrap());
+    g.node("add_mask", Op::Binary(Binary::Add), &[scores, &mask])
+}
+
 /// Batch item 1's padding: keys from `from` on.
 fn padding_keys(s: usize, from: usize) -> Vec<bool> {
     (0..B * s).map(|i| i / s == 1 && i % s >= from).collect()
@@ -291,21 +306,30 @@ fn exported(form: Export, s: usize, d: usize, dtype: DType) -> (Graph, HashMap<S
         g.initializer(name, t)
     };
     let out = match form {
-        Export::HuggingFace => {
+        Export::HuggingFace | Export::MaskedFill => {
             let q = input(&mut g, "q_proj", &[B, s, H, d], 1);
             let k = input(&mut g, "k_proj", &[B, s, H, d], 2);
             let v = input(&mut g, "v_proj", &[B, s, H, d], 3);
-            let mask = g.input("mask", dtype, Shape::from_static(&[B, 1, 1, s]));
-            let pad: Vec<f64> =
-                (0..B * s).map(|i| if i / s == 1 && i % s >= s / 2 && s > 1 { -1e4 } else { 0.0 }).collect();
-            feeds.insert("mask".into(), Tensor::from_f64_as(dtype, vec![B, 1, 1, s], &pad).unwrap());
             let q = g.node("q_t", Op::Transpose { perm: Some(vec![0, 2, 1, 3]) }, &[&q]);
             let kt = g.node("k_t", Op::Transpose { perm: Some(vec![0, 2, 3, 1]) }, &[&k]);
             let v = g.node("v_t", Op::Transpose { perm: Some(vec![0, 2, 1, 3]) }, &[&v]);
             let qk = g.node("qk", Op::MatMul, &[&q, &kt]);
             let root = scale(&mut g, "root_d", (d as f32).sqrt());
             let sc = g.node("div", Op::Binary(Binary::Div), &[&qk, &root]);
-            let sc = g.node("add_mask", Op::Binary(Binary::Add), &[&sc, &mask]);
+            let sc = if matches!(form, Export::HuggingFace) {
+                add_padding_mask(&mut g, &mut feeds, &sc, s, dtype)
+            } else {
+                let pad = g.input("pad", DType::Bool, Shape::from_static(&[B, 1, 1, s]));
+                // In f32 and bf16 batch item 1 pads every key at S = 1: a row with every key
+                // masked (the model weighs the keys evenly, and so does the additive form with
+                // the type's lowest value). f16's lowest value cannot do that (see SelectMask):
+                // not tested there.
+                let from = if dtype == DType::F16 { (s / 2).max(1) } else { s / 2 };
+                let values = TensorData::Bool(padding_keys(s, from));
+                feeds.insert("pad".into(), Tensor::new(vec![B, 1, 1, s], values).unwrap());
+                let fill = scale(&mut g, "fill", if dtype == DType::F16 { -1e4 } else { -1e9 });
+                g.node("masked_fill", Op::Where, &[&pad, &fill, &sc])
+            };
             let p = g.node("softmax", Op::Softmax { axis: -1 }, &[&sc]);
             let ctx = g.node("pv", Op::MatMul, &[&p, &v]);
             g.node("merge", Op::Transpose { perm: Some(vec![0, 2, 1, 3]) }, &[&ctx])
@@ -324,28 +348,6 @@ fn exported(form: Export, s: usize, d: usize, dtype: DType) -> (Graph, HashMap<S
             let sc = g.node("add_mask", Op::Binary(Binary::Add), &[&qk, &mask]);
             let p = g.node("softmax", Op::Softmax { axis: -1 }, &[&sc]);
             g.node("pv", Op::MatMul, &[&p, &v])
-        }
-        Export::MaskedFill => {
-            let q = input(&mut g, "q_proj", &[B, s, H, d], 1);
-            let k = input(&mut g, "k_proj", &[B, s, H, d], 2);
-            let v = input(&mut g, "v_proj", &[B, s, H, d], 3);
-            let pad = g.input("pad", DType::Bool, Shape::from_static(&[B, 1, 1, s]));
-            // In f32 and bf16 batch item 1 pads every key at S = 1: a row with every key masked
-            // (the model weighs the keys evenly, and so does the additive form with the type's
-            // lowest value). f16's lowest value cannot do that (see SelectMask): not tested there.
-            let from = if dtype == DType::F16 { (s / 2).max(1) } else { s / 2 };
-            feeds.insert("pad".into(), Tensor::new(vec![B, 1, 1, s], TensorData::Bool(padding_keys(s, from))).unwrap());
-            let q = g.node("q_t", Op::Transpose { perm: Some(vec![0, 2, 1, 3]) }, &[&q]);
-            let kt = g.node("k_t", Op::Transpose { perm: Some(vec![0, 2, 3, 1]) }, &[&k]);
-            let v = g.node("v_t", Op::Transpose { perm: Some(vec![0, 2, 1, 3]) }, &[&v]);
-            let qk = g.node("qk", Op::MatMul, &[&q, &kt]);
-            let root = scale(&mut g, "root_d", (d as f32).sqrt());
-            let sc = g.node("div", Op::Binary(Binary::Div), &[&qk, &root]);
-            let fill = scale(&mut g, "fill", if dtype == DType::F16 { -1e4 } else { -1e9 });
-            let sc = g.node("masked_fill", Op::Where, &[&pad, &fill, &sc]);
-            let p = g.node("softmax", Op::Softmax { axis: -1 }, &[&sc]);
-            let ctx = g.node("pv", Op::MatMul, &[&p, &v]);
-            g.node("merge", Op::Transpose { perm: Some(vec![0, 2, 1, 3]) }, &[&ctx])
         }
         Export::Gpt2 | Export::CausalWhere => {
             let q = input(&mut g, "q", &[B, H, s, d], 1);
@@ -367,11 +369,7 @@ fn exported(form: Export, s: usize, d: usize, dtype: DType) -> (Graph, HashMap<S
                 };
                 let lowest = scale(&mut g, "lowest", min);
                 let sc = g.node("where", Op::Where, &[&keep, &sc, &lowest]);
-                let mask = g.input("mask", dtype, Shape::from_static(&[B, 1, 1, s]));
-                let pad: Vec<f64> =
-                    padding_keys(s, (s / 2).max(1)).iter().map(|&p| if p { -1e4 } else { 0.0 }).collect();
-                feeds.insert("mask".into(), Tensor::from_f64_as(dtype, vec![B, 1, 1, s], &pad).unwrap());
-                g.node("add_mask", Op::Binary(Binary::Add), &[&sc, &mask])
+                add_padding_mask(&mut g, &mut feeds, &sc, s, dtype)
             } else {
                 let masked = g.initializer("causal", Tensor::new(vec![s, s], TensorData::Bool(above)).unwrap());
                 let inf = scale(&mut g, "minus_inf", f32::NEG_INFINITY);

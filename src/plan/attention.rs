@@ -494,16 +494,22 @@ struct Packable {
     inputs_of_removed: Vec<String>,
 }
 
-/// Whether attention node `node`'s operands are three projections of one input that one GEMM
-/// can compute, and what that GEMM packs.
-fn packable(g: &Graph, node: &str) -> Option<Packable> {
+/// Attention node `node` when it is `[B, H, S, D]` and reads its operands whole (no windows yet):
+/// its index, op and Q, K and V inputs.
+fn unwindowed<'g>(g: &'g Graph, node: &str) -> Option<(usize, &'g FusedAttention, Vec<&'g str>)> {
     let index = g.nodes.iter().position(|n| n.name == node)?;
     let n = &g.nodes[index];
     let Op::Attention(a) = &n.op else { return None };
     if a.packed.is_some() || a.rank() != 4 {
         return None;
     }
-    let inputs: Vec<&str> = (0..3).map(|i| n.input(i)).collect::<Option<_>>()?;
+    Some((index, a, (0..3).map(|i| n.input(i)).collect::<Option<_>>()?))
+}
+
+/// Whether attention node `node`'s operands are three projections of one input that one GEMM
+/// can compute, and what that GEMM packs.
+fn packable(g: &Graph, node: &str) -> Option<Packable> {
+    let (index, a, inputs) = unwindowed(g, node)?;
     if inputs[0] == inputs[1] || inputs[1] == inputs[2] || inputs[0] == inputs[2] {
         return None;
     }
@@ -655,7 +661,7 @@ fn packable(g: &Graph, node: &str) -> Option<Packable> {
     let first = g.nodes.iter().position(|n| n.name == projections[0].matmul)?;
     Some(Packable {
         node: index,
-        op: (**a).clone(),
+        op: a.clone(),
         first,
         x: x?.to_string(),
         projections,
@@ -685,13 +691,7 @@ struct SplitWindows {
 /// GPT-NeoX (`qkv.view(B, S, H, 3 * D).split(D, dim=3)`: Q, K and V interleaved per head). The
 /// kernel can read each as a window of that tensor: no split, no copies.
 fn split_windows(g: &Graph, node: &str) -> Option<SplitWindows> {
-    let index = g.nodes.iter().position(|n| n.name == node)?;
-    let n = &g.nodes[index];
-    let Op::Attention(a) = &n.op else { return None };
-    if a.packed.is_some() || a.rank() != 4 {
-        return None;
-    }
-    let inputs: Vec<&str> = (0..3).map(|i| n.input(i)).collect::<Option<_>>()?;
+    let (index, a, inputs) = unwindowed(g, node)?;
     let producer: HashMap<&str, &Node> =
         g.nodes.iter().flat_map(|n| n.outputs.iter().map(move |o| (o.as_str(), n))).collect();
     let dims = |t: &str| g.types.get(t).and_then(|t| t.shape.as_ref()).map(|s| s.0.clone());
@@ -774,7 +774,7 @@ fn split_windows(g: &Graph, node: &str) -> Option<SplitWindows> {
     }
     Some(SplitWindows {
         node: index,
-        op: (**a).clone(),
+        op: a.clone(),
         source: source.to_string(),
         producer: producer.get(source)?.name.clone(),
         windows,
