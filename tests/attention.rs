@@ -88,6 +88,10 @@ fn each_exporter_form_is_one_core_with_its_scale_and_mask() {
     assert!((a.scale - 1.0 / 8f64.sqrt()).abs() < 1e-6, "both D^-1/4 factors: {}", a.scale);
     assert_eq!(a.mask, Some(("causal".to_string(), MaskKind::PerQueryKey)));
     assert_eq!((a.q.as_str(), a.k_t.as_str()), ("q", "kt"), "operands before their scales");
+
+    // A bias with values per head (a relative position bias plus padding): [B, H, S, S].
+    let a = only_core(&exported(Export::PositionBias, 5, 8, DType::F32).0);
+    assert_eq!(a.mask.as_ref().map(|m| m.1), Some(MaskKind::PerHead));
 }
 
 #[test]
@@ -154,7 +158,7 @@ fn softmaxes_that_are_not_cores_say_why() {
     assert!(found.is_empty());
     assert!(not[0].reason.contains("fills masked scores with 0"), "{}", not[0].reason);
 
-    // A mask that varies per query but not per key ([B, 1, S, 1]) is no common mask shape.
+    // A mask that varies per query but not per key ([B, 1, S, 1]) would broadcast over keys.
     let mut g = graph(Form::DivThenPaddingMask, 4);
     g.types.get_mut("mask").unwrap().shape = Some(Shape::from_static(&[B, 1, 4, 1]));
     let (found, not) = find(&g);
@@ -271,6 +275,9 @@ enum Export {
     /// SDPA's core masked by `Where(causal [S,S], -inf, scores)` with a constant condition
     /// that is true above the diagonal.
     CausalWhere,
+    /// Swin: Q scaled before the MatMul, then a relative position bias per head [1, H, S, S]
+    /// (here plus a padding mask [B, 1, 1, S], as T5 sums them) added as one [B, H, S, S] bias.
+    PositionBias,
 }
 
 /// `scores + mask` with the additive padding mask input `mask` [B, 1, 1, S] (-10⁴ at batch
@@ -378,6 +385,20 @@ fn exported(form: Export, s: usize, d: usize, dtype: DType) -> (Graph, HashMap<S
             let p = g.node("softmax", Op::Softmax { axis: -1 }, &[&sc]);
             g.node("pv", Op::MatMul, &[&p, &v])
         }
+        Export::PositionBias => {
+            let q = input(&mut g, "q", &[B, H, s, d], 1);
+            let k = input(&mut g, "k", &[B, H, s, d], 2);
+            let v = input(&mut g, "v", &[B, H, s, d], 3);
+            let kt = g.node("k_t", Op::Transpose { perm: Some(vec![0, 1, 3, 2]) }, &[&k]);
+            let c = scale(&mut g, "inv_root_d", 1.0 / (d as f32).sqrt());
+            let q = g.node("q_scale", Op::Binary(Binary::Mul), &[&q, &c]);
+            let qk = g.node("qk", Op::MatMul, &[&q, &kt]);
+            let position = g.initializer("position_bias", cast(random(&[1, H, s, s], 4)));
+            let bias = add_padding_mask(&mut g, &mut feeds, &position, s, dtype);
+            let sc = g.node("add_bias", Op::Binary(Binary::Add), &[&qk, &bias]);
+            let p = g.node("softmax", Op::Softmax { axis: -1 }, &[&sc]);
+            g.node("pv", Op::MatMul, &[&p, &v])
+        }
         Export::Rank3 => {
             let q = input(&mut g, "q", &[B, s, d], 1);
             let k = input(&mut g, "k", &[B, s, d], 2);
@@ -407,8 +428,15 @@ fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
 /// reference executor, at sequence lengths whose masks need staging (not a multiple of 8).
 #[test]
 fn exported_cores_run_as_one_attention_kernel_on_the_problem_the_device_launches() {
-    let forms =
-        [Export::HuggingFace, Export::Sdpa, Export::Rank3, Export::MaskedFill, Export::Gpt2, Export::CausalWhere];
+    let forms = [
+        Export::HuggingFace,
+        Export::Sdpa,
+        Export::Rank3,
+        Export::MaskedFill,
+        Export::Gpt2,
+        Export::CausalWhere,
+        Export::PositionBias,
+    ];
     for form in forms {
         for s in [1usize, 7, 16, 33] {
             // D = 15 (f32) and 12 (f16) are not whole vectors: padded to 16.
@@ -436,7 +464,9 @@ fn exported_cores_run_as_one_attention_kernel_on_the_problem_the_device_launches
                     decision.nodes.iter().filter(|x| x.ends_with("_t")).map(|x| x.as_str()).collect();
                 let want_absorbed: &[&str] = match form {
                     Export::HuggingFace | Export::MaskedFill => &["q_t", "k_t", "v_t"],
-                    Export::Sdpa | Export::Rank3 | Export::Gpt2 | Export::CausalWhere => &["k_t"],
+                    Export::Sdpa | Export::Rank3 | Export::Gpt2 | Export::CausalWhere | Export::PositionBias => {
+                        &["k_t"]
+                    }
                 };
                 assert_eq!(absorbed, want_absorbed, "{what}");
 
@@ -456,7 +486,8 @@ fn exported_cores_run_as_one_attention_kernel_on_the_problem_the_device_launches
                 // an input: the two are summed into the mask the kernel reads.
                 let constant = matches!(form, Export::Sdpa | Export::CausalWhere);
                 let causal = constant && s > 1;
-                let masked = matches!(form, Export::HuggingFace | Export::MaskedFill | Export::Gpt2);
+                let masked =
+                    matches!(form, Export::HuggingFace | Export::MaskedFill | Export::Gpt2 | Export::PositionBias);
                 assert_eq!(
                     (op.causal, decision.causal, op.mask),
                     (causal, causal, masked || (constant && !causal)),
@@ -495,8 +526,10 @@ fn exported_cores_run_as_one_attention_kernel_on_the_problem_the_device_launches
                         Some(t) => t.clone(),
                         None => {
                             let p = producer(x);
-                            let from_mask = mask_kernel.is_some_and(|d| d.stitched.as_ref() == Some(&p.name));
-                            assert!(matches!(p.op, Op::FitLastAxis { .. }) || from_mask, "{what}: {x} from {:?}", p.op);
+                            // A padded operand, or a mask a stitched kernel computes (the
+                            // selection made additive, T5's bias plus padding).
+                            let stitched = matches!(p.op, Op::Stitched(_));
+                            assert!(matches!(p.op, Op::FitLastAxis { .. }) || stitched, "{what}: {x} from {:?}", p.op);
                             made[x].clone()
                         }
                     })

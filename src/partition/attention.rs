@@ -17,11 +17,15 @@ use std::collections::HashMap;
 /// How the additive mask broadcasts over the scores [B, H, S_q, S_k].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub enum MaskKind {
-    /// One row per batch item: [B, 1, 1, S_k] (padding masks, HuggingFace encoders).
+    /// One row per batch item, or one for all: [B, 1, 1, S_k] (padding masks, HuggingFace
+    /// encoders).
     PerKey,
     /// A full [S_q, S_k] pattern, shared ([S_q, S_k], [1, 1, S_q, S_k]) or per batch item
     /// ([B, 1, S_q, S_k]): causal and block masks.
     PerQueryKey,
+    /// Values per head: relative position biases (T5's [1, H, S_q, S_k], Swin's), ALiBi's
+    /// [B, H, 1, S_k], or a padding mask added to one of them.
+    PerHead,
 }
 
 /// A mask the model applies by selection (PyTorch's `masked_fill(mask, value)`, exported as
@@ -287,7 +291,7 @@ fn core(cx: &Ctx, softmax: &Node) -> Result<Attention, String> {
             Some((
                 m.clone(),
                 mask_kind(&ms, &q_shape, &k_t_shape).ok_or_else(|| {
-                    format!("mask '{m}' of shape {ms:?} is neither [B,1,1,S_k] nor an [S_q,S_k] pattern")
+                    format!("mask '{m}' of shape {ms:?} does not broadcast to the scores (never over keys)")
                 })?,
             ))
         }
@@ -297,7 +301,7 @@ fn core(cx: &Ctx, softmax: &Node) -> Result<Attention, String> {
         Some((cond, masked_when, fill)) => {
             let cs = cx.shape(&cond).ok_or_else(|| format!("shape of mask condition '{cond}' unknown"))?;
             let kind = mask_kind(&cs, &q_shape, &k_t_shape).ok_or_else(|| {
-                format!("mask condition '{cond}' of shape {cs:?} is neither [B,1,1,S_k] nor an [S_q,S_k] pattern")
+                format!("mask condition '{cond}' of shape {cs:?} does not broadcast to the scores (never over keys)")
             })?;
             Some(SelectMask { cond, masked_when, fill, kind })
         }
@@ -305,28 +309,27 @@ fn core(cx: &Ctx, softmax: &Node) -> Result<Attention, String> {
     Ok(Attention { nodes, q, k_t, v, scale, mask, select, output: pv.outputs[0].clone(), q_shape, k_t_shape })
 }
 
-/// The mask's broadcast kind for scores [batch..., S_q, S_k], if it is a common one.
+/// How a mask of dims `m` broadcasts over the scores `[batch.., S_q, S_k]` of Q `q` and Kᵀ
+/// `k_t`, if it does (numpy rules, every dim known or symbolic, never broadcast over keys).
 fn mask_kind(m: &[Dim], q: &[Dim], k_t: &[Dim]) -> Option<MaskKind> {
     let one = |d: &Dim| matches!(d, Dim::Known(1));
-    let (sq, sk) = (&q[q.len() - 2], &k_t[k_t.len() - 1]);
-    let (last2, lead) = match m.len() {
-        0 | 1 => return None,
-        n => ((&m[n - 2], &m[n - 1]), &m[..n - 2]),
-    };
-    if last2.1 != sk {
+    let r = q.len();
+    let scores: Vec<&Dim> = q[..r - 2].iter().chain([&q[r - 2], &k_t[r - 1]]).collect();
+    if m.is_empty() || m.len() > r || m.last() != Some(scores[r - 1]) || m.iter().any(|d| *d == Dim::Unknown) {
         return None;
     }
-    // Every leading dim of the mask past the batch dim broadcasts (one mask per batch item at most).
-    let heads_shared = lead.iter().skip(1).all(one) && (lead.is_empty() || lead.len() == q.len() - 2);
-    if !heads_shared {
+    let off = r - m.len();
+    if m.iter().enumerate().any(|(j, d)| !one(d) && d != scores[off + j]) {
         return None;
     }
-    if one(last2.0) && !lead.is_empty() {
-        Some(MaskKind::PerKey)
-    } else if last2.0 == sq {
+    // Whether the mask has more than one value along scores axis `axis`.
+    let varies = |axis: usize| axis >= off && !one(&m[axis - off]);
+    if (1..r - 2).any(varies) {
+        Some(MaskKind::PerHead)
+    } else if varies(r - 2) {
         Some(MaskKind::PerQueryKey)
     } else {
-        None
+        Some(MaskKind::PerKey)
     }
 }
 
