@@ -161,6 +161,28 @@ class AttentionCore:
         return o
 
 
+# The same core masked as PyTorch's masked_fill exports it: where(pad, -1e9, scores), pad a
+# boolean [batch, 1, 1, seq] that is true at padded keys.
+@tvm.script.ir_module
+class MaskedFillCore:
+    @R.function
+    def main(
+        q: R.Tensor((2, 12, 4, 16), "float32"),
+        k: R.Tensor((2, 12, 4, 16), "float32"),
+        v: R.Tensor((2, 12, 4, 16), "float32"),
+        pad: R.Tensor((2, 1, 1, 12), "bool"),
+    ):
+        with R.dataflow():
+            qt = R.permute_dims(q, [0, 2, 1, 3])
+            kt = R.permute_dims(k, [0, 2, 3, 1])
+            vt = R.permute_dims(v, [0, 2, 1, 3])
+            s = R.divide(R.matmul(qt, kt), R.const(4.0, "float32"))
+            p = R.nn.softmax(R.where(pad, R.const(-1e9, "float32"), s), axis=-1)
+            o = R.permute_dims(R.matmul(p, vt), [0, 2, 1, 3])
+            R.output(o)
+        return o
+
+
 # ------------------------------------------------------------------------------- tests
 
 
@@ -358,19 +380,24 @@ def test_resnet50_from_onnx_partitions_and_runs(tmp_path):
     assert np.argmax(got) == np.argmax(want)
 
 
-def test_attention_core_is_one_bolt_attention_kernel(tmp_path):
+@pytest.mark.parametrize("masking", ["add", "where"])
+def test_attention_core_is_one_bolt_attention_kernel(tmp_path, masking):
     # The whole core, its head transposes included, is one composite that Bolt's planner runs
-    # as one fused attention kernel; the result equals TVM's own build.
+    # as one fused attention kernel (a masked_fill's where made an additive mask by a stitched
+    # kernel); the result equals TVM's own build.
     b, s_, h, d = ATT["b"], ATT["s"], ATT["h"], ATT["d"]
     q, k, v = (randn(b, s_, h, d) for _ in range(3))
-    mask = np.where(rng.random((b, 1, 1, s_)) < 0.3, -1e4, 0.0).astype("float32")
-    mask[..., 0] = 0
-    offloaded, got, _ = build_export_run(AttentionCore, [q, k, v, mask], tmp_path)
-    assert list(offloaded.values()) == [["bolt.attention_scale_mask_merge"]], offloaded
+    pad = rng.random((b, 1, 1, s_)) < 0.3
+    pad[..., 0] = False
+    mask = np.where(pad, -1e4, 0.0).astype("float32") if masking == "add" else pad
+    mod = AttentionCore if masking == "add" else MaskedFillCore
+    offloaded, got, _ = build_export_run(mod, [q, k, v, mask], tmp_path)
+    want = "bolt.attention_scale_mask_merge" if masking == "add" else "bolt.attention_scale_where_merge"
+    assert list(offloaded.values()) == [[want]], offloaded
     (report,) = [bolt_tvm.REPORTS[x] for x in offloaded]
     (fused,) = report["attention_fused"]
     assert fused["fused"], fused
-    np.testing.assert_allclose(got, tvm_reference(AttentionCore, [q, k, v, mask]), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, tvm_reference(mod, [q, k, v, mask]), rtol=1e-5, atol=1e-5)
 
 
 def _bench(*args, **kw):

@@ -95,10 +95,10 @@ def _why_not(ctx, layers: int) -> str | None:
     return None
 
 
-def _attention(scale: str | None, mask: bool, merge: bool):
-    """An attention core: matmul(Q, Kᵀ) [* or / a scale] [+ mask] -> softmax -> matmul(., V)
-    [-> the head merge], with the head-split permute_dims of Q, K and V in the match (Bolt
-    reads them in place)."""
+def _attention(scale: str | None, mask: str | None, merge: bool):
+    """An attention core: matmul(Q, Kᵀ) [* or / a scale] [+ mask, or where(mask, fill, .) as
+    masked_fill writes it] -> softmax -> matmul(., V) [-> the head merge], with the head-split
+    permute_dims of Q, K and V in the match (Bolt reads them in place)."""
     def operand():
         x = wildcard()
         return is_op("relax.permute_dims")(x) | x
@@ -106,8 +106,10 @@ def _attention(scale: str | None, mask: bool, merge: bool):
     out = is_op("relax.matmul")(operand(), operand())
     if scale is not None:
         out = is_op(scale)(out, wildcard())
-    if mask:
+    if mask == "add":
         out = is_op("relax.add")(out, wildcard()) | is_op("relax.add")(wildcard(), out)
+    elif mask == "where":
+        out = is_op("relax.where")(wildcard(), wildcard(), out) | is_op("relax.where")(wildcard(), out, wildcard())
     out = is_op("relax.matmul")(is_op("relax.nn.softmax")(out), operand())
     if merge:
         out = is_op("relax.permute_dims")(out)
@@ -161,9 +163,11 @@ def bolt_patterns() -> list:
             chains.append((sum(e1) + sum(e2), (name, second, {}, _check(name, 2))))
     # Attention cores, longest forms last (precedence); checked by the planner (layers = 0).
     attention = []
-    for scale, mask, merge in itertools.product([None, "relax.multiply", "relax.divide"], [False, True], [False, True]):
-        name = "bolt.attention" + "".join(s for s, on in (("_scale", scale), ("_mask", mask), ("_merge", merge)) if on)
-        attention.append((bool(scale) + mask + merge, (name, _attention(scale, mask, merge), {}, _check(name, 0))))
+    masks = [None, "add", "where"]
+    for scale, mask, merge in itertools.product([None, "relax.multiply", "relax.divide"], masks, [False, True]):
+        suffix = {None: "", "add": "_mask", "where": "_where"}[mask]
+        name = "bolt.attention" + ("_scale" if scale else "") + suffix + ("_merge" if merge else "")
+        attention.append((bool(scale) + bool(mask) + merge, (name, _attention(scale, mask, merge), {}, _check(name, 0))))
     return (
         [p for _, p in sorted(single, key=lambda t: t[0])]
         + [p for _, p in sorted(chains, key=lambda t: t[0])]

@@ -241,6 +241,10 @@ class Converter:
             if x.const is not None:
                 return _Value(const=x.const.astype(helper.tensor_dtype_to_np_dtype(to)))
             return _Value(self.node("Cast", [x.name], hint, to=to), nchw_of_nhwc=x.nchw_of_nhwc)
+        if op == "relax.where":  # masked_fill: Where(mask, fill, scores) or Where(mask, scores, fill)
+            c, x, y = (self.value(a, hint) for a in args)
+            names = [self.plain(v, f"{hint}_{i}") for i, v in enumerate((c, x, y))]
+            return _Value(self.node("Where", names, hint))
         if op == "relax.nn.softmax":
             x = self.value(args[0], hint)
             return _Value(self.node("Softmax", [self.plain(x, hint)], hint, axis=int(call.attrs.axis)))
