@@ -480,11 +480,12 @@ fn exported_cores_run_as_one_attention_kernel_on_the_problem_the_device_launches
                 let worst = max_abs_diff(&planned, &want);
                 assert!(worst <= tol, "{what}: planned graph vs model: {worst}");
 
-                // SDPA's constant causal mask, added or selected, is the kernel's causal masking
-                // (no mask input); one query row is no pattern (it would broadcast over any
-                // query count). GPT-2's constant selection comes with an additive mask that is
-                // an input: the two are summed into the mask the kernel reads.
-                let constant = matches!(form, Export::Sdpa | Export::CausalWhere);
+                // A constant causal mask, added or selected, is the kernel's causal masking (no
+                // mask input); one query row is no pattern (it would broadcast over any query
+                // count). GPT-2's constant causal selection is too, beside the padding mask (an
+                // input) the kernel reads; with one query, the selection made additive is summed
+                // with the padding mask into the mask it reads.
+                let constant = matches!(form, Export::Sdpa | Export::CausalWhere | Export::Gpt2);
                 let causal = constant && s > 1;
                 let masked =
                     matches!(form, Export::HuggingFace | Export::MaskedFill | Export::Gpt2 | Export::PositionBias);
@@ -496,7 +497,7 @@ fn exported_cores_run_as_one_attention_kernel_on_the_problem_the_device_launches
                 // The nodes that make the selection an additive mask run as one stitched kernel.
                 let want_mask_nodes = match form {
                     Export::MaskedFill => 1,
-                    Export::Gpt2 => 2,
+                    Export::Gpt2 if !causal => 2,
                     _ => 0,
                 };
                 assert_eq!(decision.mask.len(), want_mask_nodes, "{what}: {:?}", decision.mask);

@@ -428,17 +428,22 @@ impl FusedAttention {
         let mut kt_perm = self.k_perm.clone();
         kt_perm.swap(r - 2, r - 1);
         let (q, k_t, v) = (view(0, &self.q_perm)?, view(1, &kt_perm)?, view(2, &self.v_perm)?);
-        let causal = if self.causal {
-            if self.mask {
-                return Err("a causal attention op takes no mask".into());
+        // Causal masking is the pattern added to any mask read.
+        let mask = match (self.causal, inputs.get(3).copied()) {
+            (false, m) => m.cloned(),
+            (true, m) => {
+                let (sq, sk) = (q.shape[r - 2], k_t.shape[r - 1]);
+                let v: Vec<f64> = (0..sq * sk).map(|x| if x % sk > x / sk { f64::NEG_INFINITY } else { 0.0 }).collect();
+                let dtype = m.map_or(DType::F32, Tensor::dtype);
+                let pattern = Tensor::from_f64_as(dtype, vec![sq, sk], &v).ok_or("a mask of a non-float type")?;
+                Some(match m {
+                    Some(m) => crate::reference::ops::eval_op(&Op::Binary(Binary::Add), &[Some(m), Some(&pattern)])?
+                        .swap_remove(0),
+                    None => pattern,
+                })
             }
-            let (sq, sk) = (q.shape[r - 2], k_t.shape[r - 1]);
-            let m: Vec<f32> = (0..sq * sk).map(|x| if x % sk > x / sk { f32::NEG_INFINITY } else { 0.0 }).collect();
-            Some(Tensor::from_f32(vec![sq, sk], m))
-        } else {
-            None
         };
-        let out = attention(&q, &k_t, &v, causal.as_ref().or(inputs.get(3).copied()), self.scale)?;
+        let out = attention(&q, &k_t, &v, mask.as_ref(), self.scale)?;
         if self.merge_heads {
             return Ok(crate::reference::ops::layout::transpose(&out, Some(&[0, 2, 1, 3]))?.swap_remove(0));
         }

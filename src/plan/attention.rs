@@ -191,7 +191,6 @@ fn materialize(
         n
     };
     Ok(match m {
-        MaskInput::Causal => unreachable!("a causal mask is no input"),
         MaskInput::Tensor(t) => t,
         MaskInput::Constant(t) => weight(g, names, "mask", t),
         MaskInput::Select { select, add, dtype } => {
@@ -307,34 +306,49 @@ fn fusable(g: &Graph, a: &Attention) -> std::result::Result<Fusable, String> {
     let w = bolt_codegen::attention::alignment(element);
     let (d_p, d_v_p) = ((d + w - 1) / w * w, (d_v + w - 1) / w * w);
     // The mask the kernel adds: the model's additive mask, its selection as an additive one,
-    // or their sum. A constant causal pattern is the kernel's causal masking: no mask input.
+    // or their sum. A constant causal pattern is the kernel's causal masking (which skips the
+    // tiles past the diagonal), beside any mask computed at run time.
     let q_dtype = dtype(&q).expect("Q's type is known: its element was");
-    let mask = match (&a.mask, &a.select) {
-        (None, None) => None,
-        (add, select) => {
-            let value = |t: Option<&String>| t.map(|t| edit::constant(g, t));
-            let (add_value, cond_value) = (value(add.as_ref().map(|m| &m.0)), value(select.as_ref().map(|s| &s.cond)));
-            let constant = match (add_value, cond_value) {
-                (Some(None), _) | (_, Some(None)) => None,
-                (m, c) => a
-                    .additive_mask(q_dtype, m.flatten().as_deref(), c.flatten().as_deref())
-                    .map_err(|e| format!("the mask: {e}"))?,
-            };
-            match (constant, add, select) {
-                (Some(c), _, _) if constant_causal(&c, &a.q_shape, &a.k_t_shape) => Some(MaskInput::Causal),
-                (_, Some((m, _)), None) => Some(MaskInput::Tensor(m.clone())),
-                (Some(c), _, _) => Some(MaskInput::Constant(c)),
-                (None, add, Some(select)) => Some(MaskInput::Select {
-                    select: select.clone(),
-                    add: add.as_ref().map(|m| m.0.clone()),
-                    dtype: q_dtype,
+    let causal_pattern = |t: &Tensor| constant_causal(t, &a.q_shape, &a.k_t_shape);
+    let bad_mask = |e: String| format!("the mask: {e}");
+    // Each part's value where it is known while planning (`Some(None)`: computed at run time).
+    let add_value = a.mask.as_ref().map(|(m, _)| edit::constant(g, m));
+    let cond_value = a.select.as_ref().map(|s| edit::constant(g, &s.cond));
+    let add_name = a.mask.as_ref().map(|m| m.0.clone());
+    let select_input =
+        |add: Option<String>| a.select.as_ref().map(|s| MaskInput::Select { select: s.clone(), add, dtype: q_dtype });
+    let planned = |v: &Option<Option<Arc<Tensor>>>| !matches!(v, Some(None));
+    let (causal, mask) = if planned(&add_value) && planned(&cond_value) {
+        let (m, c) = (add_value.flatten(), cond_value.flatten());
+        match a.additive_mask(q_dtype, m.as_deref(), c.as_deref()).map_err(bad_mask)? {
+            None => (false, None),
+            Some(t) if causal_pattern(&t) => (true, None),
+            // The model's own weight where it is the whole mask.
+            Some(t) => (
+                false,
+                Some(if a.select.is_none() {
+                    MaskInput::Tensor(add_name.clone().expect("a mask"))
+                } else {
+                    MaskInput::Constant(t)
                 }),
-                (None, _, None) => unreachable!("one of the two masks is there"),
-            }
+            ),
+        }
+    } else {
+        let add_causal = matches!(&add_value, Some(Some(m)) if causal_pattern(m));
+        let select_causal = match (&a.select, &cond_value) {
+            (Some(s), Some(Some(c))) => causal_pattern(&s.additive(c, q_dtype).map_err(bad_mask)?),
+            _ => false,
+        };
+        if add_causal {
+            (true, select_input(None))
+        } else if select_causal {
+            (true, add_name.map(MaskInput::Tensor))
+        } else if a.select.is_some() {
+            (false, select_input(add_name))
+        } else {
+            (false, add_name.map(MaskInput::Tensor))
         }
     };
-    let causal = matches!(mask, Some(MaskInput::Causal));
-    let mask = mask.filter(|_| !causal);
     AttentionSpec::for_head_dims(element, d_p, d_v_p, mask.is_some(), OutputLayout::Bhsd).ok_or_else(|| {
         format!(
             "head dims {d} and {d_v}: attention kernels are built for head dims up to {}",
@@ -359,8 +373,6 @@ fn fusable(g: &Graph, a: &Attention) -> std::result::Result<Fusable, String> {
 
 /// Where the additive mask a fused kernel reads comes from.
 enum MaskInput {
-    /// A constant causal pattern: the kernel masks, nothing is read.
-    Causal,
     /// The model's additive mask.
     Tensor(String),
     /// Known while planning (a selection by a constant condition): a weight.
