@@ -779,9 +779,11 @@ enum Projections {
     SelfAttention,
     /// V's projection has no bias: the packed bias adds zeros to V's columns.
     VWithoutBias,
-    /// K and V from a second input (cross-attention): nothing to pack.
+    /// K and V from a second input (cross-attention): they are packed, Q is read through its
+    /// own projection's output.
     Cross,
-    /// Q's projection is also a graph output: it must stay a tensor of its own.
+    /// Q's projection is also a graph output: it stays a tensor of its own (read in place),
+    /// K and V are packed.
     QReadElsewhere,
     /// Self-attention whose head-split shape is computed from the input's shape at run time
     /// (`Shape -> Gather -> Concat`, as exports with dynamic axes write it).
@@ -902,8 +904,9 @@ fn projected_block(p: Projections, s: usize, d: usize, dtype: DType) -> (Graph, 
 }
 
 /// Q, K and V projected from one input become one GEMM (`X·[W_q W_k W_v] + [b_q b_k b_v]`) whose
-/// output the attention kernel reads in place, each operand a window of its rows; where the
-/// projections do not share an input, or one is read elsewhere, they stay three. Checked two
+/// output the attention kernel reads in place, each operand a window of its rows; where only K
+/// and V share an input, or Q's projection is read elsewhere, K and V are packed and Q read
+/// through its own projection; a model's own fused projection is read through its split. Checked two
 /// ways against the model's original ops on the reference executor: the planned graph (the
 /// rewriting), and the kernel's meaning (`AttentionSpec::eval` through the problem's strides
 /// and each window's offset, what the cuda device launches) on the packed GEMM's output.
@@ -921,10 +924,19 @@ fn projections_of_one_input_become_one_gemm_read_in_place() {
                 let node = decision.fused.as_ref().unwrap_or_else(|| panic!("{what}: {:?}", decision.reason));
                 let aligned = d % (16 / dtype.size_bytes().unwrap()) == 0;
                 let fused = matches!(p, FusedSplit | Interleaved);
-                let packs = matches!(p, SelfAttention | VWithoutBias | DynamicSplit | ScaledQ) && aligned;
+                let packs = matches!(p, SelfAttention | VWithoutBias | DynamicSplit | ScaledQ | Cross | QReadElsewhere)
+                    && aligned;
+                // K and V packed, Q read through its own projection's output.
+                let kv_only = matches!(p, Cross | QReadElsewhere);
                 assert_eq!(decision.packed.is_some(), packs || (fused && aligned), "{what}: {:?}", decision.packed);
                 let matmuls = plan.canonical.nodes.iter().filter(|n| matches!(n.op, Op::MatMul)).count();
-                assert_eq!(matmuls, if packs || fused { 1 } else { 3 }, "{what}");
+                let want_matmuls = match (packs, p) {
+                    (true, _) if kv_only => 2,
+                    (true, _) => 1,
+                    (false, _) if fused => 1,
+                    (false, _) => 3,
+                };
+                assert_eq!(matmuls, want_matmuls, "{what}");
                 if let Some(packed) = decision.packed.as_ref().filter(|_| fused) {
                     // The model's split and head reshapes are gone: the kernel reads through them.
                     assert!(packed.split, "{what}");
@@ -941,8 +953,11 @@ fn projections_of_one_input_become_one_gemm_read_in_place() {
                     assert!(!packed.split, "{what}");
                     let mut replaced = packed.replaced.clone();
                     replaced.sort();
-                    let mut want =
-                        vec!["q_add", "q_matmul", "q_split", "k_add", "k_matmul", "k_split", "v_matmul", "v_split"];
+                    // K and V only: Q's projection stays (only its head split goes).
+                    let mut want = vec!["q_split", "k_add", "k_matmul", "k_split", "v_matmul", "v_split"];
+                    if !kv_only {
+                        want.extend(["q_add", "q_matmul"]);
+                    }
                     if p != VWithoutBias {
                         want.push("v_add");
                     }
@@ -988,11 +1003,16 @@ fn projections_of_one_input_become_one_gemm_read_in_place() {
                     // Rows of the packed output are 3·H·D apart (a single row's stride is 0, as
                     // for any dim of 1); each operand starts at its window, its heads D apart
                     // (3·D where Q, K and V are interleaved per head).
+                    // (K and V only: Q's own rows are H·D apart, K's and V's 2·H·D.)
                     let row = (3 * H * d) as i64;
-                    assert_eq!([problem.q_strides[2], problem.k_strides[2], problem.v_strides[2]], [row; 3], "{what}");
+                    let rows = if kv_only { [row / 3, 2 * row / 3, 2 * row / 3] } else { [row; 3] };
+                    assert_eq!([problem.q_strides[2], problem.k_strides[2], problem.v_strides[2]], rows, "{what}");
                     let w = op.packed.unwrap();
-                    let (starts, head) =
-                        if p == Interleaved { ([0, d, 2 * d], 3 * d) } else { ([0, H * d, 2 * H * d], d) };
+                    let (starts, head) = match p {
+                        Interleaved => ([0, d, 2 * d], 3 * d),
+                        Cross | QReadElsewhere => ([0, 0, H * d], d),
+                        _ => ([0, H * d, 2 * H * d], d),
+                    };
                     assert_eq!([w[0].start, w[1].start, w[2].start], starts, "{what}");
                     assert_eq!(
                         [problem.q_strides[1], problem.k_strides[1], problem.v_strides[1]],

@@ -416,9 +416,13 @@ fn constant_causal(t: &Tensor, q: &[Dim], k_t: &[Dim]) -> bool {
 /// launch instead of three, three times the tiles per wave: what packed-QKV attention does in
 /// TensorRT and FasterTransformer), and the kernel reads each operand as a window of its
 /// output through strides ([`FusedAttention::packed`]). Nothing is copied: windows start at
-/// whole vectors. The rewrite changes no value (the same products, in the same order per
-/// column) except where Q is scaled before its head split: the scale goes into Q's weight and
-/// bias columns (rounded once there instead of on every output); `decisions` record it.
+/// whole vectors. Where only K and V are such projections of one input (cross-attention,
+/// or Q's projection read elsewhere), they are packed and Q is read through its own
+/// projection's output. A model that computes Q, K and V as one tensor and splits it has its
+/// split read through instead ([`split_windows`]). The rewrite changes no value (the same
+/// products, in the same order per column) except where Q is scaled before its head split:
+/// the scale goes into Q's weight and bias columns (rounded once there instead of on every
+/// output); `decisions` record it.
 pub fn pack_projections(g: &mut Graph, decisions: &mut [AttentionDecision]) -> Result<()> {
     let mut names: HashSet<String> = g.nodes.iter().map(|n| n.name.clone()).collect();
     let mut changed = false;
@@ -465,8 +469,12 @@ pub fn pack_projections(g: &mut Graph, decisions: &mut [AttentionDecision]) -> R
         for i in 0..3 {
             g.nodes[p.node].inputs[i] = Some(out.clone());
         }
+        let mut replaced: Vec<String> = p.projections.iter().flat_map(|x| x.nodes.iter().cloned()).collect();
+        if let Some((q, reshape)) = p.q_alone {
+            g.nodes[p.node].inputs[0] = Some(q);
+            replaced.push(reshape);
+        }
         // The packed GEMM takes the first projection's place; the projections go.
-        let replaced: Vec<String> = p.projections.iter().flat_map(|x| x.nodes.iter().cloned()).collect();
         g.nodes.splice(p.first..p.first + 1, new_nodes);
         g.nodes.retain(|n| !replaced.contains(&n.name));
         remove_dead(g, &p.inputs_of_removed);
@@ -480,6 +488,7 @@ pub fn pack_projections(g: &mut Graph, decisions: &mut [AttentionDecision]) -> R
 }
 
 /// One projection `Reshape(MatMul(X, W) (+ b))` feeding an attention operand.
+#[derive(Clone)]
 struct Projection {
     matmul: String,
     weight: Arc<Tensor>,
@@ -501,6 +510,9 @@ struct Packable {
     weight: Tensor,
     bias: Option<Tensor>,
     windows: [HeadWindow; 3],
+    /// Q where one GEMM computes K and V only (cross-attention): its projection's output
+    /// `[.., H·D]`, read through its window, and its head-split Reshape, which goes.
+    q_alone: Option<(String, String)>,
     /// What the removed nodes read besides X and the weights (the Reshapes' shape inputs):
     /// computations left unread are removed with them.
     inputs_of_removed: Vec<String>,
@@ -518,9 +530,16 @@ fn unwindowed<'g>(g: &'g Graph, node: &str) -> Option<(usize, &'g FusedAttention
     Some((index, a, (0..3).map(|i| n.input(i)).collect::<Option<_>>()?))
 }
 
-/// Whether attention node `node`'s operands are three projections of one input that one GEMM
-/// can compute, and what that GEMM packs.
-fn packable(g: &Graph, node: &str) -> Option<Packable> {
+/// One projection `MatMul(X, W) (+ b) (* s)` computing an attention operand's flat tensor.
+struct ProjectionOf<'g> {
+    x: &'g str,
+    projection: Projection,
+}
+
+/// Whether attention node `node`'s operands are projections of one input that one GEMM can
+/// compute (all three, or K and V of cross-attention, Q then read through its own projection's
+/// output), and what that GEMM packs.
+fn packable<'g>(g: &'g Graph, node: &str) -> Option<Packable> {
     let (index, a, inputs) = unwindowed(g, node)?;
     if inputs[0] == inputs[1] || inputs[1] == inputs[2] || inputs[0] == inputs[2] {
         return None;
@@ -534,24 +553,8 @@ fn packable(g: &Graph, node: &str) -> Option<Packable> {
             && matches!(readers.get(t).map(Vec::as_slice), Some([(i, _)]) if g.nodes[*i].name == by)
     };
     let dims = |t: &str| g.types.get(t).and_then(|t| t.shape.as_ref()).map(|s| s.0.clone());
-    let mut x: Option<&str> = None;
-    let mut dtype = None;
-    let mut projections = Vec::new();
-    let mut inputs_of_removed = Vec::new();
-    let mut heads = Vec::new();
-    for (i, &s) in inputs.iter().enumerate() {
-        // The head split: [.., N] -> [.., H, D], read by this node only.
-        let reshape = producer.get(s)?;
-        if !matches!(reshape.op, Op::Reshape { .. }) || !only_reader(s, node) {
-            return None;
-        }
-        let t = reshape.input(0)?;
-        let (split, flat) = (dims(s)?, dims(t)?);
-        let [b, seq, Dim::Known(h), Dim::Known(d)] = split.as_slice() else { return None };
-        let [b2, seq2, Dim::Known(cols)] = flat.as_slice() else { return None };
-        if b != b2 || seq != seq2 || h * d != *cols || [b, seq].iter().any(|x| matches!(x, Dim::Unknown)) {
-            return None;
-        }
+    // The projection computing `t` ([.., cols]) for the head split `reshape` alone.
+    let projection_of = |t: &'g str, cols: usize, reshape: &Node| -> Option<ProjectionOf<'g>> {
         if !only_reader(t, &reshape.name) {
             return None;
         }
@@ -585,7 +588,7 @@ fn packable(g: &Graph, node: &str) -> Option<Packable> {
                 _ => return None,
             };
             // A bias of N values (leading dims 1) that broadcasts to the output unchanged.
-            let shape_ok = b.shape.last() == Some(cols) && b.shape.iter().rev().skip(1).all(|&d| d == 1);
+            let shape_ok = b.shape.last() == Some(&cols) && b.shape.iter().rev().skip(1).all(|&d| d == 1);
             if !shape_ok || b.shape.len() > 3 || !only_reader(other, &p.name) {
                 return None;
             }
@@ -597,29 +600,20 @@ fn packable(g: &Graph, node: &str) -> Option<Packable> {
         if !matches!(mm.op, Op::MatMul) {
             return None;
         }
-        let (xi, wi) = (mm.input(0)?, mm.input(1)?);
+        let (x, wi) = (mm.input(0)?, mm.input(1)?);
         let w = edit::constant(g, wi)?;
-        if w.shape.len() != 2 || w.shape[1] != *cols || x.is_some_and(|x| x != xi) {
-            return None;
-        }
-        if projections.first().is_some_and(|p: &Projection| p.weight.shape[0] != w.shape[0]) {
-            return None;
-        }
-        let t_dtype = g.types.get(t)?.dtype;
-        if dtype.is_some_and(|d| d != t_dtype)
-            || w.dtype() != t_dtype
-            || bias.as_ref().is_some_and(|b| b.dtype() != t_dtype)
+        let dtype = g.types.get(t)?.dtype;
+        if w.shape.len() != 2
+            || w.shape[1] != cols
+            || w.dtype() != dtype
+            || bias.as_ref().is_some_and(|b| b.dtype() != dtype)
         {
             return None;
         }
-        if bias.is_none() && g.types.get(xi).map(|t| t.dtype) != Some(t_dtype) {
+        if bias.is_none() && g.types.get(x).map(|t| t.dtype) != Some(dtype) {
             return None;
         }
-        x = Some(xi);
-        dtype = Some(t_dtype);
         nodes.push(mm.name.clone());
-        inputs_of_removed.extend(reshape.inputs.iter().skip(1).flatten().cloned());
-        heads.push((i, *h, *d));
         // The scale goes into the weight and bias columns: (X·W + b)·s = X·(W·s) + b·s.
         let (w, bias) = if scale == 1.0 {
             (w, bias)
@@ -639,23 +633,75 @@ fn packable(g: &Graph, node: &str) -> Option<Packable> {
                 },
             )
         };
-        projections.push(Projection { matmul: mm.name.clone(), weight: w, bias, cols: *cols, nodes });
+        let projection = Projection { matmul: mm.name.clone(), weight: w, bias, cols, nodes };
+        Some(ProjectionOf { x, projection })
+    };
+    // Each operand's head split [.., N] -> [.., H, D] (read by this node only), its flat
+    // tensor, and its projection where it is one.
+    let mut operands = Vec::new();
+    for &s in &inputs {
+        let reshape = producer.get(s)?;
+        if !matches!(reshape.op, Op::Reshape { .. }) || !only_reader(s, node) {
+            return None;
+        }
+        let t = reshape.input(0)?;
+        let (split, flat) = (dims(s)?, dims(t)?);
+        let [b, seq, Dim::Known(h), Dim::Known(d)] = split.as_slice() else { return None };
+        let [b2, seq2, Dim::Known(cols)] = flat.as_slice() else { return None };
+        if b != b2 || seq != seq2 || h * d != *cols || [b, seq].iter().any(|x| matches!(x, Dim::Unknown)) {
+            return None;
+        }
+        operands.push((*reshape, t, *h, *d, *cols, projection_of(t, *cols, reshape)));
     }
-    let dtype = dtype?;
+    let dtype = g.types.get(operands[0].1)?.dtype;
+    if operands.iter().any(|o| g.types.get(o.1).map(|t| t.dtype) != Some(dtype)) {
+        return None;
+    }
+    // Which operands one GEMM computes: those projected from one input by weights of one K.
+    let same = |i: usize, j: usize| match (&operands[i].5, &operands[j].5) {
+        (Some(a), Some(b)) => a.x == b.x && a.projection.weight.shape[0] == b.projection.weight.shape[0],
+        _ => false,
+    };
+    let packed: Vec<usize> = if same(0, 1) && same(1, 2) {
+        vec![0, 1, 2]
+    } else if same(1, 2) {
+        vec![1, 2]
+    } else {
+        return None;
+    };
     // Windows start at whole 16-byte vectors, as the kernels' operand pointers must.
-    let align = 16 / dtype.size_bytes().filter(|&s| s > 0)?;
     if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
         return None;
     }
-    let mut start = 0;
+    let align = 16 / dtype.size_bytes().filter(|&s| s > 0)?;
     let mut windows = [HeadWindow { start: 0, heads: 0, head_dim: 0, head_stride: 0 }; 3];
-    for (k, &(i, h, d)) in heads.iter().enumerate() {
+    let mut start = 0;
+    for &i in &packed {
+        let (_, _, h, d, cols, _) = &operands[i];
         if start % align != 0 {
             return None;
         }
-        windows[i] = HeadWindow { start, heads: h, head_dim: d, head_stride: d };
-        start += projections[k].cols;
+        windows[i] = HeadWindow { start, heads: *h, head_dim: *d, head_stride: *d };
+        start += cols;
     }
+    // Q not packed: read through its own projection's output, its head split gone.
+    let q_alone = if packed.len() == 2 {
+        let (reshape, t, h, d, cols, _) = &operands[0];
+        if cols % align != 0 || d % align != 0 {
+            return None;
+        }
+        windows[0] = HeadWindow { start: 0, heads: *h, head_dim: *d, head_stride: *d };
+        Some((t.to_string(), reshape.name.clone()))
+    } else {
+        None
+    };
+    let mut inputs_of_removed: Vec<String> =
+        operands.iter().flat_map(|o| o.0.inputs.iter().skip(1).flatten().cloned()).collect();
+    inputs_of_removed.sort();
+    inputs_of_removed.dedup();
+    let x = operands[packed[0]].5.as_ref()?.x.to_string();
+    let projections: Vec<Projection> =
+        packed.iter().map(|&i| operands[i].5.as_ref().map(|p| p.projection.clone())).collect::<Option<_>>()?;
     let w_refs: Vec<Option<&Tensor>> = projections.iter().map(|p| Some(p.weight.as_ref())).collect();
     let weight = crate::reference::ops::layout::concat(&w_refs, 1).ok()?.swap_remove(0);
     let bias = if projections.iter().any(|p| p.bias.is_some()) {
@@ -675,11 +721,12 @@ fn packable(g: &Graph, node: &str) -> Option<Packable> {
         node: index,
         op: a.clone(),
         first,
-        x: x?.to_string(),
+        x,
         projections,
         weight,
         bias,
         windows,
+        q_alone,
         inputs_of_removed,
     })
 }
