@@ -260,8 +260,9 @@ def hf_attention_model(heads=4, d=16, mask="add", qkv="separate") -> bytes:
     split by Reshape + Transpose (Kᵀ by [0,2,3,1]), softmax(QKᵀ/sqrt(d) + mask)V with a
     [b,1,1,s] additive padding mask (mask="add"), or with PyTorch's masked_fill of a boolean
     [b,1,1,s] padding mask, Where(mask, -1e9, scores) (mask="where"); heads merged back and
-    projected out. qkv="fused": one [E, 3E] projection split into Q, K and V (GPT-2's c_attn).
-    Sequence length symbolic."""
+    projected out. qkv="fused": one [E, 3E] projection split into Q, K and V (GPT-2's c_attn);
+    qkv="cross": K and V projected from a second input, memory [b, s, heads*d]. Sequence length
+    symbolic."""
     rng = np.random.default_rng(7)
     e = heads * d
     inits = [numpy_helper.from_array((rng.standard_normal((e, e)) / np.sqrt(e)).astype(np.float32), f"W{x}") for x in "qkvo"]
@@ -283,7 +284,8 @@ def hf_attention_model(heads=4, d=16, mask="add", qkv="separate") -> bytes:
         nodes.append(helper.make_node("Split", ["qkv_p", "qkv_sizes"], ["q_p", "k_p", "v_p"], axis=2, name="qkv_split"))
     for x in "qkv":
         if qkv != "fused":
-            nodes.append(helper.make_node("MatMul", ["x", f"W{x}"], [f"{x}_p"], name=f"{x}_proj"))
+            source = "memory" if qkv == "cross" and x != "q" else "x"
+            nodes.append(helper.make_node("MatMul", [source, f"W{x}"], [f"{x}_p"], name=f"{x}_proj"))
         nodes.append(helper.make_node("Reshape", [f"{x}_p", "split_shape"], [f"{x}_4"], name=f"{x}_split"))
     nodes += [
         helper.make_node("Transpose", ["q_4"], ["q"], perm=[0, 2, 1, 3], name="q_t"),
@@ -304,7 +306,8 @@ def hf_attention_model(heads=4, d=16, mask="add", qkv="separate") -> bytes:
         [
             helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "s", e]),
             helper.make_tensor_value_info("mask", TensorProto.FLOAT if mask == "add" else TensorProto.BOOL, ["b", 1, 1, "s"]),
-        ],
+        ]
+        + ([helper.make_tensor_value_info("memory", TensorProto.FLOAT, ["b", "s", e])] if qkv == "cross" else []),
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", "s", e])],
         inits,
     )
@@ -313,10 +316,11 @@ def hf_attention_model(heads=4, d=16, mask="add", qkv="separate") -> bytes:
     return m.SerializeToString()
 
 
-@pytest.mark.parametrize("masking,qkv", [("add", "separate"), ("where", "separate"), ("add", "fused")])
+@pytest.mark.parametrize("masking,qkv", [("add", "separate"), ("where", "separate"), ("add", "fused"), ("add", "cross")])
 def test_attention_block_runs_in_bolt_and_matches_ort_cpu(masking, qkv):
     # Bolt takes the whole block (its core as one fused attention node, reading Q, K and V as
-    # windows of one projection: packed by the planner, or the model's own split; a
+    # windows of one projection: packed by the planner (K and V only for cross-attention), or
+    # the model's own split; a
     # masked_fill's Where made an additive mask by a stitched kernel); sequence lengths that are
     # not whole vectors make the mask go through the padded staging the kernels need.
     model = hf_attention_model(mask=masking, qkv=qkv)
@@ -334,6 +338,8 @@ def test_attention_block_runs_in_bolt_and_matches_ort_cpu(masking, qkv):
         pad[-1, ..., s // 2 + 1 :] = True  # the last item's padding keys
         mask = np.where(pad, np.float32(-1e4), np.float32(0)) if masking == "add" else pad
         feeds = {"x": x, "mask": mask}
+        if qkv == "cross":
+            feeds["memory"] = rng.standard_normal((b, s, 64)).astype(np.float32)
         assert_close(["y"], sess.run(None, feeds), cpu.run(None, feeds))
 
 
