@@ -158,6 +158,13 @@ fn softmaxes_that_are_not_cores_say_why() {
     assert!(found.is_empty());
     assert!(not[0].reason.contains("fills masked scores with 0"), "{}", not[0].reason);
 
+    // Nor is a selection whose condition would broadcast over keys.
+    let (mut g, _) = exported(Export::MaskedFill, 4, 8, DType::F32);
+    g.types.get_mut("pad").unwrap().shape = Some(Shape::from_static(&[B, 1, 4, 1]));
+    let (found, not) = find(&g);
+    assert!(found.is_empty());
+    assert!(not[0].reason.contains("mask condition 'pad'"), "{}", not[0].reason);
+
     // A mask that varies per query but not per key ([B, 1, S, 1]) would broadcast over keys.
     let mut g = graph(Form::DivThenPaddingMask, 4);
     g.types.get_mut("mask").unwrap().shape = Some(Shape::from_static(&[B, 1, 4, 1]));
