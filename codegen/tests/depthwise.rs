@@ -12,7 +12,7 @@ mod host_build;
 use std::ffi::c_void;
 use std::path::Path;
 
-use bolt_codegen::abi::{BoltArgs, BoltConv2dProblem, CanImplementFn, InitializeFn, ParamsSizeFn, Status};
+use bolt_codegen::abi::{BoltArgs, BoltConv2dProblem, CanImplementFn, Status};
 use bolt_codegen::epilogue::{Activation, Epilogue, EvalEnv, NormalForm};
 use bolt_codegen::spec::{
     Alignment, Arch, ConvFeatures, DirectTile, Element, Family, GroupMode, KernelSpec, Layout, TileConfig, Types,
@@ -269,8 +269,6 @@ fn direct_depthwise_kernels_compute_the_convolution_and_answer_the_abi() {
     for (c, symbol) in cases.iter().zip(&symbols) {
         let f = |suffix: &str| format!("{symbol}{suffix}");
         let can_implement = *unsafe { lib.get::<CanImplementFn>(f("_can_implement").as_bytes()) }.unwrap();
-        let params_size = *unsafe { lib.get::<ParamsSizeFn>(f("_params_size").as_bytes()) }.unwrap();
-        let initialize = *unsafe { lib.get::<InitializeFn<BoltArgs>>(f("_initialize").as_bytes()) }.unwrap();
         let status = |p: &BoltConv2dProblem| unsafe { can_implement(p as *const _ as *const c_void) }.status();
         let p = c.p;
         assert_eq!(status(&p), Status::Ok, "{symbol}");
@@ -284,26 +282,8 @@ fn direct_depthwise_kernels_compute_the_convolution_and_answer_the_abi() {
                 assert_eq!(status(&q), Status::MisalignedOperand, "{symbol}: channels not in whole vectors");
             }
         }
-        #[repr(C, align(128))]
-        struct Params([u8; 4096]);
-        let size = unsafe { params_size() };
-        assert!(size <= 4096, "{symbol}: {size}");
-        let mut params = Box::new(Params([0; 4096]));
-        let mut init = |args: &BoltArgs| {
-            let p = &c.p;
-            unsafe {
-                initialize(
-                    p as *const _ as *const c_void,
-                    args,
-                    std::ptr::null_mut(),
-                    0,
-                    &mut *params as *mut _ as *mut c_void,
-                    size,
-                    std::ptr::null_mut(),
-                )
-            }
-            .status()
-        };
+        let mut setup = host_build::RawSetup::<BoltArgs>::new(&lib, symbol);
+        let mut init = |args: &BoltArgs| setup.initialize(&c.p as *const _ as *const c_void, args);
         assert_eq!(init(&BoltArgs::default()), Status::NullArgument, "{symbol}");
         let aligned = 0x1000 as *const c_void;
         let mut fake = BoltArgs {

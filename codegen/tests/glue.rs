@@ -7,9 +7,7 @@ mod host_build;
 
 use std::ffi::c_void;
 
-use bolt_codegen::abi::{
-    BoltGlueArgs, BoltGlueProblem, CanImplementFn, InitializeFn, LaunchFn, ParamsSizeFn, Status, FUNCTION_SUFFIXES,
-};
+use bolt_codegen::abi::{BoltGlueArgs, BoltGlueProblem, CanImplementFn, LaunchFn, Status, FUNCTION_SUFFIXES};
 use bolt_codegen::glue::{
     self, CastSpec, DepthToSpaceSpec, Direction, GlueSpec, Layout, NearestRounding, PadFill, PadSpec, PoolKind,
     PoolSpec, PoolWindow, ResizeCoord, ResizeSpec, Sampling, SpatialPadSpec, TransposeSpec,
@@ -452,8 +450,6 @@ fn glue_kernels_compute_the_documented_layouts_and_answer_the_abi() {
             unsafe { lib.get::<*const c_void>(f(suffix).as_bytes()) }.unwrap_or_else(|e| panic!("{e}"));
         }
         let can_implement = *unsafe { lib.get::<CanImplementFn>(f("_can_implement").as_bytes()) }.unwrap();
-        let params_size = *unsafe { lib.get::<ParamsSizeFn>(f("_params_size").as_bytes()) }.unwrap();
-        let initialize = *unsafe { lib.get::<InitializeFn<BoltGlueArgs>>(f("_initialize").as_bytes()) }.unwrap();
         let launch = *unsafe { lib.get::<LaunchFn>(f("_launch").as_bytes()) }.unwrap();
         let ok = spec.problem(2, 3, 4, 5);
         let status = |p: &BoltGlueProblem| unsafe { can_implement(p as *const _ as *const c_void) }.status();
@@ -479,34 +475,14 @@ fn glue_kernels_compute_the_documented_layouts_and_answer_the_abi() {
         assert_eq!(status(&BoltGlueProblem { n: 0, ..ok }), Status::UnsupportedProblem, "{symbol}");
         let odd_padding = BoltGlueProblem { c_padded: ok.c_padded + 1, ..ok };
         assert_eq!(status(&odd_padding), Status::UnsupportedProblem, "{symbol}: c_padded");
-        #[repr(C, align(128))]
-        struct Params([u8; 1024]);
-        let size = unsafe { params_size() };
-        assert!(size <= 1024, "{symbol}: {size}");
-        let mut params = Box::new(Params([0; 1024]));
-        let init = |args: &BoltGlueArgs, params: &mut Params| {
-            unsafe {
-                initialize(
-                    &ok as *const _ as *const c_void,
-                    args,
-                    std::ptr::null_mut(),
-                    0,
-                    params as *mut _ as *mut c_void,
-                    size,
-                    std::ptr::null_mut(),
-                )
-            }
-            .status()
-        };
-        assert_eq!(init(&BoltGlueArgs::default(), &mut params), Status::NullArgument, "{symbol}");
+        let mut setup = host_build::RawSetup::<BoltGlueArgs>::new(&lib, symbol);
+        let problem = &ok as *const _ as *const c_void;
+        assert_eq!(setup.initialize(problem, &BoltGlueArgs::default()), Status::NullArgument, "{symbol}");
         let odd = BoltGlueArgs { x: 0x1001 as *const c_void, y: 0x1000 as *mut c_void };
-        assert_eq!(init(&odd, &mut params), Status::MisalignedOperand, "{symbol}");
-        assert_eq!(
-            unsafe { launch(&mut *params as *mut _ as *mut c_void, std::ptr::null_mut()) }.status(),
-            Status::InvalidParams
-        );
+        assert_eq!(setup.initialize(problem, &odd), Status::MisalignedOperand, "{symbol}");
+        assert_eq!(unsafe { launch(setup.params(), std::ptr::null_mut()) }.status(), Status::InvalidParams);
         // Set-up needs no device for glue kernels (nothing is launched: the pointers are fake).
         let fake = BoltGlueArgs { x: 0x1000 as *const c_void, y: 0x1000 as *mut c_void };
-        assert_eq!(init(&fake, &mut params), Status::Ok, "{symbol}");
+        assert_eq!(setup.initialize(problem, &fake), Status::Ok, "{symbol}");
     }
 }

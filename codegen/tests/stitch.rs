@@ -12,7 +12,7 @@ mod host_build;
 use std::ffi::c_void;
 use std::path::Path;
 
-use bolt_codegen::abi::{BoltStitchArgs, BoltStitchProblem, CanImplementFn, InitializeFn, ParamsSizeFn, Status};
+use bolt_codegen::abi::{BoltStitchArgs, BoltStitchProblem, CanImplementFn, Status};
 use bolt_codegen::epilogue::Activation;
 use bolt_codegen::stitch::{
     self, Access, BinaryFn, CompareFn, HostInput, Input, LogicFn, Output, Reduction, Scalar, Step, StitchSpec, Storage,
@@ -439,31 +439,12 @@ fn stitched_kernels_compute_their_specs_and_answer_the_abi() {
     for (symbol, spec, p, _) in &runs {
         let f = |suffix: &str| format!("{symbol}{suffix}");
         let can_implement = *unsafe { lib.get::<CanImplementFn>(f("_can_implement").as_bytes()) }.unwrap();
-        let params_size = *unsafe { lib.get::<ParamsSizeFn>(f("_params_size").as_bytes()) }.unwrap();
-        let initialize = *unsafe { lib.get::<InitializeFn<BoltStitchArgs>>(f("_initialize").as_bytes()) }.unwrap();
         let status = |p: &BoltStitchProblem| unsafe { can_implement(p as *const _ as *const c_void) }.status();
         assert_eq!(status(p), Status::Ok, "{symbol}");
         assert_eq!(status(&BoltStitchProblem { rows: p.rows + 1, ..*p }), Status::UnsupportedProblem, "{symbol}: rows");
         assert_eq!(status(&BoltStitchProblem { rank: 7, ..*p }), Status::UnsupportedProblem, "{symbol}: rank");
-        #[repr(C, align(128))]
-        struct Params([u8; 4096]);
-        let size = unsafe { params_size() };
-        assert!(size <= 4096, "{symbol}: {size}");
-        let mut params = Box::new(Params([0; 4096]));
-        let mut init = |args: &BoltStitchArgs| {
-            unsafe {
-                initialize(
-                    p as *const _ as *const c_void,
-                    args,
-                    std::ptr::null_mut(),
-                    0,
-                    &mut *params as *mut _ as *mut c_void,
-                    size,
-                    std::ptr::null_mut(),
-                )
-            }
-            .status()
-        };
+        let mut setup = host_build::RawSetup::<BoltStitchArgs>::new(&lib, symbol);
+        let mut init = |args: &BoltStitchArgs| setup.initialize(p as *const _ as *const c_void, args);
         assert_eq!(init(&BoltStitchArgs::default()), Status::NullArgument, "{symbol}");
         let mut fake = BoltStitchArgs::default();
         for i in 0..spec.inputs.len() {

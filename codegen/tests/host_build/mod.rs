@@ -4,8 +4,11 @@
 //! host-side calls). Needs the toolchain, no GPU.
 #![allow(dead_code)]
 
+use std::ffi::c_void;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use bolt_codegen::abi::{InitializeFn, ParamsSizeFn, Status};
 
 pub struct HostBuild {
     pub exe: PathBuf,
@@ -49,4 +52,39 @@ pub fn run(b: &HostBuild) -> String {
     let out = Command::new(&b.exe).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8(out.stdout).unwrap()
+}
+
+/// Kernel `symbol`'s set-up through the library's raw `_params_size` and `_initialize` (no
+/// workspace, no stream) into a params buffer it owns: the ABI's host side as a host calls it.
+pub struct RawSetup<A> {
+    initialize: InitializeFn<A>,
+    size: usize,
+    params: Box<Params>,
+}
+
+#[repr(C, align(128))]
+struct Params([u8; 4096]);
+
+impl<A> RawSetup<A> {
+    pub fn new(lib: &libloading::Library, symbol: &str) -> RawSetup<A> {
+        let f = |suffix: &str| format!("{symbol}{suffix}");
+        let params_size = *unsafe { lib.get::<ParamsSizeFn>(f("_params_size").as_bytes()) }.unwrap();
+        let initialize = *unsafe { lib.get::<InitializeFn<A>>(f("_initialize").as_bytes()) }.unwrap();
+        let size = unsafe { params_size() };
+        assert!(size <= 4096, "{symbol}: params {size} bytes");
+        RawSetup { initialize, size, params: Box::new(Params([0; 4096])) }
+    }
+
+    /// What `_initialize` answers for `problem` (a pointer to the kernel's problem struct) and `args`.
+    pub fn initialize(&mut self, problem: *const c_void, args: &A) -> Status {
+        unsafe {
+            (self.initialize)(problem, args, std::ptr::null_mut(), 0, self.params(), self.size, std::ptr::null_mut())
+        }
+        .status()
+    }
+
+    /// The params buffer `_launch` takes.
+    pub fn params(&mut self) -> *mut c_void {
+        &mut *self.params as *mut Params as *mut c_void
+    }
 }
