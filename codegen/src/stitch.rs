@@ -6,20 +6,24 @@
 //! Schemes: a region without reductions is AStitch's *independent* scheme (each element on its
 //! own); with reductions it is the *regional* scheme: a group of threads owns a row, each
 //! reduction is a group-wide reduction (warp shuffles, then shared memory across warps), and
-//! the element-wise values a later phase needs are recomputed from the (cache-resident) row
-//! rather than stored. The thread mapping adapts to the problem at initialise time: with many
-//! rows, rows up to 1024 wide take at most one warp (shuffles only, no block barrier; narrow
-//! rows at 4 elements per thread) and wider rows a power of two >= width / 32 threads; with
-//! few rows the group grows (down to 4 elements per thread, up to 1024 threads) until the
-//! launch has enough threads to fill the GPU; a block of at least 128 threads holds several
-//! rows.
+//! the values a later phase reads again (LayerNorm's residual sum, softmax's masked scores)
+//! stay in registers from phase 0 on: the *row cache*, up to 32 elements per thread, so the row
+//! is read from memory once. Columns past the cache (rows wider than a group can hold, or
+//! regions with too many such values) recompute their values from the (cache-resident) row in
+//! every phase. The thread mapping adapts to the problem at initialise time: with many rows,
+//! rows up to 1024 wide take at most one warp (shuffles only, no block barrier; narrow rows at
+//! 4 elements per thread) and wider rows a power of two >= width / 32 threads, up to 256; with
+//! few rows the group grows (down to 4 elements per thread) until the launch has enough
+//! threads to fill the GPU; a block of at least 128 threads holds several rows.
 //!
 //! Values are typed ([`Kind`]): floats compute in f32, integers in int64 and bools as bools, so
 //! the masks exporters write around attention and padding (`Equal`, `Not`, `Where`, `Cast`
 //! of bools and token ids) stitch with the float ops they feed, exactly.
 //!
-//! The element code is `__host__ __device__`: `host_run` executes the same phase functions on
-//! the host, one row at a time, which is how tests check the generated code without a GPU.
+//! The element code and each thread's share of a row are `__host__ __device__`: `host_run`
+//! executes every thread's share of a row in turn on the host, the device's own column mapping
+//! and row cache included, which is how tests check the generated code without a GPU (the
+//! group reductions' shuffles aside).
 
 use ordered_float::OrderedFloat;
 use serde::{Deserialize, Serialize};
@@ -792,7 +796,26 @@ struct Context<'a> {
     /// The steps `store` computes (what the outputs hold).
     store_steps: Vec<StepContext>,
     reductions: Vec<ReduceContext>,
+    /// The steps that compute the row cache's values (`row_values`), the values it holds, and
+    /// how many elements of its row each thread keeps (0: none, every phase recomputes).
+    row_values: Vec<StepContext>,
+    cache_values: Vec<CachedContext>,
+    cache: usize,
 }
+
+/// A value the row cache holds: step `index`'s, of type `ty`.
+#[derive(Serialize)]
+struct CachedContext {
+    index: usize,
+    ty: &'static str,
+}
+
+/// Registers per thread the row cache may take (a value of 64 bits takes two), and the bounds
+/// on the elements per thread it holds: up to 32 (what the thread mapping gives a thread when
+/// rows are many), at least 4 or none (too many values to keep: recomputed, as without a cache).
+const CACHE_REGISTERS: usize = 64;
+const CACHE_MAX: usize = 32;
+const CACHE_MIN: usize = 4;
 
 /// One stitched kernel's block (relies on the unit prologue, like [`crate::render::render`]).
 pub fn render(spec: &StitchSpec, symbol: &str) -> Result<String, RenderError> {
@@ -843,25 +866,69 @@ pub fn render(spec: &StitchSpec, symbol: &str) -> Result<String, RenderError> {
             },
         });
     }
-    // The steps a set of roots needs, in order (a finished reduction is a leaf).
-    let needed = |roots: &[usize]| -> Vec<StepContext> {
+    // The steps a set of roots needs, in order; `leaf` steps are computed elsewhere (a finished
+    // reduction, a value the row cache holds) and not followed.
+    let reach = |roots: &[usize], leaf: &dyn Fn(usize) -> bool| -> Vec<bool> {
         let mut live = vec![false; spec.steps.len()];
         let mut stack = roots.to_vec();
         while let Some(j) = stack.pop() {
-            if !std::mem::replace(&mut live[j], true) && !matches!(spec.steps[j], Step::Reduce(..)) {
+            if !std::mem::replace(&mut live[j], true) && !leaf(j) {
                 stack.extend(StitchSpec::args(&spec.steps[j]));
             }
         }
+        live
+    };
+    let is_reduce = |j: usize| matches!(spec.steps[j], Step::Reduce(..));
+    let max_phase = phases.iter().copied().max().unwrap_or(0);
+    let roots_of_phase = |k: usize| reductions.iter().filter(|r| r.phase == k + 1).map(|r| r.arg).collect::<Vec<_>>();
+    let output_roots: Vec<usize> = spec.outputs.iter().map(|o| o.step).collect();
+    // The row cache: the values phase 0 computes that a later phase reads again (LayerNorm's
+    // residual sum, softmax's masked scores). Each is computed once per element and kept in
+    // registers, so later phases read no input again and recompute nothing below them.
+    let live0 = if max_phase > 0 { reach(&roots_of_phase(0), &is_reduce) } else { vec![false; spec.steps.len()] };
+    let mut cached = vec![false; spec.steps.len()];
+    let later: Vec<Vec<usize>> =
+        (1..max_phase).map(roots_of_phase).chain(std::iter::once(output_roots.clone())).collect();
+    for roots in &later {
+        let mut seen = vec![false; spec.steps.len()];
+        let mut stack = roots.clone();
+        while let Some(j) = stack.pop() {
+            if std::mem::replace(&mut seen[j], true) || is_reduce(j) {
+                continue;
+            }
+            if live0[j] && !matches!(spec.steps[j], Step::Const(_)) {
+                cached[j] = true;
+            } else {
+                stack.extend(StitchSpec::args(&spec.steps[j]));
+            }
+        }
+    }
+    let contexts = |live: Vec<bool>, cached_leaves: bool| -> Vec<StepContext> {
         (0..spec.steps.len())
             .filter(|&j| live[j])
-            .map(|j| StepContext { index: j, phase: phases[j], ty: kinds[j].cpp(), expr: exprs[j].clone() })
+            .map(|j| StepContext {
+                index: j,
+                phase: phases[j],
+                ty: kinds[j].cpp(),
+                expr: if cached_leaves && cached[j] { format!("f.v{j}") } else { exprs[j].clone() },
+            })
             .collect()
     };
-    let max_phase = phases.iter().copied().max().unwrap_or(0);
-    let phase_steps = (0..max_phase)
-        .map(|k| needed(&reductions.iter().filter(|r| r.phase == k + 1).map(|r| r.arg).collect::<Vec<_>>()))
-        .collect();
-    let store_steps = needed(&spec.outputs.iter().map(|o| o.step).collect::<Vec<_>>());
+    let leaf = |j: usize| is_reduce(j) || cached[j];
+    let phase_steps = (0..max_phase).map(|k| contexts(reach(&roots_of_phase(k), &leaf), true)).collect();
+    let store_steps = contexts(reach(&output_roots, &leaf), true);
+    let cache_roots: Vec<usize> = (0..spec.steps.len()).filter(|&j| cached[j]).collect();
+    let row_values = contexts(reach(&cache_roots, &is_reduce), false);
+    let cache_values: Vec<CachedContext> =
+        cache_roots.iter().map(|&j| CachedContext { index: j, ty: kinds[j].cpp() }).collect();
+    let registers: usize = cache_roots.iter().map(|&j| if kinds[j] == Kind::Int { 2 } else { 1 }).sum();
+    let cache = match registers {
+        0 => 0,
+        n => match (CACHE_REGISTERS / n).min(CACHE_MAX) {
+            e if e < CACHE_MIN => 0,
+            e => 1 << e.ilog2(),
+        },
+    };
     let context = Context {
         symbol,
         summary: serde_json::to_string(spec).expect("stitch spec serialises"),
@@ -883,13 +950,16 @@ pub fn render(spec: &StitchSpec, symbol: &str) -> Result<String, RenderError> {
         phase_steps,
         store_steps,
         reductions,
+        row_values,
+        cache_values,
+        cache,
     };
     crate::render::render_template(TEMPLATE, &crate::render::to_context(&context)?)
 }
 
 /// Headers a unit with stitched kernels needs.
-pub fn includes() -> [&'static str; 4] {
-    ["cmath", "cutlass/cutlass.h", "cutlass/half.h", "cutlass/bfloat16.h"]
+pub fn includes() -> [&'static str; 5] {
+    ["cmath", "vector", "cutlass/cutlass.h", "cutlass/half.h", "cutlass/bfloat16.h"]
 }
 
 /// Stitched kernels as one `.cu` unit: the shared prologue, then each block.
@@ -994,6 +1064,44 @@ mod tests {
         assert_eq!(Storage::Bool.convert(Scalar::F(f64::NAN)), Scalar::I(1));
         let code = render(&spec, &symbol_for(&spec)).unwrap();
         assert!(code.contains("bool const v3 = !v1;") && code.contains("int64_t const v8"), "{code}");
+    }
+
+    #[test]
+    fn the_row_cache_holds_what_later_phases_read_again() {
+        // Softmax: the masked scores (step 2) are read by all three phases; only phase 0 loads.
+        let code = render(&softmax(), "k").unwrap();
+        assert!(code.contains("struct Values {\n  float v2;\n};"), "{code}");
+        assert!(code.contains("constexpr int kCache = 32;"));
+        let phase_1 = &code[code.find("inline void accumulate_1").unwrap()..code.find("inline void store").unwrap()];
+        assert!(phase_1.contains("float const v2 = f.v2;") && !phase_1.contains("load_"), "{phase_1}");
+
+        // Seventeen values phase 0 computes and the output reads: too many to keep (64
+        // registers at 4 elements each at least); every phase recomputes them. x, max(x),
+        // e1 = exp(x), e2 = exp(e1), ..., the output sum_i(e_i - max) (then the sum of e17, so
+        // that phase 0 computes every e_i).
+        let mut steps = vec![Step::Input(0), Step::Reduce(Reduction::Max, 0), Step::Const(0.0.into())];
+        let (mut last, mut total) = (0, 2);
+        let mut e = Vec::new();
+        for _ in 0..17 {
+            steps.push(Step::Unary(UnaryFn::Exp, last));
+            last = steps.len() - 1;
+            e.push(last);
+            steps.push(Step::Binary(BinaryFn::Sub, last, 1));
+            steps.push(Step::Binary(BinaryFn::Add, total, last + 1));
+            total = steps.len() - 1;
+        }
+        steps.push(Step::Reduce(Reduction::Sum, last));
+        let outputs = vec![Output { step: total, element: Storage::F32, per_row: false }];
+        let wide = StitchSpec { inputs: vec![Input { element: Storage::F32, access: Access::Dense }], steps, outputs };
+        assert!(validate(&wide).is_ok(), "{:?}", validate(&wide));
+        let code = render(&wide, "k").unwrap();
+        assert!(code.contains("constexpr int kCache = 0;"), "{code}");
+        // Four of them (the output reads e1..e4, phase 0's sum e4) fit at 16 elements per thread.
+        let mut four = wide.clone();
+        four.outputs[0].step = e[3] + 2;
+        four.steps[e[16] + 3] = Step::Reduce(Reduction::Sum, e[3]);
+        let code = render(&four, "k").unwrap();
+        assert!(code.contains("constexpr int kCache = 16;"), "{code}");
     }
 
     #[test]

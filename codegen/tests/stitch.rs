@@ -2,7 +2,8 @@
 //! an element-wise GELU chain in f16, a per-row mean, a two-level reduction, a softmax under a
 //! mask of bools and token ids with int and bool outputs, an embedding lookup) is compiled for
 //! sm_80 and linked twice. An executable runs each kernel's phase functions on the host
-//! (`host_run`: the device's element code, one row at a time) on random data of odd widths,
+//! (`host_run`: every thread's share of a row in turn, the device's column mapping and row cache
+//! included, at the device's threads per row and at 1 and 5) on random data of odd widths,
 //! compared with the spec's meaning in f64 (`StitchSpec::eval`); a library answers the ABI's
 //! host-side calls. Needs the toolchain, no GPU; the device's group reductions stay unverified
 //! here.
@@ -339,7 +340,13 @@ fn c_problem(p: &BoltStitchProblem) -> String {
     )
 }
 
-/// A host `main` running case `c` (read inputs `in_<c>_<i>.bin`, write `out_<c>_<o>.bin`).
+/// Threads per row `host_run` emulates besides the device's own mapping (0): one thread (its
+/// share of a row past the row cache's 32 elements recomputes its values in every phase) and
+/// an odd count.
+const GROUPS: [i32; 3] = [0, 1, 5];
+
+/// A host `main` running case `c` once per group `g` of [`GROUPS`] (read inputs
+/// `in_<c>_<i>.bin`, write `out_<c>_<o>_<g>.bin`).
 fn test_main(dir: &Path, cases: &[(String, StitchSpec, BoltStitchProblem, Vec<usize>)]) -> String {
     let mut m = String::from(
         "\n#include <cstdio>\n#include <vector>\nstatic std::vector<char> slurp(char const *path) {\n  std::vector<char> b;\n  FILE *f = std::fopen(path, \"rb\");\n  if (!f) return b;\n  int ch;\n  while ((ch = std::fgetc(f)) != EOF) b.push_back(char(ch));\n  std::fclose(f);\n  return b;\n}\nint main() {\n",
@@ -356,12 +363,14 @@ fn test_main(dir: &Path, cases: &[(String, StitchSpec, BoltStitchProblem, Vec<us
             let bytes = sizes[o] * out.element.size_bytes();
             m += &format!("    std::vector<char> out{o}({bytes});\n    args.outputs[{o}] = out{o}.data();\n");
         }
-        m += &format!("    {symbol}::host_run(p, args);\n");
-        for o in 0..spec.outputs.len() {
-            m += &format!(
-                "    FILE *f{o} = std::fopen(\"{}\", \"wb\");\n    std::fwrite(out{o}.data(), 1, out{o}.size(), f{o});\n    std::fclose(f{o});\n",
-                dir.join(format!("out_{c}_{o}.bin")).display()
-            );
+        for g in GROUPS {
+            m += &format!("    {symbol}::host_run(p, args, {g});\n");
+            for o in 0..spec.outputs.len() {
+                m += &format!(
+                    "    {{\n      FILE *f = std::fopen(\"{}\", \"wb\");\n      std::fwrite(out{o}.data(), 1, out{o}.size(), f);\n      std::fclose(f);\n    }}\n",
+                    dir.join(format!("out_{c}_{o}_{g}.bin")).display()
+                );
+            }
         }
         m += "  }\n";
     }
@@ -410,11 +419,13 @@ fn stitched_kernels_compute_their_specs_and_answer_the_abi() {
     let unit = stitch::render_unit(&unique).unwrap() + &test_main(&dir, &runs);
     let built = host_build::build(&dir, "stitch", &unit);
 
-    // The generated element code, run on the host.
+    // The generated kernels' per-thread code, run on the host.
     host_build::run(&built);
     for (c, ((symbol, spec, ..), want)) in runs.iter().zip(&expected).enumerate() {
-        for (o, (output, want)) in spec.outputs.iter().zip(want).enumerate() {
-            let got = decode(output.element, &std::fs::read(dir.join(format!("out_{c}_{o}.bin"))).unwrap());
+        for ((o, (output, want)), group) in
+            spec.outputs.iter().zip(want).enumerate().flat_map(|x| GROUPS.map(|g| (x, g)))
+        {
+            let got = decode(output.element, &std::fs::read(dir.join(format!("out_{c}_{o}_{group}.bin"))).unwrap());
             assert_eq!(got.len(), want.len(), "case {c} output {o}");
             // f32 arithmetic, then one rounding to the output type; integers and bools exact.
             let tol = match output.element {
@@ -423,13 +434,13 @@ fn stitched_kernels_compute_their_specs_and_answer_the_abi() {
                 Storage::BF16 => 1e-2,
                 Storage::I32 | Storage::I64 | Storage::Bool => 0.0,
             };
-            for (k, (g, w)) in got.iter().zip(want).enumerate() {
-                let ok = match (g, w) {
-                    (Scalar::I(g), Scalar::I(w)) => g == w,
-                    (Scalar::F(g), Scalar::F(w)) => g == w || (g - w).abs() <= tol * (1.0 + w.abs()),
+            for (k, (x, w)) in got.iter().zip(want).enumerate() {
+                let ok = match (x, w) {
+                    (Scalar::I(x), Scalar::I(w)) => x == w,
+                    (Scalar::F(x), Scalar::F(w)) => x == w || (x - w).abs() <= tol * (1.0 + w.abs()),
                     _ => false,
                 };
-                assert!(ok, "{symbol} case {c} output {o}[{k}]: {g:?} vs {w:?}");
+                assert!(ok, "{symbol} case {c} output {o}[{k}], group {group} (0: the device's): {x:?} vs {w:?}");
             }
         }
     }
