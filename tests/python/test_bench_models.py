@@ -2,7 +2,8 @@
 model's artifact with its real inputs and onnxruntime's recorded outputs, run.sh runs it on the
 reference device as the GPU machine would on cuda, and summary.py's verdicts can fail: outputs
 that differ from onnxruntime's are reported, a device that is not there is an error, a model the
-package could not build at a precision is listed with the reason."""
+package could not build at a precision is listed with the reason. A GPU session's archives
+(bench/session.sh) go through the same dry package."""
 import json
 import os
 import shutil
@@ -133,3 +134,43 @@ def test_the_packaged_cutlass_headers_hold_every_example_directory_a_kernel_fami
     assert len(dirs) >= 4, dirs
     script = (REPO / "bench" / "cutlass_headers.sh").read_text()
     assert not [d for d in dirs if d not in script], "add the missing directories to cutlass_headers.sh's tar"
+
+
+def session(tmp_path, *args):
+    env = dict(os.environ, OUT=str(tmp_path / "back"), BOLT_SESSION_DIR=str(tmp_path / "w"))
+    return subprocess.run(["bash", str(REPO / "bench" / "session.sh"), *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=1200)
+
+
+def test_a_gpu_session_part_travels_as_one_archive_and_comes_back_as_one(tmp_path):
+    """bench/session.sh: prepare packs a part (here the dry models part) into one archive under
+    the carry limit; run unpacks it, runs its steps within the budget and packs results, logs and
+    each step's exit status into one archive; a step the budget cannot fit is recorded skipped."""
+    import tarfile
+    p = session(tmp_path, "prepare", "--dry", "--parts", "models", "--out", str(tmp_path / "pkg"))
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    archive = tmp_path / "pkg" / "models.tar.xz"
+    assert 0 < archive.stat().st_size < 64 * 1024 * 1024
+    assert not (tmp_path / "pkg" / "stage").exists()
+
+    def back(*args):
+        p = session(tmp_path, "run", "models", "--dry", "--archive", str(archive), *args)
+        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+        out = tmp_path / "unpacked"
+        shutil.rmtree(out, ignore_errors=True)
+        with tarfile.open(tmp_path / "back" / "session-models.tgz") as t:
+            t.extractall(out, filter="data")
+        steps = [line.split("\t") for line in (out / "steps.tsv").read_text().splitlines()[1:]]
+        return out, {s[0]: s[1] for s in steps}
+
+    out, steps = back()
+    assert steps == {"models": "0"}, steps
+    (summary,) = (out / "results").glob("*-models.json")
+    assert json.loads(summary.read_text())["counts"]["ok"] == 1
+    assert "run models" in (out / "machine.txt").read_text() and (out / "commit.txt").read_text().strip()
+    out, steps = back("--budget-s", "10")
+    assert steps == {"models": "skipped"}, steps
+    assert "models skipped: " in (out / "logs" / "session.log").read_text()
+
+    p = session(tmp_path, "run", "models", "--archive", str(archive))
+    assert p.returncode == 2 and "dry package" in p.stderr
