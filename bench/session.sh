@@ -47,6 +47,8 @@ prepare() {
         esac
     done
     set -e
+    local commit
+    commit="$(git rev-parse HEAD)$(git diff --quiet HEAD || echo -dirty)"
     mkdir -p "$out"
     out="$(cd "$out" && pwd)"
     local stage="$out/stage"
@@ -74,7 +76,7 @@ prepare() {
                 fi ;;
             *) echo "session.sh prepare: unknown part $part (models, suites)" >&2; exit 2 ;;
         esac
-        echo "$(git rev-parse HEAD)$(git diff --quiet HEAD || echo -dirty)" > "$stage/$part/commit.txt"
+        echo "$commit" > "$stage/$part/commit.txt"
         (( dry )) && touch "$stage/$part/dry"
         tar -C "$stage" -cf - "$part" | xz -T2 -6 > "$out/$part.tar.xz"
         local bytes

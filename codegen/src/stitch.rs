@@ -801,6 +801,7 @@ struct Context<'a> {
     row_values: Vec<StepContext>,
     cache_values: Vec<CachedContext>,
     cache: usize,
+    max_group: usize,
 }
 
 /// A value the row cache holds: step `index`'s, of type `ty`.
@@ -816,6 +817,11 @@ struct CachedContext {
 const CACHE_REGISTERS: usize = 64;
 const CACHE_MAX: usize = 32;
 const CACHE_MIN: usize = 4;
+/// Threads per row at most (a block of 256 may use 255 registers each: room for the cache).
+const MAX_GROUP: usize = 256;
+/// The columns of a row whose values the row cache holds when it holds one value per element
+/// (a softmax's scores): wider rows recompute (re-read) the rest in every phase.
+pub const ROW_CACHE_COLUMNS: usize = CACHE_MAX * MAX_GROUP;
 
 /// One stitched kernel's block (relies on the unit prologue, like [`crate::render::render`]).
 pub fn render(spec: &StitchSpec, symbol: &str) -> Result<String, RenderError> {
@@ -953,6 +959,7 @@ pub fn render(spec: &StitchSpec, symbol: &str) -> Result<String, RenderError> {
         row_values,
         cache_values,
         cache,
+        max_group: MAX_GROUP,
     };
     crate::render::render_template(TEMPLATE, &crate::render::to_context(&context)?)
 }

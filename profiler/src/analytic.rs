@@ -22,6 +22,7 @@
 use bolt_codegen::b2b::{B2bCost, B2bSpec};
 use bolt_codegen::candidates::{candidates, with_split_k, Candidate};
 use bolt_codegen::spec::{Arch, Family, GroupMode, KernelSchedule, KernelSpec, Swizzle, TileConfig};
+use bolt_codegen::stitch::ROW_CACHE_COLUMNS;
 use bolt_codegen::validate::validate;
 use serde::{Deserialize, Serialize};
 
@@ -696,9 +697,9 @@ pub fn estimate_b2b(spec: &B2bSpec, cost: &B2bCost, device: &DeviceSpec) -> Esti
 }
 
 /// Estimated time of a stitched row-reduction kernel (AStitch's regional scheme, as Bolt's
-/// stitched kernels run it): `rows` rows of `width` elements read once from DRAM, then
-/// `passes - 1` more times from L2 (each phase re-reads the row a block holds rather than
-/// keeping it in registers), and the output written once.
+/// stitched kernels run it): `rows` rows of `width` elements read once from DRAM and the output
+/// written once; the later of its `passes` read the first [`ROW_CACHE_COLUMNS`] columns from
+/// the row cache (registers) and re-read the rest of a wider row from L2.
 pub fn stitched_rows_seconds(
     rows: f64,
     width: f64,
@@ -708,7 +709,8 @@ pub fn stitched_rows_seconds(
     device: &DeviceSpec,
 ) -> f64 {
     let first = rows * width * (in_bytes + out_bytes);
-    let again = passes.saturating_sub(1) as f64 * rows * width * in_bytes;
+    let uncached = (width - ROW_CACHE_COLUMNS as f64).max(0.0);
+    let again = passes.saturating_sub(1) as f64 * rows * uncached * in_bytes;
     smooth_max(&[first / device.dram_bandwidth, (first + again) / device.l2_bandwidth]) + LAUNCH_OVERHEAD_S
 }
 

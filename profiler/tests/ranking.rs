@@ -193,3 +193,16 @@ fn conv_ranking_and_epilogue_rules() {
     assert!(simt.estimate.time_s > 2.0 * r[0].estimate.time_s, "{} vs {}", simt.estimate.time_s, r[0].estimate.time_s);
     assert!(rank(&w, &DeviceSpec::h100_sxm5_80gb(), Arch::Sm90).is_empty());
 }
+
+#[test]
+fn a_stitched_row_reduction_reads_its_row_once_while_the_row_cache_holds_it() {
+    use bolt_profiler::analytic::stitched_rows_seconds;
+    let h100 = DeviceSpec::h100_sxm5_80gb();
+    let t = |width: f64, passes| stitched_rows_seconds(4096.0, width, 2.0, 2.0, passes, &h100);
+    // A BERT-base LayerNorm row (768) or a long softmax row (8192): three passes cost one.
+    for width in [768.0, bolt_codegen::stitch::ROW_CACHE_COLUMNS as f64] {
+        assert_eq!(t(width, 3), t(width, 1), "width {width}");
+    }
+    // Past the cache the later passes re-read the rest of the row.
+    assert!(t(32768.0, 3) > t(32768.0, 1));
+}
