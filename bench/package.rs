@@ -839,13 +839,15 @@ const ATTENTION_LIB: &str = "attention/libbolt_bench_attention.so";
 fn attention(p: &mut Pack, suites: &mut BTreeMap<&'static str, Vec<Value>>) {
     // (name, source, batch, heads, seq, head dim, element, key-padding mask, causal)
     type Case = (&'static str, &'static str, i64, i64, i64, i64, Element, bool, bool);
-    let cases: [Case; 6] = [
+    let cases: [Case; 7] = [
         ("bert_base_b32_s128", "BERT-base 32x128, padding mask", 32, 12, 128, 64, Element::F16, true, false),
         ("bert_base_b32_s128_nomask", "BERT-base 32x128 without a mask", 32, 12, 128, 64, Element::F16, false, false),
         ("bert_base_b1_s128_nomask", "BERT-base 1x128 without a mask", 1, 12, 128, 64, Element::F16, false, false),
         ("long_b4_h16_s2048_d128", "long context, head dim 128", 4, 16, 2048, 128, Element::F16, false, false),
         ("bf16_b8_h16_s512_d64", "bf16, head dim 64", 8, 16, 512, 64, Element::BF16, false, false),
         ("causal_b8_h16_s1024_d64", "decoder prefill, causal", 8, 16, 1024, 64, Element::F16, false, true),
+        // The romanizer decoder's head dim: past 128 the kernel accumulates in its workspace.
+        ("d256_b8_h4_s256_mask", "head dim 256, padding mask", 8, 4, 256, 256, Element::F16, true, false),
     ];
     for (i, (name, source, b, h, s, d, element, mask, causal)) in cases.into_iter().enumerate() {
         let mut problem = BoltAttentionProblem::dense(b, h, s, s, d, d, 1.0 / (d as f64).sqrt());

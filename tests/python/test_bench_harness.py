@@ -234,7 +234,8 @@ def test_bad_input_names_the_file(package, tmp_path):
 def test_attention_suite_lists_both_kernels_and_says_why_a_case_has_no_hopper_one(package, results):
     """The dry package builds the first attention case's sm80 kernel and its host checks pass;
     the masked case says why it has no Hopper kernel (example 88 takes no mask); the unmasked
-    and causal cases would list the Hopper kernel in the full profile (`--no-build` to see it)."""
+    and causal cases would list the Hopper kernel in the full profile (`--no-build` to see it),
+    the head-dim-256 case its workspace."""
     pkg = json.loads((package / "package.json").read_text())
     cases = {c["workload"]: c for c in pkg["suites"]["attention"]}
     masked = cases["bert_base_b32_s128"]
@@ -256,6 +257,10 @@ def test_attention_suite_lists_both_kernels_and_says_why_a_case_has_no_hopper_on
         sm90 = [k for k in c["kernels"] if k["arch"] == "sm90"]
         p = c["problem"]
         assert all(k["workspace_bytes"] == 4 * p["batch"] * p["heads"] * p["seq_q"] for k in sm90), c["id"]
+    # Head dim 256: the sm80 kernel accumulates the output in f32 in its workspace.
+    (d256,) = [c for c in listed if c["problem"]["head_dim"] == 256]
+    p = d256["problem"]
+    assert d256["kernels"][0]["workspace_bytes"] == 4 * p["batch"] * p["heads"] * p["seq_q"] * 256, d256
 
 
 def test_profiler_truth_compares_the_analytic_first_pick_with_the_best_timed():
