@@ -892,23 +892,11 @@ pub fn render(spec: &StitchSpec, symbol: &str) -> Result<String, RenderError> {
     // residual sum, softmax's masked scores). Each is computed once per element and kept in
     // registers, so later phases read no input again and recompute nothing below them.
     let live0 = if max_phase > 0 { reach(&roots_of_phase(0), &is_reduce) } else { vec![false; spec.steps.len()] };
-    let mut cached = vec![false; spec.steps.len()];
-    let later: Vec<Vec<usize>> =
-        (1..max_phase).map(roots_of_phase).chain(std::iter::once(output_roots.clone())).collect();
-    for roots in &later {
-        let mut seen = vec![false; spec.steps.len()];
-        let mut stack = roots.clone();
-        while let Some(j) = stack.pop() {
-            if std::mem::replace(&mut seen[j], true) || is_reduce(j) {
-                continue;
-            }
-            if live0[j] && !matches!(spec.steps[j], Step::Const(_)) {
-                cached[j] = true;
-            } else {
-                stack.extend(StitchSpec::args(&spec.steps[j]));
-            }
-        }
-    }
+    // Walking down from every later root, the first steps phase 0 computed (constants aside).
+    let kept = |j: usize| live0[j] && !matches!(spec.steps[j], Step::Const(_));
+    let later: Vec<usize> = (1..max_phase).flat_map(roots_of_phase).chain(output_roots.iter().copied()).collect();
+    let reached = reach(&later, &|j| is_reduce(j) || kept(j));
+    let cached: Vec<bool> = (0..spec.steps.len()).map(|j| reached[j] && kept(j)).collect();
     let contexts = |live: Vec<bool>, cached_leaves: bool| -> Vec<StepContext> {
         (0..spec.steps.len())
             .filter(|&j| live[j])
