@@ -98,8 +98,12 @@ fn every_corpus_model_imports_and_partitions() {
 
 #[test]
 fn corpus_models_the_reference_runs_match_onnxruntime() {
+    let models = corpus();
+    if models.is_empty() {
+        return; // no test data: `common::testdata` said so (and fails under BOLT_REQUIRE_TESTDATA)
+    }
     let mut ran = 0;
-    for (name, dir) in corpus() {
+    for (name, dir) in models {
         let g = load(&dir);
         if let Some(why) = not_on_the_reference(&g, &dir) {
             println!("{name}: not run on the reference: {why}");

@@ -50,6 +50,7 @@ mkdir -p testdata
 "$PY" tests/python/gen_conformance.py --out testdata/onnx-conformance
 "$PY" tests/python/fetch_models.py --out testdata/models
 "$PY" tests/python/make_models.py --out testdata/models
+"$PY" tests/python/gen_legacy_opsets.py --out testdata/legacy-opsets
 
 export BOLT_TESTDATA="$ROOT/testdata" BOLT_PYTHON="$PY" BOLT_REQUIRE_TESTDATA=1
 

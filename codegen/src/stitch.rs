@@ -267,6 +267,8 @@ pub enum BinaryFn {
     /// A NaN in either gives NaN (numpy's maximum / minimum).
     Max,
     Min,
+    /// `a < 0 ? a * b : a` (ONNX PRelu, b the slope).
+    PRelu,
 }
 
 /// A reduction along the row (the last axis of the iteration space), in f32.
@@ -675,6 +677,8 @@ impl BinaryFn {
             BinaryFn::Max | BinaryFn::Min if a.is_nan() || b.is_nan() => f64::NAN,
             BinaryFn::Max => a.max(b),
             BinaryFn::Min => a.min(b),
+            BinaryFn::PRelu if a < 0.0 => a * b,
+            BinaryFn::PRelu => a,
         }
     }
 
@@ -687,6 +691,7 @@ impl BinaryFn {
             BinaryFn::Pow => format!("powf({a}, {b})"),
             BinaryFn::Max => format!("nan_max({a}, {b})"),
             BinaryFn::Min => format!("nan_min({a}, {b})"),
+            BinaryFn::PRelu => format!("({a} < 0 ? {a} * {b} : {a})"),
         }
     }
 }

@@ -107,7 +107,7 @@ fn cases() -> Vec<(StitchSpec, Vec<usize>, Vec<Vec<usize>>)> {
         steps: vec![Input(0), Unary(UnaryFn::Activation(Activation::Tanh), 0), Reduce(Reduction::Mean, 1)],
         outputs: vec![Output { step: 2, element: Storage::F32, per_row: true }],
     };
-    // Abs, Neg, Max, Min, Reciprocal, a row maximum of their mix, and a -inf constant.
+    // Abs, Neg, Max, Min, Reciprocal, a row maximum of their mix, a -inf constant, PRelu.
     let min_max = StitchSpec {
         inputs: vec![input(Storage::F32, Access::Dense), input(Storage::F32, Access::Strided)],
         steps: vec![
@@ -125,10 +125,13 @@ fn cases() -> Vec<(StitchSpec, Vec<usize>, Vec<Vec<usize>>)> {
             Binary(BinaryFn::Sub, 9, 10),
             Const(f32::NEG_INFINITY.into()),
             Binary(BinaryFn::Max, 5, 12),
+            // PRelu with the strided input as its slope.
+            Binary(BinaryFn::PRelu, 0, 1),
         ],
         outputs: vec![
             Output { step: 11, element: Storage::F32, per_row: false },
             Output { step: 13, element: Storage::F32, per_row: false },
+            Output { step: 14, element: Storage::F32, per_row: false },
         ],
     };
     // LogSoftmax as the planner lowers it: (x - max) - log(sum(exp(x - max))).

@@ -5,6 +5,7 @@
 //! tests/import_errors.rs).
 
 mod attrs;
+mod legacy;
 mod ops;
 pub mod proto;
 mod tensor_proto;
@@ -12,16 +13,17 @@ mod tensor_proto;
 pub use tensor_proto::{decode_tensor, encode_tensor};
 
 use crate::error::{Error, Result};
-use crate::ir::{DType, Dim, Graph, Node, Op, Shape, TensorType};
+use crate::ir::{DType, Dim, Graph, Node, Op, Shape, Tensor, TensorType};
 use prost::Message;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 
-/// Oldest default-domain opset Bolt imports: from 11 on, Bolt's ops have today's semantics
-/// (Clip's min/max as inputs, Resize's coordinate modes, negative axes), except the few that
-/// `ops::semantics_since` lists, which import as host-only nodes in older models.
-pub const MIN_OPSET: i64 = 11;
+/// Oldest default-domain opset Bolt imports: 7, where element-wise ops took numpy
+/// broadcasting (ONNX Runtime loads nothing older either). Older versions of a few ops are
+/// rewritten into today's form (`legacy`); the few that `ops::semantics_since` lists and
+/// `legacy` does not rewrite import as host-only nodes.
+pub const MIN_OPSET: i64 = 7;
 /// Newest default-domain opset Bolt imports (onnx 1.23's). Versions 22-28 of Bolt's ops only
 /// add element types (bf16 for convs and activations; float8, float4, int4, int2 for casts
 /// and layout ops) to version 21; the semantics implemented here are unchanged.
@@ -141,6 +143,10 @@ fn import_graph(g: &proto::GraphProto, opset: i64, base_dir: Option<&Path>, scop
     }
     graph.outputs = g.output.iter().map(|o| o.name().to_string()).collect();
 
+    // Constant tensors by name, for older op versions whose meaning depends on an input's
+    // values (legacy::upgrade); and the constants it adds that take another tensor's type.
+    let constants = constant_tensors(g, &graph, base_dir);
+    let mut retype: Vec<(String, String)> = Vec::new();
     let mut used_names: HashSet<String> = HashSet::new();
     for (idx, n) in g.node.iter().enumerate() {
         let mut name = if n.name().is_empty() { format!("{}_{idx}", n.op_type()) } else { n.name().to_string() };
@@ -151,20 +157,36 @@ fn import_graph(g: &proto::GraphProto, opset: i64, base_dir: Option<&Path>, scop
         let op_type = n.op_type().to_string();
         let mut inputs: Vec<Option<String>> =
             n.input.iter().map(|s| if s.is_empty() { None } else { Some(s.clone()) }).collect();
-        let legacy = ops::legacy_axes(n, opset).map_err(|reason| Error::Node {
+        let legacy = legacy::upgrade(n, opset, &constants).map_err(|reason| Error::Node {
             node: name.clone(),
             op_type: op_type.clone(),
             reason,
         })?;
         let parsed = match legacy {
-            Some((op, axes)) => {
-                if let Some(axes) = axes {
-                    let t = format!("{name}.axes");
-                    graph.types.insert(t.clone(), TensorType::new(DType::I64, Shape::from_static(&axes.shape)));
-                    graph.initializers.insert(t.clone(), Arc::new(axes));
-                    inputs.push(Some(t));
+            Some(up) => {
+                let own = std::mem::take(&mut inputs);
+                for arg in up.inputs {
+                    inputs.push(match arg {
+                        legacy::Arg::Input(i) => own.get(i).cloned().flatten(),
+                        legacy::Arg::Absent => None,
+                        legacy::Arg::Constant { suffix, value, like } => {
+                            let t = format!("{name}.{suffix}");
+                            graph
+                                .types
+                                .insert(t.clone(), TensorType::new(value.dtype(), Shape::from_static(&value.shape)));
+                            graph.initializers.insert(t.clone(), Arc::new(value));
+                            if let Some(x) = like.and_then(|i| own.get(i).cloned().flatten()) {
+                                retype.push((t.clone(), x));
+                            }
+                            Some(t)
+                        }
+                    });
                 }
-                Ok(ops::Parsed::Op(op))
+                // Trailing absent inputs are left out, as a file would.
+                while inputs.last() == Some(&None) {
+                    inputs.pop();
+                }
+                Ok(up.parsed)
             }
             // A host handing Bolt a graph without its control-flow bodies (ONNX Runtime's
             // graph API: the plugin EP) keeps the If, an opaque node that may read any value.
@@ -227,7 +249,45 @@ fn import_graph(g: &proto::GraphProto, opset: i64, base_dir: Option<&Path>, scop
     graph.sort_and_check()?;
     crate::ir::infer::infer_graph(&mut graph, &declared)?;
     legacy_softmax_on_last_axis(&mut graph);
+    retype_legacy_constants(&mut graph, &retype)?;
     Ok(graph)
+}
+
+/// The graph's initializers and the tensors of its Constant nodes, by name.
+fn constant_tensors(g: &proto::GraphProto, graph: &Graph, base_dir: Option<&Path>) -> HashMap<String, Tensor> {
+    // Small ones only: scales and sizes, not weights.
+    let mut out: HashMap<String, Tensor> = graph
+        .initializers
+        .iter()
+        .filter(|(_, v)| v.len() <= 64)
+        .map(|(k, v)| (k.clone(), v.as_ref().clone()))
+        .collect();
+    for n in g.node.iter().filter(|n| n.op_type() == "Constant" && n.domain().is_empty() && n.output.len() == 1) {
+        if let Some(t) = n.attribute.iter().find(|a| a.name() == "value").and_then(|a| a.t.as_ref()) {
+            if let Ok(t) = decode_tensor(t, base_dir) {
+                out.insert(n.output[0].clone(), t);
+            }
+        }
+    }
+    out
+}
+
+/// The constants older op versions held as float attributes (Clip's bounds, Pad's value) in
+/// the element type of the tensor they apply to, now that inference knows it.
+fn retype_legacy_constants(graph: &mut Graph, retype: &[(String, String)]) -> Result<()> {
+    for (constant, like) in retype {
+        let Some(dtype) = graph.types.get(like).map(|t| t.dtype) else { continue };
+        let Some(t) = graph.initializers.get(constant) else { continue };
+        if t.dtype() == dtype {
+            continue;
+        }
+        let v = Tensor::from_f64_as(dtype, t.shape.clone(), &t.to_f64_vec()).ok_or_else(|| {
+            Error::tensor(constant, format!("an attribute of an older op version cannot be held as {dtype}"))
+        })?;
+        graph.types.insert(constant.clone(), TensorType::new(dtype, Shape::from_static(&v.shape)));
+        graph.initializers.insert(constant.clone(), Arc::new(v));
+    }
+    Ok(())
 }
 
 /// Whether a `Loop` or `Scan` node carries its body (a host's graph API may hand it without).

