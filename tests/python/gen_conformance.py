@@ -40,7 +40,7 @@ BOLT_OPS = frozenset("""
     GlobalAveragePool Softmax LayerNormalization ReduceMean Resize DepthToSpace Split
     Exp Neg Abs Reciprocal Max Min ReduceSum ReduceMax ReduceMin GlobalMaxPool Pad Log LogSoftmax
     Equal Less LessOrEqual Greater GreaterOrEqual And Or Xor Not Where Expand RNN GRU LSTM
-    ConstantOfShape Range If Loop Scan Ceil Floor Round PRelu Upsample
+    ConstantOfShape Range If Loop Scan Ceil Floor Round PRelu Upsample Dropout
 """.split())
 
 SHIPPED_KINDS = ("pytorch-converted", "pytorch-operator", "simple")

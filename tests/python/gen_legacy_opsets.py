@@ -115,6 +115,17 @@ def cases(rng):
         [vi("x", F32, [2, 6, 4])], [vi(n, F32, None) for n in "abcde"], 11),
         {"x": x4(2, 6, 4)}, "Split-11: sizes as an attribute, and equal parts", None)
 
+    out["dropout_opset10"] = (model(
+        [h.make_node("Dropout", ["x"], ["y"], ratio=0.3),
+         h.make_node("Relu", ["y"], ["z"])],
+        [vi("x", F32, [2, 5])], [vi("z", F32, None)], 10),
+        {"x": x4(2, 5)}, "Dropout-10 (eval mode: its input)", None)
+
+    out["dropout_mask_opset10"] = (model(
+        [h.make_node("Dropout", ["x"], ["y", "mask"], ratio=0.3)],
+        [vi("x", F32, [2, 5])], [vi("y", F32, None), vi("mask", T.BOOL, None)], 10),
+        {"x": x4(2, 5)}, "Dropout-10 with its mask output", "mask output")
+
     out["batchnorm_opset7"] = (model(
         [h.make_node("BatchNormalization", ["x", "g", "b", "m", "v"], ["y"], epsilon=1e-3)],
         [vi("x", F32, [2, 3, 4, 4])], [vi("y", F32, None)], 7,
