@@ -163,6 +163,16 @@ pub fn infer_if(
     })
 }
 
+/// The shape a Loop body takes its iteration number (k = 0) or condition (k = 1) in: a scalar,
+/// as ONNX specifies, or `[1]` where the body declares one dim (paddle2onnx does); onnxruntime
+/// feeds each in the rank the body declares.
+fn counter_shape(body: &Graph, k: usize) -> Vec<usize> {
+    match body.inputs.get(k).and_then(|x| body.types.get(x)).and_then(|t| t.shape.as_ref()) {
+        Some(s) if s.rank() == 1 => vec![1],
+        _ => vec![],
+    }
+}
+
 /// Output types of a `Loop` node from one pass of its body: the iteration number an int64
 /// scalar, the condition a bool scalar, the carried values typed as their initial values, the
 /// enclosing values as they are. A carried value keeps the dims the body does not change; a
@@ -182,9 +192,9 @@ pub fn infer_loop(
         ));
     }
     let mut probe = body.clone();
-    let scalar = |dtype| TensorType::new(dtype, Shape(vec![]));
-    probe.types.insert(body.inputs[0].clone(), scalar(super::DType::I64));
-    probe.types.insert(body.inputs[1].clone(), scalar(super::DType::Bool));
+    let counter = |k: usize, dtype| TensorType::new(dtype, Shape::from_static(&counter_shape(body, k)));
+    probe.types.insert(body.inputs[0].clone(), counter(0, super::DType::I64));
+    probe.types.insert(body.inputs[1].clone(), counter(1, super::DType::Bool));
     let info = |k: usize| infos.get(k).copied().flatten();
     for i in 0..carried {
         match info(2 + i).and_then(|x| x.ty) {
@@ -338,8 +348,11 @@ pub fn eval_loop(
     let mut i: i64 = 0;
     while cond && trips.is_none_or(|m| i < m) {
         let mut feeds = captured.clone();
-        feeds.insert(body.inputs[0].clone(), Tensor::from_i64(vec![], vec![i]));
-        feeds.insert(body.inputs[1].clone(), Tensor { shape: vec![], data: super::TensorData::Bool(vec![cond]) });
+        feeds.insert(body.inputs[0].clone(), Tensor::from_i64(counter_shape(body, 0), vec![i]));
+        feeds.insert(
+            body.inputs[1].clone(),
+            Tensor { shape: counter_shape(body, 1), data: super::TensorData::Bool(vec![cond]) },
+        );
         for (k, v) in values.iter().enumerate() {
             feeds.insert(body.inputs[2 + k].clone(), v.clone());
         }

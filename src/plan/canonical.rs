@@ -26,6 +26,7 @@ pub fn canonical(g: &Graph) -> Result<(Graph, usize)> {
     let mut count = 0;
     count += lift_constants(&mut out);
     count += constant_identities(&mut out);
+    count += value_identities(&mut out);
     count += fold_known_values(&mut out)?;
     count += inline_known_branches(&mut out)?;
     count += crate::ir::control::hoist_constants(&mut out);
@@ -210,6 +211,37 @@ fn constant_identities(g: &mut Graph) -> usize {
         }
     }
     before - g.nodes.len()
+}
+
+/// An Identity of a computed value is that value: its readers read the value itself, so an
+/// Identity between a conv and its BatchNormalization's Mul (paddle2onnx writes one after
+/// nearly every op) neither ends the conv's epilogue nor splits an NHWC region, and one
+/// between an attention's Softmax and its MatMul does not hide the core. Kept: Identities
+/// that are graph outputs, and those read by control flow (whose bodies read the name).
+fn value_identities(g: &mut Graph) -> usize {
+    let readers = super::edit::consumers(g);
+    let control = |c: usize| matches!(g.nodes[c].op, Op::If { .. } | Op::Loop { .. } | Op::Scan(_));
+    let mut alias: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+    let mut dead = HashSet::new();
+    for n in &g.nodes {
+        let (Op::Identity, Some(x), [y]) = (&n.op, n.input(0), &n.outputs[..]) else { continue };
+        if g.outputs.contains(y) || readers.get(y).is_some_and(|r| r.iter().any(|&(c, _)| control(c))) {
+            continue;
+        }
+        // Nodes are in topological order: x's own alias, if any, is already known.
+        let source = alias.get(x).cloned().unwrap_or_else(|| x.to_string());
+        alias.insert(y.clone(), source);
+        dead.insert(n.name.clone());
+    }
+    for n in &mut g.nodes {
+        for t in n.inputs.iter_mut().flatten() {
+            if let Some(source) = alias.get(t) {
+                *t = source.clone();
+            }
+        }
+    }
+    g.nodes.retain(|n| !dead.contains(&n.name));
+    dead.len()
 }
 
 /// A Pad of zeros on the spatial axes whose only reader is a Conv (TensorFlow exports pad

