@@ -653,6 +653,35 @@ fn host_resizes_equal_the_reference_resize() {
 
 /// DepthToSpace kernels on the reference device equal the reference executor's DepthToSpace
 /// (both modes, several blocksizes), NCHW and channels-last.
+/// A Resize to the size of another map, its sizes computed from that map's Shape (the FPN
+/// upsampling paddle2onnx writes): the plan takes the sizes from the output's inferred dims, so
+/// it is a glue kernel with run-time scales, not a host op; on the reference device the
+/// artifact gives the model's outputs.
+#[test]
+fn a_resize_to_a_computed_size_is_a_glue_kernel() {
+    use bolt::ir::{ResizeAttrs, ResizeMode};
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = Net::new(DType::F32);
+    let x = n.input("x", &[1, 4, 5, 7]);
+    let y = n.input("y", &[1, 4, 10, 9]);
+    let size = n.op("size", Op::Shape { start: 0, end: None }, &[&y]);
+    let up =
+        n.op("up", Op::Resize(ResizeAttrs { mode: ResizeMode::Linear, ..Default::default() }), &[&x, "", "", &size]);
+    let sum = n.op("sum", Op::Binary(bolt::ir::Binary::Add), &[&up, &y]);
+    let g = n.finish(&[&sum]);
+    let report = compile(&g, &CompileOptions::new(dir.path())).unwrap();
+    let art = Artifact::open(dir.path()).unwrap();
+    let resize = art.plan.glue.iter().find(|u| u.node.starts_with("up")).expect("the resize is a glue kernel");
+    assert!(format!("{:?}", resize.spec).contains("scales: None"), "{:?}", resize.spec);
+    assert!(art.plan.host_ops.iter().all(|h| h.op_type != "Resize"), "{report}");
+    let inputs = bolt::compile::synthetic_inputs(&g, &HashMap::new(), 3).unwrap();
+    let want = bolt::reference::run(&g, &inputs).unwrap();
+    let got = runtime::open(&art, DeviceKind::Reference, &RunOptions::default()).unwrap().run(&inputs).unwrap();
+    for (a, w) in got[&sum].to_f64_vec().iter().zip(want[&sum].to_f64_vec()) {
+        assert!((a - w).abs() <= 1e-5 * (1.0 + w.abs()), "{a} vs {w}");
+    }
+}
+
 #[test]
 fn host_depth_to_space_equals_the_reference() {
     use rand::{Rng, SeedableRng};

@@ -282,8 +282,19 @@ pub fn glue(g: &Graph, n: &Node, bindings: &HashMap<String, usize>) -> Option<Re
     let Some(shape) = bound_shape(g, x, bindings) else {
         return Some(Err(format!("'{x}' has an unknown shape")));
     };
-    let constants: Vec<Option<std::sync::Arc<crate::ir::Tensor>>> =
+    let mut constants: Vec<Option<std::sync::Arc<crate::ir::Tensor>>> =
         n.inputs.iter().map(|i| i.as_deref().and_then(|t| super::edit::constant(g, t))).collect();
+    // A Resize to sizes the model computes from shapes (paddle2onnx's FPN upsampling to another
+    // map's size): inference knows its output's dims, and they are those sizes. The kernel
+    // takes its scales from the extents (output / input, ONNX's rule for sizes), as the
+    // reference device derives them from the computed sizes at run time.
+    if let (Op::Resize(_), Some(Some(_)), None) = (&n.op, n.inputs.get(3), constants.get(3).cloned().flatten()) {
+        let no_scales = n.input(2).is_none_or(|_| constants[2].as_ref().is_some_and(|t| t.len() == 0));
+        if let (true, Some(out)) = (no_scales, bound_shape(g, y, bindings)) {
+            let sizes = out.iter().map(|&d| d as i64).collect();
+            constants[3] = Some(std::sync::Arc::new(crate::ir::Tensor::from_i64(vec![out.len()], sizes)));
+        }
+    }
     let constants: Vec<Option<&crate::ir::Tensor>> = constants.iter().map(|c| c.as_deref()).collect();
     if matches!(n.op, Op::Pad { .. }) && n.input(2).is_some() && constants.get(2).copied().flatten().is_none() {
         return Some(Err("the pad value is computed at run time: pad kernels take a constant".into()));
