@@ -40,24 +40,56 @@ pub struct CastSpec {
     pub to: Element,
 }
 
-/// A 2-D pooling window with its padding resolved (`pads`: begin h, begin w, end h, end w).
-/// The output extents come in the problem (`p`, `q`): the model's ceil mode decides them.
+/// A 2-D pooling window. The output extents come in the problem (`p`, `q`): the model's ceil
+/// mode decides them (SAME padding: ceil(input / stride)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct PoolWindow {
     pub kernel: [u32; 2],
     pub strides: [u32; 2],
     pub dilations: [u32; 2],
-    pub pads: [u32; 4],
+    pub pads: PoolPads,
+}
+
+/// A pool window's padding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PoolPads {
+    /// Begin h, begin w, end h, end w.
+    Fixed([u32; 4]),
+    /// ONNX's auto_pad SAME_UPPER (`upper`) / SAME_LOWER, Keras's `padding="same"`: the output
+    /// is ceil(input / stride), and the padding that makes it so, the odd unit at the end
+    /// (upper) or the beginning, follows the input's size, known at run time.
+    Same { upper: bool },
 }
 
 impl PoolWindow {
-    /// Output extents in floor mode (ONNX's default) for input extents `h`, `w`.
-    pub fn floor_output(&self, h: i64, w: i64) -> (i64, i64) {
+    fn span(&self, d: usize) -> i64 {
+        i64::from(self.dilations[d]) * (i64::from(self.kernel[d]) - 1) + 1
+    }
+
+    /// Output extents for input extents `h`, `w`: floor mode (ONNX's default), or SAME's.
+    pub fn output(&self, h: i64, w: i64) -> (i64, i64) {
         let out = |x: i64, d: usize| {
-            let span = i64::from(self.dilations[d]) * (i64::from(self.kernel[d]) - 1) + 1;
-            (x + i64::from(self.pads[d]) + i64::from(self.pads[d + 2]) - span) / i64::from(self.strides[d].max(1)) + 1
+            let stride = i64::from(self.strides[d].max(1));
+            match self.pads {
+                PoolPads::Fixed(p) => (x + i64::from(p[d]) + i64::from(p[d + 2]) - self.span(d)) / stride + 1,
+                PoolPads::Same { .. } => (x + stride - 1) / stride,
+            }
         };
         (out(h, 0), out(w, 1))
+    }
+
+    /// The pads (begin h, begin w, end h, end w) on an input of `h` x `w` with output `p` x `q`.
+    pub fn pads_at(&self, h: i64, w: i64, p: i64, q: i64) -> [i64; 4] {
+        match self.pads {
+            PoolPads::Fixed(f) => f.map(i64::from),
+            PoolPads::Same { upper } => {
+                let total = |x: i64, o: i64, d: usize| ((o - 1) * i64::from(self.strides[d]) + self.span(d) - x).max(0);
+                let (th, tw) = (total(h, p, 0), total(w, q, 1));
+                let begin = |t: i64| if upper { t / 2 } else { t - t / 2 };
+                [begin(th), begin(tw), th - begin(th), tw - begin(tw)]
+            }
+        }
     }
 }
 
@@ -229,7 +261,11 @@ pub fn validate(spec: &GlueSpec) -> Result<(), GlueRejection> {
                 let positive = w.kernel.iter().chain(&w.strides).chain(&w.dilations).all(|&x| x > 0);
                 // A pad as wide as the window's span would make whole windows of padding.
                 let span = |d: usize| w.dilations[d].saturating_mul(w.kernel[d].saturating_sub(1)) + 1;
-                let pads_fit = (0..4).all(|k| w.pads[k] < span(k % 2));
+                let pads_fit = match w.pads {
+                    PoolPads::Fixed(pads) => (0..4).all(|k| pads[k] < span(k % 2)),
+                    // SAME pads less than the span: (ceil(x / s) - 1) * s + span - x < span.
+                    PoolPads::Same { .. } => true,
+                };
                 if positive && pads_fit {
                     Ok(())
                 } else {
@@ -284,7 +320,7 @@ impl GlueSpec {
         };
         let (p, q) = match self {
             GlueSpec::Pool(s) => match s.kind {
-                PoolKind::Max(win) | PoolKind::Average { window: win, .. } => win.floor_output(h, w),
+                PoolKind::Max(win) | PoolKind::Average { window: win, .. } => win.output(h, w),
                 PoolKind::GlobalAverage | PoolKind::GlobalMax => (1, 1),
             },
             // The output extents of constant scales (floor(input * scale)); sizes: the same.
@@ -346,7 +382,12 @@ pub fn symbol_for(spec: &GlueSpec) -> String {
             let base = format!("bolt_glue_{op}_{}_{}", layout_name(p.layout), x.name());
             let x2 = |v: &[u32]| v.iter().map(u32::to_string).collect::<Vec<_>>().join("x");
             let window = |w: &PoolWindow| {
-                format!("_k{}_s{}_d{}_p{}", x2(&w.kernel), x2(&w.strides), x2(&w.dilations), x2(&w.pads))
+                let pads = match w.pads {
+                    PoolPads::Fixed(p) => x2(&p),
+                    PoolPads::Same { upper: true } => "same_upper".into(),
+                    PoolPads::Same { upper: false } => "same_lower".into(),
+                };
+                format!("_k{}_s{}_d{}_p{pads}", x2(&w.kernel), x2(&w.strides), x2(&w.dilations))
             };
             match p.kind {
                 PoolKind::Max(w) => base + &window(&w),
@@ -398,6 +439,10 @@ struct Context<'a> {
     strides: [u32; 2],
     dilations: [u32; 2],
     pads: [u32; 4],
+    /// Pools: the pads (begin h, begin w, end h, end w) as C++ expressions of the problem `p`
+    /// (numbers when fixed), and whether they are SAME's.
+    pool_pads: [String; 4],
+    same_pads: bool,
     count_include_pad: bool,
     /// Resize: coordinate mode, rounding (nearest only), and the scales as C++ literals ("" for
     /// sizes).
@@ -442,6 +487,8 @@ pub fn render(spec: &GlueSpec, symbol: &str) -> Result<String, RenderError> {
         strides: [0; 2],
         dilations: [0; 2],
         pads: [0; 4],
+        pool_pads: Default::default(),
+        same_pads: false,
         count_include_pad: false,
         coord: "",
         crd: matches!(spec, GlueSpec::DepthToSpace(d) if d.crd),
@@ -458,7 +505,20 @@ pub fn render(spec: &GlueSpec, symbol: &str) -> Result<String, RenderError> {
             kernel: w.kernel,
             strides: w.strides,
             dilations: w.dilations,
-            pads: w.pads,
+            // SAME: of the total t, the begin pad is floor(t / 2) (upper) or ceil(t / 2).
+            pool_pads: match w.pads {
+                PoolPads::Fixed(p) => p.map(|v| v.to_string()),
+                PoolPads::Same { upper } => {
+                    let (lo, hi) = if upper { ("", " + 1") } else { (" + 1", "") };
+                    [
+                        format!("((same_total_h(p){lo}) / 2)"),
+                        format!("((same_total_w(p){lo}) / 2)"),
+                        format!("((same_total_h(p){hi}) / 2)"),
+                        format!("((same_total_w(p){hi}) / 2)"),
+                    ]
+                }
+            },
+            same_pads: matches!(w.pads, PoolPads::Same { .. }),
             count_include_pad: matches!(
                 spec,
                 GlueSpec::Pool(PoolSpec { kind: PoolKind::Average { count_include_pad: true, .. }, .. })

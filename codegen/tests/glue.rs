@@ -10,7 +10,7 @@ use std::ffi::c_void;
 use bolt_codegen::abi::{BoltGlueArgs, BoltGlueProblem, CanImplementFn, LaunchFn, Status, FUNCTION_SUFFIXES};
 use bolt_codegen::glue::{
     self, CastSpec, DepthToSpaceSpec, Direction, GlueSpec, Layout, NearestRounding, PadFill, PadSpec, PoolKind,
-    PoolSpec, PoolWindow, ResizeCoord, ResizeSpec, Sampling, SpatialPadSpec, TransposeSpec,
+    PoolPads, PoolSpec, PoolWindow, ResizeCoord, ResizeSpec, Sampling, SpatialPadSpec, TransposeSpec,
 };
 use bolt_codegen::spec::Element;
 use ordered_float::OrderedFloat;
@@ -24,7 +24,12 @@ fn specs() -> Vec<GlueSpec> {
         GlueSpec::Cast(CastSpec { from: Element::F32, to: Element::BF16 }),
         // ResNet's stem pool, channels-last.
         GlueSpec::Pool(PoolSpec {
-            kind: PoolKind::Max(PoolWindow { kernel: [3, 3], strides: [2, 2], dilations: [1, 1], pads: [1, 1, 1, 1] }),
+            kind: PoolKind::Max(PoolWindow {
+                kernel: [3, 3],
+                strides: [2, 2],
+                dilations: [1, 1],
+                pads: PoolPads::Fixed([1, 1, 1, 1]),
+            }),
             layout: Layout::Nhwc,
             element: Element::F16,
         }),
@@ -37,6 +42,19 @@ fn specs() -> Vec<GlueSpec> {
         GlueSpec::Pool(PoolSpec {
             kind: PoolKind::Average { window: UNEVEN, count_include_pad: false },
             layout: Layout::Nhwc,
+            element: Element::F32,
+        }),
+        // SAME padding worked out from the problem's size: the odd unit at the end (upper) or
+        // the beginning (lower) of uneven totals (the 5 x 6 test input).
+        GlueSpec::Pool(PoolSpec { kind: PoolKind::Max(SAME_UPPER), layout: Layout::Nhwc, element: Element::F16 }),
+        GlueSpec::Pool(PoolSpec {
+            kind: PoolKind::Average { window: SAME_LOWER, count_include_pad: true },
+            layout: Layout::Nchw,
+            element: Element::F32,
+        }),
+        GlueSpec::Pool(PoolSpec {
+            kind: PoolKind::Average { window: SAME_UPPER, count_include_pad: false },
+            layout: Layout::Nchw,
             element: Element::F32,
         }),
         GlueSpec::Pool(PoolSpec { kind: PoolKind::GlobalAverage, layout: Layout::Nhwc, element: Element::F32 }),
@@ -167,7 +185,13 @@ fn expected_linear(spec: &ResizeSpec, p: BoltGlueProblem) -> Vec<f64> {
     in_output_order(spec.layout, [n, c, p.p, p.q], value)
 }
 
-const UNEVEN: PoolWindow = PoolWindow { kernel: [3, 2], strides: [2, 1], dilations: [1, 2], pads: [1, 0, 1, 1] };
+const UNEVEN: PoolWindow =
+    PoolWindow { kernel: [3, 2], strides: [2, 1], dilations: [1, 2], pads: PoolPads::Fixed([1, 0, 1, 1]) };
+/// Keras's `padding="same"` (ONNX auto_pad SAME_UPPER / SAME_LOWER): pads from the input size.
+const SAME_UPPER: PoolWindow =
+    PoolWindow { kernel: [3, 2], strides: [2, 2], dilations: [1, 1], pads: PoolPads::Same { upper: true } };
+const SAME_LOWER: PoolWindow =
+    PoolWindow { kernel: [2, 3], strides: [1, 2], dilations: [2, 1], pads: PoolPads::Same { upper: false } };
 
 /// Input element `i` of the pool tests (exact in f16).
 fn pool_input(i: i64) -> f64 {
@@ -182,8 +206,8 @@ fn pool_problem(spec: &GlueSpec) -> BoltGlueProblem {
     let GlueSpec::Pool(PoolSpec { kind: PoolKind::Max(win) | PoolKind::Average { window: win, .. }, .. }) = spec else {
         return p;
     };
-    let extra =
-        |o: i64, d: usize, size: i64| o + i64::from(o * i64::from(win.strides[d]) - i64::from(win.pads[d]) < size);
+    let PoolPads::Fixed(pads) = win.pads else { return p }; // SAME: one output size
+    let extra = |o: i64, d: usize, size: i64| o + i64::from(o * i64::from(win.strides[d]) - i64::from(pads[d]) < size);
     BoltGlueProblem { p: extra(p.p, 0, p.h), q: extra(p.q, 1, p.w), ..p }
 }
 
@@ -207,12 +231,26 @@ fn expected_pool(spec: &PoolSpec, p: BoltGlueProblem) -> Vec<f64> {
                 return (0..h).flat_map(|y| (0..w).map(move |x| at(b, ch, y, x))).fold(f64::NEG_INFINITY, f64::max);
             }
         };
+        // SAME: ONNX's pads for output ceil(input / stride), the odd unit at the end (upper)
+        // or the beginning, written out here from the operator's definition.
+        let pads = match win.pads {
+            PoolPads::Fixed(f) => f.map(i64::from),
+            PoolPads::Same { upper } => {
+                let total = |x: i64, o: i64, d: usize| {
+                    let span = win.dilations[d] as i64 * (win.kernel[d] as i64 - 1) + 1;
+                    ((o - 1) * win.strides[d] as i64 + span - x).max(0)
+                };
+                let (th, tw) = (total(h, p.p, 0), total(w, p.q, 1));
+                let (bh, bw) = if upper { (th / 2, tw / 2) } else { (th - th / 2, tw - tw / 2) };
+                [bh, bw, th - bh, tw - bw]
+            }
+        };
         let (mut vals, mut padded) = (Vec::new(), 0);
         for r in 0..win.kernel[0] as i64 {
             for s in 0..win.kernel[1] as i64 {
-                let y = oy * win.strides[0] as i64 - win.pads[0] as i64 + r * win.dilations[0] as i64;
-                let x = ox * win.strides[1] as i64 - win.pads[1] as i64 + s * win.dilations[1] as i64;
-                if y < h + win.pads[2] as i64 && x < w + win.pads[3] as i64 {
+                let y = oy * win.strides[0] as i64 - pads[0] + r * win.dilations[0] as i64;
+                let x = ox * win.strides[1] as i64 - pads[1] + s * win.dilations[1] as i64;
+                if y < h + pads[2] && x < w + pads[3] {
                     padded += 1;
                 }
                 if (0..h).contains(&y) && (0..w).contains(&x) {

@@ -86,9 +86,9 @@ pub fn canonical(g: &Graph) -> Result<(Graph, usize)> {
     count += same_shape_expands(&mut out);
     count += recurrent_projections(&mut out, &mut taken);
     count += zero_pads_into_convs(&mut out);
-    count += same_pools_with_known_sizes(&mut out);
     count += constant_reduce_axes(&mut out);
     count += reduce_keeping_dims(&mut out, &mut taken);
+    count += spatial_means_of_run_time_size(&mut out);
     count += merge_reduced_axes(&mut out, &mut taken);
     count += row_ops_to_last_axis(&mut out, &mut taken);
     count += compose_transposes(&mut out);
@@ -301,50 +301,6 @@ fn zero_pads_into_convs(g: &mut Graph) -> usize {
     }
 }
 
-/// A MaxPool or AveragePool with `auto_pad` SAME_UPPER / SAME_LOWER (TensorFlow's and Keras's
-/// `padding="same"`) over spatial sizes inference knows has fixed pads: it becomes the same
-/// pool with them written out, which a pool kernel takes (its window is compiled in). Over
-/// sizes known only at run time the pads follow the size, and the pool stays with the host.
-fn same_pools_with_known_sizes(g: &mut Graph) -> usize {
-    let mut count = 0;
-    for i in 0..g.nodes.len() {
-        let n = &g.nodes[i];
-        let (Op::MaxPool { window, .. } | Op::AveragePool { window, .. }) = &n.op else { continue };
-        if !matches!(window.auto_pad, AutoPad::SameUpper | AutoPad::SameLower) {
-            continue;
-        }
-        let Some(shape) = n.input(0).and_then(|x| g.types.get(x)).and_then(|t| t.shape.as_ref()) else { continue };
-        let Some(dims) = shape.0.get(2..).and_then(|s| s.iter().map(|d| d.known()).collect::<Option<Vec<usize>>>())
-        else {
-            continue;
-        };
-        let Some(kernel) = &window.kernel_shape else { continue };
-        // SAME's output is ceil(input / stride) whatever the ceil mode; with the pads written
-        // out, floor mode gives the same extents.
-        let Ok(r) = window.resolve(&dims, kernel, false) else { continue };
-        let explicit = Window {
-            pads: Some(r.pad_begin.iter().chain(&r.pad_end).copied().collect()),
-            auto_pad: AutoPad::NotSet,
-            ..window.clone()
-        };
-        let Ok(check) = explicit.resolve(&dims, kernel, false) else { continue };
-        if check.output != r.output {
-            continue;
-        }
-        g.nodes[i].op = match &g.nodes[i].op {
-            Op::MaxPool { storage_order, .. } => {
-                Op::MaxPool { window: explicit, ceil_mode: false, storage_order: *storage_order }
-            }
-            Op::AveragePool { count_include_pad, .. } => {
-                Op::AveragePool { window: explicit, ceil_mode: false, count_include_pad: *count_include_pad }
-            }
-            _ => unreachable!("matched above"),
-        };
-        count += 1;
-    }
-    count
-}
-
 /// A reduction whose axes come as a constant input (ReduceSum from opset 13, the others
 /// from 18) takes them as its attribute, as older opsets wrote it: one form for the stitcher.
 fn constant_reduce_axes(g: &mut Graph) -> usize {
@@ -498,6 +454,32 @@ fn reduce_keeping_dims(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
         let squeeze_name = fresh_name(g, taken, &format!("{}.squeeze", n.name));
         Some(vec![reduce, node(squeeze_name, Op::Squeeze, vec![Some(kept), Some(axes_name)], y.clone())])
     })
+}
+
+/// A ReduceMean over the spatial axes of NCHW data, keeping them (squeeze-excite blocks as
+/// paddle2onnx writes them), over sizes known only at run time is a GlobalAveragePool: the pool
+/// kernel takes any size, where the row reduction `merge_reduced_axes` would make has a
+/// row length no stitched kernel can be compiled for. Over known sizes it stays a reduction.
+fn spatial_means_of_run_time_size(g: &mut Graph) -> usize {
+    let mut count = 0;
+    for n in &mut g.nodes {
+        let Op::Reduce { kind: crate::ir::ReduceKind::Mean, axes: Some(axes), keepdims: true, .. } = &n.op else {
+            continue;
+        };
+        let Some(shape) = n.input(0).and_then(|x| g.types.get(x)).and_then(|t| t.shape.as_ref()) else { continue };
+        if shape.rank() != 4 {
+            continue;
+        }
+        let mut dims: Vec<i64> = axes.iter().map(|&a| a.rem_euclid(4)).collect();
+        dims.sort_unstable();
+        if dims != [2, 3] || (shape.0[2].known().is_some() && shape.0[3].known().is_some()) {
+            continue;
+        }
+        n.op = Op::GlobalAveragePool;
+        n.inputs.truncate(1);
+        count += 1;
+    }
+    count
 }
 
 /// A reduction over several axes (keeping them) becomes one over a single last axis: a

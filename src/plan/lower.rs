@@ -403,23 +403,20 @@ fn resize_for(
 /// The pool kernel of a pool op (plain: NCHW; [`Op::ChannelsLast`]: NHWC) on `element` data,
 /// whatever the input's size, or why no pool kernel takes it.
 pub fn pool_spec(op: &Op, element: bolt_codegen::spec::Element) -> Result<bolt_codegen::glue::PoolSpec, String> {
-    use bolt_codegen::glue::{Layout, PoolKind, PoolSpec, PoolWindow};
+    use bolt_codegen::glue::{Layout, PoolKind, PoolPads, PoolSpec, PoolWindow};
     let (op, layout) = match op {
         Op::ChannelsLast(inner) => (&**inner, Layout::Nhwc),
         op => (op, Layout::Nchw),
     };
     let window = |w: &crate::ir::Window| -> Result<PoolWindow, String> {
         let pads = match w.auto_pad {
-            crate::ir::AutoPad::NotSet => w.pads.clone().unwrap_or_else(|| vec![0; 4]),
-            crate::ir::AutoPad::Valid => vec![0; 4],
-            other => {
-                return Err(format!(
-                    "auto_pad {other:?}: its pads follow the input size, a pool kernel's window is fixed"
-                ))
-            }
+            crate::ir::AutoPad::NotSet => Some(w.pads.clone().unwrap_or_else(|| vec![0; 4])),
+            crate::ir::AutoPad::Valid => Some(vec![0; 4]),
+            // Pads that follow the input size: the kernel works them out from its problem.
+            crate::ir::AutoPad::SameUpper | crate::ir::AutoPad::SameLower => None,
         };
         let kernel = w.kernel_shape.as_ref().ok_or("no kernel_shape")?;
-        if kernel.len() != 2 || pads.len() != 4 {
+        if kernel.len() != 2 || pads.as_ref().is_some_and(|p| p.len() != 4) {
             return Err(format!("a {}-D window: pool kernels pool 2-D", kernel.len()));
         }
         let two = |v: Option<&Vec<usize>>| -> Result<[u32; 2], String> {
@@ -429,7 +426,10 @@ pub fn pool_spec(op: &Op, element: bolt_codegen::spec::Element) -> Result<bolt_c
                 _ => Err(format!("{v:?} has {} entries for a 2-D window", v.len())),
             }
         };
-        let pads = [0, 1, 2, 3].map(|k| u32::try_from(pads[k]).unwrap_or(u32::MAX));
+        let pads = match pads {
+            Some(p) => PoolPads::Fixed([0, 1, 2, 3].map(|k| u32::try_from(p[k]).unwrap_or(u32::MAX))),
+            None => PoolPads::Same { upper: w.auto_pad == crate::ir::AutoPad::SameUpper },
+        };
         Ok(PoolWindow {
             kernel: two(Some(kernel))?,
             strides: two(w.strides.as_ref())?,

@@ -252,9 +252,10 @@ fn pool(s: &PoolSpec, p: &BoltGlueProblem, x: &Tensor) -> Result<Tensor, String>
     // Per axis: the input coordinates of output index o, and how many positions lie before the
     // end of the padded input.
     let positions = |win: &PoolWindow, d: usize, o: usize, size: usize| -> (Vec<usize>, usize) {
-        let start = (o * win.strides[d] as usize) as i64 - win.pads[d] as i64;
+        let pads = win.pads_at(h as i64, w as i64, op as i64, oq as i64);
+        let start = (o * win.strides[d] as usize) as i64 - pads[d];
         let all: Vec<i64> = (0..win.kernel[d] as i64).map(|k| start + k * win.dilations[d] as i64).collect();
-        let padded = all.iter().filter(|&&q| q < (size + win.pads[d + 2] as usize) as i64).count();
+        let padded = all.iter().filter(|&&q| q < size as i64 + pads[d + 2]).count();
         (all.into_iter().filter(|&q| q >= 0 && (q as usize) < size).map(|q| q as usize).collect(), padded)
     };
     let value = |b: usize, ch: usize, y: usize, xx: usize| -> f64 {
