@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, HashMap};
 /// `manifest.json`'s `format` field: what kind of directory this is.
 pub const FORMAT_NAME: &str = "bolt-artifact";
 /// Version of the artifact format (manifest, plan, weights layout). Readers refuse others.
-pub const FORMAT_VERSION: u32 = 9;
+pub const FORMAT_VERSION: u32 = 10;
 /// Byte alignment of every tensor in `weights.bin` and in the activation arena: the widest
 /// vector access of a kernel (16 B) and a GPU's allocation granularity for coalescing (256 B).
 pub const TENSOR_ALIGN: usize = 256;
