@@ -144,8 +144,9 @@ fn import_graph(g: &proto::GraphProto, opset: i64, base_dir: Option<&Path>, scop
     graph.outputs = g.output.iter().map(|o| o.name().to_string()).collect();
 
     // Constant tensors by name, for older op versions whose meaning depends on an input's
-    // values (legacy::upgrade); and the constants it adds that take another tensor's type.
-    let constants = constant_tensors(g, &graph, base_dir);
+    // values (Resize-10's scales; none from opset 11); and the constants `legacy::upgrade`
+    // adds that take another tensor's type.
+    let constants = if opset < 11 { small_constants(g, &graph, base_dir) } else { HashMap::new() };
     let mut retype: Vec<(String, String)> = Vec::new();
     let mut used_names: HashSet<String> = HashSet::new();
     for (idx, n) in g.node.iter().enumerate() {
@@ -253,17 +254,19 @@ fn import_graph(g: &proto::GraphProto, opset: i64, base_dir: Option<&Path>, scop
     Ok(graph)
 }
 
-/// The graph's initializers and the tensors of its Constant nodes, by name.
-fn constant_tensors(g: &proto::GraphProto, graph: &Graph, base_dir: Option<&Path>) -> HashMap<String, Tensor> {
-    // Small ones only: scales and sizes, not weights.
+/// The graph's small constant tensors (scales and sizes, not weights), initializers and
+/// Constant nodes', by name.
+fn small_constants(g: &proto::GraphProto, graph: &Graph, base_dir: Option<&Path>) -> HashMap<String, Tensor> {
+    const SMALL: usize = 64;
     let mut out: HashMap<String, Tensor> = graph
         .initializers
         .iter()
-        .filter(|(_, v)| v.len() <= 64)
+        .filter(|(_, v)| v.len() <= SMALL)
         .map(|(k, v)| (k.clone(), v.as_ref().clone()))
         .collect();
     for n in g.node.iter().filter(|n| n.op_type() == "Constant" && n.domain().is_empty() && n.output.len() == 1) {
-        if let Some(t) = n.attribute.iter().find(|a| a.name() == "value").and_then(|a| a.t.as_ref()) {
+        let value = n.attribute.iter().find(|a| a.name() == "value").and_then(|a| a.t.as_ref());
+        if let Some(t) = value.filter(|t| t.dims.iter().product::<i64>() <= SMALL as i64) {
             if let Ok(t) = decode_tensor(t, base_dir) {
                 out.insert(n.output[0].clone(), t);
             }
