@@ -19,7 +19,17 @@ pub use ops::{eval_op, unary_fn};
 /// inside ONNX Runtime, TVM and the CUDA runtime's host steps).
 pub fn eval_node(node: &Node, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
     if let Op::Opaque { domain, op_type, attrs, why } = &node.op {
-        // Shape arithmetic inference folds (ConstantOfShape, Range, ...) runs; nothing else.
+        // The host-only ops the reference computes (ArgMax, Tile, ...), and the shape
+        // arithmetic inference folds (ConstantOfShape, Range, ...); nothing else.
+        if domain.is_empty() || domain == "ai.onnx" {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ops::host::eval(op_type, attrs, inputs)))
+                .unwrap_or_else(|p| {
+                    Some(Err(format!("internal error in the reference kernel: {}", panic_message(&p))))
+                });
+            if let Some(r) = r {
+                return r.map_err(|reason| Error::node(node, reason));
+            }
+        }
         return match crate::ir::fold_host(domain, op_type, attrs, inputs) {
             Some(t) if node.outputs.len() == 1 => Ok(vec![t]),
             _ => Err(Error::node(node, format!("the reference executor cannot run it: {why}"))),

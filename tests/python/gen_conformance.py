@@ -41,6 +41,7 @@ BOLT_OPS = frozenset("""
     Exp Neg Abs Reciprocal Max Min ReduceSum ReduceMax ReduceMin GlobalMaxPool Pad Log LogSoftmax
     Equal Less LessOrEqual Greater GreaterOrEqual And Or Xor Not Where Expand RNN GRU LSTM
     ConstantOfShape Range If Loop Scan Ceil Floor Round PRelu Upsample Dropout
+    ArgMax ArgMin Tile OneHot ScatterElements
 """.split())
 
 SHIPPED_KINDS = ("pytorch-converted", "pytorch-operator", "simple")

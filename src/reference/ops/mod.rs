@@ -5,6 +5,7 @@ mod conv;
 mod conv_transpose;
 mod elementwise;
 mod fused;
+pub(crate) mod host;
 pub(crate) mod layout;
 mod matmul;
 mod norm;
