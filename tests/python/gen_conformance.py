@@ -43,6 +43,8 @@ BOLT_OPS = frozenset("""
     ConstantOfShape Range If Loop Scan Ceil Floor Round PRelu Upsample Dropout
     ArgMax ArgMin Tile OneHot ScatterElements
 """.split())
+# The last five are host-only (no kernel): the reference computes them so that models holding
+# them run whole (src/reference/ops/host.rs).
 
 SHIPPED_KINDS = ("pytorch-converted", "pytorch-operator", "simple")
 DATA_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data"
