@@ -1621,3 +1621,44 @@ fn the_compile_report_separates_device_copies_from_host_ops() {
     assert_eq!(report.host[0].0, "Resize");
     assert!(report.to_string().contains("on the host: Resize x1:"), "{report}");
 }
+
+/// A reflect Pad before an STFT-style strided 1-D conv (Silero VAD's front end): at the
+/// default size of its symbolic length (1) the conv's window does not fit, so the model's
+/// shapes do not bind; the pad's kernel needs only its constant pads, so it is still a glue
+/// kernel (not a host op), and that kernel, run at a real length, gives the reference's Pad.
+#[test]
+fn a_constant_pad_is_a_glue_kernel_where_the_default_sizes_do_not_bind() {
+    let mut b = bolt::ir::builder::GraphBuilder::new("stft_front");
+    let x = b.input("x", DType::F32, Shape(vec![Dim::Known(1), Dim::Sym("T".into())]));
+    let pads = b.initializer("pads", Tensor::from_i64(vec![4], vec![0, 0, 0, 8]));
+    let padded = b.node("pad", Op::Pad { mode: PadMode::Reflect }, &[&x, &pads]);
+    let axes = b.initializer("axes", Tensor::from_i64(vec![1], vec![1]));
+    let col = b.node("unsq", Op::Unsqueeze, &[&padded, &axes]);
+    let w = b.initializer("w", common::random_tensor(&[4, 1, 16], 5));
+    let window =
+        Window { kernel_shape: None, strides: Some(vec![8]), pads: None, dilations: None, auto_pad: AutoPad::NotSet };
+    let conv = Op::Conv { window, group: 1 };
+    let y = b.node("stft", conv, &[&col, &w]);
+    b.output(&y);
+    let g = b.finish().unwrap();
+    let plan = bolt::plan::plan(&g).unwrap();
+    let pad = plan.glue.iter().find(|d| d.node == "pad").expect("the pad has a glue decision");
+    assert!(pad.kernel.is_some() && pad.reason.is_none(), "{pad:?}");
+
+    let signal = common::random_tensor(&[1, 64], 6);
+    let op = Op::Pad { mode: PadMode::Reflect };
+    let (spec, problem) = bolt::plan::lower::glue_for(
+        &op,
+        &[1, 64],
+        DType::F32,
+        DType::F32,
+        &[None, Some(&Tensor::from_i64(vec![4], vec![0, 0, 0, 8]))],
+    )
+    .unwrap()
+    .unwrap();
+    let got = bolt::runtime::glue::run(&spec, &problem, &signal).unwrap();
+    let want = bolt::reference::eval_op(&op, &[Some(&signal), Some(&Tensor::from_i64(vec![4], vec![0, 0, 0, 8]))])
+        .unwrap()
+        .remove(0);
+    assert_eq!(got, want);
+}

@@ -166,16 +166,22 @@ fn glue_decisions(g: &Graph, model: &Graph, bindings: &DimBindings) -> Vec<GlueD
         return out;
     }
     // Shapes of unknown size (some exporters drop them) become known once the inputs are bound.
-    // Symbolic dims of 1 can make a model inconsistent (an image of side 1): a resize by
-    // constant scales does not need the sizes (any rank-4 input decides it).
+    // Symbolic dims of 1 can make a model inconsistent (an image of side 1, an audio clip
+    // shorter than its STFT window): a resize by constant scales and a pad by constant pads do
+    // not need the sizes (any input of the op's rank decides them; the kernels take the sizes
+    // at run time).
     let (bound, placeholder) = match edit::bind_inputs(g, bindings) {
         Ok(b) => (Ok(b), None),
         Err(e) => {
             let mut p = g.clone();
             for x in shaped.iter().filter_map(|n| n.input(0)) {
-                let dtype = g.types.get(x).map_or(crate::ir::DType::F32, |t| t.dtype);
-                p.types
-                    .insert(x.to_string(), crate::ir::TensorType::new(dtype, crate::ir::Shape::from_static(&[2; 4])));
+                let t = g.types.get(x);
+                let dtype = t.map_or(crate::ir::DType::F32, |t| t.dtype);
+                let rank = t.and_then(|t| t.shape.as_ref()).map_or(4, |s| s.rank());
+                p.types.insert(
+                    x.to_string(),
+                    crate::ir::TensorType::new(dtype, crate::ir::Shape::from_static(&vec![2; rank])),
+                );
             }
             (Err(e.to_string()), Some(p))
         }
@@ -184,7 +190,7 @@ fn glue_decisions(g: &Graph, model: &Graph, bindings: &DimBindings) -> Vec<GlueD
         let lowered = match (&bound, &placeholder) {
             (Ok(b), _) => lower::glue(b, n, bindings).unwrap_or_else(|| Err("not a glue op".into())),
             (Err(e), Some(p)) => match lower::glue(p, n, bindings) {
-                Some(Ok(u)) if matches!(u.spec, bolt_codegen::glue::GlueSpec::Resize(r) if r.scales.is_some()) => Ok(u),
+                Some(Ok(u)) if size_free(&u.spec) => Ok(u),
                 _ => Err(format!("the model's shapes do not bind: {e}")),
             },
             (Err(e), None) => Err(format!("the model's shapes do not bind: {e}")),
@@ -192,6 +198,17 @@ fn glue_decisions(g: &Graph, model: &Graph, bindings: &DimBindings) -> Vec<GlueD
         out.push(GlueDecision::new(n, n.op.op_type().into(), lowered.map(|u| u.spec)));
     }
     out
+}
+
+/// Whether a glue kernel's spec holds at any input size (its constants decide it, the sizes
+/// come with the problem at run time): a resize by scales, a pad.
+fn size_free(spec: &bolt_codegen::glue::GlueSpec) -> bool {
+    use bolt_codegen::glue::GlueSpec;
+    match spec {
+        GlueSpec::Resize(r) => r.scales.is_some(),
+        GlueSpec::Pad(_) => true,
+        _ => false,
+    }
 }
 
 /// Plans `g` with the default options (H100 costs, every pass on).
