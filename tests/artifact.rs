@@ -1662,3 +1662,63 @@ fn a_constant_pad_is_a_glue_kernel_where_the_default_sizes_do_not_bind() {
         .remove(0);
     assert_eq!(got, want);
 }
+
+/// Every element-wise function ONNX has beyond the epilogues' (trigonometric and hyperbolic
+/// functions and their inverses, Sign, Elu, Selu, Celu, ThresholdedRelu, Softsign, Mish,
+/// Shrink; parameters off their defaults) runs in a stitched kernel, nothing on the host, and
+/// the artifact on the reference device (the kernel spec's own evaluation) gives the
+/// reference executor's outputs for the original ops: so each op maps to the kernel function
+/// it means, with its parameters.
+#[test]
+fn every_element_wise_function_is_a_stitched_kernel_with_the_reference_meaning() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = Net::new(DType::F32);
+    let x = n.input("x", &[4, 33]);
+    let scale = n.random("scale", &[33], 0.2);
+    // Inside every function's domain: |0.45 x| < 1 (asin, acos, atanh), |x| + 1 >= 1 (acosh).
+    let inner = n.op("inner", Op::Binary(Binary::Mul), &[&x, &scale]);
+    let abs = n.op("abs", Op::Unary(Unary::Abs), &[&x]);
+    let one = n.random("one", &[1], 0.0);
+    let one = n.op("one_plus", Op::Unary(Unary::Exp), &[&one]);
+    let above_one = n.op("above_one", Op::Binary(Binary::Add), &[&abs, &one]);
+    let fns: Vec<(Unary, &str)> = vec![
+        (Unary::Sin, &x),
+        (Unary::Cos, &x),
+        (Unary::Tan, &inner),
+        (Unary::Asin, &inner),
+        (Unary::Acos, &inner),
+        (Unary::Atan, &x),
+        (Unary::Sinh, &x),
+        (Unary::Cosh, &x),
+        (Unary::Asinh, &x),
+        (Unary::Acosh, &above_one),
+        (Unary::Atanh, &inner),
+        (Unary::Sign, &x),
+        (Unary::Elu { alpha: 0.7 }, &x),
+        (Unary::Selu { alpha: 1.5, gamma: 1.2 }, &x),
+        (Unary::Celu { alpha: 1.3 }, &x),
+        (Unary::ThresholdedRelu { alpha: 0.4 }, &x),
+        (Unary::Softsign, &x),
+        (Unary::Mish, &x),
+        (Unary::Shrink { bias: 0.25, lambd: 0.5 }, &x),
+    ];
+    let mut outputs = Vec::new();
+    for (k, (f, arg)) in fns.iter().enumerate() {
+        let y = n.op(&format!("f{k}"), Op::Unary(*f), &[arg]);
+        // Weighted, so that two functions swapped would show.
+        let w = n.random(&format!("w{k}"), &[33], 1.0);
+        outputs.push(n.op(&format!("weighted{k}"), Op::Binary(Binary::Mul), &[&y, &w]));
+    }
+    let g = n.finish(&outputs.iter().map(String::as_str).collect::<Vec<_>>());
+    let report = compile(&g, &CompileOptions::new(dir.path())).unwrap();
+    let art = Artifact::open(dir.path()).unwrap();
+    assert!(!art.plan.stitch.is_empty() && art.plan.host_ops.is_empty(), "{report}");
+    let inputs = bolt::compile::synthetic_inputs(&g, &HashMap::new(), 3).unwrap();
+    let want = bolt::reference::run(&g, &inputs).unwrap();
+    let got = runtime::open(&art, DeviceKind::Reference, &RunOptions::default()).unwrap().run(&inputs).unwrap();
+    for (k, y) in outputs.iter().enumerate() {
+        for (a, w) in got[y].to_f64_vec().iter().zip(want[y].to_f64_vec()) {
+            assert!((a - w).abs() <= 1e-5 * (1.0 + w.abs()), "{:?}: {a} vs {w}", fns[k].0);
+        }
+    }
+}

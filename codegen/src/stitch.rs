@@ -253,6 +253,52 @@ pub enum UnaryFn {
     Floor,
     /// Halves to even (rintf under the default rounding mode).
     Round,
+    Sin,
+    Cos,
+    Tan,
+    Asin,
+    Acos,
+    Atan,
+    Sinh,
+    Cosh,
+    Asinh,
+    Acosh,
+    Atanh,
+    /// -1, 0 or 1; NaN and -0 stay.
+    Sign,
+    /// `x < 0 ? alpha * (exp(x) - 1) : x`.
+    Elu {
+        #[serde(with = "crate::json_float::ordered_f32")]
+        alpha: OrderedFloat<f32>,
+    },
+    /// `gamma * (x > 0 ? x : alpha * (exp(x) - 1))`.
+    Selu {
+        #[serde(with = "crate::json_float::ordered_f32")]
+        alpha: OrderedFloat<f32>,
+        #[serde(with = "crate::json_float::ordered_f32")]
+        gamma: OrderedFloat<f32>,
+    },
+    /// `max(0, x) + min(0, alpha * (exp(x / alpha) - 1))`.
+    Celu {
+        #[serde(with = "crate::json_float::ordered_f32")]
+        alpha: OrderedFloat<f32>,
+    },
+    /// `x > alpha ? x : 0`.
+    ThresholdedRelu {
+        #[serde(with = "crate::json_float::ordered_f32")]
+        alpha: OrderedFloat<f32>,
+    },
+    /// `x / (1 + |x|)`.
+    Softsign,
+    /// `x * tanh(softplus(x))`.
+    Mish,
+    /// `x < -lambd ? x + bias : x > lambd ? x - bias : 0`.
+    Shrink {
+        #[serde(with = "crate::json_float::ordered_f32")]
+        bias: OrderedFloat<f32>,
+        #[serde(with = "crate::json_float::ordered_f32")]
+        lambd: OrderedFloat<f32>,
+    },
     Activation(Activation),
 }
 
@@ -625,6 +671,54 @@ impl UnaryFn {
             UnaryFn::Ceil => x.ceil(),
             UnaryFn::Floor => x.floor(),
             UnaryFn::Round => x.round_ties_even(),
+            UnaryFn::Sin => x.sin(),
+            UnaryFn::Cos => x.cos(),
+            UnaryFn::Tan => x.tan(),
+            UnaryFn::Asin => x.asin(),
+            UnaryFn::Acos => x.acos(),
+            UnaryFn::Atan => x.atan(),
+            UnaryFn::Sinh => x.sinh(),
+            UnaryFn::Cosh => x.cosh(),
+            UnaryFn::Asinh => x.asinh(),
+            UnaryFn::Acosh => x.acosh(),
+            UnaryFn::Atanh => x.atanh(),
+            UnaryFn::Sign => {
+                if x > 0.0 {
+                    1.0
+                } else if x < 0.0 {
+                    -1.0
+                } else {
+                    x
+                }
+            }
+            UnaryFn::Elu { alpha } => {
+                if x < 0.0 {
+                    alpha.0 as f64 * x.exp_m1()
+                } else {
+                    x
+                }
+            }
+            UnaryFn::Selu { alpha, gamma } => gamma.0 as f64 * if x > 0.0 { x } else { alpha.0 as f64 * x.exp_m1() },
+            UnaryFn::Celu { alpha } => x.max(0.0) + (alpha.0 as f64 * (x / alpha.0 as f64).exp_m1()).min(0.0),
+            UnaryFn::ThresholdedRelu { alpha } => {
+                if x > alpha.0 as f64 {
+                    x
+                } else {
+                    0.0
+                }
+            }
+            UnaryFn::Softsign => x / (1.0 + x.abs()),
+            UnaryFn::Mish => x * (x.max(0.0) + (-x.abs()).exp().ln_1p()).tanh(),
+            UnaryFn::Shrink { bias, lambd } => {
+                let (b, l) = (bias.0 as f64, lambd.0 as f64);
+                if x < -l {
+                    x + b
+                } else if x > l {
+                    x - b
+                } else {
+                    0.0
+                }
+            }
             UnaryFn::Activation(a) => a.apply(x),
         }
     }
@@ -643,6 +737,32 @@ impl UnaryFn {
             UnaryFn::Ceil => format!("ceilf({x})"),
             UnaryFn::Floor => format!("floorf({x})"),
             UnaryFn::Round => format!("rintf({x})"),
+            UnaryFn::Sin => format!("sinf({x})"),
+            UnaryFn::Cos => format!("cosf({x})"),
+            UnaryFn::Tan => format!("tanf({x})"),
+            UnaryFn::Asin => format!("asinf({x})"),
+            UnaryFn::Acos => format!("acosf({x})"),
+            UnaryFn::Atan => format!("atanf({x})"),
+            UnaryFn::Sinh => format!("sinhf({x})"),
+            UnaryFn::Cosh => format!("coshf({x})"),
+            UnaryFn::Asinh => format!("asinhf({x})"),
+            UnaryFn::Acosh => format!("acoshf({x})"),
+            UnaryFn::Atanh => format!("atanhf({x})"),
+            // Comparisons with NaN are false: NaN (and -0) pass through.
+            UnaryFn::Sign => format!("({x} > 0.f ? 1.f : ({x} < 0.f ? -1.f : {x}))"),
+            UnaryFn::Elu { alpha } => format!("({x} < 0.f ? {} * expm1f({x}) : {x})", f(alpha.0)),
+            UnaryFn::Selu { alpha, gamma } => {
+                format!("{} * ({x} > 0.f ? {x} : {} * expm1f({x}))", f(gamma.0), f(alpha.0))
+            }
+            UnaryFn::Celu { alpha } => {
+                format!("fmaxf({x}, 0.f) + fminf(0.f, {a} * expm1f({x} / {a}))", a = f(alpha.0))
+            }
+            UnaryFn::ThresholdedRelu { alpha } => format!("({x} > {} ? {x} : 0.f)", f(alpha.0)),
+            UnaryFn::Softsign => format!("{x} / (1.f + fabsf({x}))"),
+            UnaryFn::Mish => format!("{x} * tanhf(fmaxf({x}, 0.f) + log1pf(expf(-fabsf({x}))))"),
+            UnaryFn::Shrink { bias, lambd } => {
+                format!("({x} < -{l} ? {x} + {b} : ({x} > {l} ? {x} - {b} : 0.f))", l = f(lambd.0), b = f(bias.0))
+            }
             UnaryFn::Activation(a) => match a {
                 Activation::Identity => x.to_string(),
                 Activation::Relu => format!("fmaxf({x}, 0.f)"),

@@ -1,5 +1,6 @@
 //! Stitched kernels: a unit of several region shapes (softmax with a broadcast mask, LayerNorm,
-//! an element-wise GELU chain in f16, a per-row mean, a two-level reduction, a softmax under a
+//! an element-wise GELU chain in f16, a per-row mean, a two-level reduction, trigonometric and
+//! hyperbolic functions, ONNX's other activations, a softmax under a
 //! mask of bools and token ids with int and bool outputs, an embedding lookup) is compiled for
 //! sm_80 and linked twice. An executable runs each kernel's phase functions on the host
 //! (`host_run`: every thread's share of a row in turn, the device's column mapping and row cache
@@ -21,7 +22,7 @@ use bolt_codegen::stitch::{
 };
 
 /// The case whose first input is a transposed view.
-const TRANSPOSED: usize = 8;
+const TRANSPOSED: usize = 10;
 
 fn gelu_strided() -> StitchSpec {
     StitchSpec {
@@ -230,7 +231,72 @@ fn cases() -> Vec<(StitchSpec, Vec<usize>, Vec<Vec<usize>>)> {
             Output { step: 7, element: Storage::F32, per_row: false },
         ],
     };
+    // Trigonometric and hyperbolic functions and their inverses, each inside its domain
+    // (0.45 x for asin, acos and atanh; |x| + 1 for acosh).
+    let trig = StitchSpec {
+        inputs: vec![input(Storage::F32, Access::Dense)],
+        steps: vec![
+            Input(0),
+            Const(0.45.into()),
+            Binary(BinaryFn::Mul, 0, 1),
+            Unary(UnaryFn::Sin, 0),
+            Unary(UnaryFn::Cos, 0),
+            Binary(BinaryFn::Add, 3, 4),
+            Unary(UnaryFn::Tan, 2),
+            Unary(UnaryFn::Asin, 2),
+            Unary(UnaryFn::Acos, 2),
+            Unary(UnaryFn::Atan, 0),
+            Unary(UnaryFn::Atanh, 2),
+            Binary(BinaryFn::Add, 6, 7),
+            Binary(BinaryFn::Add, 8, 9),
+            Binary(BinaryFn::Add, 11, 12),
+            Binary(BinaryFn::Add, 13, 10),
+            Unary(UnaryFn::Sinh, 0),
+            Unary(UnaryFn::Cosh, 0),
+            Unary(UnaryFn::Asinh, 0),
+            Unary(UnaryFn::Abs, 0),
+            Const(1.0.into()),
+            Binary(BinaryFn::Add, 18, 19),
+            Unary(UnaryFn::Acosh, 20),
+            Binary(BinaryFn::Add, 15, 16),
+            Binary(BinaryFn::Sub, 17, 21),
+        ],
+        outputs: vec![
+            Output { step: 5, element: Storage::F32, per_row: false },
+            Output { step: 14, element: Storage::F32, per_row: false },
+            Output { step: 22, element: Storage::F32, per_row: false },
+            Output { step: 23, element: Storage::F32, per_row: false },
+        ],
+    };
+    // Sign and the parameterised activations ONNX has beyond the epilogues' (Elu, Selu, Celu,
+    // ThresholdedRelu, Softsign, Mish, Shrink), with parameters away from their defaults.
+    let activations = StitchSpec {
+        inputs: vec![input(Storage::F32, Access::Dense)],
+        steps: vec![
+            Input(0),
+            Unary(UnaryFn::Sign, 0),
+            Unary(UnaryFn::Elu { alpha: 0.7.into() }, 0),
+            Unary(UnaryFn::Selu { alpha: 1.5.into(), gamma: 1.2.into() }, 0),
+            Unary(UnaryFn::Celu { alpha: 1.3.into() }, 0),
+            Unary(UnaryFn::ThresholdedRelu { alpha: 0.4.into() }, 0),
+            Unary(UnaryFn::Softsign, 0),
+            Unary(UnaryFn::Mish, 0),
+            Unary(UnaryFn::Shrink { bias: 0.25.into(), lambd: 0.5.into() }, 0),
+            Binary(BinaryFn::Add, 2, 3),
+            Binary(BinaryFn::Add, 4, 5),
+            Binary(BinaryFn::Add, 10, 6),
+            Binary(BinaryFn::Add, 7, 8),
+        ],
+        outputs: vec![
+            Output { step: 1, element: Storage::F32, per_row: false },
+            Output { step: 9, element: Storage::F32, per_row: false },
+            Output { step: 11, element: Storage::F32, per_row: false },
+            Output { step: 12, element: Storage::F16, per_row: false },
+        ],
+    };
     vec![
+        (trig, vec![3, 37], vec![vec![3, 37]]),
+        (activations, vec![5, 41], vec![vec![5, 41]]),
         (embeddings, vec![2, 3, 37], vec![vec![7, 37], vec![2, 3, 1], vec![3, 37]]),
         (masked, vec![2, 3, 37], vec![vec![2, 3, 37], vec![2, 1, 37], vec![2, 1, 37]]),
         (min_max, vec![3, 37], vec![vec![3, 37], vec![37]]),

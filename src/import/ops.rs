@@ -75,12 +75,15 @@ pub fn parse_op(node: &NodeProto, opset: i64) -> Result<Parsed, String> {
         "Mul" => Op::Binary(Binary::Mul),
         "Div" => Op::Binary(Binary::Div),
         "Pow" => Op::Binary(Binary::Pow),
-        // Variadic in ONNX; two inputs (how exporters write them) are the binary op.
-        "Max" | "Min" if node.input.len() != 2 => {
-            return Ok(Parsed::Opaque("Max / Min of other than two inputs"));
+        // Variadic in ONNX: one input is itself, two (how exporters write them) the binary op;
+        // the host computes the others (reference::ops::host).
+        "Max" | "Min" | "Sum" | "Mean" if node.input.len() == 1 => Op::Identity,
+        "Sum" if node.input.len() == 2 => Op::Binary(Binary::Add),
+        "Max" if node.input.len() == 2 => Op::Binary(Binary::Max),
+        "Min" if node.input.len() == 2 => Op::Binary(Binary::Min),
+        "Max" | "Min" | "Sum" | "Mean" => {
+            return Ok(Parsed::Opaque("Max / Min / Sum / Mean of other than two inputs (Mean: one)"));
         }
-        "Max" => Op::Binary(Binary::Max),
-        "Min" => Op::Binary(Binary::Min),
         "PRelu" => Op::Binary(Binary::PRelu),
         "Exp" => Op::Unary(Unary::Exp),
         "Neg" => Op::Unary(Unary::Neg),
@@ -101,6 +104,28 @@ pub fn parse_op(node: &NodeProto, opset: i64) -> Result<Parsed, String> {
         "HardSigmoid" => {
             Op::Unary(Unary::HardSigmoid { alpha: a.float_or("alpha", 0.2)?, beta: a.float_or("beta", 0.5)? })
         }
+        "Sin" => Op::Unary(Unary::Sin),
+        "Cos" => Op::Unary(Unary::Cos),
+        "Tan" => Op::Unary(Unary::Tan),
+        "Asin" => Op::Unary(Unary::Asin),
+        "Acos" => Op::Unary(Unary::Acos),
+        "Atan" => Op::Unary(Unary::Atan),
+        "Sinh" => Op::Unary(Unary::Sinh),
+        "Cosh" => Op::Unary(Unary::Cosh),
+        "Asinh" => Op::Unary(Unary::Asinh),
+        "Acosh" => Op::Unary(Unary::Acosh),
+        "Atanh" => Op::Unary(Unary::Atanh),
+        "Sign" => Op::Unary(Unary::Sign),
+        "Elu" => Op::Unary(Unary::Elu { alpha: a.float_or("alpha", 1.0)? }),
+        "Selu" => Op::Unary(Unary::Selu {
+            alpha: a.float_or("alpha", 1.673_263_192_176_818_847_656_25)?,
+            gamma: a.float_or("gamma", 1.050_701_022_148_132_324_218_75)?,
+        }),
+        "Celu" => Op::Unary(Unary::Celu { alpha: a.float_or("alpha", 1.0)? }),
+        "ThresholdedRelu" => Op::Unary(Unary::ThresholdedRelu { alpha: a.float_or("alpha", 1.0)? }),
+        "Softsign" => Op::Unary(Unary::Softsign),
+        "Mish" => Op::Unary(Unary::Mish),
+        "Shrink" => Op::Unary(Unary::Shrink { bias: a.float_or("bias", 0.0)?, lambd: a.float_or("lambd", 0.5)? }),
         "Gelu" => {
             let approximate = match a.string("approximate")?.as_deref() {
                 None | Some("none") => GeluApprox::None,

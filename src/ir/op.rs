@@ -211,6 +211,45 @@ pub enum Unary {
     Floor,
     /// To the nearest integer, halves to even (ONNX Round).
     Round,
+    Sin,
+    Cos,
+    Tan,
+    Asin,
+    Acos,
+    Atan,
+    Sinh,
+    Cosh,
+    Asinh,
+    Acosh,
+    Atanh,
+    /// -1, 0 or 1 (NaN stays NaN).
+    Sign,
+    /// `x < 0 ? alpha * (exp(x) - 1) : x`.
+    Elu {
+        alpha: f32,
+    },
+    /// `gamma * (x > 0 ? x : alpha * (exp(x) - 1))`.
+    Selu {
+        alpha: f32,
+        gamma: f32,
+    },
+    /// `max(0, x) + min(0, alpha * (exp(x / alpha) - 1))`.
+    Celu {
+        alpha: f32,
+    },
+    /// `x > alpha ? x : 0`.
+    ThresholdedRelu {
+        alpha: f32,
+    },
+    /// `x / (1 + |x|)`.
+    Softsign,
+    /// `x * tanh(softplus(x))`.
+    Mish,
+    /// `x < -lambd ? x + bias : x > lambd ? x - bias : 0`.
+    Shrink {
+        bias: f32,
+        lambd: f32,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -306,7 +345,26 @@ impl Activation {
             | Unary::Log
             | Unary::Ceil
             | Unary::Floor
-            | Unary::Round => return None,
+            | Unary::Round
+            | Unary::Sin
+            | Unary::Cos
+            | Unary::Tan
+            | Unary::Asin
+            | Unary::Acos
+            | Unary::Atan
+            | Unary::Sinh
+            | Unary::Cosh
+            | Unary::Asinh
+            | Unary::Acosh
+            | Unary::Atanh
+            | Unary::Sign
+            | Unary::Elu { .. }
+            | Unary::Selu { .. }
+            | Unary::Celu { .. }
+            | Unary::ThresholdedRelu { .. }
+            | Unary::Softsign
+            | Unary::Mish
+            | Unary::Shrink { .. } => return None,
         })
     }
 }
@@ -852,6 +910,25 @@ impl Op {
                 Unary::Ceil => "Ceil",
                 Unary::Floor => "Floor",
                 Unary::Round => "Round",
+                Unary::Sin => "Sin",
+                Unary::Cos => "Cos",
+                Unary::Tan => "Tan",
+                Unary::Asin => "Asin",
+                Unary::Acos => "Acos",
+                Unary::Atan => "Atan",
+                Unary::Sinh => "Sinh",
+                Unary::Cosh => "Cosh",
+                Unary::Asinh => "Asinh",
+                Unary::Acosh => "Acosh",
+                Unary::Atanh => "Atanh",
+                Unary::Sign => "Sign",
+                Unary::Elu { .. } => "Elu",
+                Unary::Selu { .. } => "Selu",
+                Unary::Celu { .. } => "Celu",
+                Unary::ThresholdedRelu { .. } => "ThresholdedRelu",
+                Unary::Softsign => "Softsign",
+                Unary::Mish => "Mish",
+                Unary::Shrink { .. } => "Shrink",
             },
             Op::Compare(c) => match c {
                 Compare::Equal => "Equal",

@@ -103,6 +103,34 @@ pub fn unary_fn(u: Unary) -> impl Fn(f64) -> f64 + Sync {
             let c = (2.0 / std::f64::consts::PI).sqrt();
             0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
         }
+        Unary::Sin => x.sin(),
+        Unary::Cos => x.cos(),
+        Unary::Tan => x.tan(),
+        Unary::Asin => x.asin(),
+        Unary::Acos => x.acos(),
+        Unary::Atan => x.atan(),
+        Unary::Sinh => x.sinh(),
+        Unary::Cosh => x.cosh(),
+        Unary::Asinh => x.asinh(),
+        Unary::Acosh => x.acosh(),
+        Unary::Atanh => x.atanh(),
+        Unary::Sign if x.is_nan() || x == 0.0 => x,
+        Unary::Sign => x.signum(),
+        Unary::Elu { alpha } if x < 0.0 => alpha as f64 * x.exp_m1(),
+        Unary::Elu { .. } => x,
+        Unary::Selu { gamma, .. } if x > 0.0 => gamma as f64 * x,
+        Unary::Selu { alpha, gamma } => gamma as f64 * alpha as f64 * x.exp_m1(),
+        Unary::Celu { alpha } => {
+            let a = alpha as f64;
+            x.max(0.0) + (a * (x / a).exp_m1()).min(0.0)
+        }
+        Unary::ThresholdedRelu { alpha } if x > alpha as f64 => x,
+        Unary::ThresholdedRelu { .. } => 0.0,
+        Unary::Softsign => x / (1.0 + x.abs()),
+        Unary::Mish => x * (x.max(0.0) + (-x.abs()).exp().ln_1p()).tanh(),
+        Unary::Shrink { bias, lambd } if x < -(lambd as f64) => x + bias as f64,
+        Unary::Shrink { bias, lambd } if x > lambd as f64 => x - bias as f64,
+        Unary::Shrink { .. } => 0.0,
     }
 }
 
@@ -114,9 +142,23 @@ pub fn unary(u: Unary, x: &Tensor) -> OpResult {
             let v: Vec<f64> = x.to_f64_vec().into_par_iter().map(&f).collect();
             Ok(vec![Tensor::from_f64_as(dtype, x.shape.clone(), &v).expect("float dtype")])
         }
-        // Relu and LeakyRelu accept integers from opset 14; they are exact in f64 for the
-        // integer widths concerned.
-        Class::Int if matches!(u, Unary::Relu | Unary::LeakyRelu { .. }) => {
+        // Exact in i64 for every integer type (wrapping as the type's own negation does).
+        Class::Int if matches!(u, Unary::Abs | Unary::Neg | Unary::Sign) => {
+            let v: Vec<i64> = x
+                .as_i64_vec()
+                .expect("integer")
+                .into_iter()
+                .map(|i| match u {
+                    Unary::Abs => i.wrapping_abs(),
+                    Unary::Neg => i.wrapping_neg(),
+                    _ => i.signum(),
+                })
+                .collect();
+            Ok(vec![Tensor::from_i64_as(dtype, x.shape.clone(), &v).expect("integer dtype")])
+        }
+        // Relu, LeakyRelu (from opset 14) and Shrink accept integers; they are exact in f64 for
+        // the integer widths concerned.
+        Class::Int if matches!(u, Unary::Relu | Unary::LeakyRelu { .. } | Unary::Shrink { .. }) => {
             let v: Vec<i64> = x.as_i64_vec().expect("integer").into_iter().map(|i| f(i as f64) as i64).collect();
             Ok(vec![Tensor::from_i64_as(dtype, x.shape.clone(), &v).expect("integer dtype")])
         }

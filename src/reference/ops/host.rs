@@ -1,7 +1,8 @@
 //! Ops Bolt compiles no kernel for (they import as host-only, opaque nodes) that the reference
 //! executor still computes, so that a model holding them runs whole where Bolt is the host
 //! (`bolt run`, the artifact's host steps) and can be checked: ArgMax / ArgMin (classifier and
-//! decoder heads), Tile, OneHot and ScatterElements (table and sequence decoders). Each follows
+//! decoder heads), Tile, OneHot and ScatterElements (table and sequence decoders), Sum, Mean,
+//! Max and Min of more than two inputs. Each follows
 //! the ONNX operator's definition; the ONNX conformance cases check them.
 
 use super::{opt, req, OpResult};
@@ -27,6 +28,7 @@ pub fn eval(op_type: &str, attrs: &[(String, AttrValue)], inputs: &[Option<&Tens
             )
         }),
         "Tile" => req(inputs, 0).and_then(|x| tile(x, req(inputs, 1)?)),
+        "Sum" | "Mean" | "Max" | "Min" => variadic(op_type, inputs),
         "OneHot" => one_hot(req(inputs, 0), req(inputs, 1), req(inputs, 2), int("axis", -1)),
         "ScatterElements" => {
             let reduction = attrs.iter().find(|(n, _)| n == "reduction").map(|(_, v)| match v {
@@ -37,6 +39,30 @@ pub fn eval(op_type: &str, attrs: &[(String, AttrValue)], inputs: &[Option<&Tens
         }
         _ => return None,
     })
+}
+
+/// ONNX's variadic Sum, Mean, Max and Min: the binary op folded over every input (each
+/// broadcast), Mean the sum over the count.
+fn variadic(op_type: &str, inputs: &[Option<&Tensor>]) -> OpResult {
+    use super::elementwise::binary;
+    use crate::ir::Binary;
+    let inputs: Vec<&Tensor> = inputs.iter().flatten().copied().collect();
+    let (first, rest) = inputs.split_first().ok_or("no inputs")?;
+    let op = match op_type {
+        "Max" => Binary::Max,
+        "Min" => Binary::Min,
+        _ => Binary::Add,
+    };
+    let mut acc = (*first).clone();
+    for x in rest {
+        acc = binary(op, &acc, x)?.remove(0);
+    }
+    if op_type == "Mean" {
+        let n = Tensor::from_f64_as(acc.dtype(), vec![], &[inputs.len() as f64])
+            .ok_or_else(|| format!("Mean of {} inputs", acc.dtype()))?;
+        acc = binary(Binary::Div, &acc, &n)?.remove(0);
+    }
+    Ok(vec![acc])
 }
 
 fn ints(t: &Tensor, what: &str) -> Result<Vec<i64>, String> {
