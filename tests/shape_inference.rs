@@ -25,7 +25,10 @@ fn claimed(g: &bolt::ir::Graph) -> Vec<String> {
 fn torch_expand_target_folds_through_equal_and_where() {
     // torch.onnx writes expand(x, [N, 3, -1]) as
     // Where(Equal(target, -1), ConstantOfShape(Shape(target)) of 1, target): with the batch
-    // symbolic, Equal still folds (a dim is never -1) and the Expand output is [N, 3, 4].
+    // symbolic, Equal still folds (a dim is never -1, and the -1 concatenated into the target
+    // stays known as -1: true there) and the Expand output is [N, 3, 4]. The planned graph,
+    // which runs on what inference folded, gives the model's output (a fold of that -1 as
+    // "some dim, never negative" once left Expand a -1 to expand to).
     let g = GraphProto {
         node: vec![
             node("shape", "Shape", &["x"], &["s"]),
@@ -63,6 +66,15 @@ fn torch_expand_target_folds_through_equal_and_where() {
     assert_eq!(ty(&g, "xe"), "f32[N, 3, 4]");
     assert_eq!(ty(&g, "y"), "f32[N, 3, 5]");
     assert_eq!(claimed(&g), ["mm"]);
+    let x = common::random_tensor(&[2, 1, 4], 3);
+    let inputs = std::collections::HashMap::from([("x".to_string(), x)]);
+    let want = bolt::reference::run(&g, &inputs).unwrap();
+    let plan = bolt::plan::plan(&g).unwrap();
+    let got = bolt::reference::run(&plan.graph, &inputs).unwrap_or_else(|e| panic!("planned: {e}"));
+    assert_eq!(got["y"].shape, [2, 3, 5]);
+    for (a, w) in got["y"].to_f64_vec().iter().zip(want["y"].to_f64_vec()) {
+        assert!((a - w).abs() <= 1e-5 * (1.0 + w.abs()), "{a} vs {w}");
+    }
 }
 
 #[test]

@@ -19,6 +19,9 @@ pub struct InputInfo<'a> {
     pub ty: Option<&'a TensorType>,
     pub value: Option<&'a Tensor>,
     pub dims: Option<&'a [Dim]>,
+    /// Per element of `dims`: its value where it is a known negative constant (the `-1`
+    /// placeholders of a shape the model computes), which no dim holds (`dims` says Unknown).
+    pub negative: Option<&'a [Option<i64>]>,
 }
 
 impl<'a> InputInfo<'a> {
@@ -62,6 +65,7 @@ fn infer_with_values(
 ) -> Result<HashMap<String, Arc<Tensor>>> {
     let mut consts: HashMap<String, Arc<Tensor>> = graph.initializers.clone();
     let mut shape_vals: HashMap<String, Vec<Dim>> = HashMap::new();
+    let mut negatives: HashMap<String, Vec<Option<i64>>> = HashMap::new();
     for i in 0..graph.nodes.len() {
         let node = &graph.nodes[i];
         let infos: Vec<Option<InputInfo>> = node
@@ -72,6 +76,7 @@ fn infer_with_values(
                     ty: graph.types.get(name),
                     value: consts.get(name).map(|t| t.as_ref()),
                     dims: shape_vals.get(name).map(|v| v.as_slice()),
+                    negative: negatives.get(name).map(|v| v.as_slice()),
                 })
             })
             .collect();
@@ -132,6 +137,7 @@ fn infer_with_values(
             None => inferred.into_iter().map(Some).collect(),
         };
         let mut new_dims = if folded.is_none() { shape_value(&node.op, &infos) } else { None };
+        let new_negatives = new_dims.as_ref().and_then(|_| negative_value(&node.op, &infos));
         if let Op::Compare(_) | Op::Where = node.op {
             // Shape arithmetic through a comparison or a select (torch's `Where(Equal(shape,
             // -1), 1, shape)`) folds with symbolic dims too.
@@ -197,6 +203,9 @@ fn infer_with_values(
                 }
             }
             shape_vals.entry(out.clone()).or_insert(d);
+            if let Some(n) = new_negatives.filter(|n| n.iter().any(Option::is_some)) {
+                negatives.entry(out.clone()).or_insert(n);
+            }
         }
     }
     consts.retain(|k, _| !graph.initializers.contains_key(k));
@@ -909,7 +918,7 @@ pub fn infer_node(op: &Op, infos: &[Option<InputInfo>]) -> Result<Vec<TensorType
                 return Err(format!("channels-last data must have rank 4, has shape {}", t.shape.as_ref().unwrap()));
             }
             let nchw = permute4(t, TO_NCHW);
-            let info = Some(InputInfo { ty: Some(&nchw), value: None, dims: None });
+            let info = Some(InputInfo { ty: Some(&nchw), value: None, dims: None, negative: None });
             let mut v = infer_node(inner, &[info])?;
             vec![permute4(&v.swap_remove(0), TO_NHWC)]
         }
@@ -1000,7 +1009,7 @@ fn fused_type(k: &FusedKernel, a: &TensorType, w: &TensorType) -> Result<TensorT
             s.0.reverse();
         }
     }
-    let info = |t| Some(InputInfo { ty: Some(t), value: None, dims: None });
+    let info = |t| Some(InputInfo { ty: Some(t), value: None, dims: None, negative: None });
     let mut v = infer_node(&k.anchor, &[info(&a), info(&w)])?;
     let mut out = v.swap_remove(0);
     out.dtype = k.output_dtype;
@@ -1395,6 +1404,53 @@ pub(super) fn dims_operand(infos: &[Option<InputInfo>], i: usize) -> Option<Vec<
     }
     let v = x.value.filter(|t| t.rank() <= 1 && t.len() <= 64)?.as_i64_vec()?;
     Some(v.iter().map(|&n| if n >= 0 { Dim::Known(n as usize) } else { Dim::Unknown }).collect())
+}
+
+/// Operand `i`'s known negative elements (as [`InputInfo::negative`]), aligned with
+/// [`dims_operand`].
+fn negative_operand(infos: &[Option<InputInfo>], i: usize) -> Option<Vec<Option<i64>>> {
+    let x = infos.get(i).copied().flatten()?;
+    if let Some(d) = x.dims {
+        return Some(x.negative.map_or_else(|| vec![None; d.len()], <[_]>::to_vec));
+    }
+    let v = x.value.filter(|t| t.rank() <= 1 && t.len() <= 64)?.as_i64_vec()?;
+    Some(v.into_iter().map(|n| (n < 0).then_some(n)).collect())
+}
+
+/// The known negative elements of a shape value [`shape_value`] computes, through the ops that
+/// move elements without arithmetic (a `-1` concatenated into a target shape and selected
+/// out of it again); arithmetic results stay unknown.
+fn negative_value(op: &Op, infos: &[Option<InputInfo>]) -> Option<Vec<Option<i64>>> {
+    let first = infos.first().copied().flatten()?;
+    match op {
+        Op::Identity | Op::Cast { .. } | Op::Unsqueeze | Op::Squeeze | Op::Reshape { .. } | Op::Flatten { .. } => {
+            first.negative.map(<[_]>::to_vec)
+        }
+        Op::Gather { axis: 0 } => {
+            let n = first.negative?;
+            let idx = infos.get(1).copied().flatten()?.value?.as_i64_vec()?;
+            idx.iter()
+                .map(|&i| {
+                    let i = if i < 0 { i + n.len() as i64 } else { i };
+                    n.get(usize::try_from(i).ok()?).copied()
+                })
+                .collect()
+        }
+        Op::Concat { .. } => {
+            let mut v = Vec::new();
+            for i in 0..infos.len() {
+                v.extend(negative_operand(infos, i)?);
+            }
+            Some(v)
+        }
+        Op::Slice => {
+            let n = first.negative?;
+            let p = slice_params(infos, 1)?;
+            let r = p.first()?.resolve(n.len());
+            Some((0..r.len).map(|k| n[(r.start + k as i64 * r.step) as usize]).collect())
+        }
+        _ => None,
+    }
 }
 
 /// One element of integer shape arithmetic. Symbols survive identities (`n * 1`, `n + 0`,

@@ -437,17 +437,20 @@ pub fn fold_host(
     let infos: Vec<Option<InputInfo>> = inputs
         .iter()
         .zip(&types)
-        .map(|(t, ty)| t.map(|t| InputInfo { ty: ty.as_ref(), value: Some(t), dims: None }))
+        .map(|(t, ty)| t.map(|t| InputInfo { ty: ty.as_ref(), value: Some(t), dims: None, negative: None }))
         .collect();
     infer_host(domain, op_type, attrs, &infos, 1).value
 }
 
 /// Known element values of a small 1-D (or scalar) integer operand: constants, or dims where
-/// known. A symbolic dim is unknown but never negative, which decides `Equal(shape, -1)`.
+/// known. A symbolic dim is unknown but never negative, which decides `Equal(shape, -1)`; an
+/// unknown one may be anything (a `-1` placeholder among computed dims is one, unless
+/// inference kept its value).
 #[derive(Clone, Copy, PartialEq)]
 enum Elem {
     Value(i64),
     NonNegative,
+    Unknown,
 }
 
 fn elems(infos: &[Option<InputInfo>], i: usize) -> Option<Vec<Elem>> {
@@ -455,11 +458,14 @@ fn elems(infos: &[Option<InputInfo>], i: usize) -> Option<Vec<Elem>> {
     if let Some(v) = x.value.filter(|t| t.rank() <= 1 && t.len() <= 64).and_then(Tensor::as_i64_vec) {
         return Some(v.into_iter().map(Elem::Value).collect());
     }
+    let negative = |k: usize| x.negative.and_then(|n| n.get(k).copied().flatten());
     x.dims.map(|d| {
         d.iter()
-            .map(|d| match d {
+            .enumerate()
+            .map(|(k, d)| match d {
                 Dim::Known(n) => Elem::Value(*n as i64),
-                _ => Elem::NonNegative,
+                Dim::Sym(_) => Elem::NonNegative,
+                Dim::Unknown => negative(k).map_or(Elem::Unknown, Elem::Value),
             })
             .collect()
     })
