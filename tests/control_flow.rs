@@ -641,3 +641,46 @@ fn a_scan_walks_its_input_in_its_direction_and_stacks_along_its_output_axis() {
     let plan = bolt::plan::plan(&g).unwrap();
     assert!(plan.partitioning.host.iter().any(|h| h.op_type == "Scan" && h.reason.contains("Scan")));
 }
+
+/// A Loop body reading an enclosing value that a pair of inverse transposes computes (tf2onnx's
+/// LSTM loops read their transposed input so): the plan cancels such pairs elsewhere, but a
+/// body names the value it reads, so this pair stays and the planned graph keeps its meaning.
+#[test]
+fn a_transpose_pair_read_inside_a_loop_body_is_kept() {
+    let body = GraphProto {
+        name: Some("body".into()),
+        node: vec![
+            node("add", "Add", &["acc_in", "xt"], &["acc_out"]),
+            node("keep", "Identity", &["cond_in"], &["cond_out"]),
+        ],
+        input: vec![
+            typed_value_info("i", 7, vec![]),
+            typed_value_info("cond_in", 9, vec![]),
+            value_info("acc_in", &[3, 2]),
+        ],
+        output: vec![typed_value_info("cond_out", 9, vec![]), value_info("acc_out", &[3, 2])],
+        ..Default::default()
+    };
+    let m = model(
+        17,
+        GraphProto {
+            name: Some("loop_reads_a_pair".into()),
+            node: vec![
+                with_ints(node("t1", "Transpose", &["x"], &["xt1"]), "perm", &[1, 0]),
+                with_ints(node("t2", "Transpose", &["xt1"], &["xt"]), "perm", &[1, 0]),
+                with_graph(node("loop", "Loop", &["m", "", "acc0"], &["acc"]), "body", body),
+                node("out", "Relu", &["acc"], &["y"]),
+            ],
+            initializer: vec![ints("m", &[3], true), floats("acc0", &[3, 2], &[0.5, -1.0, 2.0, 0.0, 1.0, -2.0])],
+            input: vec![value_info("x", &[3, 2])],
+            output: vec![value_info("y", &[])],
+            ..Default::default()
+        },
+    );
+    let g = load(&m);
+    let plan = bolt::plan::plan(&g).unwrap();
+    let feeds = HashMap::from([("x".to_string(), Tensor::from_f32(vec![3, 2], vec![0.5, 1.5, -3.0, 1.0, 0.25, -0.5]))]);
+    let want = bolt::reference::run(&g, &feeds).unwrap();
+    let got = bolt::reference::run(&plan.graph, &feeds).unwrap_or_else(|e| panic!("planned: {e}"));
+    assert_eq!(got["y"].to_f64_vec(), want["y"].to_f64_vec());
+}

@@ -227,6 +227,11 @@ pub fn cancel_inverse_transposes(g: &mut Graph) -> usize {
             if !undone {
                 return None;
             }
+            // Control flow reads outer values by name inside its bodies too: those stay.
+            let control = |n: &Node| matches!(n.op, Op::If { .. } | Op::Loop { .. } | Op::Scan(_));
+            if g.nodes.iter().any(|n| control(n) && n.inputs.iter().flatten().any(|i| *i == nb.outputs[0])) {
+                return None;
+            }
             if !g.outputs.contains(&nb.outputs[0]) {
                 return Some((a, b, None));
             }
