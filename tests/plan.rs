@@ -244,3 +244,43 @@ fn per_channel_scales_fold_into_the_weights() {
     ]);
     assert_plan_preserves("channel_scales", &g, &feeds);
 }
+
+/// A conv whose weight the model computes (a ConstantOfShape too large for inference to fold,
+/// as onnx's caffe2-converted test models write weights) followed by a BatchNormalization: the
+/// BatchNormalization cannot be folded into a weight that is not a constant, so it runs after
+/// the kernel, and the planned graph gives the model's outputs (planning once failed on it).
+#[test]
+fn a_batch_norm_after_a_conv_of_computed_weights_runs_after_the_kernel() {
+    use bolt::ir::builder::GraphBuilder;
+    use bolt::ir::{AutoPad, DType, Shape, Window};
+    let c = 192;
+    let mut b = GraphBuilder::new("computed_weight");
+    let x = b.input("x", DType::F32, Shape::from_static(&[1, c, 4, 4]));
+    let dims = b.initializer("w_shape", Tensor::from_i64(vec![4], vec![c as i64, c as i64, 3, 3]));
+    let fill = Tensor::from_f32(vec![1], vec![0.02]);
+    let w = b.node("w", Op::ConstantOfShape { value: Some(std::sync::Arc::new(fill)) }, &[&dims]);
+    let window = Window {
+        kernel_shape: None,
+        strides: None,
+        pads: Some(vec![1; 4]),
+        dilations: None,
+        auto_pad: AutoPad::NotSet,
+    };
+    let y = b.node("conv", Op::Conv { window, group: 1 }, &[&x, &w]);
+    let stats: Vec<String> = [("scale", 1.5), ("bias", 0.1), ("mean", 0.2), ("var", 2.0)]
+        .iter()
+        .map(|(k, v)| b.initializer(k, Tensor::from_f32(vec![c], vec![*v; c])))
+        .collect();
+    let bn = Op::BatchNormalization { epsilon: 1e-5, momentum: 0.9, training_mode: false };
+    let z = b.node("bn", bn, &[&y, &stats[0], &stats[1], &stats[2], &stats[3]]);
+    b.output(&z);
+    let g = b.finish().unwrap();
+    let plan = bolt::plan::plan(&g).unwrap();
+    assert_eq!(plan.partitioning.partitions.len(), 1, "the conv is still a kernel");
+    let inputs = HashMap::from([("x".to_string(), common::random_tensor(&[1, c, 4, 4], 4))]);
+    let want = bolt::reference::run(&g, &inputs).unwrap();
+    let got = bolt::reference::run(&plan.graph, &inputs).unwrap();
+    let tol = Tolerance { rtol: 1e-4, atol: 1e-5 };
+    let check = compare(&z, &got[&z], &want[&z], tol);
+    assert!(check.failure.is_none(), "{:?}", check.failure);
+}

@@ -360,8 +360,16 @@ fn grow(cx: &mut Ctx, i: usize, kind: AnchorKind, a: String, b: String) -> Parti
         }
     };
 
+    // Folds scale the weights: they must be constants (a weight the model computes at run time,
+    // or one too large for inference to fold, leaves the BatchNormalization or scale to run
+    // after the kernel).
+    let weights_fold = match &kind {
+        AnchorKind::Conv2d { .. } => cx.consts.contains_key(&b),
+        AnchorKind::Gemm { .. } | AnchorKind::MatMul => cx.consts.get(&b).is_some_and(|w| w.rank() == 2),
+        AnchorKind::BatchedMatMul => false,
+    };
     // BatchNormalization right after a conv, inference mode, constant statistics.
-    if let (AnchorKind::Conv2d { .. }, Some(ni)) = (&kind, cx.sole_consumer(&cur)) {
+    if let (AnchorKind::Conv2d { .. }, Some(ni), true) = (&kind, cx.sole_consumer(&cur), weights_fold) {
         let bn = &g.nodes[ni];
         if let Op::BatchNormalization { training_mode: false, .. } = bn.op {
             if bn.inputs[1..].iter().all(|x| x.as_ref().is_some_and(|x| cx.consts.contains_key(x)))
@@ -375,11 +383,6 @@ fn grow(cx: &mut Ctx, i: usize, kind: AnchorKind, a: String, b: String) -> Parti
     // Mul / Div by a constant per-channel vector (a BatchNormalization frozen into constants,
     // a layer scale): folded into the weights too, when they are constants with the output
     // channels on one axis and nothing read element by element comes before.
-    let weights_fold = match &kind {
-        AnchorKind::Conv2d { .. } => cx.consts.contains_key(&b),
-        AnchorKind::Gemm { .. } | AnchorKind::MatMul => cx.consts.get(&b).is_some_and(|w| w.rank() == 2),
-        AnchorKind::BatchedMatMul => false,
-    };
     while weights_fold && e.form().source.is_none() {
         let Some(ni) = cx.sole_consumer(&cur) else { break };
         let node = &g.nodes[ni];
