@@ -353,3 +353,38 @@ fn compile_says_which_symbolic_dims_ran_at_their_default_size() {
     let out = compile(&["--dim", "H=4", "--dim", "W=6"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// Valid models holding tensors of types Bolt does not compute with (a table of strings as an
+/// initializer or a Constant, as label-encoding front ends ship) import: those constants and
+/// what reads them stay with the host, and the reference names the node when asked to run
+/// it. Types print under ONNX's names.
+#[test]
+fn string_initializers_and_constants_import_as_host_constants() {
+    let mut m = good_model();
+    m.opset_import.push(OperatorSetIdProto { domain: Some("ai.onnx.ml".into()), version: Some(2) });
+    let g = m.graph.as_mut().unwrap();
+    let strings = |name: &str| TensorProto {
+        name: Some(name.into()),
+        dims: vec![2],
+        data_type: Some(8),
+        string_data: vec![b"a".to_vec(), b"b".to_vec()],
+        ..Default::default()
+    };
+    g.initializer.push(strings("labels"));
+    let mut table = common::onnx_proto::constant("table", strings("table"));
+    table.name = Some("table_const".into());
+    let mut encode = node("encode", "LabelEncoder", &["labels"], &["codes"]);
+    encode.domain = Some("ai.onnx.ml".into());
+    g.node.extend([table, encode, node("same", "Identity", &["table"], &["table_out"])]);
+    g.output.push(ValueInfoProto { name: Some("codes".into()), ..Default::default() });
+    g.output.push(ValueInfoProto { name: Some("table_out".into()), ..Default::default() });
+    let g = import::load_bytes(&m.encode_to_vec(), None).unwrap().graph;
+    assert_eq!(g.tensor_type("labels").unwrap().to_string(), "string[2]");
+    let host: Vec<String> = bolt::partition::partition(&g).host.into_iter().map(|h| h.node).collect();
+    for n in ["labels.initializer", "table_const", "encode"] {
+        assert!(host.iter().any(|h| h == n), "{n} is a host node: {host:?}");
+    }
+    let x = bolt::ir::Tensor::from_f32(vec![2, 3], vec![0.5; 6]);
+    let err = bolt::reference::run(&g, &std::collections::HashMap::from([("x".to_string(), x)])).unwrap_err();
+    assert!(err.to_string().contains("labels.initializer") || err.to_string().contains("table_const"), "{err}");
+}

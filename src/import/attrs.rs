@@ -98,6 +98,14 @@ impl<'a> Attrs<'a> {
         }
     }
 
+    /// The element type of tensor attribute `name`, without decoding it.
+    pub fn tensor_type(&self, name: &str) -> Result<Option<crate::ir::DType>, String> {
+        Ok(self
+            .typed(name, AttributeType::Tensor)?
+            .and_then(|a| a.t.as_ref())
+            .map(|t| crate::ir::DType::from_onnx(t.data_type())))
+    }
+
     pub fn tensor(&self, name: &str) -> Result<Option<Tensor>, String> {
         match self.typed(name, AttributeType::Tensor)? {
             None => Ok(None),

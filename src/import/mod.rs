@@ -90,6 +90,29 @@ fn import_graph(g: &proto::GraphProto, opset: i64, base_dir: Option<&Path>, scop
         if name.is_empty() {
             return Err(Error::Model("an initializer has no name".into()));
         }
+        let dtype = DType::from_onnx(t.data_type());
+        if dtype.size_bytes().is_none() {
+            // Strings (a label table) and other types Bolt does not compute with: a host-only
+            // constant, so that the model imports and the host runs what reads it.
+            let dims = t.dims.iter().map(|&d| usize::try_from(d).map(Dim::Known)).collect::<Result<Vec<_>, _>>();
+            let shape = dims.ok().map(Shape);
+            graph.types.insert(name.to_string(), TensorType { dtype, shape });
+            graph.nodes.push(Node {
+                name: format!("{name}.initializer"),
+                op: Op::Opaque {
+                    domain: String::new(),
+                    op_type: "Constant".into(),
+                    attrs: vec![],
+                    why:
+                        "an initializer of an element type Bolt does not compute with (strings, complex, 4- and 8-bit \
+                          floats)"
+                            .into(),
+                },
+                inputs: vec![],
+                outputs: vec![name.to_string()],
+            });
+            continue;
+        }
         let tensor =
             decode_tensor(t, base_dir).map_err(|reason| Error::tensor(name, format!("initializer: {reason}")))?;
         graph.types.insert(name.to_string(), TensorType::new(tensor.dtype(), Shape::from_static(&tensor.shape)));
@@ -109,7 +132,7 @@ fn import_graph(g: &proto::GraphProto, opset: i64, base_dir: Option<&Path>, scop
         let ty = value_type(vi);
         // An initializer listed as an input is a default value the caller may override
         // (IR < 4 style); Bolt treats it as a constant weight and keeps its tensor type.
-        if graph.initializers.contains_key(name) {
+        if graph.initializers.contains_key(name) || g.initializer.iter().any(|t| t.name() == name) {
             continue;
         }
         if scope == Scope::LoopBody {

@@ -165,7 +165,11 @@ pub fn parse_op(node: &NodeProto, opset: i64) -> Result<Parsed, String> {
         "Shape" => Op::Shape { start: a.int_or("start", 0)?, end: a.int("end")? },
         "Constant" => match constant_value(&a)? {
             Some(t) => Op::Constant { value: Arc::new(t) },
-            None => return Ok(Parsed::Opaque("Constant holding strings or a sparse tensor")),
+            None => {
+                return Ok(Parsed::Opaque(
+                    "Constant holding strings, another type Bolt does not compute with, or a sparse tensor",
+                ))
+            }
         },
         "Identity" => Op::Identity,
         // Inference is Dropout's eval mode: its output is its input. The mask output and a
@@ -337,6 +341,9 @@ fn window(a: &Attrs) -> Result<Window, String> {
 }
 
 fn constant_value(a: &Attrs) -> Result<Option<Tensor>, String> {
+    if a.tensor_type("value")?.is_some_and(|d| d.size_bytes().is_none()) {
+        return Ok(None);
+    }
     if let Some(t) = a.tensor("value")? {
         return Ok(Some(t));
     }

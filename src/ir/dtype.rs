@@ -102,7 +102,23 @@ impl fmt::Display for DType {
             DType::U32 => "u32",
             DType::U64 => "u64",
             DType::Bool => "bool",
-            DType::Other(c) => return write!(f, "onnx-type-{c}"),
+            DType::Other(c) => {
+                // ONNX's names (TensorProto.DataType) for the types Bolt does not compute with.
+                let name = match c {
+                    8 => "string",
+                    14 => "complex64",
+                    15 => "complex128",
+                    17 => "float8e4m3fn",
+                    18 => "float8e4m3fnuz",
+                    19 => "float8e5m2",
+                    20 => "float8e5m2fnuz",
+                    21 => "uint4",
+                    22 => "int4",
+                    23 => "float4e2m1",
+                    _ => return write!(f, "onnx-type-{c}"),
+                };
+                name
+            }
         };
         f.write_str(s)
     }
