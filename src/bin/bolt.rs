@@ -243,6 +243,12 @@ fn defaulted_dims(g: &bolt::ir::Graph, bindings: &DimBindings) -> Vec<String> {
 }
 
 fn main() -> ExitCode {
+    // A closed stdout (`bolt report | head`) ends the process as it does any Unix tool,
+    // instead of a panic in println!.
+    #[cfg(unix)]
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_env("BOLT_LOG"))
         .with_writer(std::io::stderr)
