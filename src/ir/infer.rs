@@ -40,13 +40,13 @@ impl<'a> InputInfo<'a> {
 /// the partitioner leaves anchors that read them to the host and says why. Errors remain for
 /// what no run can satisfy (a MatMul whose known inner dims differ).
 pub fn infer_graph(graph: &mut Graph, declared: &HashMap<String, TensorType>) -> Result<()> {
-    infer_with_values(graph, declared, false).map(|_| ())
+    infer_with_values(graph, declared, false, FOLD_LIMIT).map(|_| ())
 }
 
 /// [`infer_graph`] for an `If` branch: an `If` inside it whose branches both fail is an error
 /// of this branch (which then cannot be the one a valid run takes), not untyped outputs.
 pub(crate) fn infer_branch(graph: &mut Graph, declared: &HashMap<String, TensorType>) -> Result<()> {
-    infer_with_values(graph, declared, true).map(|_| ())
+    infer_with_values(graph, declared, true, FOLD_LIMIT).map(|_| ())
 }
 
 /// The values inference knows of `g`'s node outputs: small constant computations and shape
@@ -54,14 +54,28 @@ pub(crate) fn infer_branch(graph: &mut Graph, declared: &HashMap<String, TensorT
 pub fn known_values(g: &Graph) -> Result<HashMap<String, Arc<Tensor>>> {
     let mut g = g.clone();
     let declared = g.types.clone();
-    infer_with_values(&mut g, &declared, false)
+    infer_with_values(&mut g, &declared, false, FOLD_LIMIT)
 }
+
+/// [`known_values`], also folding computations of weights of any size up to
+/// [`WEIGHT_FOLD_LIMIT`] elements that do not grow their constant inputs (paddle2onnx slices
+/// and concatenates LSTM gate weights, onnx's caffe2 models fill them with ConstantOfShape):
+/// the planner's constants, which import keeps small.
+pub fn known_weights(g: &Graph) -> Result<HashMap<String, Arc<Tensor>>> {
+    let mut g = g.clone();
+    let declared = g.types.clone();
+    infer_with_values(&mut g, &declared, false, WEIGHT_FOLD_LIMIT)
+}
+
+/// The largest weight the planner folds (f32: 256 MiB).
+pub const WEIGHT_FOLD_LIMIT: usize = 1 << 26;
 
 /// [`infer_graph`], returning [`known_values`].
 fn infer_with_values(
     graph: &mut Graph,
     declared: &HashMap<String, TensorType>,
     branch: bool,
+    limit: usize,
 ) -> Result<HashMap<String, Arc<Tensor>>> {
     let mut consts: HashMap<String, Arc<Tensor>> = graph.initializers.clone();
     let mut shape_vals: HashMap<String, Vec<Dim>> = HashMap::new();
@@ -124,14 +138,19 @@ fn infer_with_values(
         };
         // Fold only when inference proves every output small: a 10-element Resize input with
         // scales of 1e9 must not allocate at import.
+        // Above FOLD_LIMIT (when allowed), only outputs no larger than the constant inputs
+        // together: weights rearranged, not a Tile or Expand blowing a constant up.
+        let constant_in: usize = infos.iter().flatten().filter_map(|x| x.value).map(Tensor::len).sum();
         let small = matches!(node.op, Op::Constant { .. })
             || !inferred.is_empty()
                 && inferred.iter().all(|t| {
                     t.shape.as_ref().and_then(Shape::as_static).is_some_and(|d| {
-                        d.iter().try_fold(1usize, |a, &x| a.checked_mul(x)).is_some_and(|n| n <= FOLD_LIMIT)
+                        d.iter()
+                            .try_fold(1usize, |a, &x| a.checked_mul(x))
+                            .is_some_and(|n| n <= FOLD_LIMIT || (n <= limit && n <= constant_in))
                     })
                 });
-        let mut folded = if small { try_fold(node, &infos) } else { None };
+        let mut folded = if small { try_fold(node, &infos, limit) } else { None };
         let mut out_types: Vec<Option<TensorType>> = match &folded {
             Some(ts) => ts.iter().map(|t| Some(TensorType::new(t.dtype(), Shape::from_static(&t.shape)))).collect(),
             None => inferred.into_iter().map(Some).collect(),
@@ -225,7 +244,7 @@ fn known_value(dims: &[Dim], ty: Option<&TensorType>) -> Option<Tensor> {
 }
 
 /// Evaluates a node whose inputs are all small constants.
-fn try_fold(node: &Node, infos: &[Option<InputInfo>]) -> Option<Vec<Tensor>> {
+fn try_fold(node: &Node, infos: &[Option<InputInfo>], limit: usize) -> Option<Vec<Tensor>> {
     if node.op.is_opaque() {
         return None;
     }
@@ -237,7 +256,7 @@ fn try_fold(node: &Node, infos: &[Option<InputInfo>]) -> Option<Vec<Tensor>> {
         match info {
             None => inputs.push(None),
             Some(i) => match i.value {
-                Some(t) if t.len() <= FOLD_LIMIT => inputs.push(Some(t)),
+                Some(t) if t.len() <= limit => inputs.push(Some(t)),
                 _ => return None,
             },
         }

@@ -151,7 +151,7 @@ fn inline_known_branches(g: &mut Graph) -> Result<usize> {
 /// Nodes (but Constant nodes, already initializers, and graph outputs) whose every output
 /// inference knows become those initializers.
 fn fold_known_values(g: &mut Graph) -> Result<usize> {
-    let values = crate::ir::infer::known_values(g)?;
+    let values = crate::ir::infer::known_weights(g)?;
     let before = g.nodes.len();
     let read_before: HashSet<String> = g.nodes.iter().flat_map(|n| n.inputs.iter().flatten().cloned()).collect();
     let mut folded = Vec::new();
