@@ -472,10 +472,24 @@ fn pad_for(
     if per_axis.iter().any(|&(b, e)| b < 0 || e < 0) {
         return Err(format!("pads {pads:?} crop: pad kernels only grow"));
     }
-    let padded = |k: usize| per_axis[k] != (0, 0);
-    if rank == 0 || (0..rank.saturating_sub(2)).any(padded) {
-        return Err(format!("pads {pads:?} of a rank-{rank} input: pad kernels pad the last two axes"));
+    if rank == 0 {
+        return Err("a scalar input: nothing to pad".into());
     }
+    // The kernel pads the last two axes of [n, h, w]. One padded axis k anywhere is the `h`
+    // of [axes before k, k, axes after k] (whole slices move, so reflect and edge hold too);
+    // padding on the last two axes is [axes before, h, w] as they are.
+    let padded: Vec<usize> = (0..rank).filter(|&k| per_axis[k] != (0, 0)).collect();
+    let product = |axes: std::ops::Range<usize>| shape[axes].iter().product::<i64>();
+    let (n, h, hp, w, wp) = match padded[..] {
+        [k] if k + 2 < rank => (product(0..k), shape[k], per_axis[k], product(k + 1..rank), (0, 0)),
+        _ if padded.iter().any(|&k| k + 2 < rank) => {
+            return Err(format!("pads {pads:?} of a rank-{rank} input: pad kernels pad one axis, or the last two"))
+        }
+        _ if rank >= 2 => {
+            (product(0..rank - 2), shape[rank - 2], per_axis[rank - 2], shape[rank - 1], per_axis[rank - 1])
+        }
+        _ => (1, 1, (0, 0), shape[0], per_axis[0]),
+    };
     let value = match given(2) {
         Some(v) if v.len() == 1 => v.to_f64_vec()[0] as f32,
         Some(v) => return Err(format!("a pad value of {} elements", v.len())),
@@ -488,9 +502,6 @@ fn pad_for(
         PadMode::Edge => PadFill::Edge,
         PadMode::Wrap => PadFill::Wrap,
     };
-    let (h, hp) = if rank >= 2 { (shape[rank - 2], per_axis[rank - 2]) } else { (1, (0, 0)) };
-    let (w, wp) = (shape[rank - 1], per_axis[rank - 1]);
-    let n: i64 = shape[..rank.saturating_sub(2)].iter().product();
     let u32_of = |v: i64| u32::try_from(v).map_err(|_| format!("pad {v} above the kernels' range"));
     let pads = [u32_of(hp.0)?, u32_of(wp.0)?, u32_of(hp.1)?, u32_of(wp.1)?];
     let value = if fill == PadFill::Constant { value } else { 0.0 };

@@ -23,6 +23,28 @@ fn dtype(e: Element) -> DType {
     }
 }
 
+/// [`run`] for node `op` on its inputs `args` (the data first): the output in the op's shape.
+/// A pad of one leading axis runs as the `h` of [before, axis, after]; the kernel writes the
+/// bytes, the op's pads say which axis grew.
+pub fn run_op(
+    op: &crate::ir::Op,
+    spec: &GlueSpec,
+    p: &BoltGlueProblem,
+    args: &[Option<&Tensor>],
+) -> Result<Tensor, String> {
+    let x = args.first().copied().flatten().ok_or("a glue node without its input")?;
+    let y = run(spec, p, x)?;
+    let (crate::ir::Op::Pad { .. }, Some(pads)) = (op, args.get(1).copied().flatten()) else { return Ok(y) };
+    let axes = args.get(3).copied().flatten().and_then(Tensor::as_i64_vec);
+    let pads = pads.as_i64_vec().ok_or("pads are not integers")?;
+    let per_axis = crate::ir::infer::pads_per_axis(&pads, axes.as_deref(), x.rank())?;
+    let shape: Vec<usize> = x.shape.iter().zip(&per_axis).map(|(&d, &(b, e))| (d as i64 + b + e) as usize).collect();
+    if shape.iter().product::<usize>() != y.len() {
+        return Err(format!("the pad kernel wrote {} elements for {shape:?}", y.len()));
+    }
+    Ok(y.reshaped(shape))
+}
+
 /// Runs the glue kernel `spec` on `x` for `p` (as `plan::lower::glue_for` derives it).
 pub fn run(spec: &GlueSpec, p: &BoltGlueProblem, x: &Tensor) -> Result<Tensor, String> {
     let [n, c, h, w, cp] = [p.n, p.c, p.h, p.w, p.c_padded].map(|d| d.max(0) as usize);

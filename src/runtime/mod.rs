@@ -322,7 +322,7 @@ impl Executor for Reference {
             if s != *spec {
                 return Err(crate::Error::node(node, format!("the plan records glue {spec:?}, the node needs {s:?}")));
             }
-            Ok(vec![glue::run(spec, &problem, x).map_err(|why| crate::Error::node(node, why))?])
+            Ok(vec![glue::run_op(&node.op, spec, &problem, args).map_err(|why| crate::Error::node(node, why))?])
         })?;
         Ok(outs)
     }
