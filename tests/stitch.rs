@@ -35,10 +35,13 @@ enum Pattern {
     /// An attention-style mask of bools and token ids (Cast to int64, Equal, GreaterOrEqual,
     /// Not, Or, Less, Xor, Where, Cast of a bool) under a softmax.
     Mask,
+    /// ONNX's other row reductions: x / ReduceL2(x) (torch's F.normalize), ReduceL1,
+    /// ReduceSumSquare, ReduceLogSum (of |x|) and ReduceLogSumExp.
+    Norms,
 }
 
 impl Pattern {
-    const ALL: [Pattern; 11] = [
+    const ALL: [Pattern; 12] = [
         Pattern::LayerNormOp,
         Pattern::LayerNormDecomposed,
         Pattern::GeluErf,
@@ -50,6 +53,7 @@ impl Pattern {
         Pattern::LogSoftmax,
         Pattern::Clip,
         Pattern::Mask,
+        Pattern::Norms,
     ];
 }
 
@@ -164,6 +168,20 @@ fn graph(p: Pattern, rows: usize, width: usize) -> Graph {
             let m = g.node("row_min", row_min, &[&lo]);
             let s = g.node("shift", Op::Binary(Binary::Sub), &[&hi, &m]);
             g.node("add", Op::Binary(Binary::Add), &[&s, &lo])
+        }
+        Pattern::Norms => {
+            let row = |kind| Op::Reduce { kind, axes: Some(vec![-1]), keepdims: true, noop_with_empty_axes: false };
+            let l2 = g.node("l2", row(ReduceKind::L2), &[&x]);
+            let unit = g.node("unit", Op::Binary(Binary::Div), &[&x, &l2]);
+            let l1 = g.node("l1", row(ReduceKind::L1), &[&x]);
+            let ss = g.node("sum_square", row(ReduceKind::SumSquare), &[&x]);
+            let abs = g.node("abs", Op::Unary(Unary::Abs), &[&x]);
+            let ls = g.node("log_sum", row(ReduceKind::LogSum), &[&abs]);
+            let lse = g.node("log_sum_exp", row(ReduceKind::LogSumExp), &[&x]);
+            let a = g.node("a", Op::Binary(Binary::Sub), &[&lse, &ls]);
+            let b = g.node("b", Op::Binary(Binary::Div), &[&ss, &l1]);
+            let c = g.node("c", Op::Binary(Binary::Add), &[&a, &b]);
+            g.node("sum", Op::Binary(Binary::Add), &[&unit, &c])
         }
         Pattern::ReduceMean => {
             let m = g.node(

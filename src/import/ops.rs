@@ -223,12 +223,19 @@ pub fn parse_op(node: &NodeProto, opset: i64) -> Result<Parsed, String> {
                 stash_type: DType::from_onnx(stash as i32),
             }
         }
-        "ReduceMean" | "ReduceSum" | "ReduceMax" | "ReduceMin" => {
+        "ReduceMean" | "ReduceSum" | "ReduceMax" | "ReduceMin" | "ReduceL1" | "ReduceL2" | "ReduceSumSquare"
+        | "ReduceLogSum" | "ReduceLogSumExp" | "ReduceProd" => {
             let (kind, axes_input_since) = match node.op_type() {
                 "ReduceMean" => (ReduceKind::Mean, 18),
                 "ReduceSum" => (ReduceKind::Sum, 13),
                 "ReduceMax" => (ReduceKind::Max, 18),
-                _ => (ReduceKind::Min, 18),
+                "ReduceMin" => (ReduceKind::Min, 18),
+                "ReduceL1" => (ReduceKind::L1, 18),
+                "ReduceL2" => (ReduceKind::L2, 18),
+                "ReduceSumSquare" => (ReduceKind::SumSquare, 18),
+                "ReduceLogSum" => (ReduceKind::LogSum, 18),
+                "ReduceLogSumExp" => (ReduceKind::LogSumExp, 18),
+                _ => (ReduceKind::Prod, 18),
             };
             Op::Reduce {
                 kind,

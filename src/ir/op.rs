@@ -510,6 +510,17 @@ pub enum ReduceKind {
     Sum,
     Max,
     Min,
+    /// Sum of absolute values.
+    L1,
+    /// Square root of the sum of squares.
+    L2,
+    /// Sum of squares.
+    SumSquare,
+    /// Natural log of the sum.
+    LogSum,
+    /// Natural log of the sum of exponentials.
+    LogSumExp,
+    Prod,
 }
 
 /// Broadcasting binary arithmetic.
@@ -974,6 +985,12 @@ impl Op {
             Op::Reduce { kind: ReduceKind::Sum, .. } => "ReduceSum",
             Op::Reduce { kind: ReduceKind::Max, .. } => "ReduceMax",
             Op::Reduce { kind: ReduceKind::Min, .. } => "ReduceMin",
+            Op::Reduce { kind: ReduceKind::L1, .. } => "ReduceL1",
+            Op::Reduce { kind: ReduceKind::L2, .. } => "ReduceL2",
+            Op::Reduce { kind: ReduceKind::SumSquare, .. } => "ReduceSumSquare",
+            Op::Reduce { kind: ReduceKind::LogSum, .. } => "ReduceLogSum",
+            Op::Reduce { kind: ReduceKind::LogSumExp, .. } => "ReduceLogSumExp",
+            Op::Reduce { kind: ReduceKind::Prod, .. } => "ReduceProd",
             Op::Resize(_) => "Resize",
             Op::Recurrent(r) => match r.cell {
                 Cell::Rnn => "RNN",

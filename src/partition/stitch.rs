@@ -271,6 +271,32 @@ fn lower(op: &Op, args: &[usize], steps: &mut Vec<Step>, rank: usize) -> Result<
                 let max = push(Step::Reduce(Reduce::Max, neg), steps);
                 push(Step::Binary(Binary::Mul, max, minus), steps)
             }
+            ReduceKind::L1 => {
+                let abs = push(Step::Unary(Unary::Abs, args[0]), steps);
+                push(Step::Reduce(Reduce::Sum, abs), steps)
+            }
+            ReduceKind::L2 | ReduceKind::SumSquare => {
+                let sq = push(Step::Binary(Binary::Mul, args[0], args[0]), steps);
+                let sum = push(Step::Reduce(Reduce::Sum, sq), steps);
+                match kind {
+                    ReduceKind::L2 => push(Step::Unary(Unary::Sqrt, sum), steps),
+                    _ => sum,
+                }
+            }
+            ReduceKind::LogSum => {
+                let sum = push(Step::Reduce(Reduce::Sum, args[0]), steps);
+                push(Step::Unary(Unary::Log, sum), steps)
+            }
+            // max + log(sum(exp(x - max))), as the stitched LogSoftmax.
+            ReduceKind::LogSumExp => {
+                let max = push(Step::Reduce(Reduce::Max, args[0]), steps);
+                let d = push(Step::Binary(Binary::Sub, args[0], max), steps);
+                let e = push(Step::Unary(Unary::Exp, d), steps);
+                let s = push(Step::Reduce(Reduce::Sum, e), steps);
+                let l = push(Step::Unary(Unary::Log, s), steps);
+                push(Step::Binary(Binary::Add, max, l), steps)
+            }
+            ReduceKind::Prod => return Err("ReduceProd: stitched kernels reduce by sum and max".into()),
         },
         Op::Softmax { .. } | Op::LogSoftmax { .. } | Op::LayerNormalization { .. } => {
             return Err("not over the last axis".into())

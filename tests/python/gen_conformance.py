@@ -43,7 +43,7 @@ BOLT_OPS = frozenset("""
     ConstantOfShape Range If Loop Scan Ceil Floor Round PRelu Upsample Dropout
     ArgMax ArgMin Tile OneHot ScatterElements Sum Mean
     Sin Cos Tan Asin Acos Atan Sinh Cosh Asinh Acosh Atanh Sign Elu Selu Celu ThresholdedRelu
-    Softsign Mish Shrink
+    Softsign Mish Shrink ReduceL1 ReduceL2 ReduceSumSquare ReduceLogSum ReduceLogSumExp ReduceProd
 """.split())
 # ArgMax to ScatterElements are host-only (no kernel), and so are Sum, Mean, Max and Min of
 # other than two inputs: the reference computes them so that models holding them run whole

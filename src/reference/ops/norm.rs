@@ -206,19 +206,39 @@ pub fn reduce(
     let kept: Vec<usize> = x.shape.iter().zip(&reduce).map(|(&d, &r)| if r { 1 } else { d }).collect();
     let count: usize = x.shape.iter().zip(&reduce).filter(|(_, &r)| r).map(|(&d, _)| d).product();
     let (start, combine): (f64, fn(f64, f64) -> f64) = match kind {
-        ReduceKind::Mean | ReduceKind::Sum => (0.0, |a, v| a + v),
+        ReduceKind::Mean | ReduceKind::Sum | ReduceKind::L1 | ReduceKind::L2 | ReduceKind::SumSquare => {
+            (0.0, |a, v| a + v)
+        }
+        ReduceKind::LogSum | ReduceKind::LogSumExp => (0.0, |a, v| a + v),
+        ReduceKind::Prod => (1.0, |a, v| a * v),
         // NaN wins, as numpy's max / min.
         ReduceKind::Max => (f64::NEG_INFINITY, |a, v| if a.is_nan() || v.is_nan() { f64::NAN } else { a.max(v) }),
         ReduceKind::Min => (f64::INFINITY, |a, v| if a.is_nan() || v.is_nan() { f64::NAN } else { a.min(v) }),
     };
+    // LogSumExp as max + log(sum(exp(x - max))): no overflow where the plain sum would.
+    let shift = match kind {
+        ReduceKind::LogSumExp => {
+            let m = &self::reduce(ReduceKind::Max, x, Some(&axes), None, true, false)?[0];
+            Some(m.to_f64_vec().into_iter().map(|m| if m.is_finite() { m } else { 0.0 }).collect::<Vec<f64>>())
+        }
+        _ => None,
+    };
     // Each input element combines into the output element broadcast_index maps it from.
     let mut acc = vec![start; kept.iter().product()];
-    let xs = x.to_f64_vec();
+    let xs: Vec<f64> = match kind {
+        ReduceKind::L1 => x.to_f64_vec().into_iter().map(f64::abs).collect(),
+        ReduceKind::L2 | ReduceKind::SumSquare => x.to_f64_vec().into_iter().map(|v| v * v).collect(),
+        _ => x.to_f64_vec(),
+    };
     let src = crate::ir::strides(&kept);
     let bstr: Vec<usize> = (0..rank).map(|i| if reduce[i] { 0 } else { src[i] }).collect();
     let mut counter = vec![0usize; rank];
     let mut flat = 0;
     for &v in &xs {
+        let v = match &shift {
+            Some(m) => (v - m[flat]).exp(),
+            None => v,
+        };
         acc[flat] = combine(acc[flat], v);
         for d in (0..rank).rev() {
             counter[d] += 1;
@@ -229,6 +249,12 @@ pub fn reduce(
             flat -= bstr[d] * counter[d];
             counter[d] = 0;
         }
+    }
+    match (kind, &shift) {
+        (ReduceKind::L2, _) => acc.iter_mut().for_each(|s| *s = s.sqrt()),
+        (ReduceKind::LogSum, _) => acc.iter_mut().for_each(|s| *s = s.ln()),
+        (ReduceKind::LogSumExp, Some(m)) => acc.iter_mut().zip(m).for_each(|(s, m)| *s = m + s.ln()),
+        _ => {}
     }
     if kind == ReduceKind::Mean {
         acc.iter_mut().for_each(|s| *s /= count as f64);
