@@ -238,3 +238,16 @@ fn the_report_says_the_reference_computes_host_only_ops() {
     let reason = &p.host.iter().find(|h| h.node == "cs").expect("CumSum stays on the host").reason;
     assert_eq!(reason, bolt::ir::HOST_COMPUTED);
 }
+
+#[test]
+fn dynamic_quantization_of_zeros_has_onnxruntimes_scale() {
+    // The spec's scale (max - min) / 255 is 0 for an all-zero input; onnxruntime gives 1.
+    let g = graph(
+        vec![node("dq", "DynamicQuantizeLinear", &["x"], &["y", "scale", "zero"])],
+        vec![],
+        vec![value_info("x", &[3])],
+        "scale",
+    );
+    let out = run(&import(11, g), &[("x", Tensor::from_f32(vec![3], vec![0.0; 3]))]).unwrap();
+    assert_eq!(out["scale"].to_f32_vec(), [1.0]);
+}

@@ -168,8 +168,9 @@ fn dequantize(a: Attrs, inputs: &[Option<&Tensor>]) -> OpResult {
 }
 
 /// uint8 quantization of an f32 tensor with the scale and zero point its range (widened to
-/// hold 0) gives; outputs y, the scale and the zero point. All arithmetic in f32, as ONNX's
-/// reference does; an all-zero input gets scale 1/255.
+/// hold 0) gives; outputs y, the scale and the zero point. All arithmetic in f32. The spec's
+/// scale of an all-zero input is 0 (its division undefined): onnxruntime, which runs the
+/// quantizer's models, makes it 1, as here (y and the zero point are 0 either way).
 fn dynamic_quantize(x: &Tensor) -> OpResult {
     if x.dtype() != DType::F32 {
         return Err(format!("input must be f32, is {}", x.dtype()));
@@ -177,7 +178,7 @@ fn dynamic_quantize(x: &Tensor) -> OpResult {
     let v = x.to_f32_vec();
     let max = v.iter().fold(0.0f32, |m, &x| m.max(x));
     let min = v.iter().fold(0.0f32, |m, &x| m.min(x));
-    let scale = (if max == min { 1.0 } else { max - min }) / 255.0;
+    let scale = if max == min { 1.0 } else { (max - min) / 255.0 };
     let zero = (0.0 - min / scale).clamp(0.0, 255.0).round_ties_even();
     let y: Vec<i64> = v.iter().map(|&x| ((x / scale).round_ties_even() + zero).clamp(0.0, 255.0) as i64).collect();
     Ok(vec![
