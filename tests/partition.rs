@@ -79,6 +79,19 @@ fn hardswish_written_with_clip_is_recognised() {
 }
 
 #[test]
+fn adding_a_tiny_constant_is_not_an_activation() {
+    // Mel front ends guard a log with `x + 2^-24`: close to x everywhere but at 0, where the
+    // log tells them apart, so it must not become a leaky ReLU of slope 0.99999994.
+    let g = gemm_graph(|b, y| {
+        let guard = scalar(b, "guard", 2f32.powi(-24));
+        let a = b.node("guard_add", Op::Binary(Binary::Add), &[&y, &guard]);
+        b.node("log", Op::Unary(Unary::Log), &[&a])
+    });
+    let p = partition(&g);
+    assert_eq!(p.partitions[0].epilogue.form().activation, None, "{:#?}", p.partitions[0]);
+}
+
+#[test]
 fn a_tensor_read_outside_the_chain_is_never_fused_away() {
     // The MatMul output is also a graph output: the bias add must stay outside.
     let mut b = GraphBuilder::new("t");

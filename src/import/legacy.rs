@@ -1,7 +1,7 @@
 //! Older operator versions in today's form. From opset 7 (numpy broadcasting) to 10, Bolt's ops
 //! mean what they mean today except where an attribute became an input (Slice's starts/ends/axes
 //! at 10; Pad's pads and value, Clip's min and max at 11; Squeeze's and Unsqueeze's axes and
-//! Split's sizes at 13)
+//! Split's sizes at 13; the host-only DFT's axis at 20)
 //! or an op was renamed (Upsample, then Resize-10, became Resize-11 with explicit coordinate and
 //! rounding modes). Each such node is imported as today's op with the old attributes as constant
 //! inputs, so the rest of Bolt sees one form; PyTorch exported at opset 9 by default until 1.12,
@@ -93,6 +93,19 @@ pub fn upgrade(node: &NodeProto, opset: i64, constants: &HashMap<String, Tensor>
         "BatchNormalization" if opset < 9 && a.int_or("spatial", 1)? == 0 => Ok(Some(Upgraded {
             parsed: Parsed::Opaque("BatchNormalization with spatial=0 (statistics per element, before opset 9)"),
             inputs: own(node.input.len()).collect(),
+        })),
+        // DFT-17's axis attribute (default 1) is DFT-20's input 2 (default -2).
+        "DFT" if opset < 20 => Ok(Some(Upgraded {
+            parsed: Parsed::Opaque(HOST_COMPUTED),
+            inputs: vec![
+                Arg::Input(0),
+                Arg::Input(1),
+                Arg::Constant {
+                    suffix: "axis",
+                    value: Tensor::from_i64(vec![], vec![a.int_or("axis", 1)?]),
+                    like: None,
+                },
+            ],
         })),
         // Upsample (7 to 9) and Resize-10 scale by `scales` with asymmetric coordinates,
         // output size floor(input * scale).

@@ -472,17 +472,15 @@ fn import_if(
     Ok((Op::If { then_branch: Arc::new(then_branch), else_branch: Arc::new(else_branch) }, captured))
 }
 
-/// Softmax and LogSoftmax before opset 13 flatten their input to 2-D at `axis`; over the last
-/// axis that is today's op, which is how paddle2onnx and torch.onnx use them. Decided after
-/// inference, which knows the rank.
+/// Softmax, LogSoftmax and Hardmax before opset 13 flatten their input to 2-D at `axis`; over
+/// the last axis that is today's op, which is how paddle2onnx and torch.onnx use them. Decided
+/// after inference, which knows the rank.
 fn legacy_softmax_on_last_axis(graph: &mut Graph) {
     for n in &mut graph.nodes {
         let Op::Opaque { domain, op_type, attrs, .. } = &n.op else { continue };
-        let log = match op_type.as_str() {
-            "Softmax" => false,
-            "LogSoftmax" => true,
-            _ => continue,
-        };
+        if !matches!(op_type.as_str(), "Softmax" | "LogSoftmax" | "Hardmax") {
+            continue;
+        }
         if !(domain.is_empty() || domain == "ai.onnx") || graph.opset >= 13 {
             continue;
         }
@@ -493,7 +491,17 @@ fn legacy_softmax_on_last_axis(graph: &mut Graph) {
         let rank = n.input(0).and_then(|x| graph.types.get(x)).and_then(|t| t.shape.as_ref()).map(Shape::rank);
         if let (Some(axis), Some(rank)) = (axis, rank) {
             if rank > 0 && (axis == -1 || axis == rank as i64 - 1) {
-                n.op = if log { Op::LogSoftmax { axis: -1 } } else { Op::Softmax { axis: -1 } };
+                n.op = match op_type.as_str() {
+                    "Softmax" => Op::Softmax { axis: -1 },
+                    "LogSoftmax" => Op::LogSoftmax { axis: -1 },
+                    // Hardmax-13 over the last axis, which the reference computes.
+                    _ => Op::Opaque {
+                        domain: domain.clone(),
+                        op_type: op_type.clone(),
+                        attrs: vec![("axis".into(), crate::ir::AttrValue::Int(-1))],
+                        why: crate::ir::HOST_COMPUTED.into(),
+                    },
+                };
             }
         }
     }

@@ -14,14 +14,14 @@ pub enum Parsed {
 }
 
 /// The first default-domain opset whose version of `op_type` has the semantics Bolt
-/// implements. Older versions of these ops differ (Softmax coerced its input to 2-D; Slice,
-/// Pad and Clip took attributes where today's take inputs), so nodes from older opsets stay
-/// with the host unless `legacy::upgrade` rewrote them first.
+/// implements. Older versions of these ops differ (Softmax and Hardmax coerced their input to
+/// 2-D; Slice, Pad and Clip took attributes where today's take inputs), so nodes from older
+/// opsets stay with the host unless `legacy::upgrade` rewrote them first.
 fn semantics_since(op_type: &str) -> i64 {
     match op_type {
         "Slice" => 10,
         "Pad" | "Clip" | "Resize" => 11,
-        "Softmax" | "LogSoftmax" | "Squeeze" | "Unsqueeze" | "Split" => 13,
+        "Softmax" | "LogSoftmax" | "Hardmax" | "Squeeze" | "Unsqueeze" | "Split" => 13,
         "HardSwish" => 14,
         "LayerNormalization" => 17,
         "Gelu" => 20,
@@ -35,7 +35,7 @@ pub fn parse_op(node: &NodeProto, opset: i64) -> Result<Parsed, String> {
         return Ok(Parsed::Opaque("operator from a non-default domain"));
     }
     if opset < semantics_since(node.op_type()) {
-        return Ok(Parsed::Opaque("this opset's version of the operator has semantics Bolt does not implement"));
+        return Ok(Parsed::Opaque(OLDER_SEMANTICS));
     }
     let a = Attrs::new(node);
     let op = match node.op_type() {
@@ -250,6 +250,7 @@ pub fn parse_op(node: &NodeProto, opset: i64) -> Result<Parsed, String> {
             Ok(r) => Op::Recurrent(r),
             Err(why) => return Ok(Parsed::Opaque(why)),
         },
+        op if crate::reference::ops::host::COMPUTED.contains(&op) => return Ok(Parsed::Opaque(HOST_COMPUTED)),
         _ => return Ok(Parsed::Opaque("operator outside Bolt's supported list")),
     };
     Ok(Parsed::Op(op))

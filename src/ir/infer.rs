@@ -1098,7 +1098,7 @@ pub fn matmul_shape(a: &Shape, b: &Shape) -> Result<Shape, String> {
     Ok(Shape(out))
 }
 
-fn conv_shape(x: &Shape, w: &Shape, window: &Window, group: usize) -> Result<Shape, String> {
+pub(super) fn conv_shape(x: &Shape, w: &Shape, window: &Window, group: usize) -> Result<Shape, String> {
     if x.rank() < 3 || w.rank() != x.rank() {
         return Err(format!("input {x} and weight {w} must have the same rank >= 3"));
     }

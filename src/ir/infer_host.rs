@@ -9,7 +9,7 @@
 //! computation stays visible. Anything it does not know (other domains, `If`, `Loop`, `Scan`,
 //! unlisted ops) yields unknown outputs, which the model's declared value_info may fill.
 
-use super::infer::{dims_operand as dims, matmul_shape, norm_axis, InputInfo};
+use super::infer::{conv_shape, dims_operand as dims, matmul_shape, norm_axis, InputInfo};
 use super::*;
 
 /// What inference learns about a host node's outputs.
@@ -149,6 +149,9 @@ pub fn infer_host(
         | "LRN"
         | "CumSum"
         | "Trilu"
+        | "ScatterND"
+        | "ScatterElements"
+        | "ReverseSequence"
         | "MeanVarianceNormalization"
         | "BitwiseNot"
         | "Identity"
@@ -288,16 +291,48 @@ pub fn infer_host(
             }))
         }
         "TopK" => {
-            let k = ints(infos, 1).and_then(|v| v.first().copied());
+            // K: a constant, else a dim from shape arithmetic, else TopK-1's attribute.
+            let k = match info(infos, 1) {
+                Some(_) => dims(infos, 1).filter(|d| d.len() == 1).map(|d| d[0].clone()),
+                None => attr_int(attrs, "k").filter(|&k| k >= 0).map(|k| Dim::Known(k as usize)),
+            };
             let axis = attr_int(attrs, "axis").unwrap_or(-1);
             let s = x.and_then(|t| t.shape.as_ref()).and_then(|s| {
                 let a = norm_axis(axis, s.rank(), false).ok()?;
                 let mut d = s.0.clone();
-                d[a] = k.filter(|&k| k >= 0).map_or(Dim::Unknown, |k| Dim::Known(k as usize));
+                d[a] = k.clone().unwrap_or(Dim::Unknown);
                 Some(Shape(d))
             });
             vec![x.and_then(|t| with_shape(t.dtype, s.clone())), with_shape(DType::I64, s)]
         }
+        "GatherElements" => one(x.and_then(|t| with_shape(t.dtype, shape(infos, 1).cloned()))),
+        "GatherND" => one(x.map(|t| TensorType { dtype: t.dtype, shape: gather_nd(attrs, infos) })),
+        "EyeLike" => {
+            let d = attr_int(attrs, "dtype").map(|c| DType::from_onnx(c as i32));
+            one(x.map(|t| TensorType { dtype: d.unwrap_or(t.dtype), shape: t.shape.clone() }))
+        }
+        "SpaceToDepth" => {
+            let b = attr_int(attrs, "blocksize").filter(|&b| b > 0).map(|b| b as usize);
+            one(x.map(|t| TensorType {
+                dtype: t.dtype,
+                shape: t.shape.as_ref().filter(|s| s.rank() == 4).map(|s| {
+                    let scaled = |d: &Dim, f: &dyn Fn(usize) -> usize| match (d, b) {
+                        (Dim::Known(n), Some(_)) => Dim::Known(f(*n)),
+                        _ => Dim::Unknown,
+                    };
+                    let b = b.unwrap_or(1);
+                    Shape(vec![
+                        s.0[0].clone(),
+                        scaled(&s.0[1], &|c| c * b * b),
+                        scaled(&s.0[2], &|h| h / b),
+                        scaled(&s.0[3], &|w| w / b),
+                    ])
+                }),
+            }))
+        }
+        "Einsum" => one(einsum(attrs, infos)),
+        "DFT" => one(x.map(|t| TensorType { dtype: t.dtype, shape: dft(attrs, infos) })),
+        "STFT" => one(x.map(|t| TensorType { dtype: t.dtype, shape: stft(attrs, infos) })),
         "NonZero" => one(with_shape(
             DType::I64,
             x.and_then(|t| t.shape.as_ref()).map(|s| Shape(vec![Dim::Known(s.rank()), Dim::Unknown])),
@@ -318,11 +353,11 @@ pub fn infer_host(
             ]
         }
         "QuantizeLinear" => {
-            let d = ty(infos, 2).map_or(DType::U8, |z| z.dtype);
+            let d = ty(infos, 2).map(|z| z.dtype).or_else(|| output_dtype(attrs)).unwrap_or(DType::U8);
             one(x.map(|t| TensorType { dtype: d, shape: t.shape.clone() }))
         }
         "DequantizeLinear" => {
-            let d = ty(infos, 1).map_or(DType::F32, |s| s.dtype);
+            let d = output_dtype(attrs).or_else(|| ty(infos, 1).map(|s| s.dtype)).unwrap_or(DType::F32);
             one(x.map(|t| TensorType { dtype: d, shape: t.shape.clone() }))
         }
         "MatMulInteger" => one(Some(TensorType {
@@ -334,11 +369,10 @@ pub fn infer_host(
         })),
         "ConvInteger" => one(Some(TensorType {
             dtype: DType::I32,
-            shape: match (shape(infos, 0), shape(infos, 1)) {
-                (Some(a), Some(w)) if a.rank() >= 3 => {
-                    let mut d = vec![a.0[0].clone(), w.0[0].clone()];
-                    d.extend(std::iter::repeat_n(Dim::Unknown, a.rank() - 2));
-                    Some(Shape(d))
+            shape: match (shape(infos, 0), shape(infos, 1), Window::from_attrs(attrs)) {
+                (Some(a), Some(w), Ok(window)) => {
+                    let group = attr_int(attrs, "group").filter(|&g| g > 0).unwrap_or(1) as usize;
+                    conv_shape(a, w, &window, group).ok()
                 }
                 _ => None,
             },
@@ -355,6 +389,100 @@ pub fn infer_host(
             .map(|v| v.iter().map(|&n| if n >= 0 { Dim::Known(n as usize) } else { Dim::Unknown }).collect());
     }
     out
+}
+
+/// QuantizeLinear's and DequantizeLinear's `output_dtype` attribute (0: not given).
+fn output_dtype(attrs: &[(String, AttrValue)]) -> Option<DType> {
+    attr_int(attrs, "output_dtype").filter(|&c| c != 0).map(|c| DType::from_onnx(c as i32))
+}
+
+/// GatherND's output: the index tuples' leading shape, then the data's dims after the batch
+/// axes and the `k` the tuples index (k: the indices' last dim, which must be known).
+fn gather_nd(attrs: &[(String, AttrValue)], infos: &[Option<InputInfo>]) -> Option<Shape> {
+    let (data, idx) = (shape(infos, 0)?, shape(infos, 1)?);
+    let b = usize::try_from(attr_int(attrs, "batch_dims").unwrap_or(0)).ok()?;
+    let k = idx.0.last()?.known()?;
+    let rest = data.0.get(b + k..)?;
+    Some(Shape([&idx.0[..idx.rank() - 1], rest].concat()))
+}
+
+/// Einsum's output: rank and dims from the equation, each label's dim merged over the
+/// operands that hold it (numpy broadcasting: a 1 yields to the other size).
+fn einsum(attrs: &[(String, AttrValue)], infos: &[Option<InputInfo>]) -> Option<TensorType> {
+    let dtype = ty(infos, 0)?.dtype;
+    let Some(AttrValue::String(eq)) = attr(attrs, "equation") else { return None };
+    let shapes: Vec<Option<&Shape>> = (0..infos.len()).map(|i| shape(infos, i)).collect();
+    let ranks: Vec<Option<usize>> = shapes.iter().map(|s| s.map(Shape::rank)).collect();
+    let spec = super::einsum::parse(&String::from_utf8_lossy(eq), &ranks).ok()?;
+    let Some(output) = &spec.output else { return Some(TensorType { dtype, shape: None }) };
+    let mut label_dims: Vec<Option<Dim>> = vec![None; spec.labels];
+    for (labels, s) in spec.operands.iter().zip(&shapes) {
+        let (Some(labels), Some(s)) = (labels, s) else { continue };
+        for (&l, d) in labels.iter().zip(&s.0) {
+            label_dims[l] = Some(match &label_dims[l] {
+                None => d.clone(),
+                Some(prev) => broadcast_shapes(&Shape(vec![prev.clone()]), &Shape(vec![d.clone()]))
+                    .map_or(Dim::Unknown, |s| s.0[0].clone()),
+            });
+        }
+    }
+    let dims = output.iter().map(|&l| label_dims[l].clone().unwrap_or(Dim::Unknown)).collect();
+    Some(TensorType::new(dtype, Shape(dims)))
+}
+
+/// A positive scalar integer input's value, when constant.
+fn positive(infos: &[Option<InputInfo>], i: usize) -> Option<usize> {
+    ints(infos, i).filter(|v| v.len() == 1).and_then(|v| usize::try_from(v[0]).ok()).filter(|&n| n > 0)
+}
+
+/// DFT's output (opset 20's inputs: dft_length 1, axis 2): the signal axis becomes the
+/// transform's length (n / 2 + 1 bins one-sided), the last axis 2 (1 for a one-sided inverse).
+fn dft(attrs: &[(String, AttrValue)], infos: &[Option<InputInfo>]) -> Option<Shape> {
+    let s = shape(infos, 0)?;
+    let r = s.rank();
+    let axis = match info(infos, 2) {
+        Some(_) => ints(infos, 2).filter(|v| v.len() == 1)?[0],
+        None => -2,
+    };
+    let a = usize::try_from(if axis < 0 { axis + r as i64 } else { axis }).ok().filter(|&a| a + 1 < r)?;
+    let (inverse, onesided) =
+        (attr_int(attrs, "inverse").unwrap_or(0) != 0, attr_int(attrs, "onesided").unwrap_or(0) != 0);
+    let n = match info(infos, 1) {
+        Some(_) => positive(infos, 1).map(Dim::Known).unwrap_or(Dim::Unknown),
+        None if inverse && onesided => {
+            s.0[a].known().filter(|&m| m > 0).map_or(Dim::Unknown, |m| Dim::Known(2 * (m - 1)))
+        }
+        None => s.0[a].clone(),
+    };
+    let mut d = s.0.clone();
+    d[a] = match (&n, inverse, onesided) {
+        (Dim::Known(n), false, true) => Dim::Known(n / 2 + 1),
+        (_, false, true) => Dim::Unknown,
+        _ => n,
+    };
+    d[r - 1] = Dim::Known(if inverse && onesided { 1 } else { 2 });
+    Some(Shape(d))
+}
+
+/// STFT's output [batch, frames, bins, 2]: frames from the signal length, frame_step and the
+/// frame length (input 3, else the window's length). The signal is [batch, length, 1 or 2],
+/// or [batch, length] (real, as onnxruntime accepts).
+fn stft(attrs: &[(String, AttrValue)], infos: &[Option<InputInfo>]) -> Option<Shape> {
+    let s = shape(infos, 0).filter(|s| matches!(s.rank(), 2 | 3))?;
+    let frame = match info(infos, 3) {
+        Some(_) => positive(infos, 3),
+        None => match shape(infos, 2) {
+            Some(w) => w.0.first().and_then(Dim::known),
+            None => s.0[1].known(),
+        },
+    };
+    let frames = match (s.0[1].known(), positive(infos, 1), frame) {
+        (Some(len), Some(step), Some(f)) if f <= len => Dim::Known((len - f) / step + 1),
+        _ => Dim::Unknown,
+    };
+    let onesided = attr_int(attrs, "onesided").unwrap_or(1) != 0;
+    let bins = frame.map_or(Dim::Unknown, |f| Dim::Known(if onesided { f / 2 + 1 } else { f }));
+    Some(Shape(vec![s.0[0].clone(), frames, bins, Dim::Known(2)]))
 }
 
 fn split(attrs: &[(String, AttrValue)], infos: &[Option<InputInfo>], n_out: usize) -> Vec<Option<TensorType>> {

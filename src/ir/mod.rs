@@ -4,6 +4,7 @@
 pub mod builder;
 pub mod control;
 mod dtype;
+pub mod einsum;
 mod graph;
 pub mod infer;
 mod infer_host;

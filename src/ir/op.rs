@@ -31,6 +31,41 @@ pub struct Window {
 }
 
 impl Window {
+    /// The window an opaque node's attributes describe (auto_pad, kernel_shape, strides,
+    /// pads, dilations), as ConvInteger carries them.
+    pub fn from_attrs(attrs: &[(String, AttrValue)]) -> Result<Window, String> {
+        let get = |name: &str| attrs.iter().find(|(n, _)| n == name).map(|(_, v)| v);
+        let auto_pad = match get("auto_pad") {
+            None => AutoPad::NotSet,
+            Some(AttrValue::String(s)) => match s.as_slice() {
+                b"NOTSET" => AutoPad::NotSet,
+                b"SAME_UPPER" => AutoPad::SameUpper,
+                b"SAME_LOWER" => AutoPad::SameLower,
+                b"VALID" => AutoPad::Valid,
+                other => return Err(format!("unknown auto_pad '{}'", String::from_utf8_lossy(other))),
+            },
+            Some(_) => return Err("auto_pad must be a string".into()),
+        };
+        let usizes = |name: &str| -> Result<Option<Vec<usize>>, String> {
+            match get(name) {
+                None => Ok(None),
+                Some(AttrValue::Ints(v)) => v
+                    .iter()
+                    .map(|&i| usize::try_from(i).map_err(|_| format!("{name} {v:?} holds {i}")))
+                    .collect::<Result<_, _>>()
+                    .map(Some),
+                Some(_) => Err(format!("{name} must be a list of integers")),
+            }
+        };
+        Ok(Window {
+            kernel_shape: usizes("kernel_shape")?,
+            strides: usizes("strides")?,
+            pads: usizes("pads")?,
+            dilations: usizes("dilations")?,
+            auto_pad,
+        })
+    }
+
     /// Output spatial size and the effective begin/end pads for input spatial sizes `input`
     /// with kernel `kernel`. `ceil_mode` only applies to pooling.
     pub fn resolve(&self, input: &[usize], kernel: &[usize], ceil_mode: bool) -> Result<ResolvedWindow, String> {
@@ -882,6 +917,14 @@ pub enum Op {
         why: std::borrow::Cow<'static, str>,
     },
 }
+
+/// Why a node of an older opset version whose meaning differs from today's (Softmax before 13
+/// coerced its input to 2-D) stays opaque. The reference computes host-only ops by today's
+/// definitions, so it leaves such nodes alone.
+pub const OLDER_SEMANTICS: &str = "this opset's version of the operator has semantics Bolt does not implement";
+
+/// Why a host-only op the reference executor computes stays opaque.
+pub const HOST_COMPUTED: &str = "a host-only op: Bolt compiles no kernel for it (the reference executor computes it)";
 
 impl Op {
     /// The ONNX op_type this operator came from.

@@ -1,18 +1,23 @@
 //! Reference kernels, one file per op family. Each takes the node's inputs (`None` for
 //! omitted optional inputs) and returns its outputs, or a reason it cannot.
 
+mod along_axis;
 mod conv;
 mod conv_transpose;
+mod einsum;
 mod elementwise;
 mod fused;
+mod gather_scatter;
 pub(crate) mod host;
 pub(crate) mod layout;
 mod matmul;
 mod norm;
 mod pad;
 mod pool;
+mod quantize;
 mod recurrent;
 mod resize;
+mod spectral;
 
 use crate::ir::{Op, Tensor};
 
