@@ -92,6 +92,28 @@ fn adding_a_tiny_constant_is_not_an_activation() {
 }
 
 #[test]
+fn scaling_by_nearly_one_is_not_an_activation() {
+    // `x * 1.00001` is within 1e-4 of x: a leaky ReLU of slope 1.00001 would drop the scale of
+    // every positive value. It is a scale the epilogue applies, not an activation.
+    let g = gemm_graph(|b, y| {
+        let s = scalar(b, "nearly_one", 1.00001);
+        b.node("scale", Op::Binary(Binary::Mul), &[&y, &s])
+    });
+    let p = partition(&g);
+    let form = p.partitions[0].epilogue.form();
+    assert!(!matches!(form.activation, Some(Activation::LeakyRelu { .. })), "{:#?}", p.partitions[0]);
+    let x = common::random_tensor(&[4, 8], 3);
+    let inputs = std::collections::HashMap::from([("x".to_string(), x)]);
+    let want = bolt::reference::run(&g, &inputs).unwrap();
+    let planned = bolt::plan::plan(&g).unwrap();
+    let got = bolt::reference::run(&planned.graph, &inputs).unwrap();
+    let out = &g.outputs[0];
+    for (a, w) in got[out].to_f64_vec().iter().zip(want[out].to_f64_vec()) {
+        assert!((a - w).abs() <= 1e-6 * (1.0 + w.abs()), "{a} vs {w}");
+    }
+}
+
+#[test]
 fn a_tensor_read_outside_the_chain_is_never_fused_away() {
     // The MatMul output is also a graph output: the bias add must stay outside.
     let mut b = GraphBuilder::new("t");
