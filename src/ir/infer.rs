@@ -1440,36 +1440,45 @@ fn negative_operand(infos: &[Option<InputInfo>], i: usize) -> Option<Vec<Option<
 /// move elements without arithmetic (a `-1` concatenated into a target shape and selected
 /// out of it again); arithmetic results stay unknown.
 fn negative_value(op: &Op, infos: &[Option<InputInfo>]) -> Option<Vec<Option<i64>>> {
-    let first = infos.first().copied().flatten()?;
-    match op {
+    moved(op, infos, |x| x.negative, |i| negative_operand(infos, i))?
+}
+
+/// The elements of a 1-D shape value that `op` moves without arithmetic (identity-like ops,
+/// Gather of constant indices, Concat, a constant Slice), from each input's per-element facts
+/// (`of`: dims, known negatives; `operand`: input `i`'s, constants included). `None`: not such
+/// an op; `Some(None)`: such an op whose inputs' facts are unknown.
+#[allow(clippy::option_option)]
+fn moved<'a, T: Clone + 'a>(
+    op: &Op,
+    infos: &[Option<InputInfo<'a>>],
+    of: impl Fn(&InputInfo<'a>) -> Option<&'a [T]>,
+    operand: impl Fn(usize) -> Option<Vec<T>>,
+) -> Option<Option<Vec<T>>> {
+    let first = infos.first().copied().flatten();
+    let facts = || first.as_ref().and_then(&of);
+    Some(match op {
         Op::Identity | Op::Cast { .. } | Op::Unsqueeze | Op::Squeeze | Op::Reshape { .. } | Op::Flatten { .. } => {
-            first.negative.map(<[_]>::to_vec)
+            facts().map(<[_]>::to_vec)
         }
-        Op::Gather { axis: 0 } => {
-            let n = first.negative?;
+        Op::Gather { axis: 0 } => (|| {
+            let d = facts()?;
             let idx = infos.get(1).copied().flatten()?.value?.as_i64_vec()?;
             idx.iter()
                 .map(|&i| {
-                    let i = if i < 0 { i + n.len() as i64 } else { i };
-                    n.get(usize::try_from(i).ok()?).copied()
+                    let i = if i < 0 { i + d.len() as i64 } else { i };
+                    d.get(usize::try_from(i).ok()?).cloned()
                 })
                 .collect()
-        }
-        Op::Concat { .. } => {
-            let mut v = Vec::new();
-            for i in 0..infos.len() {
-                v.extend(negative_operand(infos, i)?);
-            }
-            Some(v)
-        }
-        Op::Slice => {
-            let n = first.negative?;
+        })(),
+        Op::Concat { .. } => (0..infos.len()).map(&operand).collect::<Option<Vec<Vec<T>>>>().map(|v| v.concat()),
+        Op::Slice => (|| {
+            let d = facts()?;
             let p = slice_params(infos, 1)?;
-            let r = p.first()?.resolve(n.len());
-            Some((0..r.len).map(|k| n[(r.start + k as i64 * r.step) as usize]).collect())
-        }
-        _ => None,
-    }
+            let r = p.first()?.resolve(d.len());
+            Some((0..r.len).map(|k| d[(r.start + k as i64 * r.step) as usize].clone()).collect())
+        })(),
+        _ => return None,
+    })
 }
 
 /// One element of integer shape arithmetic. Symbols survive identities (`n * 1`, `n + 0`,
@@ -1503,26 +1512,6 @@ fn shape_value(op: &Op, infos: &[Option<InputInfo>]) -> Option<Vec<Dim>> {
             let (b, e) = shape_range(s.rank(), *start, *end);
             Some(s.0[b..e.max(b)].to_vec())
         }
-        Op::Identity | Op::Cast { .. } | Op::Unsqueeze | Op::Squeeze | Op::Reshape { .. } | Op::Flatten { .. } => {
-            first.dims.map(|d| d.to_vec())
-        }
-        Op::Gather { axis: 0 } => {
-            let d = first.dims?;
-            let idx = infos.get(1).copied().flatten()?.value?.as_i64_vec()?;
-            idx.iter()
-                .map(|&i| {
-                    let i = if i < 0 { i + d.len() as i64 } else { i };
-                    d.get(usize::try_from(i).ok()?).cloned()
-                })
-                .collect()
-        }
-        Op::Concat { .. } => {
-            let mut v = Vec::new();
-            for i in 0..infos.len() {
-                v.extend(dims_operand(infos, i)?);
-            }
-            Some(v)
-        }
         Op::Binary(b) => {
             let int =
                 |i: usize| infos.get(i).copied().flatten().and_then(|x| x.ty).is_some_and(|t| t.dtype.is_integer());
@@ -1538,13 +1527,7 @@ fn shape_value(op: &Op, infos: &[Option<InputInfo>]) -> Option<Vec<Dim>> {
             };
             Some(pairs.into_iter().map(|(p, q)| dim_arith(*b, &p, &q)).collect())
         }
-        Op::Slice => {
-            let d = first.dims?;
-            let p = slice_params(infos, 1)?;
-            let r = p.first()?.resolve(d.len());
-            Some((0..r.len).map(|k| d[(r.start + k as i64 * r.step) as usize].clone()).collect())
-        }
-        _ => None,
+        op => moved(op, infos, |x| x.dims, |i| dims_operand(infos, i))?,
     }
 }
 
