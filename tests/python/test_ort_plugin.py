@@ -215,6 +215,9 @@ def conformance_cases():
         p.name for p in CONFORMANCE.iterdir()
         if p.is_dir() and any(k in p.name.lower() for k in ("gemm", "matmul", "conv"))
         and "convtranspose" not in p.name.lower() and "integer" not in p.name.lower()
+        # Einsum spelling a batched MatMul: no Bolt kernel, and its cases are IR 14, newer than
+        # this onnxruntime loads.
+        and "einsum" not in p.name.lower()
     )
 
 
@@ -490,14 +493,14 @@ sess = bolt_ort.session({str(MODELS / "small_conv_mlp" / "model.onnx")!r}, {{"ve
 
 
 def split_conv_mlp() -> onnx.ModelProto:
-    """conv+relu -> Sin (no Bolt kernel: ORT's CPU) -> conv+relu -> pool -> flatten -> gemm+relu
-    -> gemm: two fused nodes for Bolt with an ORT CPU node between them."""
+    """conv+relu -> CumSum over channels (no Bolt kernel: ORT's CPU) -> conv+relu -> pool -> flatten
+    -> gemm+relu -> gemm: two fused nodes for Bolt with an ORT CPU node between them."""
     rng = np.random.default_rng(3)
     init = lambda name, *shape: numpy_helper.from_array(rng.uniform(-0.5, 0.5, shape).astype(np.float32), name)
     nodes = [
         helper.make_node("Conv", ["input", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
         helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
-        helper.make_node("Sin", ["r1"], ["s1"], name="sin"),
+        helper.make_node("CumSum", ["r1", "channels"], ["s1"], name="cumsum"),
         helper.make_node("Conv", ["s1", "w2", "b2"], ["c2"], name="conv2", pads=[1, 1, 1, 1], strides=[2, 2]),
         helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
         helper.make_node("GlobalAveragePool", ["r2"], ["p"], name="pool"),
@@ -512,7 +515,7 @@ def split_conv_mlp() -> onnx.ModelProto:
         [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 3, 32, 32])],
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 5])],
         [init("w1", 8, 3, 3, 3), init("b1", 8), init("w2", 16, 8, 3, 3), init("b2", 16), init("w3", 10, 16),
-         init("b3", 10), init("w4", 5, 10), init("b4", 5)],
+         init("b3", 10), init("w4", 5, 10), init("b4", 5), numpy_helper.from_array(np.array(1, np.int64), "channels")],
     )
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
@@ -555,9 +558,9 @@ def test_host_gpu_data_transfer(host_gpu):
 
 
 def test_host_gpu_session_matches_ort_cpu(host_gpu):
-    # Everything but the Sin runs on the device, as two fused nodes around it; ORT inserts the
+    # Everything but the CumSum runs on the device, as two fused nodes around it; ORT inserts the
     # copies around them through Bolt's data transfer on the stream, Compute is queued on ORT's
-    # compute stream (4 runs x 2 fused nodes), and ORT's CPU Sin waits on Bolt's notifications.
+    # compute stream (4 runs x 2 fused nodes), and ORT's CPU CumSum waits on Bolt's notifications.
     assert host_gpu["assigned"] == [
         "Conv", "Conv", "Flatten", "Gemm", "Gemm", "GlobalAveragePool", "Relu", "Relu", "Relu"
     ]
