@@ -1725,3 +1725,20 @@ fn every_element_wise_function_is_a_stitched_kernel_with_the_reference_meaning()
         }
     }
 }
+
+/// NeMo's 128-mel front end (OnnxScript, from the onnx-asr wheel): its per-utterance
+/// normalisation (masked mean and standard deviation over frames) reduces over rows whose
+/// length is computed from the waveform's at run time (a dim shape inference cannot name).
+/// The reductions read one masked input along those rows, so they stitch, the kernel's
+/// problem checking the row at run time; the artifact matches onnxruntime CPU on both data
+/// sets (2 x 16000 and 1 x 8000 samples). Left on the host: the Shape/Range length
+/// computations and the integer division of the lengths.
+#[test]
+fn nemo_front_end_stitches_reductions_over_a_run_time_frame_count() {
+    let sizes = |d: &str| if d == "batch_size" { (1, 2) } else { (8000, 16000) };
+    let Some(art) = artifact_matches_onnxruntime("models/onnxasr_nemo128", sizes) else { return };
+    assert!(art.plan.stitch.iter().any(|s| s.spec.reduces()), "no stitched reduction");
+    let computed: Vec<&str> = art.plan.host_ops.iter().filter(|h| !h.on_device).map(|h| h.op_type.as_str()).collect();
+    let normalisation = ["ReduceSum", "ReduceSumSquare", "Where", "Less", "Sub", "Sqrt"];
+    assert!(computed.iter().all(|op| !normalisation.contains(op)), "{:?}", art.plan.host_ops);
+}

@@ -982,3 +982,68 @@ fn expands_to_their_own_shape_are_identities() {
         assert!((a - b).abs() <= 1e-6 * a.abs().max(1.0), "{a} vs {b}");
     }
 }
+
+/// A masked mean over rows whose length only the run time knows (an unknown dim, as after a
+/// strided conv or a Range of computed length: NeMo's and trueocr's normalisations):
+/// sum(x * m) / sum(m) with both sums reading the mask m along the rows. That shared input
+/// makes the rows one length, so the region stitches; its kernel spec means the original ops
+/// at every width, and a run-time shape where m is one element along rows of x's width (ONNX
+/// would sum an axis of 1) is refused with the reason instead of computed wrong. Reductions
+/// over rows of unrelated unknown lengths do not share a region. (Reference against
+/// reference: this checks the rewriting; `tests/artifact.rs` runs NeMo's against onnxruntime.)
+#[test]
+fn rows_of_run_time_length_stitch_where_the_reductions_read_one_input_along_them() {
+    let sum = Op::Reduce { kind: ReduceKind::Sum, axes: Some(vec![-1]), keepdims: true, noop_with_empty_axes: false };
+    let mut g = GraphBuilder::new("masked_mean");
+    let x = g.input("x", DType::F32, Shape(vec![Dim::Known(3), Dim::Unknown]));
+    let m = g.input("m", DType::F32, Shape(vec![Dim::Known(1), Dim::Unknown]));
+    let xm = g.node("xm", Op::Binary(Binary::Mul), &[&x, &m]);
+    let s = g.node("s", sum.clone(), &[&xm]);
+    let c = g.node("c", sum.clone(), &[&m]);
+    let mean = g.node("mean", Op::Binary(Binary::Div), &[&s, &c]);
+    let y = g.node("y", Op::Binary(Binary::Sub), &[&x, &mean]);
+    g.output(&y);
+    let g = g.finish().unwrap();
+    let (regions, not) = find(&g, &HashSet::new());
+    assert!(not.is_empty(), "{not:?}");
+    assert_eq!(regions.len(), 1);
+    let plan = bolt::plan::plan(&g).unwrap();
+    let n = plan.graph.nodes.iter().find(|n| matches!(n.op, Op::Stitched(_))).expect("stitched");
+    let spec = bolt::plan::lower::stitch_spec(&plan.graph, n).unwrap();
+    let Op::Stitched(region) = &n.op else { unreachable!() };
+    let run = |xs: &[usize], ms: &[usize]| {
+        let feeds = HashMap::from([("x".to_string(), random(xs, 1)), ("m".to_string(), random(ms, 2))]);
+        let inputs: Vec<&Tensor> = n.inputs.iter().flatten().map(|t| &feeds[t]).collect();
+        let got = bolt::runtime::stitch::run(&spec, region, &inputs, &[DType::F32]);
+        (got, bolt::reference::run(&g, &feeds).unwrap().remove(&g.outputs[0]).unwrap())
+    };
+    for width in [1usize, 7, 300] {
+        let (got, want) = run(&[3, width], &[1, width]);
+        let got = got.unwrap().remove(0);
+        assert_eq!(got.shape, want.shape);
+        let worst = got
+            .to_f32_vec()
+            .iter()
+            .zip(want.to_f32_vec())
+            .map(|(a, b)| (a - b).abs() / (1.0 + b.abs()))
+            .fold(0f32, f32::max);
+        assert!(worst <= 1e-5, "width {width}: {worst}");
+    }
+    let (got, want) = run(&[3, 7], &[1, 1]);
+    assert_eq!(want.shape, [3, 7], "ONNX broadcasts the mask");
+    let e = got.unwrap_err();
+    assert!(e.contains("would reduce rows of 7 elements"), "{e}");
+
+    // Two sums over rows of unrelated unknown lengths, added: not one region.
+    let mut g = GraphBuilder::new("unrelated");
+    let a = g.input("a", DType::F32, Shape(vec![Dim::Known(3), Dim::Unknown]));
+    let b = g.input("b", DType::F32, Shape(vec![Dim::Known(3), Dim::Unknown]));
+    let sa = g.node("sa", sum.clone(), &[&a]);
+    let sb = g.node("sb", sum, &[&b]);
+    let t = g.node("t", Op::Binary(Binary::Add), &[&sa, &sb]);
+    g.output(&t);
+    let g = g.finish().unwrap();
+    let (regions, not) = find(&g, &HashSet::new());
+    assert!(regions.iter().all(|r| !(r.nodes.contains(&"sa".to_string()) && r.nodes.contains(&"sb".to_string()))));
+    assert!(not.iter().any(|n| n.reason.contains("nor shared")), "{not:?} {regions:?}");
+}

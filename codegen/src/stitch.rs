@@ -565,7 +565,52 @@ impl StitchSpec {
                 return Err(format!("input {i} of shape {:?} varies along rows of {shape:?}", inputs[i].0));
             }
         }
+        self.rows_spanned(&p, shape)?;
         Ok(p)
+    }
+
+    /// Checks that what the kernel computes over whole rows spans them at run time: each
+    /// reduction's argument and each output of the space's shape must read an input that
+    /// varies along the row. A planner proves this where row lengths are known; where they are
+    /// not (a length computed at run time), an input of one element along the row would make
+    /// ONNX reduce an axis of 1, or write a narrower output, where the kernel spans `width`:
+    /// refused here rather than computed wrong.
+    fn rows_spanned(&self, p: &BoltStitchProblem, shape: &[usize]) -> Result<(), String> {
+        let last = shape.len() - 1;
+        if shape[last] <= 1 {
+            return Ok(());
+        }
+        let varies = self.varies();
+        let mut spans: Vec<bool> = Vec::with_capacity(self.steps.len());
+        for s in &self.steps {
+            spans.push(match *s {
+                Step::Input(i) => self.inputs[i].access == Access::Table || p.strides[i][last] != 0,
+                Step::Gather(..) => true,
+                Step::Const(_) | Step::Reduce(..) => false,
+                Step::Unary(_, a) | Step::Not(a) | Step::Cast(_, a) => spans[a],
+                Step::Binary(_, a, b) | Step::Compare(_, a, b) | Step::Logic(_, a, b) => spans[a] || spans[b],
+                Step::Select(c, a, b) => spans[c] || spans[a] || spans[b],
+            });
+        }
+        for (j, s) in self.steps.iter().enumerate() {
+            if let Step::Reduce(_, a) = *s {
+                if !spans[a] {
+                    return Err(format!(
+                        "step {j} would reduce rows of {} elements of a value that is one element along them",
+                        shape[last]
+                    ));
+                }
+            }
+        }
+        for (k, o) in self.outputs.iter().enumerate() {
+            if !o.per_row && varies[o.step] && !spans[o.step] {
+                return Err(format!(
+                    "output {k} would be written over rows of {} elements but is one element along them",
+                    shape[last]
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// The spec's meaning on host data (per row; floats in f64, integers and bools exactly),
@@ -1232,6 +1277,40 @@ mod tests {
         assert_eq!(p.strides[1][..3], [5, 0, 1]);
         assert!(softmax().problem(&[2, 3, 5], &[&[2, 3, 1], &[5]]).unwrap_err().contains("densely"));
         assert!(softmax().problem(&[2, 3, 5], &[&[2, 3, 5], &[3]]).is_err());
+    }
+
+    #[test]
+    fn problems_refuse_rows_a_reduction_or_output_would_not_span() {
+        // mean(x * m) and x * m over rows of x: where a planner could not prove the row
+        // lengths (known only at run time), an x of one element along a row of m's width
+        // would have ONNX reduce an axis of 1 (and write a narrower output); the kernel would
+        // sum m's width of copies. The problem refuses it.
+        let strided = Input { element: Storage::F32, access: Access::Strided };
+        let steps = vec![
+            Step::Input(0),
+            Step::Input(1),
+            Step::Binary(BinaryFn::Mul, 0, 1),
+            Step::Reduce(Reduction::Mean, 0),
+            Step::Binary(BinaryFn::Sub, 2, 3),
+        ];
+        let spec = |outputs| StitchSpec { inputs: vec![strided, strided], steps: steps.clone(), outputs };
+        let out = |step, per_row| Output { step, element: Storage::F32, per_row };
+        let mean = spec(vec![out(3, true)]);
+        assert!(validate(&mean).is_ok(), "{:?}", validate(&mean));
+        assert!(mean.problem(&[2, 5], &[&[2, 5], &[2, 5]]).is_ok());
+        let e = mean.problem(&[2, 5], &[&[2, 1], &[2, 5]]).unwrap_err();
+        assert!(e.contains("step 3 would reduce rows of 5 elements"), "{e}");
+        // Rows of one element are the same either way.
+        assert!(mean.problem(&[2, 1], &[&[2, 1], &[1, 1]]).is_ok());
+        // An output of the space's shape that reads only x: ONNX's would be [2, 1].
+        let x_only = StitchSpec { steps: steps[..3].to_vec(), ..spec(vec![out(0, false)]) };
+        assert!(x_only.problem(&[2, 5], &[&[2, 5], &[2, 5]]).is_ok());
+        let e = x_only.problem(&[2, 5], &[&[2, 1], &[2, 5]]).unwrap_err();
+        assert!(e.contains("output 0 would be written over rows of 5"), "{e}");
+        // x * m spans m's rows whatever x's.
+        assert!(spec(vec![out(4, false)]).problem(&[2, 5], &[&[2, 5], &[2, 5]]).is_ok());
+        let product = StitchSpec { steps: steps[..3].to_vec(), ..spec(vec![out(2, false)]) };
+        assert!(product.problem(&[2, 5], &[&[2, 1], &[2, 5]]).is_ok());
     }
 
     #[test]

@@ -16,7 +16,7 @@ use crate::ir::infer::SliceAxis;
 use crate::ir::{Binary, Compare, DType, Graph, Logic, Op, ReduceKind, Tensor, TensorData, Unary};
 use crate::ir::{Dim, Shape, TensorType};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 /// A reduction along the last axis, kept as a length-1 axis (it broadcasts back).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -650,6 +650,8 @@ fn region(
         }
     };
     let mut row: Option<crate::ir::Dim> = None;
+    // Inputs every reduction of rows of unknown length reads along its rows.
+    let mut unknown_row: Option<BTreeSet<usize>> = None;
     for &i in members {
         let n = &g.nodes[i];
         let rank = g.types[&n.outputs[0]].shape.as_ref().map_or(0, |s| s.0.len());
@@ -736,21 +738,55 @@ fn region(
         ) {
             // One row length per region: every reduction runs along the same last axis.
             let x = n.input(0).expect("reductions have an input");
-            // Known or symbolic (the same name is the same size); not unknown.
-            let len = g
-                .types
-                .get(x)
-                .and_then(|t| t.shape.as_ref()?.0.last().cloned())
-                .filter(|d| !matches!(d, crate::ir::Dim::Unknown));
+            let len = g.types.get(x).and_then(|t| t.shape.as_ref()?.0.last().cloned());
             match (&row, len) {
-                (_, None) => return Err(RegionError::Node(i, format!("'{}': its row length is not known", n.name))),
+                (_, None) => return Err(RegionError::Node(i, format!("'{}': its rank is not known", n.name))),
                 (Some(a), Some(b)) if *a != b => return Err(RegionError::OtherRow(i)),
+                (_, Some(crate::ir::Dim::Unknown)) => {
+                    // A length known only at run time (computed from a symbolic one): the
+                    // same for every such reduction only where all read one input along
+                    // their rows. The kernel refuses at run time a row that input broadcasts.
+                    let reads = row_inputs(&r.steps, args[0]);
+                    let common: BTreeSet<usize> = match &unknown_row {
+                        Some(c) => c.intersection(&reads).copied().collect(),
+                        None => reads,
+                    };
+                    if common.is_empty() {
+                        return Err(RegionError::Node(
+                            i,
+                            format!(
+                                "'{}': its row length is not known, nor shared with the region's other reductions",
+                                n.name
+                            ),
+                        ));
+                    }
+                    unknown_row = Some(common);
+                    row = Some(crate::ir::Dim::Unknown);
+                }
                 (_, Some(b)) => row = Some(b),
             }
         }
         joined(&mut r, &mut value, n, out);
     }
     Ok(r)
+}
+
+/// The region inputs step `j` reads along its rows: those no reduction cuts off.
+fn row_inputs(steps: &[Step], j: usize) -> BTreeSet<usize> {
+    let mut reads: Vec<BTreeSet<usize>> = Vec::with_capacity(j + 1);
+    for s in &steps[..=j] {
+        let of = |args: &[usize]| args.iter().flat_map(|&a| reads[a].iter().copied()).collect();
+        let set = match *s {
+            Step::Input(i) => [i].into(),
+            Step::Const(_) | Step::Reduce(..) => BTreeSet::new(),
+            Step::Gather(t, a) => reads[a].iter().copied().chain([t]).collect(),
+            Step::Unary(_, a) | Step::Not(a) | Step::Cast(_, a) => of(&[a]),
+            Step::Binary(_, a, b) | Step::Compare(_, a, b) | Step::Logic(_, a, b) => of(&[a, b]),
+            Step::Select(c, a, b) => of(&[c, a, b]),
+        };
+        reads.push(set);
+    }
+    reads.pop().unwrap_or_default()
 }
 
 /// A value during evaluation, row-major with its shape: floats in f64, integers and bools

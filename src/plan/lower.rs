@@ -950,8 +950,10 @@ pub fn stitch_spec(g: &Graph, n: &Node) -> Result<bolt_codegen::stitch::StitchSp
             };
             // A per-row output (cut off from the row by a reduction) ignores the inputs' rows.
             let reads_all = (0..n.inputs.len()).all(|i| deps[*j].contains(&i) || absorbed(i, !varies[*j]));
+            // With reductions its row must be the space's: where that length is unknown the
+            // kernel's problem checks at run time that the output spans the row.
             let last = shape.0.last();
-            let full_row = !r.reduces() || (last == space.0.last() && !matches!(last, Some(Dim::Unknown)));
+            let full_row = !r.reduces() || last == space.0.last();
             match (reads_all, varies[*j]) {
                 (true, true) if full_row => false,
                 (true, false) if last == Some(&Dim::Known(1)) => true,
