@@ -613,7 +613,7 @@ impl StitchSpec {
         Ok(())
     }
 
-    /// The spec's meaning on host data (per row; floats in f64, integers and bools exactly),
+    /// The spec's meaning on host data (per row; each float step rounded to f32, integers and bools exactly),
     /// for tests of the rendered code and of callers' lowerings: `inputs[i]` holds input i's
     /// elements in its own shape, addressed through `problem`'s strides. Returns each
     /// output's values (rows x width, or rows), converted to the output's storage.
@@ -645,9 +645,10 @@ impl StitchSpec {
                     let x = match *s {
                         Step::Input(i) => inputs[i].at(index(i, col)),
                         Step::Const(c) => Scalar::F(c.0 as f64),
-                        Step::Unary(f, a) => Scalar::F(f.apply(v[a].f())),
-                        Step::Binary(f, a, b) => Scalar::F(f.apply(v[a].f(), v[b].f())),
-                        Step::Reduce(..) => Scalar::F(reduced[j]),
+                        // Every float step rounds to f32, as the kernel's registers do.
+                        Step::Unary(f, a) => Scalar::F(f.apply(v[a].f()) as f32 as f64),
+                        Step::Binary(f, a, b) => Scalar::F(f.apply(v[a].f(), v[b].f()) as f32 as f64),
+                        Step::Reduce(..) => Scalar::F(reduced[j] as f32 as f64),
                         Step::Compare(f, a, b) => Scalar::I(i64::from(f.apply(v[a], v[b]))),
                         Step::Logic(f, a, b) => Scalar::I(i64::from(f.apply(v[a].truth(), v[b].truth()))),
                         Step::Not(a) => Scalar::I(i64::from(!v[a].truth())),
@@ -849,9 +850,9 @@ impl BinaryFn {
 
     fn cpp(&self, a: &str, b: &str) -> String {
         match self {
-            BinaryFn::Add => format!("{a} + {b}"),
-            BinaryFn::Sub => format!("{a} - {b}"),
-            BinaryFn::Mul => format!("{a} * {b}"),
+            BinaryFn::Add => format!("f32_add({a}, {b})"),
+            BinaryFn::Sub => format!("f32_sub({a}, {b})"),
+            BinaryFn::Mul => format!("f32_mul({a}, {b})"),
             BinaryFn::Div => format!("{a} / {b}"),
             BinaryFn::Pow => format!("powf({a}, {b})"),
             BinaryFn::Max => format!("nan_max({a}, {b})"),

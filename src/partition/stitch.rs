@@ -847,15 +847,21 @@ impl Value {
     }
 }
 
+/// `x` rounded to f32 (held in f64).
+fn f32r(x: f64) -> f64 {
+    x as f32 as f64
+}
+
 fn broadcast(a: &[usize], b: &[usize]) -> Result<Vec<usize>, String> {
     crate::ir::broadcast_static(a, b).ok_or_else(|| format!("{a:?} and {b:?} do not broadcast"))
 }
 
 impl Region {
-    /// Every output of the region on `inputs` (by the region's input order), each rounded once
-    /// to its type ([`Region::dtypes`]): floats compute in f64 and round at a Cast or an
-    /// output only, as a stitched kernel keeping intermediates on chip would; integers and
-    /// bools are exact.
+    /// Every output of the region on `inputs` (by the region's input order), each converted
+    /// to its type ([`Region::dtypes`]): every float step rounds to f32, as ONNX's f32 ops and
+    /// a stitched kernel's registers do (an f16 model's intermediates stay f32 on chip);
+    /// a reduction sums in f64 and rounds once (the kernel's order of summation is its own);
+    /// integers and bools are exact.
     pub fn eval(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>, String> {
         if inputs.len() != self.inputs.len() {
             return Err(format!("{} inputs for {} region inputs", inputs.len(), self.inputs.len()));
@@ -893,15 +899,16 @@ impl Region {
                         Value::of(&t)
                     }
                 },
-                Step::Const(c) => Value { shape: vec![], data: Data::F(vec![c]) },
+                Step::Const(c) => Value { shape: vec![], data: Data::F(vec![f32r(c)]) },
                 Step::Unary(u, a) => {
                     let f = crate::reference::unary_fn(u);
-                    Value { shape: vals[a].shape.clone(), data: Data::F(vals[a].floats().into_iter().map(f).collect()) }
+                    let v = vals[a].floats().into_iter().map(|x| f32r(f(x))).collect();
+                    Value { shape: vals[a].shape.clone(), data: Data::F(v) }
                 }
                 Step::Binary(b, x, y) => {
                     let shape = broadcast(&vals[x].shape, &vals[y].shape)?;
                     let (p, q) = (Value::floats_at(&vals[x], &shape), Value::floats_at(&vals[y], &shape));
-                    let v = p.iter().zip(&q).map(|(&p, &q)| b.apply(p, q)).collect();
+                    let v = p.iter().zip(&q).map(|(&p, &q)| f32r(b.apply(p, q))).collect();
                     Value { shape, data: Data::F(v) }
                 }
                 Step::Reduce(kind, a) => {
@@ -910,10 +917,12 @@ impl Region {
                     let v = x
                         .floats()
                         .chunks(len)
-                        .map(|row| match kind {
-                            Reduce::Sum => row.iter().sum(),
-                            Reduce::Mean => row.iter().sum::<f64>() / len as f64,
-                            Reduce::Max => row.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+                        .map(|row| {
+                            f32r(match kind {
+                                Reduce::Sum => row.iter().sum(),
+                                Reduce::Mean => row.iter().sum::<f64>() / len as f64,
+                                Reduce::Max => row.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+                            })
                         })
                         .collect();
                     let mut shape = x.shape.clone();

@@ -106,6 +106,26 @@ def rank_raising_bias(b):  # a [1, 1, N] bias on a 2-D GEMM: the output is 3-D
     return b.op("Add", [mm(b), b.const(b.rng.standard_normal((1, 1, 32)))], (1, 4, 32))
 
 
+def magic_rounding(b):  # (x + 1.5 * 2^23) - 1.5 * 2^23 is round(x) only if the add rounds to f32
+    x = b.input((4, 32))
+    b.feeds[x] = (b.rng.standard_normal((4, 32)) * 100).astype(np.float32)
+    big = 1.5 * 2.0**23
+    return b.op("Sub", [b.op("Add", [x, fz.scalar(b, big)], (4, 32)), fz.scalar(b, big)], (4, 32))
+
+
+def floor_of_a_quotient_by_a_product(b):  # onnx's quantizer: floor(x / (a * c)), each op in f32
+    a, c = np.float32(0.007843138), np.float32(0.0023410565)
+    s = np.float32(a * c)
+    k = np.arange(1, 400000, dtype=np.float32)
+    x = (k * s).astype(np.float32)
+    flips = x[np.floor(x / s) != np.floor(x.astype(np.float64) / np.float64(s))][:32]
+    assert len(flips) == 32
+    xi = b.input((1, 32))
+    b.feeds[xi] = flips.reshape(1, 32)
+    q = b.op("Div", [xi, b.op("Mul", [fz.scalar(b, float(a)), fz.scalar(b, float(c))], ())], (1, 32))
+    return b.op("Floor", [q], (1, 32))
+
+
 REGRESSIONS = [
     matmul_div8_residual,
     conv_mul01_skip,
@@ -127,6 +147,14 @@ def test_epilogue_order_regressions_match_ort_cpu():
     assert not out.failures, out.failures
     # Every anchor ran on Bolt, so the comparison is of Bolt's fused kernels.
     assert out.claimed == out.anchors == len(REGRESSIONS), (out.claimed, out.anchors)
+
+
+def test_stitched_regions_round_every_step_to_f32_as_ort_does():
+    # Element-wise regions become stitched kernels; their host meaning once kept f64
+    # intermediates, which ORT's f32 ops (and the kernel's registers) do not.
+    cases = {f.__name__: regression(f) for f in (magic_rounding, floor_of_a_quotient_by_a_product)}
+    out = fz.check_cases(cases, provider=False)
+    assert not out.failures, out.failures
 
 
 def test_fuzz_corpus_replays_clean():
