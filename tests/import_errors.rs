@@ -70,8 +70,29 @@ fn unknown_opsets_are_named() {
     m.opset_import[0].version = Some(40);
     let e = import_err(&m);
     assert!(e.contains("opset 40") && e.contains("7 to 28"), "{e}");
+    // Default-domain nodes need the default domain's opset.
     m.opset_import.clear();
-    assert!(import_err(&m).contains("no default-domain"));
+    let e = import_err(&m);
+    assert!(e.contains("node 'mm' (MatMul)") && e.contains("imports no ai.onnx opset"), "{e}");
+}
+
+/// A model of ai.onnx.ml ops only (a scikit-learn pipeline; onnxruntime ships one) needs no
+/// default-domain opset: it imports, its ops stay with the host, and the shape-keeping
+/// transforms (Scaler here) are typed for what follows them.
+#[test]
+fn models_of_other_domains_only_import() {
+    let mut m = good_model();
+    m.opset_import = vec![OperatorSetIdProto { domain: Some("ai.onnx.ml".into()), version: Some(1) }];
+    let g = m.graph.as_mut().unwrap();
+    let mut scale = node("scale", "Scaler", &["x"], &["y"]);
+    scale.domain = Some("ai.onnx.ml".into());
+    g.node = vec![scale];
+    g.initializer.clear();
+    g.output = vec![ValueInfoProto { name: Some("y".into()), ..Default::default() }];
+    let g = import::load_bytes(&m.encode_to_vec(), None).unwrap().graph;
+    assert!(g.nodes[0].op.is_opaque());
+    let y = &g.types["y"];
+    assert_eq!((y.dtype, y.shape.as_ref().map(|s| s.to_string())), (bolt::ir::DType::F32, Some("[2, 3]".into())));
 }
 
 #[test]

@@ -245,6 +245,47 @@ fn per_channel_scales_fold_into_the_weights() {
     assert_plan_preserves("channel_scales", &g, &feeds);
 }
 
+/// A conv whose weight an op shape inference cannot type computes (a quantizer of another
+/// domain: brevitas exports) has output channels of unknown count, which its bias and kernel
+/// need: it stays with the host with the reason, and planning the model does not fail (it
+/// once did where a BatchNormalization followed).
+#[test]
+fn a_conv_of_unknown_output_channels_stays_with_the_host() {
+    use bolt::ir::builder::GraphBuilder;
+    use bolt::ir::{AutoPad, DType, Shape, Window};
+    let mut b = GraphBuilder::new("quantized_weight");
+    let x = b.input("x", DType::F32, Shape::from_static(&[1, 3, 8, 8]));
+    let w0 = b.initializer("w0", common::random_tensor(&[8, 3, 3, 3], 1));
+    let quant = Op::Opaque {
+        domain: "onnx.brevitas".into(),
+        op_type: "Quant".into(),
+        attrs: vec![],
+        why: "operator from a non-default domain".into(),
+    };
+    let w = b.node("quant", quant, &[&w0]);
+    let bias = b.initializer("bias", common::random_tensor(&[8], 2));
+    let window = Window {
+        kernel_shape: None,
+        strides: None,
+        pads: Some(vec![1; 4]),
+        dilations: None,
+        auto_pad: AutoPad::NotSet,
+    };
+    let y = b.node("conv", Op::Conv { window, group: 1 }, &[&x, &w, &bias]);
+    let stats: Vec<String> = ["scale", "shift", "mean", "var"]
+        .iter()
+        .map(|k| b.initializer(k, Tensor::from_f32(vec![8], vec![1.0; 8])))
+        .collect();
+    let bn = Op::BatchNormalization { epsilon: 1e-5, momentum: 0.9, training_mode: false };
+    let z = b.node("bn", bn, &[&y, &stats[0], &stats[1], &stats[2], &stats[3]]);
+    b.output(&z);
+    let g = b.finish().unwrap();
+    let plan = bolt::plan::plan(&g).unwrap();
+    assert!(plan.partitioning.partitions.is_empty());
+    let conv = plan.partitioning.host.iter().find(|h| h.node == "conv").expect("the conv is a host node");
+    assert!(conv.reason.contains("output channel count is not known"), "{conv:?}");
+}
+
 /// A conv and the BatchNormalization after it, the conv's weight computed from constants
 /// beyond import's fold size: concatenated from two halves (paddle2onnx assembles recurrent
 /// weights so), or a ConstantOfShape fill (onnx's caffe2-converted test models), or a model

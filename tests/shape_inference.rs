@@ -299,3 +299,30 @@ fn position_ids_sliced_to_the_length_keep_its_symbol() {
     assert_eq!(ty(&g, "e"), "f32[B, S, 16]");
     assert_eq!(claimed(&g), ["mm"]);
 }
+
+#[test]
+fn one_hot_of_a_constant_depth_has_its_shape() {
+    // tf2onnx's embedding of byte ids as a matmul (magika): OneHot(ids, 256) -> [N, T, 256]
+    // -> MatMul. With the depth inserted at the axis the MatMul is a GEMM kernel; without
+    // it, the MatMul's operand had no shape and stayed with the host.
+    let g = GraphProto {
+        node: vec![
+            with_int(node("onehot", "OneHot", &["ids", "depth", "values"], &["h"]), "axis", -1),
+            node("mm", "MatMul", &["h", "w"], &["y"]),
+        ],
+        initializer: vec![ints("depth", &[256], true), floats("values", &[2], &[0.0, 1.0]), weight("w", &[256, 16])],
+        input: vec![typed_value_info("ids", 7, vec![D::DimParam("N".into()), D::DimValue(12)])],
+        output: vec![ValueInfoProto { name: Some("y".into()), ..Default::default() }],
+        ..Default::default()
+    };
+    let g = import(13, g);
+    assert_eq!(ty(&g, "h"), "f32[N, 12, 256]");
+    assert_eq!(claimed(&g), ["mm"]);
+    let ids = bolt::ir::Tensor::from_i64(vec![2, 12], (0..24).map(|i| (i * 37) % 256).collect());
+    let inputs = std::collections::HashMap::from([("ids".to_string(), ids)]);
+    let want = bolt::reference::run(&g, &inputs).unwrap();
+    let plan = bolt::plan::plan(&g).unwrap();
+    let got = bolt::reference::run(&plan.graph, &inputs).unwrap();
+    assert_eq!(got["y"].shape, [2, 12, 16]);
+    assert_eq!(got["y"].to_f64_vec(), want["y"].to_f64_vec());
+}

@@ -54,19 +54,29 @@ pub fn load_bytes(bytes: &[u8], base_dir: Option<&Path>) -> Result<Model> {
         let at = wire_error(bytes, 0, &MODEL_FIELDS).map_or(String::new(), |w| format!("; {w}"));
         Error::Model(format!("not a valid ONNX model (protobuf decoding failed: {e}{at})"))
     })?;
-    let opset = model
-        .opset_import
-        .iter()
-        .find(|o| o.domain().is_empty() || o.domain() == "ai.onnx")
-        .map(|o| o.version())
-        .ok_or_else(|| Error::Model("model imports no default-domain (ai.onnx) opset".into()))?;
+    let g = model.graph.as_ref().ok_or_else(|| Error::Model("model has no graph".into()))?;
+    let default_domain = |d: &str| d.is_empty() || d == "ai.onnx";
+    let opset = match model.opset_import.iter().find(|o| default_domain(o.domain())) {
+        Some(o) => o.version(),
+        // Only other domains (a scikit-learn pipeline in ai.onnx.ml): no default-domain op
+        // to version, unless a node uses one anyway.
+        None => match g.node.iter().find(|n| default_domain(n.domain())) {
+            Some(n) => {
+                return Err(Error::Model(format!(
+                    "node '{}' ({}) is an ai.onnx op, but the model imports no ai.onnx opset",
+                    n.name(),
+                    n.op_type()
+                )))
+            }
+            None => MAX_OPSET,
+        },
+    };
     if !(MIN_OPSET..=MAX_OPSET).contains(&opset) {
         return Err(Error::Model(format!(
             "model uses ai.onnx opset {opset}; Bolt imports opsets {MIN_OPSET} to {MAX_OPSET} \
              (convert it with onnx.version_converter)"
         )));
     }
-    let g = model.graph.as_ref().ok_or_else(|| Error::Model("model has no graph".into()))?;
     let graph = import_graph(g, opset, base_dir, Scope::Main)?;
     Ok(Model { graph, ir_version: model.ir_version(), producer: model.producer_name().to_string() })
 }

@@ -105,10 +105,20 @@ pub fn infer_host(
     n_out: usize,
 ) -> HostOutputs {
     let mut out = HostOutputs::default();
+    let x = ty(infos, 0);
+    if domain == "ai.onnx.ml" {
+        // The classic-ML transforms that keep their input's shape (scikit-learn pipelines
+        // feeding a network), so the GEMMs after them still type.
+        out.types = match op_type {
+            "Scaler" | "Normalizer" => vec![x.map(|t| TensorType { dtype: DType::F32, shape: t.shape.clone() })],
+            "Binarizer" | "Imputer" => vec![x.cloned()],
+            _ => vec![],
+        };
+        return out;
+    }
     if !(domain.is_empty() || domain == "ai.onnx") {
         return out;
     }
-    let x = ty(infos, 0);
     let same = || x.cloned();
     let one = |t: Option<TensorType>| vec![t];
     out.types = match op_type {
@@ -333,6 +343,21 @@ pub fn infer_host(
         "Einsum" => one(einsum(attrs, infos)),
         "DFT" => one(x.map(|t| TensorType { dtype: t.dtype, shape: dft(attrs, infos) })),
         "STFT" => one(x.map(|t| TensorType { dtype: t.dtype, shape: stft(attrs, infos) })),
+        "OneHot" => {
+            // The indices' shape with the depth (a constant, usually) inserted at `axis`.
+            let depth = info(infos, 1).and_then(|d| d.value).filter(|d| d.len() == 1).map(|d| d.to_f64_vec()[0]);
+            let depth = match depth {
+                Some(d) if d >= 1.0 => Dim::Known(d as usize),
+                _ => Dim::Unknown,
+            };
+            let shape = shape(infos, 0).and_then(|s| {
+                let a = norm_axis(attr_int(attrs, "axis").unwrap_or(-1), s.rank() + 1, false).ok()?;
+                let mut d = s.0.clone();
+                d.insert(a, depth);
+                Some(Shape(d))
+            });
+            one(ty(infos, 2).map(|v| TensorType { dtype: v.dtype, shape }))
+        }
         "NonZero" => one(with_shape(
             DType::I64,
             x.and_then(|t| t.shape.as_ref()).map(|s| Shape(vec![Dim::Known(s.rank()), Dim::Unknown])),

@@ -255,6 +255,14 @@ fn anchor(cx: &Ctx, i: usize) -> Result<Option<(AnchorKind, String, String)>, St
                 _ => return Err("MatMul with operands of unknown rank".into()),
             }
         }
+        // Its output channels size the bias and the kernel: unknown (a weight an op shape
+        // inference cannot type computed it), the conv stays with the host.
+        Op::Conv { .. }
+            if cx.shape(&a).is_some()
+                && cx.shape(&n.outputs[0]).and_then(|s| s.get(1)).and_then(|d| d.known()).is_none() =>
+        {
+            return Err("Conv whose output channel count is not known (its weight's shape is not)".into())
+        }
         Op::Conv { window, group } => match cx.shape(&a) {
             Some(s) if s.len() == 4 => AnchorKind::Conv2d { window: window.clone(), group: *group, one_d: false },
             // The plan reshapes the weight to [M, C/g, 1, k]: it must be a constant.

@@ -3,7 +3,7 @@
 //! (`bolt run`, the artifact's host steps) and can be checked. Here: ArgMax / ArgMin and
 //! Hardmax (classifier and decoder heads), Tile, OneHot and ScatterElements (table and
 //! sequence decoders), Sum, Mean, Max and Min of more than two inputs, Mod, IsNaN, IsInf,
-//! NonZero, SpaceToDepth, Trilu and EyeLike. In their own files, dispatched from here:
+//! NonZero, SpaceToDepth, Trilu, EyeLike and InstanceNormalization. In their own files, dispatched from here:
 //! indexing (GatherElements, GatherND, ScatterND), ops along one axis (CumSum, TopK,
 //! ReverseSequence), Einsum, quantization and the Fourier transforms. Each follows the ONNX
 //! operator's definition; the ONNX conformance cases check them.
@@ -31,6 +31,13 @@ impl Attrs<'_> {
     /// Whether the attribute is present at all (some ops' meaning changes with that).
     pub fn has(&self, name: &str) -> bool {
         self.get(name).is_some()
+    }
+
+    pub fn float(&self, name: &str, default: f32) -> f64 {
+        match self.get(name) {
+            Some(AttrValue::Float(f)) => f64::from(*f),
+            _ => f64::from(default),
+        }
     }
 
     pub fn string(&self, name: &str) -> Option<String> {
@@ -74,6 +81,7 @@ pub const COMPUTED: &[&str] = &[
     "ConvInteger",
     "DFT",
     "STFT",
+    "InstanceNormalization",
 ];
 
 /// The outputs of default-domain op `op_type`, or `None` when the reference does not compute it.
@@ -124,6 +132,7 @@ pub fn eval(op_type: &str, attrs: &[(String, AttrValue)], inputs: &[Option<&Tens
         }
         "DFT" => super::spectral::dft(inputs, int("inverse", 0) != 0, int("onesided", 0) != 0),
         "STFT" => super::spectral::stft(inputs, int("onesided", 1) != 0),
+        "InstanceNormalization" => super::norm::instance_norm(inputs, a.float("epsilon", 1e-5)),
         _ => return None,
     })
 }

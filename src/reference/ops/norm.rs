@@ -1,5 +1,5 @@
-//! Normalisations and reductions: BatchNormalization, Softmax, LayerNormalization,
-//! ReduceMean. All compute in f64 (sums included) and round once to the output type.
+//! Normalisations and reductions: BatchNormalization, InstanceNormalization, Softmax,
+//! LayerNormalization, ReduceMean. All compute in f64 (sums included) and round once to the output type.
 
 use super::{req, OpResult};
 use crate::ir::broadcast_index;
@@ -83,6 +83,33 @@ pub fn batch_norm(inputs: &[Option<&Tensor>], epsilon: f32, momentum: f32, train
 }
 
 /// (outer, len, inner) sizes around `axis`.
+/// Inputs X ([N, C, spatial...]), scale and B ([C]): each sample's channel normalised over
+/// its spatial elements (population variance), then scaled and shifted per channel.
+pub fn instance_norm(inputs: &[Option<&Tensor>], epsilon: f64) -> OpResult {
+    let (x, scale, bias) = (req(inputs, 0)?, req(inputs, 1)?, req(inputs, 2)?);
+    float_check(x, "input")?;
+    if x.rank() < 3 {
+        return Err(format!("input must have rank >= 3 ([N, C, spatial...]), has shape {:?}", x.shape));
+    }
+    let c = x.shape[1];
+    for (t, what) in [(scale, "scale"), (bias, "B")] {
+        if t.len() != c {
+            return Err(format!("{what} has {} elements for {c} channels", t.len()));
+        }
+    }
+    let (s, b) = (scale.to_f64_vec(), bias.to_f64_vec());
+    let spatial: usize = x.shape[2..].iter().product();
+    let mut v = x.to_f64_vec();
+    for (k, plane) in v.chunks_mut(spatial.max(1)).enumerate() {
+        let ch = k % c;
+        let mean = plane.iter().sum::<f64>() / spatial as f64;
+        let var = plane.iter().map(|&y| (y - mean) * (y - mean)).sum::<f64>() / spatial as f64;
+        let inv = 1.0 / (var + epsilon).sqrt();
+        plane.iter_mut().for_each(|y| *y = (*y - mean) * inv * s[ch] + b[ch]);
+    }
+    Ok(vec![out(x.dtype(), x.shape.clone(), &v)])
+}
+
 fn split(shape: &[usize], axis: usize) -> (usize, usize, usize) {
     (shape[..axis].iter().product(), shape[axis], shape[axis + 1..].iter().product())
 }
