@@ -1742,3 +1742,40 @@ fn nemo_front_end_stitches_reductions_over_a_run_time_frame_count() {
     let normalisation = ["ReduceSum", "ReduceSumSquare", "Where", "Less", "Sub", "Sqrt"];
     assert!(computed.iter().all(|op| !normalisation.contains(op)), "{:?}", art.plan.host_ops);
 }
+
+/// InstanceNormalization (host-only as an op; PyTorch's GroupNorm and InstanceNorm export as
+/// it) with constant scale and bias is planned as a row normalisation over the merged spatial
+/// elements: one stitched kernel between two reshapes (views), nothing computed on the host
+/// but the Shape the reshape back reads. The artifact's kernel spec gives the reference's
+/// InstanceNormalization (its own f64 implementation) on odd spatial sizes; the ONNX
+/// conformance case of PyTorch's export (`test_operator_symbolic_override`) checks the
+/// planned graph against ONNX's outputs.
+#[test]
+fn instance_norms_are_stitched_row_normalisations() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = Net::new(DType::F32);
+    let x = n.input("x", &[2, 8, 5, 7]);
+    let scale = n.random("scale", &[8], 1.0);
+    let bias = n.random("bias", &[8], 1.0);
+    let norm = Op::Opaque {
+        domain: String::new(),
+        op_type: "InstanceNormalization".into(),
+        attrs: vec![("epsilon".into(), AttrValue::Float(1e-3))],
+        why: "host-only".into(),
+    };
+    let y = n.op("inorm", norm, &[&x, &scale, &bias]);
+    let g = n.finish(&[&y]);
+    let report = compile(&g, &CompileOptions::new(dir.path())).unwrap();
+    let art = Artifact::open(dir.path()).unwrap();
+    assert_eq!(art.plan.stitch.len(), 1, "{report}");
+    assert!(art.plan.stitch[0].spec.reduces());
+    let computed: Vec<&str> = art.plan.host_ops.iter().filter(|h| !h.on_device).map(|h| h.op_type.as_str()).collect();
+    assert_eq!(computed, ["Shape"], "{:?}", art.plan.host_ops);
+    let inputs = bolt::compile::synthetic_inputs(&g, &HashMap::new(), 3).unwrap();
+    let want = bolt::reference::run(&g, &inputs).unwrap();
+    let got = runtime::open(&art, DeviceKind::Reference, &RunOptions::default()).unwrap().run(&inputs).unwrap();
+    assert_eq!(got[&y].shape, [2, 8, 5, 7]);
+    for (a, w) in got[&y].to_f64_vec().iter().zip(want[&y].to_f64_vec()) {
+        assert!((a - w).abs() <= 1e-5 * (1.0 + w.abs()), "{a} vs {w}");
+    }
+}

@@ -85,6 +85,7 @@ pub fn canonical(g: &Graph) -> Result<(Graph, usize)> {
     count += same_type_casts(&mut out);
     count += same_shape_expands(&mut out);
     count += recurrent_projections(&mut out, &mut taken);
+    count += instance_norms_as_row_reductions(&mut out, &mut taken);
     count += zero_pads_into_convs(&mut out);
     count += constant_reduce_axes(&mut out);
     count += reduce_keeping_dims(&mut out, &mut taken);
@@ -543,6 +544,88 @@ fn merge_reduced_axes(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
             out.push(node(t_out, Op::Transpose { perm: Some(back) }, vec![Some(unmerged)], y.clone()));
         }
         Some(out)
+    })
+}
+
+/// An InstanceNormalization (host-only as an op; PyTorch's GroupNorm and InstanceNorm export
+/// as one) over [N, C, spatial...] with constant scale and bias is the normalisation of each
+/// (sample, channel) row of its spatial elements merged: Reshape to [N, C, S] (a view), then
+/// mean, centred values, mean of their squares, divide by sqrt(var + epsilon), per-channel
+/// scale and shift ([C, 1] constants), and a Reshape back to the input's shape. Stitching
+/// makes that one row-reduction kernel; what it cannot take still computes ONNX's meaning.
+fn instance_norms_as_row_reductions(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
+    use crate::ir::{Binary, ReduceKind, Unary};
+    rewrite_each(g, |g, n| {
+        let Op::Opaque { domain, op_type, attrs, .. } = &n.op else { return None };
+        if !(domain.is_empty() || domain == "ai.onnx") || op_type != "InstanceNormalization" {
+            return None;
+        }
+        let (x, [y]) = (n.input(0)?, &n.outputs[..]) else { return None };
+        let t = g.types.get(x)?;
+        let (dtype, rank) = (t.dtype, t.shape.as_ref()?.rank());
+        let c = t.shape.as_ref()?.0.get(1)?.known()?;
+        if !dtype.is_float() || rank < 3 {
+            return None;
+        }
+        let per_channel = |name: &str| constant(g, name).filter(|t| t.len() == c).map(|t| t.to_f64_vec());
+        let (scale, bias) = (per_channel(n.input(1)?)?, per_channel(n.input(2)?)?);
+        let epsilon = attrs
+            .iter()
+            .find_map(|(k, v)| match (k.as_str(), v) {
+                ("epsilon", crate::ir::AttrValue::Float(e)) => Some(f64::from(*e)),
+                _ => None,
+            })
+            .unwrap_or(1e-5);
+        let mut name = |stem: &str| fresh_name(g, taken, &format!("{}.{stem}", n.name));
+        let [merged, mean, centred, squares, var, shifted, sd, normed, scaled, out, shape_of, back] = [
+            "merged", "mean", "centred", "squares", "var", "var_eps", "sd", "normed", "scaled", "rows", "shape", "back",
+        ]
+        .map(&mut name);
+        let [merged_shape, eps, scale_c1, bias_c1] = ["merged_shape", "epsilon", "scale", "bias"].map(&mut name);
+        let constant_of = |v: &[f64], shape: Vec<usize>| Tensor::from_f64_as(dtype, shape, v).map(Arc::new);
+        g.initializers.insert(eps.clone(), constant_of(&[epsilon], vec![])?);
+        g.initializers.insert(scale_c1.clone(), constant_of(&scale, vec![c, 1])?);
+        g.initializers.insert(bias_c1.clone(), constant_of(&bias, vec![c, 1])?);
+        let mean_of_rows =
+            Op::Reduce { kind: ReduceKind::Mean, axes: Some(vec![-1]), keepdims: true, noop_with_empty_axes: false };
+        let reshape = Op::Reshape { allowzero: false };
+        let s = |t: &String| Some(t.clone());
+        let mut nodes = Vec::new();
+        let rows = if rank == 3 {
+            x.to_string()
+        } else {
+            g.initializers.insert(merged_shape.clone(), Arc::new(Tensor::from_i64(vec![3], vec![0, 0, -1])));
+            nodes.push(node(
+                merged.clone(),
+                reshape.clone(),
+                vec![Some(x.to_string()), s(&merged_shape)],
+                merged.clone(),
+            ));
+            merged
+        };
+        let last = if rank == 3 { y.clone() } else { out.clone() };
+        // The node's name stays on the normalisation (reports map back to model nodes by name).
+        nodes.extend([
+            node(n.name.clone(), mean_of_rows.clone(), vec![Some(rows.clone())], mean.clone()),
+            node(centred.clone(), Op::Binary(Binary::Sub), vec![Some(rows), s(&mean)], centred.clone()),
+            node(squares.clone(), Op::Binary(Binary::Mul), vec![s(&centred), s(&centred)], squares.clone()),
+            node(var.clone(), mean_of_rows, vec![s(&squares)], var.clone()),
+            node(shifted.clone(), Op::Binary(Binary::Add), vec![s(&var), s(&eps)], shifted.clone()),
+            node(sd.clone(), Op::Unary(Unary::Sqrt), vec![s(&shifted)], sd.clone()),
+            node(normed.clone(), Op::Binary(Binary::Div), vec![s(&centred), s(&sd)], normed.clone()),
+            node(scaled.clone(), Op::Binary(Binary::Mul), vec![s(&normed), s(&scale_c1)], scaled.clone()),
+            node(out.clone(), Op::Binary(Binary::Add), vec![s(&scaled), s(&bias_c1)], last),
+        ]);
+        if rank > 3 {
+            nodes.push(node(
+                shape_of.clone(),
+                Op::Shape { start: 0, end: None },
+                vec![Some(x.to_string())],
+                shape_of.clone(),
+            ));
+            nodes.push(node(back, reshape, vec![s(&out), s(&shape_of)], y.clone()));
+        }
+        Some(nodes)
     })
 }
 
