@@ -352,3 +352,50 @@ fn a_batch_norm_folds_into_constant_conv_weights_and_runs_after_computed_ones() 
         assert!(check.failure.is_none(), "{source}: {:?}", check.failure);
     }
 }
+
+/// A two-operand Einsum that is one batched matrix product (attention written as einsum, as
+/// guided-diffusion UNets export it) is Transposes around a MatMul: a GEMM kernel. The
+/// planned graph gives the reference's Einsum (its own contraction code); the ONNX
+/// conformance case `test_einsum_batch_matmul_bfloat16` checks the rewrite against ONNX's
+/// outputs. Other forms (a diagonal, a sum over one operand, an outer product) stay einsums.
+#[test]
+fn einsums_that_are_batched_matrix_products_become_gemm_kernels() {
+    use bolt::ir::builder::GraphBuilder;
+    use bolt::ir::{AttrValue, DType, Shape};
+    let einsum = |eq: &str| Op::Opaque {
+        domain: String::new(),
+        op_type: "Einsum".into(),
+        attrs: vec![("equation".into(), AttrValue::String(eq.as_bytes().to_vec()))],
+        why: "host-only".into(),
+    };
+    let mut b = GraphBuilder::new("einsum_attention");
+    let q = b.input("q", DType::F32, Shape::from_static(&[2, 8, 5]));
+    let k = b.input("k", DType::F32, Shape::from_static(&[2, 8, 6]));
+    let v = b.input("v", DType::F32, Shape::from_static(&[2, 8, 6]));
+    let w = b.node("scores", einsum("bct,bcs->bts"), &[&q, &k]);
+    let p = b.node("softmax", Op::Softmax { axis: -1 }, &[&w]);
+    let a = b.node("mix", einsum("bts,bcs->bct"), &[&p, &v]);
+    let sq = b.input("sq", DType::F32, Shape::from_static(&[2, 4, 4]));
+    let d = b.node("diag", einsum("bii->bi"), &[&sq]);
+    b.output(&a);
+    b.output(&d);
+    let g = b.finish().unwrap();
+    let plan = bolt::plan::plan(&g).unwrap();
+    let mut anchors: Vec<&str> = plan.partitioning.partitions.iter().map(|p| p.anchor.as_str()).collect();
+    anchors.sort();
+    assert_eq!(anchors, ["mix", "scores"]);
+    assert!(plan.graph.nodes.iter().any(|n| n.name == "diag" && n.op.is_opaque()), "a diagonal stays an Einsum");
+    let inputs: HashMap<String, Tensor> =
+        [("q", vec![2, 8, 5]), ("k", vec![2, 8, 6]), ("v", vec![2, 8, 6]), ("sq", vec![2, 4, 4])]
+            .into_iter()
+            .enumerate()
+            .map(|(i, (name, shape))| (name.to_string(), common::random_tensor(&shape, i as u64 + 1)))
+            .collect();
+    let want = bolt::reference::run(&g, &inputs).unwrap();
+    let got = bolt::reference::run(&plan.graph, &inputs).unwrap();
+    for y in [&a, &d] {
+        assert_eq!(got[y].shape, want[y].shape);
+        let c = compare(y, &got[y], &want[y], Tolerance { rtol: 1e-5, atol: 1e-6 });
+        assert!(c.failure.is_none(), "{y}: {:?}", c.failure);
+    }
+}

@@ -15,7 +15,7 @@
 
 use super::edit::{constant, finish, fresh_name, node};
 use crate::error::Result;
-use crate::ir::{AutoPad, Graph, Op, Tensor, Window};
+use crate::ir::{AutoPad, DType, Graph, Op, Tensor, Window};
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -86,6 +86,7 @@ pub fn canonical(g: &Graph) -> Result<(Graph, usize)> {
     count += same_shape_expands(&mut out);
     count += recurrent_projections(&mut out, &mut taken);
     count += instance_norms_as_row_reductions(&mut out, &mut taken);
+    count += einsums_as_matmuls(&mut out, &mut taken);
     count += zero_pads_into_convs(&mut out);
     count += constant_reduce_axes(&mut out);
     count += reduce_keeping_dims(&mut out, &mut taken);
@@ -624,6 +625,73 @@ fn instance_norms_as_row_reductions(g: &mut Graph, taken: &mut HashSet<String>) 
                 shape_of.clone(),
             ));
             nodes.push(node(back, reshape, vec![s(&out), s(&shape_of)], y.clone()));
+        }
+        Some(nodes)
+    })
+}
+
+/// A two-operand Einsum that is one batched matrix product is Transposes around a MatMul, a
+/// GEMM kernel instead of a host op: each label a batch label (in both operands and the
+/// output), the one contracted label (in both operands only) or the one free label of its
+/// operand (there and in the output). Attention written as einsum is such
+/// (`bct,bcs->bts`, `bts,bcs->bct`); transposes that change nothing are left out.
+fn einsums_as_matmuls(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
+    rewrite_each(g, |g, n| {
+        let Op::Opaque { domain, op_type, attrs, .. } = &n.op else { return None };
+        if !(domain.is_empty() || domain == "ai.onnx") || op_type != "Einsum" || n.inputs.len() != 2 {
+            return None;
+        }
+        let equation = attrs.iter().find_map(|(k, v)| match (k.as_str(), v) {
+            ("equation", crate::ir::AttrValue::String(s)) => Some(String::from_utf8_lossy(s).into_owned()),
+            _ => None,
+        })?;
+        let (a, b, [y]) = (n.input(0)?, n.input(1)?, &n.outputs[..]) else { return None };
+        let rank = |t: &str| g.types.get(t).and_then(|t| t.shape.as_ref()).map(|s| s.rank());
+        // Element types of GEMM kernels (a MatMul of others would stay on the host anyway).
+        let kernel_type = |t: &crate::ir::TensorType| matches!(t.dtype, DType::F32 | DType::F16 | DType::BF16);
+        if !g.types.get(a).is_some_and(kernel_type) {
+            return None;
+        }
+        let spec = crate::ir::einsum::parse(&equation, &[rank(a), rank(b)]).ok()?;
+        let (la, lb, out) = (spec.operands[0].clone()?, spec.operands[1].clone()?, spec.output.clone()?);
+        let distinct = |l: &[usize]| l.iter().collect::<HashSet<_>>().len() == l.len();
+        if !(distinct(&la) && distinct(&lb) && distinct(&out)) {
+            return None;
+        }
+        let (mut contracted, mut free_a, mut free_b) = (Vec::new(), Vec::new(), Vec::new());
+        for l in la.iter().chain(&lb).copied().collect::<std::collections::BTreeSet<_>>() {
+            match (la.contains(&l), lb.contains(&l), out.contains(&l)) {
+                (true, true, true) => {}
+                (true, true, false) => contracted.push(l),
+                (true, false, true) => free_a.push(l),
+                (false, true, true) => free_b.push(l),
+                _ => return None,
+            }
+        }
+        let ([k], [m], [nn]) = (&contracted[..], &free_a[..], &free_b[..]) else { return None };
+        let batch: Vec<usize> = out.iter().copied().filter(|l| la.contains(l) && lb.contains(l)).collect();
+        let at = |labels: &[usize], l: usize| labels.iter().position(|&x| x == l).expect("a label of the operand");
+        let perm_a: Vec<usize> = batch.iter().chain([m, k]).map(|&l| at(&la, l)).collect();
+        let perm_b: Vec<usize> = batch.iter().chain([k, nn]).map(|&l| at(&lb, l)).collect();
+        let product: Vec<usize> = batch.iter().chain([m, nn]).copied().collect();
+        let perm_out: Vec<usize> = out.iter().map(|&l| at(&product, l)).collect();
+        let moves = |p: &[usize]| p.iter().enumerate().any(|(i, &d)| i != d);
+        let mut nodes = Vec::new();
+        let mut operand = |g: &mut Graph, x: &str, perm: Vec<usize>, stem: &str| {
+            if !moves(&perm) {
+                return x.to_string();
+            }
+            let t = fresh_name(g, taken, &format!("{}.{stem}", n.name));
+            nodes.push(node(t.clone(), Op::Transpose { perm: Some(perm) }, vec![Some(x.to_string())], t.clone()));
+            t
+        };
+        let (ta, tb) = (operand(g, a, perm_a, "a_t"), operand(g, b, perm_b, "b_t"));
+        let mm_out = if moves(&perm_out) { fresh_name(g, taken, &format!("{y}.product")) } else { y.clone() };
+        // The MatMul keeps the node's name (hosts map kernels back to model nodes by name).
+        nodes.push(node(n.name.clone(), Op::MatMul, vec![Some(ta), Some(tb)], mm_out.clone()));
+        if moves(&perm_out) {
+            let t = fresh_name(g, taken, &format!("{}.out_t", n.name));
+            nodes.push(node(t, Op::Transpose { perm: Some(perm_out) }, vec![Some(mm_out)], y.clone()));
         }
         Some(nodes)
     })
