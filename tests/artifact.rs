@@ -1743,6 +1743,21 @@ fn nemo_front_end_stitches_reductions_over_a_run_time_frame_count() {
     assert!(computed.iter().all(|op| !normalisation.contains(op)), "{:?}", art.plan.host_ops);
 }
 
+/// A reduction over every axis (openWakeWord's log-mel front end clamps to the whole
+/// spectrogram's maximum: `ReduceMax` without axes, then `max - 80`) is AStitch's global
+/// scheme: the axes merge into one row (a view) that one stitched kernel reduces, and the
+/// scalar arithmetic after it is a stitched kernel of one element. Nothing but views is left
+/// to the host, and the artifact on the reference device matches onnxruntime on both data
+/// sets (batches of 1 and 2: the maximum spans the batch).
+#[test]
+fn whole_tensor_reductions_are_one_row_stitched_kernels() {
+    let sizes = |d: &str| if d == "batch_size" { (1, 2) } else { (1280, 1760) };
+    let Some(art) = artifact_matches_onnxruntime("models/oww_melspectrogram", sizes) else { return };
+    let computed: Vec<&str> = art.plan.host_ops.iter().filter(|h| !h.on_device).map(|h| h.op_type.as_str()).collect();
+    assert!(computed.is_empty(), "{:?}", art.plan.host_ops);
+    assert!(art.plan.stitch.iter().any(|s| s.spec.reduces()), "no stitched reduction");
+}
+
 /// InstanceNormalization (host-only as an op; PyTorch's GroupNorm and InstanceNorm export as
 /// it) with constant scale and bias is planned as a row normalisation over the merged spatial
 /// elements: one stitched kernel between two reshapes (views), nothing computed on the host

@@ -1047,3 +1047,54 @@ fn rows_of_run_time_length_stitch_where_the_reductions_read_one_input_along_them
     assert!(regions.iter().all(|r| !(r.nodes.contains(&"sa".to_string()) && r.nodes.contains(&"sb".to_string()))));
     assert!(not.iter().any(|n| n.reason.contains("nor shared")), "{not:?} {regions:?}");
 }
+
+/// A reduction over every axis (no axes given: Whisper's and openWakeWord's log-mel clamps)
+/// is planned as one row of all the elements (a merging view, then a stitched row
+/// reduction: AStitch's global scheme), and the scalar arithmetic after it (`max - 80`, a
+/// value of rank 0, here also a graph output) as a stitched kernel of one element whose
+/// output keeps rank 0. The
+/// planned graph and each kernel spec mean the original ops at several sizes of the symbolic
+/// axis. (Reference against reference: this checks the rewriting;
+/// `tests/artifact.rs::whole_tensor_reductions_are_one_row_stitched_kernels` and
+/// `tests/python/test_fuzz_graphs.py` compare with onnxruntime.)
+#[test]
+fn reductions_over_every_axis_are_one_row_and_scalars_one_element() {
+    let max = Op::Reduce { kind: ReduceKind::Max, axes: None, keepdims: false, noop_with_empty_axes: false };
+    let mut g = GraphBuilder::new("clamp");
+    let x = g.input("x", DType::F32, Shape(vec![Dim::Known(2), Dim::Sym("T".into()), Dim::Known(5)]));
+    let eighty = g.initializer("eighty", Tensor::from_f32(vec![], vec![80.0]));
+    let top = g.node("top", max, &[&x]);
+    let floor = g.node("floor", Op::Binary(Binary::Sub), &[&top, &eighty]);
+    let y = g.node("y", Op::Binary(Binary::Max), &[&x, &floor]);
+    g.output(&y);
+    g.output(&floor);
+    let g = g.finish().unwrap();
+    let plan = bolt::plan::plan(&g).unwrap();
+    for n in &plan.graph.nodes {
+        assert!(matches!(n.op, Op::Stitched(_)) || n.op.is_view(), "{} ({}) is neither", n.name, n.op.op_type());
+    }
+    let stitched: Vec<_> = plan.graph.nodes.iter().filter(|n| matches!(n.op, Op::Stitched(_))).collect();
+    assert_eq!(stitched.len(), 3, "the reduction, the scalar, the clamp");
+    for t in [1usize, 9, 700] {
+        let feeds = HashMap::from([("x".to_string(), random(&[2, t, 5], t as u64))]);
+        let want = bolt::reference::run(&g, &feeds).unwrap();
+        let got = bolt::reference::run(&plan.graph, &feeds).unwrap();
+        assert_eq!(got[&y].to_f32_vec(), want[&y].to_f32_vec(), "T = {t}");
+        // Each kernel spec on the inputs the planned graph gives its node.
+        bolt::reference::run_with(&plan.graph, &feeds, |n, args| {
+            let outs = bolt::reference::eval_node(n, args)?;
+            if let Op::Stitched(region) = &n.op {
+                let spec = bolt::plan::lower::stitch_spec(&plan.graph, n).unwrap();
+                let inputs: Vec<&Tensor> = args.iter().flatten().copied().collect();
+                let types: Vec<DType> = outs.iter().map(|t| t.dtype()).collect();
+                let got = bolt::runtime::stitch::run(&spec, region, &inputs, &types).unwrap();
+                for ((o, got), want) in n.outputs.iter().zip(got).zip(&outs) {
+                    assert_eq!(got.shape, want.shape, "{o}: T = {t}");
+                    assert_eq!(got.to_f32_vec(), want.to_f32_vec(), "{o}: T = {t}");
+                }
+            }
+            Ok(outs)
+        })
+        .unwrap();
+    }
+}

@@ -294,12 +294,19 @@ fn cases() -> Vec<(StitchSpec, Vec<usize>, Vec<Vec<usize>>)> {
             Output { step: 12, element: Storage::F16, per_row: false },
         ],
     };
+    // A scalar less a constant (the clamp after a whole-tensor maximum): a space of scalars
+    // launches as one element.
+    let scalar = StitchSpec {
+        inputs: vec![input(Storage::F32, Access::Strided)],
+        steps: vec![Input(0), Const(80.0.into()), Binary(BinaryFn::Sub, 0, 1)],
+        outputs: vec![Output { step: 2, element: Storage::F32, per_row: false }],
+    };
     vec![
         (trig, vec![3, 37], vec![vec![3, 37]]),
         (activations, vec![5, 41], vec![vec![5, 41]]),
         (embeddings, vec![2, 3, 37], vec![vec![7, 37], vec![2, 3, 1], vec![3, 37]]),
         (masked, vec![2, 3, 37], vec![vec![2, 3, 37], vec![2, 1, 37], vec![2, 1, 37]]),
-        (min_max, vec![3, 37], vec![vec![3, 37], vec![37]]),
+        (min_max.clone(), vec![3, 37], vec![vec![3, 37], vec![37]]),
         (softmax.clone(), vec![2, 3, 7, 33], vec![vec![2, 3, 7, 33], vec![2, 1, 1, 33]]),
         (softmax, vec![5, 4099], vec![vec![5, 4099], vec![4099]]),
         (layer_norm.clone(), vec![3, 17], vec![vec![3, 17], vec![17], vec![17]]),
@@ -309,9 +316,13 @@ fn cases() -> Vec<(StitchSpec, Vec<usize>, Vec<Vec<usize>>)> {
         (gelu_strided(), vec![4, 5, 3], vec![vec![4, 5, 3], vec![5, 1]]),
         // An input broadcast along the outer dim; rows of one element.
         (mean.clone(), vec![3, 4, 5], vec![vec![4, 5]]),
-        (mean, vec![6, 1], vec![vec![6, 1]]),
+        (mean.clone(), vec![6, 1], vec![vec![6, 1]]),
+        // A reduction over every element (AStitch's global scheme): one row, one group.
+        (mean, vec![1, 20011], vec![vec![1, 20011]]),
+        (min_max, vec![1, 9001], vec![vec![1, 9001], vec![9001]]),
         (log_softmax, vec![3, 37], vec![vec![3, 37]]),
         (rounding, vec![3, 37], vec![vec![3, 37]]),
+        (scalar, vec![1], vec![vec![]]),
     ]
 }
 

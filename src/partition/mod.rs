@@ -177,12 +177,16 @@ pub fn partition(g: &Graph) -> Partitioning {
                  made a GEMM ahead of the scan"
                     .into()
             }
-            _ => "not a GEMM/Conv anchor, nor fusable into one's epilogue".into(),
+            _ => NOT_AN_ANCHOR.into(),
         };
         out.host.push(HostNode { node: n.name.clone(), op_type: n.op.op_type().to_string(), reason });
     }
     out
 }
+
+/// Why an op no kernel's partition took stays with the host (the stitcher may still take it:
+/// the report then gives the stitcher's reason where it did not).
+pub const NOT_AN_ANCHOR: &str = "not a GEMM/Conv anchor, nor fusable into one's epilogue";
 
 /// Why an op stays with the host that computes metadata only.
 pub const SHAPE_COMPUTATION: &str =

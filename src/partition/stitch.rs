@@ -416,7 +416,27 @@ pub fn find_with(g: &Graph, taken: &HashSet<String>, leave_attention: bool) -> (
             if matches!(n.op, Op::Compare(_) | Op::Logic(_) | Op::Not | Op::Where | Op::Cast { .. }) {
                 return n.outputs.len() == 1 && typed(&n.outputs[0]) && n.inputs.iter().flatten().all(|x| typed(x));
             }
-            n.outputs.len() == 1 && float(&n.outputs[0]) && n.inputs.iter().flatten().all(|x| float(x))
+            if n.outputs.len() != 1 {
+                return false;
+            }
+            // Arithmetic: floats of known rank. Why not, for the report (views and copies that
+            // are not taken are device copies, not host work).
+            let tensors = || n.inputs.iter().flatten().chain(&n.outputs);
+            let untyped = tensors().find(|t| g.types.get(t.as_str()).is_none_or(|ty| ty.shape.is_none()));
+            let integer = tensors().find(|t| !float(t));
+            // Without tensor names: the report groups its host ops by reason.
+            let why = match (untyped, integer) {
+                (Some(_), _) => "a tensor of rank unknown when planning (after control flow)",
+                (None, Some(_)) => {
+                    "integer arithmetic (lengths, indices): stitched kernels compute with floats (integers only \
+                     in masks: comparisons, logic, selects and casts)"
+                }
+                (None, None) => return true,
+            };
+            if !matches!(n.op, Op::Gather { .. } | Op::Slice | Op::Transpose { .. }) {
+                not.push(NotStitched { node: n.name.clone(), reason: why.into() });
+            }
+            false
         })
         .collect();
     let producer: HashMap<&str, usize> =

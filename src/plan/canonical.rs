@@ -89,6 +89,7 @@ pub fn canonical(g: &Graph) -> Result<(Graph, usize)> {
     count += einsums_as_matmuls(&mut out, &mut taken);
     count += zero_pads_into_convs(&mut out);
     count += constant_reduce_axes(&mut out);
+    count += reductions_over_every_axis(&mut out);
     count += reduce_keeping_dims(&mut out, &mut taken);
     count += spatial_means_of_run_time_size(&mut out);
     count += merge_reduced_axes(&mut out, &mut taken);
@@ -314,6 +315,41 @@ fn constant_reduce_axes(g: &mut Graph) -> usize {
         };
         let n = &mut g.nodes[i];
         n.op = Op::Reduce { kind, axes: Some(axes), keepdims, noop_with_empty_axes };
+        n.inputs.truncate(1);
+        count += 1;
+    }
+    count
+}
+
+/// A reduction given no axes (or an empty constant list without `noop_with_empty_axes`)
+/// reduces every axis: Whisper's and openWakeWord's log-mel clamps take the whole
+/// spectrogram's maximum so. Naming the axes hands it to the passes after this one, which
+/// merge them into one row (AStitch's global scheme as a one-row reduction); a scalar input,
+/// or axes computed at run time, stay as they are.
+fn reductions_over_every_axis(g: &mut Graph) -> usize {
+    let mut count = 0;
+    for i in 0..g.nodes.len() {
+        let n = &g.nodes[i];
+        let Op::Reduce { kind, axes, keepdims, noop_with_empty_axes } = &n.op else { continue };
+        let empty = match axes {
+            None => n.input(1).is_none(),
+            Some(a) => a.is_empty(),
+        };
+        if !empty || *noop_with_empty_axes {
+            continue;
+        }
+        let Some(rank) = n.input(0).and_then(|x| g.types.get(x)?.shape.as_ref()).map(|s| s.rank()) else { continue };
+        if rank == 0 {
+            continue;
+        }
+        let op = Op::Reduce {
+            kind: *kind,
+            axes: Some((0..rank as i64).collect()),
+            keepdims: *keepdims,
+            noop_with_empty_axes: false,
+        };
+        let n = &mut g.nodes[i];
+        n.op = op;
         n.inputs.truncate(1);
         count += 1;
     }

@@ -768,7 +768,10 @@ pub fn stitch_spec(g: &Graph, n: &Node) -> Result<bolt_codegen::stitch::StitchSp
         .map(|(i, s)| if r.is_table(i) { Shape(s.0.last().cloned().into_iter().collect()) } else { s.clone() })
         .try_fold(Shape(vec![]), |acc, s| crate::ir::broadcast_shapes(&acc, &s))
         .ok_or("the inputs do not broadcast together")?;
-    if space.rank() == 0 || space.rank() > bolt_codegen::abi::STITCH_MAX_RANK {
+    // Scalars (a reduced maximum less a constant) run as one row of one element.
+    let scalars = space.rank() == 0;
+    let space = if scalars { Shape(vec![Dim::Known(1)]) } else { space };
+    if space.rank() > bolt_codegen::abi::STITCH_MAX_RANK {
         return Err(format!("an iteration space of rank {} (stitched kernels take 1..=6)", space.rank()));
     }
     // Dims of unknown size (exporters that drop spatial sizes) are resolved at run time from
@@ -964,7 +967,7 @@ pub fn stitch_spec(g: &Graph, n: &Node) -> Result<bolt_codegen::stitch::StitchSp
                     ))
                 }
             }
-        } else if *shape == space {
+        } else if *shape == space || (scalars && shape.rank() == 0) {
             false
         } else if shape.0 == per_row_space {
             true
@@ -1006,6 +1009,9 @@ pub struct StitchLaunch {
     /// Per input, elements from the stored tensor's start to the first one the kernel reads
     /// (a slice's window; 0 otherwise): the devices pass the input's address advanced by it.
     pub offsets: Vec<usize>,
+    /// The iteration space: the shape of outputs of one value per element (empty for
+    /// scalars, which the problem launches as one element).
+    pub space: Vec<usize>,
 }
 
 /// A stitched node's run-time problem from its inputs' actual shapes: each input as the
@@ -1051,7 +1057,9 @@ pub fn stitch_problem(
         .try_fold(Vec::new(), |acc, s: Vec<usize>| crate::ir::broadcast_static(&acc, &s))
         .ok_or_else(|| format!("inputs {inputs:?} do not broadcast together"))?;
     let refs: Vec<(&[usize], &[i64])> = views.iter().map(|(s, t)| (s.as_slice(), t.as_slice())).collect();
-    Ok(StitchLaunch { problem: spec.problem_of_views(&space, &refs)?, offsets })
+    // A space of scalars launches as one row of one element (as `stitch_spec` planned it).
+    let launched = if space.is_empty() { vec![1] } else { space.clone() };
+    Ok(StitchLaunch { problem: spec.problem_of_views(&launched, &refs)?, offsets, space })
 }
 
 /// One rectangular device-to-device copy of a copy node ([`copy_blocks`]): `height` rows of

@@ -17,9 +17,11 @@ pub fn run(spec: &StitchSpec, region: &Region, inputs: &[&Tensor], out_types: &[
     let values: Vec<Values> = inputs.iter().map(|t| Values::of(t)).collect();
     // Each input from its first element read, as the device's advanced address.
     let refs: Vec<HostInput> = values.iter().zip(&launch.offsets).map(|(v, &o)| v.from(o)).collect();
-    let space: Vec<usize> = p.shape[..p.rank as usize].iter().map(|&d| d as usize).collect();
+    let space = launch.space;
     let mut per_row = space.clone();
-    *per_row.last_mut().expect("rank >= 1") = 1;
+    if let Some(last) = per_row.last_mut() {
+        *last = 1;
+    }
     spec.eval(&p, &refs)
         .into_iter()
         .zip(&spec.outputs)

@@ -126,6 +126,45 @@ def floor_of_a_quotient_by_a_product(b):  # onnx's quantizer: floor(x / (a * c))
     return b.op("Floor", [q], (1, 32))
 
 
+# Reductions over every axis (no axes, or an empty list): AStitch's global scheme, one row.
+def max_of_everything_less_a_constant(b):  # Whisper's log-mel clamp: max(x, x.max() - 8)
+    x = b.input((2, 8, 37))
+    top = b.op("ReduceMax", [x], (1, 1, 1))
+    return b.op("Max", [x, b.op("Sub", [top, fz.scalar(b, 8.0)], (1, 1, 1))], (2, 8, 37))
+
+
+def scalar_max_then_scalar_arithmetic(b):  # openWakeWord: ReduceMax(keepdims=0) - 80, a scalar
+    x = b.input((1, 1, 5, 32))
+    top = b.op("ReduceMax", [x], (), keepdims=0)
+    return b.op("Sub", [x, b.op("Sub", [top, fz.scalar(b, 80.0)], ())], (1, 1, 5, 32))
+
+
+def sum_over_an_empty_axes_list(b):  # opset 13+: an empty axes input reduces every axis
+    x = b.input((3, 4, 5, 6))
+    return b.op("ReduceSum", [x, b.const_i64([])], (1, 1, 1, 1))
+
+
+def empty_axes_with_noop_are_the_identity(b):
+    x = b.input((3, 7))
+    return b.op("Add", [b.op("ReduceSum", [x, b.const_i64([])], (3, 7), noop_with_empty_axes=1), x], (3, 7))
+
+
+def mean_and_min_over_all_named_axes(b):  # every axis named: a whole-tensor mean and minimum
+    x = b.input((2, 3, 11))
+    mean = b.op("ReduceMean", [x], (1, 1, 1), axes=[0, 1, 2])
+    low = b.op("ReduceMin", [x], (), axes=[0, 2, 1], keepdims=0)
+    return b.op("Mul", [b.op("Sub", [x, mean], (2, 3, 11)), low], (2, 3, 11))
+
+
+REDUCTIONS_OVER_EVERY_AXIS = [
+    max_of_everything_less_a_constant,
+    scalar_max_then_scalar_arithmetic,
+    sum_over_an_empty_axes_list,
+    empty_axes_with_noop_are_the_identity,
+    mean_and_min_over_all_named_axes,
+]
+
+
 REGRESSIONS = [
     matmul_div8_residual,
     conv_mul01_skip,
@@ -154,6 +193,12 @@ def test_stitched_regions_round_every_step_to_f32_as_ort_does():
     # intermediates, which ORT's f32 ops (and the kernel's registers) do not.
     cases = {f.__name__: regression(f) for f in (magic_rounding, floor_of_a_quotient_by_a_product)}
     out = fz.check_cases(cases, provider=False)
+    assert not out.failures, out.failures
+
+
+def test_reductions_over_every_axis_match_ort():
+    # Planned as one-row stitched reductions (merged axes) and scalar stitched kernels.
+    out = fz.check_cases({f.__name__: regression(f) for f in REDUCTIONS_OVER_EVERY_AXIS})
     assert not out.failures, out.failures
 
 
