@@ -1758,6 +1758,17 @@ fn whole_tensor_reductions_are_one_row_stitched_kernels() {
     assert!(art.plan.stitch.iter().any(|s| s.spec.reduces()), "no stitched reduction");
 }
 
+/// WeSpeaker's front end (onnx-asr, OnnxScript) trims the waveform to whole hops with
+/// `n - (n - 400) % 160`: shape arithmetic through Mod, a host-only op. Its value folds once
+/// each bucket binds the length, so every tensor after the trim has a known shape and the
+/// standalone artifact plans its memory (compiling it failed with "no known shape" before);
+/// the artifact on the reference device matches onnxruntime on both data sets.
+#[test]
+fn wespeaker_front_end_compiles_with_its_frame_count_folded_per_bucket() {
+    let sizes = |d: &str| if d == "batch_size" { (1, 2) } else { (8000, 16000) };
+    artifact_matches_onnxruntime("models/onnxasr_wespeaker", sizes);
+}
+
 /// InstanceNormalization (host-only as an op; PyTorch's GroupNorm and InstanceNorm export as
 /// it) with constant scale and bias is planned as a row normalisation over the merged spatial
 /// elements: one stitched kernel between two reshapes (views), nothing computed on the host

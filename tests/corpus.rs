@@ -179,6 +179,69 @@ fn corpus_models_keep_their_outputs_when_planned() {
     }
 }
 
+/// The main job on real models: every corpus model the reference runs compiles into a
+/// standalone artifact (reference-only: no kernel library; the reference device runs each
+/// kernel node by its spec, stitched kernels by theirs, and the host ops) with each symbolic
+/// dim ranging over the sizes its two data sets take (so both run, in different shape
+/// buckets), and the artifact's outputs match onnxruntime's on both data sets. A model an
+/// artifact cannot hold must say why: a Loop or an If whose outputs' sizes are decided at run
+/// time (onnxruntime with the Bolt provider runs those).
+#[test]
+fn corpus_models_compile_to_artifacts_that_match_onnxruntime() {
+    use bolt::artifact::format::DimRange;
+    use bolt::ir::Dim;
+    let mut compiled = 0;
+    for (name, dir) in corpus() {
+        let g = load(&dir);
+        if not_on_the_reference(&g, &dir).is_some() {
+            continue; // printed by `corpus_models_the_reference_runs_match_onnxruntime`
+        }
+        let sets = data_sets(&dir);
+        let feeds: Vec<HashMap<String, Tensor>> = sets.iter().map(|s| inputs(&g, s)).collect();
+        // Each symbolic dim over the sizes the data sets give it.
+        let mut sizes: std::collections::BTreeMap<String, (usize, usize)> = Default::default();
+        for f in &feeds {
+            for i in &g.inputs {
+                let Some(shape) = g.types[i].shape.as_ref() else { continue };
+                for (d, &n) in shape.0.iter().zip(&f[i].shape) {
+                    if let Dim::Sym(k) = d {
+                        let e = sizes.entry(k.clone()).or_insert((n, n));
+                        *e = (e.0.min(n), e.1.max(n));
+                    }
+                }
+            }
+        }
+        let out = tempfile::tempdir().unwrap();
+        let opts = bolt::artifact::CompileOptions {
+            archs: vec![],
+            dims: sizes.iter().map(|(k, &(min, max))| DimRange { name: k.clone(), min, max }).collect(),
+            source: bolt::artifact::Source::File(dir.join("model.onnx")),
+            ..bolt::artifact::CompileOptions::new(out.path())
+        };
+        if let Err(e) = bolt::artifact::compile(&g, &opts) {
+            let e = e.to_string();
+            assert!(e.contains("Loop") || e.contains("If's branches"), "{name}: compile: {e}");
+            println!("{name}: no standalone artifact: {e}");
+            continue;
+        }
+        let art = bolt::artifact::Artifact::open(out.path()).unwrap();
+        let mut exec = bolt::runtime::open(&art, bolt::runtime::DeviceKind::Reference, &Default::default())
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let tol = reference_tolerance(&dir);
+        for (set, feed) in sets.iter().zip(&feeds) {
+            let got = bolt::runtime::outputs_as_f32(exec.run(feed).unwrap_or_else(|e| panic!("{name}: {e}")));
+            for (i, o) in g.outputs.iter().enumerate() {
+                let (_, want) = read_tensor_pb(&set.join(format!("output_{i}.pb"))).unwrap();
+                let c = compare(o, &got[o], &want, tol);
+                println!("{name} {}: output {o} max abs err {:.2e}", set.display(), c.max_abs_err);
+                assert!(c.failure.is_none(), "{name} {}: {}", set.display(), c.failure.unwrap());
+            }
+        }
+        compiled += 1;
+    }
+    println!("{compiled} corpus models compiled to artifacts");
+}
+
 #[test]
 fn silero_vad_v5_bound_to_16_khz_runs_its_network_as_kernels() {
     // The whole network sits in an If on the sample-rate input; bound to 16000 the planner

@@ -326,3 +326,39 @@ fn one_hot_of_a_constant_depth_has_its_shape() {
     assert_eq!(got["y"].shape, [2, 12, 16]);
     assert_eq!(got["y"].to_f64_vec(), want["y"].to_f64_vec());
 }
+
+#[test]
+fn frame_counts_computed_with_mod_are_known_once_the_length_is() {
+    // A speech front end (onnx-asr's WeSpeaker, OnnxScript) trims the waveform to whole hops:
+    // Slice(x, 0, n - (n - 400) % 160) with n = Shape(x)[1]. Mod is a host-only op; with the
+    // length bound, its value folds like the other shape arithmetic, so the slice (and the
+    // frames after it) have known shapes and a standalone artifact can plan their memory.
+    let g = GraphProto {
+        node: vec![
+            node("shape", "Shape", &["x"], &["s"]),
+            node("n", "Gather", &["s", "one"], &["n"]),
+            node("less_win", "Sub", &["n", "win"], &["nw"]),
+            node("mod", "Mod", &["nw", "hop"], &["r"]),
+            node("trimmed", "Sub", &["n", "r"], &["len"]),
+            node("end", "Unsqueeze", &["len", "zero1"], &["ends"]),
+            node("slice", "Slice", &["x", "zero1", "ends", "one1"], &["y"]),
+        ],
+        initializer: vec![
+            ints("one", &[1], true),
+            ints("win", &[400], true),
+            ints("hop", &[160], true),
+            ints("zero1", &[0], false),
+            ints("one1", &[1], false),
+        ],
+        input: vec![typed_value_info("x", 1, vec![D::DimValue(2), D::DimParam("N".into())])],
+        output: vec![ValueInfoProto { name: Some("y".into()), ..Default::default() }],
+        ..Default::default()
+    };
+    let g = import(17, g);
+    let bound = bolt::plan::edit::bind_inputs(&g, &std::collections::HashMap::from([("N".to_string(), 1000)])).unwrap();
+    // 1000 - (600 % 160 = 120) = 880.
+    assert_eq!(ty(&bound, "y"), "f32[2, 880]");
+    let x = common::random_tensor(&[2, 1000], 5);
+    let got = bolt::reference::run(&g, &std::collections::HashMap::from([("x".to_string(), x)])).unwrap();
+    assert_eq!(got["y"].shape, [2, 880]);
+}

@@ -325,6 +325,11 @@ fn at_precision(model: &Graph, opts: &CompileOptions) -> Result<(Graph, Precisio
 
 /// The planner's options of a build; back-to-back chains are fused where the planner's
 /// traffic model says they pay.
+/// [`crate::plan::Plan::host_reasons`], owned (the plan's graph moves on).
+fn owned_reasons(plan: &crate::plan::Plan) -> HashMap<String, String> {
+    plan.host_reasons().into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+}
+
 fn plan_options(opts: &CompileOptions, bindings: DimBindings) -> crate::plan::PlanOptions {
     crate::plan::PlanOptions { bindings, b2b: true, row_epilogue: opts.row_epilogue, ..Default::default() }
 }
@@ -361,7 +366,9 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
         None => None,
     };
     let mut plan_opts = plan_options(opts, largest.clone());
-    let mut graph = crate::plan::plan_with(&g, &plan_opts)?.graph;
+    let planned = crate::plan::plan_with(&g, &plan_opts)?;
+    let mut planner_reasons = owned_reasons(&planned);
+    let mut graph = planned.graph;
     let mut chosen = choose_kernels(&graph, &buckets, &opts.archs, db.as_ref());
     // A chain is planned at the largest bucket; a smaller one may have no fused kernel (e.g.
     // one row has no aligned tiling). Its layers then run as kernels of their own rather than
@@ -377,7 +384,9 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
     } else {
         tracing::warn!("back-to-back chains not fused: {}", unfusable.join("; "));
         plan_opts.b2b = false;
-        graph = crate::plan::plan_with(&g, &plan_opts)?.graph;
+        let planned = crate::plan::plan_with(&g, &plan_opts)?;
+        planner_reasons = owned_reasons(&planned);
+        graph = planned.graph;
         chosen = choose_kernels(&graph, &buckets, &opts.archs, db.as_ref());
         Some(unfusable.join("; "))
     };
@@ -588,7 +597,10 @@ pub fn compile(model: &Graph, opts: &CompileOptions) -> Result<CompileReport> {
                         .to_string(),
                     true,
                 ),
-                (None, _) => ("no kernel family for this op: runs on the host (CPU reference)".to_string(), false),
+                (None, _) => match planner_reasons.get(&n.name) {
+                    Some(why) => (why.clone(), false),
+                    None => ("no kernel family for this op: runs on the host (CPU reference)".to_string(), false),
+                },
             };
             HostOp { node: n.name.clone(), op_type: n.op.op_type().to_string(), reason, on_device }
         })

@@ -179,6 +179,9 @@ fn infer_with_values(
             if let Some(v) = h.value {
                 out_types[0] = Some(TensorType::new(v.dtype(), Shape::from_static(&v.shape)));
                 folded = Some(vec![v]);
+            } else if let Some(ts) = fold_host_arithmetic(node, &infos, &out_types) {
+                out_types = ts.iter().map(|t| Some(TensorType::new(t.dtype(), Shape::from_static(&t.shape)))).collect();
+                folded = Some(ts);
             }
             new_dims = h.dims;
         }
@@ -263,6 +266,28 @@ fn try_fold(node: &Node, infos: &[Option<InputInfo>], limit: usize) -> Option<Ve
     }
     // Shape of a static input is a constant even though the input is not.
     crate::reference::eval_op(&node.op, &inputs).ok()
+}
+
+/// A host-only op (Mod, ...) of small constant integer inputs whose outputs inference proves
+/// small, computed by the reference: shape arithmetic (a frame count `n - (n - win) % hop`)
+/// then folds once the input sizes are bound, and the tensors it sizes get known shapes.
+fn fold_host_arithmetic(node: &Node, infos: &[Option<InputInfo>], types: &[Option<TensorType>]) -> Option<Vec<Tensor>> {
+    let small_ints = |t: &Tensor| t.dtype().is_integer() && t.len() <= FOLD_LIMIT;
+    let inputs: Vec<Option<&Tensor>> = infos
+        .iter()
+        .map(|i| i.map(|i| i.value.filter(|t| small_ints(t)).ok_or(())).transpose())
+        .collect::<Result<_, ()>>()
+        .ok()?;
+    if inputs.iter().all(Option::is_none) || types.len() != node.outputs.len() {
+        return None;
+    }
+    let proven_small = types.iter().all(|t| {
+        t.as_ref().and_then(|t| t.shape.as_ref()?.as_static()).is_some_and(|d| d.iter().product::<usize>() <= FOLD_LIMIT)
+    });
+    if !proven_small {
+        return None;
+    }
+    crate::reference::eval_node(node, &inputs).ok()
 }
 
 fn merge_declared(inferred: Option<TensorType>, declared: Option<&TensorType>) -> Result<Option<TensorType>, String> {

@@ -98,6 +98,30 @@ pub struct Plan {
     pub glue: Vec<GlueDecision>,
 }
 
+impl Plan {
+    /// Why each op the partitioner left to the host stays there, by node: the partitioner's
+    /// reason, or the stitcher's where the partitioner's is only that no kernel took it.
+    pub fn host_reasons(&self) -> std::collections::HashMap<&str, String> {
+        let stitcher: std::collections::HashMap<&str, &str> = self
+            .stitched
+            .iter()
+            .filter(|d| d.stitched.is_none())
+            .flat_map(|d| d.nodes.iter().filter_map(|n| Some((n.as_str(), d.reason.as_deref()?))))
+            .collect();
+        self.partitioning
+            .host
+            .iter()
+            .map(|h| {
+                let why = match stitcher.get(h.node.as_str()) {
+                    Some(why) if h.reason == crate::partition::NOT_AN_ANCHOR => format!("no stitched kernel: {why}"),
+                    _ => h.reason.clone(),
+                };
+                (h.node.as_str(), why)
+            })
+            .collect()
+    }
+}
+
 /// A pool or transpose of the model: the glue kernel that runs it, or why it stays on the
 /// host.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]

@@ -155,13 +155,7 @@ pub fn report(model: &str, original: &Graph, plan: &Plan, opts: &PlanOptions) ->
     let c = &plan.canonical;
     let copies: std::collections::HashSet<&str> =
         c.nodes.iter().filter(|n| super::lower::is_copy_node(c, n)).map(|n| n.name.as_str()).collect();
-    // Why the stitcher left an op that is no kernel's: more telling than "not an anchor".
-    let stitch_reason: std::collections::HashMap<&str, &str> = plan
-        .stitched
-        .iter()
-        .filter(|d| d.stitched.is_none())
-        .flat_map(|d| d.nodes.iter().filter_map(|n| Some((n.as_str(), d.reason.as_deref()?))))
-        .collect();
+    let host_reasons = plan.host_reasons();
     let mut device_copies = 0;
     for h in plan.partitioning.host.iter().filter(|h| !on_device.contains(&h.node) && planned.contains(h.node.as_str()))
     {
@@ -171,15 +165,12 @@ pub fn report(model: &str, original: &Graph, plan: &Plan, opts: &PlanOptions) ->
             _ if h.reason == crate::partition::SHAPE_COMPUTATION => h.reason.clone(),
             _ if scan_reason.contains_key(h.node.as_str()) => scan_reason[h.node.as_str()].clone(),
             Some(why) => format!("no glue kernel: {why}"),
-            None if h.reason == crate::partition::NOT_AN_ANCHOR && stitch_reason.contains_key(h.node.as_str()) => {
-                format!("no stitched kernel: {}", stitch_reason[h.node.as_str()])
-            }
             None if is_copy => {
                 device_copies += 1;
                 "a view, concatenation, split, slice, single-index gather, truncation or broadcast (Expand): device-to-device copies on the GPU, no kernel"
                     .into()
             }
-            None => h.reason.clone(),
+            None => host_reasons[h.node.as_str()].clone(),
         };
         let h = crate::partition::HostNode { reason, ..h.clone() };
         let h = &h;
