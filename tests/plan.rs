@@ -399,3 +399,32 @@ fn einsums_that_are_batched_matrix_products_become_gemm_kernels() {
         assert!(c.failure.is_none(), "{y}: {:?}", c.failure);
     }
 }
+
+/// A Pad with negative pads crops: Kaldi's pre-emphasis (`pads [0, 1, 0, -1]`, edge mode)
+/// shifts each frame by one. The planner writes it as a Slice of the cropped side (a view or
+/// device copy) and a Pad glue kernel of the grown one, where it stayed on the host ("pad
+/// kernels only grow"); in reflect mode, whose values a crop would change, it stays. The
+/// planned graph equals the model on the reference (the rewriting only;
+/// tests/python/test_fuzz_graphs.py::test_negative_pads_crop_as_ort_does checks against
+/// onnxruntime).
+#[test]
+fn negative_pads_are_a_crop_then_a_pad_kernel() {
+    use bolt::ir::builder::GraphBuilder;
+    use bolt::ir::{DType, PadMode, Shape};
+    for (mode, kernel) in [(PadMode::Edge, true), (PadMode::Constant, true), (PadMode::Reflect, false)] {
+        let mut b = GraphBuilder::new("pre_emphasis");
+        let x = b.input("x", DType::F32, Shape::from_static(&[3, 40]));
+        let pads = b.initializer("pads", Tensor::from_i64(vec![4], vec![0, 1, 0, -1]));
+        let y = b.node("shift", Op::Pad { mode }, &[&x, &pads]);
+        b.output(&y);
+        let g = b.finish().unwrap();
+        let plan = bolt::plan::plan(&g).unwrap();
+        let glue = plan.glue.iter().find(|d| d.node == "shift").expect("a glue decision for the pad");
+        assert_eq!(glue.kernel.is_some(), kernel, "{mode:?}: {glue:?}");
+        let feeds = HashMap::from([("x".to_string(), common::random_tensor(&[3, 40], 3))]);
+        let want = bolt::reference::run(&g, &feeds).unwrap();
+        let got = bolt::reference::run(&plan.graph, &feeds).unwrap();
+        assert_eq!(got[&y].shape, [3, 40]);
+        assert_eq!(got[&y].to_f32_vec(), want[&y].to_f32_vec(), "{mode:?}");
+    }
+}

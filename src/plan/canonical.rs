@@ -87,6 +87,7 @@ pub fn canonical(g: &Graph) -> Result<(Graph, usize)> {
     count += recurrent_projections(&mut out, &mut taken);
     count += instance_norms_as_row_reductions(&mut out, &mut taken);
     count += einsums_as_matmuls(&mut out, &mut taken);
+    count += crops_out_of_pads(&mut out, &mut taken);
     count += zero_pads_into_convs(&mut out);
     count += constant_reduce_axes(&mut out);
     count += reductions_over_every_axis(&mut out);
@@ -245,6 +246,59 @@ fn value_identities(g: &mut Graph) -> usize {
     }
     g.nodes.retain(|n| !dead.contains(&n.name));
     dead.len()
+}
+
+/// A Pad with negative pads crops those sides: Kaldi's pre-emphasis shifts frames by one
+/// with `pads [0, 1, 0, -1]` (edge mode). In constant and edge modes that is a Slice of the
+/// cropped sides (constant bounds: a view or device copy) and then a Pad of the grown ones
+/// (a glue kernel): no side is both cropped and read for an edge value, so the order does
+/// not matter. Reflect and wrap read the elements a crop removes, and stay as they are.
+fn crops_out_of_pads(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
+    use crate::ir::PadMode;
+    rewrite_each(g, |g, n| {
+        let Op::Pad { mode: mode @ (PadMode::Constant | PadMode::Edge) } = n.op else { return None };
+        let (x, [y]) = (n.input(0)?, &n.outputs[..]) else { return None };
+        let rank = g.types.get(x)?.shape.as_ref()?.rank();
+        let ints = |k: usize| n.input(k).map(|t| constant(g, t).and_then(|c| c.as_i64_vec()));
+        let pads = ints(1)??;
+        let axes = match ints(3) {
+            None => None,
+            Some(a) => Some(a?),
+        };
+        let per_axis = crate::ir::infer::pads_per_axis(&pads, axes.as_deref(), rank).ok()?;
+        let cropped: Vec<usize> = (0..rank).filter(|&k| per_axis[k].0 < 0 || per_axis[k].1 < 0).collect();
+        if cropped.is_empty() {
+            return None;
+        }
+        let add = |g: &mut Graph, taken: &mut HashSet<String>, stem: &str, v: Vec<i64>| {
+            let name = fresh_name(g, taken, &format!("{}.{stem}", n.name));
+            g.initializers.insert(name.clone(), Arc::new(Tensor::from_i64(vec![v.len()], v)));
+            name
+        };
+        let starts = cropped.iter().map(|&k| (-per_axis[k].0).max(0)).collect();
+        // A negative end counts from the axis' end; an uncropped end runs to it.
+        let ends = cropped.iter().map(|&k| if per_axis[k].1 < 0 { per_axis[k].1 } else { i64::MAX }).collect();
+        let slice_inputs = vec![
+            Some(x.to_string()),
+            Some(add(g, taken, "crop_starts", starts)),
+            Some(add(g, taken, "crop_ends", ends)),
+            Some(add(g, taken, "crop_axes", cropped.iter().map(|&k| k as i64).collect())),
+        ];
+        let grown: Vec<i64> = per_axis.iter().map(|p| p.0.max(0)).chain(per_axis.iter().map(|p| p.1.max(0))).collect();
+        let crop_name = fresh_name(g, taken, &format!("{}.crop", n.name));
+        if grown.iter().all(|&p| p == 0) {
+            return Some(vec![node(crop_name, Op::Slice, slice_inputs, y.clone())]);
+        }
+        let cropped_out = fresh_name(g, taken, &format!("{y}.cropped"));
+        let pads = add(g, taken, "grown_pads", grown);
+        let pad = crate::ir::Node {
+            name: n.name.clone(),
+            op: Op::Pad { mode },
+            inputs: vec![Some(cropped_out.clone()), Some(pads), n.inputs.get(2).cloned().flatten()],
+            outputs: vec![y.clone()],
+        };
+        Some(vec![node(crop_name, Op::Slice, slice_inputs, cropped_out), pad])
+    })
 }
 
 /// A Pad of zeros on the spatial axes whose only reader is a Conv (TensorFlow exports pad

@@ -165,6 +165,37 @@ REDUCTIONS_OVER_EVERY_AXIS = [
 ]
 
 
+# Pads with negative entries crop (Kaldi's pre-emphasis shifts a frame by one): planned as a
+# Slice and a Pad glue kernel in constant and edge modes; reflect stays with the host.
+def edge_pad_shifting_by_one(b):  # pads [0, 1, 0, -1]: x[t - 1], x[-1] = x[0]
+    x = b.input((3, 40))
+    return b.op("Pad", [x, b.const_i64([0, 1, 0, -1])], (3, 40), mode="edge")
+
+
+def constant_pad_cropping_and_growing(b):  # crop 2 rows at the top, grow 1 left and 3 right
+    x = b.input((2, 7, 9))
+    y = b.op("Pad", [x, b.const_i64([0, -2, 1, 0, 1, 3]), fz.scalar(b, 0.5)], (2, 6, 13), mode="constant")
+    return b.op("Mul", [y, fz.scalar(b, 2.0)], (2, 6, 13))
+
+
+def only_crops(b):  # nothing grows: a Slice alone
+    x = b.input((4, 5, 6))
+    return b.op("Pad", [x, b.const_i64([-1, 0, -2, -2, 0, -3])], (1, 5, 1), mode="edge")
+
+
+def reflect_pad_with_a_crop(b):  # reflect reads what a crop removes: stays with the host
+    x = b.input((2, 9))
+    return b.op("Pad", [x, b.const_i64([0, 2, 0, -3])], (2, 8), mode="reflect")
+
+
+NEGATIVE_PADS = [
+    edge_pad_shifting_by_one,
+    constant_pad_cropping_and_growing,
+    only_crops,
+    reflect_pad_with_a_crop,
+]
+
+
 REGRESSIONS = [
     matmul_div8_residual,
     conv_mul01_skip,
@@ -199,6 +230,11 @@ def test_stitched_regions_round_every_step_to_f32_as_ort_does():
 def test_reductions_over_every_axis_match_ort():
     # Planned as one-row stitched reductions (merged axes) and scalar stitched kernels.
     out = fz.check_cases({f.__name__: regression(f) for f in REDUCTIONS_OVER_EVERY_AXIS})
+    assert not out.failures, out.failures
+
+
+def test_negative_pads_crop_as_ort_does():
+    out = fz.check_cases({f.__name__: regression(f) for f in NEGATIVE_PADS})
     assert not out.failures, out.failures
 
 
