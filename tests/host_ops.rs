@@ -251,3 +251,24 @@ fn dynamic_quantization_of_zeros_has_onnxruntimes_scale() {
     let out = run(&import(11, g), &[("x", Tensor::from_f32(vec![3], vec![0.0; 3]))]).unwrap();
     assert_eq!(out["scale"].to_f32_vec(), [1.0]);
 }
+
+#[test]
+fn a_scalar_zero_point_with_a_one_element_scale_is_per_tensor() {
+    // onnxruntime's quantizer writes a bias's zero point as [] beside a scale of [1]
+    // (pipecat's smart-turn v3); onnxruntime runs it per tensor, and so does the reference.
+    let int32 = |name: &str, dims: &[i64], v: &[i32]| TensorProto {
+        name: Some(name.into()),
+        dims: dims.to_vec(),
+        data_type: Some(6),
+        int32_data: v.to_vec(),
+        ..Default::default()
+    };
+    let g = graph(
+        vec![node("dq", "DequantizeLinear", &["q", "s", "z"], &["b"]), node("add", "Add", &["x", "b"], &["y"])],
+        vec![int32("q", &[2], &[7, -1]), int32("z", &[], &[3]), floats("s", &[1], &[0.5])],
+        vec![value_info("x", &[2])],
+        "y",
+    );
+    let out = run(&import(13, g), &[("x", Tensor::from_f32(vec![2], vec![0.0, 1.0]))]).unwrap();
+    assert_eq!(out["y"].to_f32_vec(), [2.0, -1.0]);
+}

@@ -1098,3 +1098,102 @@ fn reductions_over_every_axis_are_one_row_and_scalars_one_element() {
         .unwrap();
     }
 }
+
+/// A region output narrower than the region's iteration space: a masked mean's count of valid
+/// positions (`Clip(ReduceSum(m), 1)`, [B, 1, 1]) in a region over [B, C, T], also read by a
+/// later block's masked mean across a GEMM (trueocr's SE blocks). No kernel over [B, C, T]
+/// writes a [B, 1, 1] tensor, so the region was refused whole; now the count's nodes start
+/// regions of their own and the rest stitches. The planned graph and each kernel spec mean
+/// the original ops (reference against reference: the rewriting; tests/corpus.rs runs
+/// trueocr's artifact against onnxruntime).
+#[test]
+fn outputs_narrower_than_their_region_become_kernels_of_their_own() {
+    let sum = Op::Reduce { kind: ReduceKind::Sum, axes: Some(vec![-1]), keepdims: true, noop_with_empty_axes: false };
+    let mut g = GraphBuilder::new("masked_se");
+    let t = Dim::Sym("T".into());
+    let x = g.input("x", DType::F32, Shape(vec![Dim::Known(2), Dim::Known(8), t.clone()]));
+    let m = g.input("m", DType::F32, Shape(vec![Dim::Known(2), Dim::Known(1), t]));
+    let one = g.initializer("one", Tensor::from_f32(vec![], vec![1.0]));
+    let w = g.initializer("w", random(&[8, 8], 7));
+    let masked_mean = |g: &mut GraphBuilder, k: &str, v: &str, count: &str| {
+        let vm = g.node(&format!("{k}.vm"), Op::Binary(Binary::Mul), &[v, &m]);
+        let s = g.node(&format!("{k}.sum"), sum.clone(), &[&vm]);
+        g.node(&format!("{k}.mean"), Op::Binary(Binary::Div), &[&s, count])
+    };
+    let c = g.node("count", sum.clone(), &[&m]);
+    let count = g.node("clip", Op::Clip, &[&c, &one]);
+    let mean = masked_mean(&mut g, "se0", &x, &count);
+    let gated = g.node("gate", Op::Binary(Binary::Mul), &[&x, &mean]);
+    let tr = g.node("to_rows", Op::Transpose { perm: Some(vec![0, 2, 1]) }, &[&gated]);
+    let mm = g.node("proj", Op::MatMul, &[&tr, &w]);
+    let back = g.node("to_channels", Op::Transpose { perm: Some(vec![0, 2, 1]) }, &[&mm]);
+    let y = masked_mean(&mut g, "se1", &back, &count);
+    g.output(&y);
+    let g = g.finish().unwrap();
+    let plan = bolt::plan::plan(&g).unwrap();
+    let refused: Vec<_> = plan.stitched.iter().filter(|d| d.stitched.is_none()).collect();
+    assert!(refused.is_empty(), "{refused:?}");
+    for n in &plan.graph.nodes {
+        let device = matches!(n.op, Op::Stitched(_) | Op::Fused(_)) || n.op.is_view();
+        assert!(device || bolt::plan::lower::is_copy_node(&plan.graph, n), "{} ({})", n.name, n.op.op_type());
+    }
+    for width in [1usize, 5, 33] {
+        let feeds = HashMap::from([
+            ("x".to_string(), random(&[2, 8, width], 1)),
+            (
+                "m".to_string(),
+                Tensor::from_f32(vec![2, 1, width], (0..2 * width).map(|i| (i % 3 != 0) as u8 as f32).collect()),
+            ),
+        ]);
+        let want = bolt::reference::run(&g, &feeds).unwrap();
+        let got = bolt::reference::run(&plan.graph, &feeds).unwrap();
+        let (a, b) = (got[&y].to_f32_vec(), want[&y].to_f32_vec());
+        assert!(a.iter().zip(&b).all(|(p, q)| (p - q).abs() <= 1e-4 * (1.0 + q.abs())), "T = {width}: {a:?} vs {b:?}");
+        bolt::reference::run_with(&plan.graph, &feeds, |n, args| {
+            let outs = bolt::reference::eval_node(n, args)?;
+            if let Op::Stitched(region) = &n.op {
+                let spec = bolt::plan::lower::stitch_spec(&plan.graph, n).unwrap();
+                let inputs: Vec<&Tensor> = args.iter().flatten().copied().collect();
+                let types: Vec<DType> = outs.iter().map(|t| t.dtype()).collect();
+                let got = bolt::runtime::stitch::run(&spec, region, &inputs, &types).unwrap();
+                for ((o, got), want) in n.outputs.iter().zip(got).zip(&outs) {
+                    assert_eq!(got.shape, want.shape, "{o}: T = {width}");
+                    assert_eq!(got.to_f32_vec(), want.to_f32_vec(), "{o}: T = {width}");
+                }
+            }
+            Ok(outs)
+        })
+        .unwrap();
+    }
+}
+
+/// An element-wise chain reading more tensors than a stitched kernel takes (a quantized
+/// vocoder's residual blocks: 12) is cut where its inputs pass the limit, each part a kernel,
+/// instead of leaving the whole chain to the host. (Reference against reference: the
+/// rewriting only.)
+#[test]
+fn regions_reading_more_inputs_than_a_kernel_takes_are_cut() {
+    let mut g = GraphBuilder::new("wide");
+    let x = g.input("x", DType::F32, Shape::from_static(&[3, 17]));
+    let mut acc = x.clone();
+    for k in 0..11 {
+        let a = g.input(&format!("a{k}"), DType::F32, Shape::from_static(&[3, 17]));
+        acc = g.node(&format!("add{k}"), Op::Binary(Binary::Add), &[&acc, &a]);
+        acc = g.node(&format!("tanh{k}"), Op::Unary(Unary::Tanh), &[&acc]);
+    }
+    g.output(&acc);
+    let g = g.finish().unwrap();
+    let plan = bolt::plan::plan(&g).unwrap();
+    let refused: Vec<_> = plan.stitched.iter().filter(|d| d.stitched.is_none()).collect();
+    assert!(refused.is_empty(), "{refused:?}");
+    let stitched: Vec<_> = plan.graph.nodes.iter().filter(|n| matches!(n.op, Op::Stitched(_))).collect();
+    assert!(stitched.len() >= 2 && stitched.len() == plan.graph.nodes.len(), "{:?}", plan.graph.nodes);
+    for n in &stitched {
+        assert!(n.inputs.len() <= bolt_codegen::abi::STITCH_MAX_INPUTS, "{}: {} inputs", n.name, n.inputs.len());
+        bolt::plan::lower::stitch_spec(&plan.graph, n).unwrap();
+    }
+    let feeds: HashMap<String, Tensor> =
+        g.inputs.iter().enumerate().map(|(i, name)| (name.clone(), random(&[3, 17], i as u64))).collect();
+    let (want, got) = (bolt::reference::run(&g, &feeds).unwrap(), bolt::reference::run(&plan.graph, &feeds).unwrap());
+    assert_eq!(got[&acc].to_f32_vec(), want[&acc].to_f32_vec());
+}

@@ -282,7 +282,9 @@ fn fold_host_arithmetic(node: &Node, infos: &[Option<InputInfo>], types: &[Optio
         return None;
     }
     let proven_small = types.iter().all(|t| {
-        t.as_ref().and_then(|t| t.shape.as_ref()?.as_static()).is_some_and(|d| d.iter().product::<usize>() <= FOLD_LIMIT)
+        t.as_ref()
+            .and_then(|t| t.shape.as_ref()?.as_static())
+            .is_some_and(|d| d.iter().product::<usize>() <= FOLD_LIMIT)
     });
     if !proven_small {
         return None;

@@ -279,6 +279,12 @@ fn anchor(cx: &Ctx, i: usize) -> Result<Option<(AnchorKind, String, String)>, St
             }
             None => return Err("Conv input of unknown rank".into()),
         },
+        // Those whose windows tile the output are 1x1 convs by now (`plan::canonical`).
+        Op::ConvTranspose { .. } => {
+            return Err("a ConvTranspose whose windows overlap or are padded: Bolt has no transposed-convolution \
+                        (dgrad) kernel, only the 1x1-conv form of kernel = stride without padding"
+                .into())
+        }
         _ => return Ok(None),
     };
     // Gemm's C joins the epilogue as a per-column bias (constant) or as a source tensor of

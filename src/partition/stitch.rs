@@ -426,7 +426,9 @@ pub fn find_with(g: &Graph, taken: &HashSet<String>, leave_attention: bool) -> (
             let integer = tensors().find(|t| !float(t));
             // Without tensor names: the report groups its host ops by reason.
             let why = match (untyped, integer) {
-                (Some(_), _) => "a tensor of rank unknown when planning (after control flow)",
+                (Some(_), _) => {
+                    "a tensor of rank unknown when planning (after control flow, or a Squeeze without axes)"
+                }
                 (None, Some(_)) => {
                     "integer arithmetic (lengths, indices): stitched kernels compute with floats (integers only \
                      in masks: comparisons, logic, selects and casts)"
@@ -490,11 +492,11 @@ pub fn find_with(g: &Graph, taken: &HashSet<String>, leave_attention: bool) -> (
         for members in parts.into_iter().flat_map(|m| convex_parts(g, &m, &producer)) {
             match region(g, &members, &producer, &consumers, &scalar) {
                 Ok(r) => regions.push(r),
-                Err(RegionError::OtherRow(i)) if cut.insert(i) => evicted = true,
-                Err(RegionError::OtherRow(i)) => {
+                // The node starts a region of its own; if it already did, it stays out.
+                Err(RegionError::Cut(i, _)) if cut.insert(i) => evicted = true,
+                Err(RegionError::Cut(i, why)) => {
                     cand[i] = false;
-                    let reason = "its rows are of another length than those of the region it joins".to_string();
-                    not.push(NotStitched { node: g.nodes[i].name.clone(), reason });
+                    not.push(NotStitched { node: g.nodes[i].name.clone(), reason: why.to_string() });
                     evicted = true;
                 }
                 Err(RegionError::Node(i, reason)) => {
@@ -635,7 +637,11 @@ fn convex_parts(g: &Graph, members: &[usize], producer: &HashMap<&str, usize>) -
 /// over rows of another length than the group's.
 enum RegionError {
     Node(usize, String),
-    OtherRow(usize),
+    /// The region cannot hold the node with the nodes before it (why, should the node still
+    /// not fit once it starts a region of its own): its rows are of another length, its
+    /// output is narrower than the region's space ([`narrow_output`]), or the region would
+    /// read more inputs than a kernel takes.
+    Cut(usize, &'static str),
 }
 
 fn region(
@@ -672,7 +678,10 @@ fn region(
     let mut row: Option<crate::ir::Dim> = None;
     // Inputs every reduction of rows of unknown length reads along its rows.
     let mut unknown_row: Option<BTreeSet<usize>> = None;
+    // Per member, how many inputs the region had before it joined.
+    let mut inputs_from: Vec<usize> = Vec::with_capacity(members.len());
     for &i in members {
+        inputs_from.push(r.inputs.len());
         let n = &g.nodes[i];
         let rank = g.types[&n.outputs[0]].shape.as_ref().map_or(0, |s| s.0.len());
         if is_view(&n.op) {
@@ -761,7 +770,9 @@ fn region(
             let len = g.types.get(x).and_then(|t| t.shape.as_ref()?.0.last().cloned());
             match (&row, len) {
                 (_, None) => return Err(RegionError::Node(i, format!("'{}': its rank is not known", n.name))),
-                (Some(a), Some(b)) if *a != b => return Err(RegionError::OtherRow(i)),
+                (Some(a), Some(b)) if *a != b => {
+                    return Err(RegionError::Cut(i, "its rows are of another length than those of the region it joins"))
+                }
                 (_, Some(crate::ir::Dim::Unknown)) => {
                     // A length known only at run time (computed from a symbolic one): the
                     // same for every such reduction only where all read one input along
@@ -788,7 +799,49 @@ fn region(
         }
         joined(&mut r, &mut value, n, out);
     }
+    if r.inputs.len() > bolt_codegen::abi::STITCH_MAX_INPUTS {
+        // Cut at the member whose inputs take the region past what a kernel reads.
+        let after = |k: usize| inputs_from.get(k + 1).copied().unwrap_or(r.inputs.len());
+        let at = (0..members.len()).find(|&k| after(k) > bolt_codegen::abi::STITCH_MAX_INPUTS).unwrap_or(0);
+        let why = "with the region it joins it reads more inputs than a stitched kernel takes";
+        return Err(RegionError::Cut(members[at], why));
+    }
+    if let Some(y) = narrow_output(g, &r) {
+        let i = members.iter().copied().find(|&i| g.nodes[i].outputs.iter().any(|o| *o == y));
+        let i = i.expect("region outputs are members' outputs");
+        return Err(RegionError::Cut(i, "its output is narrower than the region it joins, and read outside it"));
+    }
     Ok(r)
+}
+
+/// A region output narrower than the region's iteration space (the broadcast of its inputs),
+/// or `None`: one missing an axis of the space, or of one element where the space has more
+/// (other than the row, for a value the region's reductions make per row). A kernel over the
+/// space writes a value per element or per row: a masked SE block's count of valid positions
+/// ([B, 1, 1] in a region over [B, C, T]) is its own kernel's output instead.
+fn narrow_output(g: &Graph, r: &Region) -> Option<String> {
+    let shapes: Vec<Shape> = r.inputs.iter().map(|x| g.types.get(x)?.shape.clone()).collect::<Option<_>>()?;
+    let refs: Vec<&Shape> = shapes.iter().collect();
+    let steps = r.shapes(&refs).ok()?;
+    let viewed: Vec<Shape> =
+        shapes.iter().enumerate().map(|(i, s)| r.viewed_shape(i, s)).collect::<Result<_, _>>().ok()?;
+    let space = viewed
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !r.is_table(*i))
+        .try_fold(Shape(vec![]), |acc, (_, s)| crate::ir::broadcast_shapes(&acc, s))?;
+    let one = Dim::Known(1);
+    r.outputs.iter().find_map(|(y, step)| {
+        let s = &steps[*step].0;
+        let per_row = r.reduces() && row_inputs(&r.steps, *step).is_empty();
+        let last = space.rank().saturating_sub(1);
+        let narrow = s.len() < space.rank()
+            || space.0.iter().enumerate().any(|(k, d)| {
+                let o = &s[s.len() - space.rank() + k];
+                *o == one && *d != one && !(per_row && k == last)
+            });
+        (narrow && space.rank() > 0).then(|| y.clone())
+    })
 }
 
 /// The region inputs step `j` reads along its rows: those no reduction cuts off.

@@ -39,7 +39,9 @@ fn param_index(
     block: i64,
 ) -> Result<Vec<usize>, String> {
     if let Some(z) = zero {
-        if z.shape != scale.shape {
+        // One value each is per-tensor whatever their shapes ([] and [1]: onnxruntime's
+        // quantizer writes such pairs, and onnxruntime runs them).
+        if z.shape != scale.shape && !(z.len() == 1 && scale.len() == 1) {
             return Err(format!("the zero point's shape {:?} differs from the scale's {:?}", z.shape, scale.shape));
         }
     }
