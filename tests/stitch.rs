@@ -1048,6 +1048,26 @@ fn rows_of_run_time_length_stitch_where_the_reductions_read_one_input_along_them
     assert!(not.iter().any(|n| n.reason.contains("nor shared")), "{not:?} {regions:?}");
 }
 
+/// Runs `planned` on the reference and checks each stitched node's kernel spec (run as the
+/// reference device runs it) against the node's region on the inputs the run gives it.
+fn kernel_specs_mean_their_nodes(planned: &Graph, feeds: &HashMap<String, Tensor>, label: &str) {
+    bolt::reference::run_with(planned, feeds, |n, args| {
+        let outs = bolt::reference::eval_node(n, args)?;
+        if let Op::Stitched(region) = &n.op {
+            let spec = bolt::plan::lower::stitch_spec(planned, n).unwrap();
+            let inputs: Vec<&Tensor> = args.iter().flatten().copied().collect();
+            let types: Vec<DType> = outs.iter().map(|t| t.dtype()).collect();
+            let got = bolt::runtime::stitch::run(&spec, region, &inputs, &types).unwrap();
+            for ((o, got), want) in n.outputs.iter().zip(got).zip(&outs) {
+                assert_eq!(got.shape, want.shape, "{o}: {label}");
+                assert_eq!(got.to_f32_vec(), want.to_f32_vec(), "{o}: {label}");
+            }
+        }
+        Ok(outs)
+    })
+    .unwrap();
+}
+
 /// A reduction over every axis (no axes given: Whisper's and openWakeWord's log-mel clamps)
 /// is planned as one row of all the elements (a merging view, then a stitched row
 /// reduction: AStitch's global scheme), and the scalar arithmetic after it (`max - 80`, a
@@ -1080,22 +1100,7 @@ fn reductions_over_every_axis_are_one_row_and_scalars_one_element() {
         let want = bolt::reference::run(&g, &feeds).unwrap();
         let got = bolt::reference::run(&plan.graph, &feeds).unwrap();
         assert_eq!(got[&y].to_f32_vec(), want[&y].to_f32_vec(), "T = {t}");
-        // Each kernel spec on the inputs the planned graph gives its node.
-        bolt::reference::run_with(&plan.graph, &feeds, |n, args| {
-            let outs = bolt::reference::eval_node(n, args)?;
-            if let Op::Stitched(region) = &n.op {
-                let spec = bolt::plan::lower::stitch_spec(&plan.graph, n).unwrap();
-                let inputs: Vec<&Tensor> = args.iter().flatten().copied().collect();
-                let types: Vec<DType> = outs.iter().map(|t| t.dtype()).collect();
-                let got = bolt::runtime::stitch::run(&spec, region, &inputs, &types).unwrap();
-                for ((o, got), want) in n.outputs.iter().zip(got).zip(&outs) {
-                    assert_eq!(got.shape, want.shape, "{o}: T = {t}");
-                    assert_eq!(got.to_f32_vec(), want.to_f32_vec(), "{o}: T = {t}");
-                }
-            }
-            Ok(outs)
-        })
-        .unwrap();
+        kernel_specs_mean_their_nodes(&plan.graph, &feeds, &format!("T = {t}"));
     }
 }
 
@@ -1149,21 +1154,7 @@ fn outputs_narrower_than_their_region_become_kernels_of_their_own() {
         let got = bolt::reference::run(&plan.graph, &feeds).unwrap();
         let (a, b) = (got[&y].to_f32_vec(), want[&y].to_f32_vec());
         assert!(a.iter().zip(&b).all(|(p, q)| (p - q).abs() <= 1e-4 * (1.0 + q.abs())), "T = {width}: {a:?} vs {b:?}");
-        bolt::reference::run_with(&plan.graph, &feeds, |n, args| {
-            let outs = bolt::reference::eval_node(n, args)?;
-            if let Op::Stitched(region) = &n.op {
-                let spec = bolt::plan::lower::stitch_spec(&plan.graph, n).unwrap();
-                let inputs: Vec<&Tensor> = args.iter().flatten().copied().collect();
-                let types: Vec<DType> = outs.iter().map(|t| t.dtype()).collect();
-                let got = bolt::runtime::stitch::run(&spec, region, &inputs, &types).unwrap();
-                for ((o, got), want) in n.outputs.iter().zip(got).zip(&outs) {
-                    assert_eq!(got.shape, want.shape, "{o}: T = {width}");
-                    assert_eq!(got.to_f32_vec(), want.to_f32_vec(), "{o}: T = {width}");
-                }
-            }
-            Ok(outs)
-        })
-        .unwrap();
+        kernel_specs_mean_their_nodes(&plan.graph, &feeds, &format!("T = {width}"));
     }
 }
 

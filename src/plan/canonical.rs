@@ -248,6 +248,18 @@ fn value_identities(g: &mut Graph) -> usize {
     dead.len()
 }
 
+/// A Pad's (begin, end) per axis of its rank-`rank` input, when its pads (and axes, if
+/// given) are constants.
+fn constant_pads(g: &Graph, n: &crate::ir::Node, rank: usize) -> Option<Vec<(i64, i64)>> {
+    let ints = |k: usize| n.input(k).map(|t| constant(g, t).and_then(|c| c.as_i64_vec()));
+    let pads = ints(1)??;
+    let axes = match ints(3) {
+        None => None,
+        Some(a) => Some(a?),
+    };
+    crate::ir::infer::pads_per_axis(&pads, axes.as_deref(), rank).ok()
+}
+
 /// A Pad with negative pads crops those sides: Kaldi's pre-emphasis shifts frames by one
 /// with `pads [0, 1, 0, -1]` (edge mode). In constant and edge modes that is a Slice of the
 /// cropped sides (constant bounds: a view or device copy) and then a Pad of the grown ones
@@ -259,13 +271,7 @@ fn crops_out_of_pads(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
         let Op::Pad { mode: mode @ (PadMode::Constant | PadMode::Edge) } = n.op else { return None };
         let (x, [y]) = (n.input(0)?, &n.outputs[..]) else { return None };
         let rank = g.types.get(x)?.shape.as_ref()?.rank();
-        let ints = |k: usize| n.input(k).map(|t| constant(g, t).and_then(|c| c.as_i64_vec()));
-        let pads = ints(1)??;
-        let axes = match ints(3) {
-            None => None,
-            Some(a) => Some(a?),
-        };
-        let per_axis = crate::ir::infer::pads_per_axis(&pads, axes.as_deref(), rank).ok()?;
+        let per_axis = constant_pads(g, n, rank)?;
         let cropped: Vec<usize> = (0..rank).filter(|&k| per_axis[k].0 < 0 || per_axis[k].1 < 0).collect();
         if cropped.is_empty() {
             return None;
@@ -312,13 +318,7 @@ fn zero_pads_into_convs(g: &mut Graph) -> usize {
             let Op::Pad { mode: crate::ir::PadMode::Constant } = n.op else { return None };
             let [y] = &n.outputs[..] else { return None };
             let rank = g.types.get(n.input(0)?)?.shape.as_ref()?.rank();
-            let ints = |k: usize| n.input(k).map(|t| constant(g, t).and_then(|c| c.as_i64_vec()));
-            let pads = ints(1)??;
-            let axes = match ints(3) {
-                None => None,
-                Some(a) => Some(a?),
-            };
-            let per_axis = crate::ir::infer::pads_per_axis(&pads, axes.as_deref(), rank).ok()?;
+            let per_axis = constant_pads(g, n, rank)?;
             let zero = match n.input(2) {
                 None => true,
                 Some(v) => constant(g, v).is_some_and(|c| c.to_f64_vec().iter().all(|&x| x == 0.0)),
