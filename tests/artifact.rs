@@ -1769,6 +1769,76 @@ fn wespeaker_front_end_compiles_with_its_frame_count_folded_per_bucket() {
     artifact_matches_onnxruntime("models/onnxasr_wespeaker", sizes);
 }
 
+/// A vocoder's upsampling ConvTranspose (kernel 16, stride 8, pads 4, over a symbolic
+/// length) compiles into an artifact as a conv kernel over the zero-spread input (its zeros
+/// put in by a pad glue kernel between two views), and the artifact on the reference device
+/// gives the original ConvTranspose's outputs at two lengths (one shape bucket each).
+#[test]
+fn overlapping_conv_transposes_compile_as_conv_kernels() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut b = bolt::ir::builder::GraphBuilder::new("upsample");
+    let x = b.input("x", DType::F32, Shape(vec![Dim::Known(1), Dim::Known(6), Dim::Sym("T".into())]));
+    let w = b.initializer("w", common::random_tensor(&[6, 4, 16], 1));
+    let bias = b.initializer("bias", common::random_tensor(&[4], 2));
+    let window = Window {
+        kernel_shape: None,
+        strides: Some(vec![8]),
+        pads: Some(vec![4, 4]),
+        dilations: None,
+        auto_pad: AutoPad::NotSet,
+    };
+    let op = Op::ConvTranspose { window, group: 1, output_padding: None, output_shape: None };
+    let y = b.node("up", op, &[&x, &w, &bias]);
+    b.output(&y);
+    let g = b.finish().unwrap();
+    let opts = CompileOptions { archs: vec![], dims: vec![range("T", 5, 40)], ..CompileOptions::new(dir.path()) };
+    compile(&g, &opts).unwrap();
+    let art = Artifact::open(dir.path()).unwrap();
+    assert!(art.plan.kernels.iter().any(|k| k.node == "up"), "{:?}", art.plan.host_ops);
+    assert!(art.plan.host_ops.iter().all(|h| h.on_device), "{:?}", art.plan.host_ops);
+    let mut exec = runtime::open(&art, DeviceKind::Reference, &RunOptions::default()).unwrap();
+    for t in [5, 40] {
+        let feeds = HashMap::from([("x".to_string(), common::random_tensor(&[1, 6, t], t as u64))]);
+        let want = bolt::reference::run(&g, &feeds).unwrap();
+        let got = exec.run(&feeds).unwrap();
+        assert_eq!(got[&y].shape, [1, 4, 8 * t]);
+        let (a, b) = (got[&y].to_f32_vec(), want[&y].to_f32_vec());
+        assert!(a.iter().zip(&b).all(|(p, q)| (p - q).abs() <= 1e-4 * (1.0 + q.abs())), "T = {t}");
+    }
+}
+
+/// A conv padded unevenly (TensorFlow's SAME padding at stride 2: pads [0, 0, 1, 1]) was
+/// refused by the conv kernels, which pad symmetrically, and ran on the host. It now reads
+/// its input through a zero pad of the difference (a glue kernel) and runs as a kernel; the
+/// artifact on the reference device gives the original conv's outputs.
+#[test]
+fn unevenly_padded_convs_compile_as_kernels_behind_a_pad() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut b = bolt::ir::builder::GraphBuilder::new("same_upper");
+    let x = b.input("x", DType::F32, Shape::from_static(&[1, 8, 9, 9]));
+    let w = b.initializer("w", common::random_tensor(&[16, 8, 3, 3], 1));
+    let window = Window {
+        kernel_shape: None,
+        strides: Some(vec![2, 2]),
+        pads: Some(vec![0, 0, 1, 1]),
+        dilations: None,
+        auto_pad: AutoPad::NotSet,
+    };
+    let y = b.node("conv", Op::Conv { window, group: 1 }, &[&x, &w]);
+    b.output(&y);
+    let g = b.finish().unwrap();
+    compile(&g, &CompileOptions { archs: vec![], ..CompileOptions::new(dir.path()) }).unwrap();
+    let art = Artifact::open(dir.path()).unwrap();
+    assert!(art.plan.kernels.iter().any(|k| k.node == "conv"), "{:?}", art.plan.host_ops);
+    assert!(art.plan.host_ops.iter().all(|h| h.on_device), "{:?}", art.plan.host_ops);
+    let feeds = HashMap::from([("x".to_string(), common::random_tensor(&[1, 8, 9, 9], 3))]);
+    let want = bolt::reference::run(&g, &feeds).unwrap();
+    let got = runtime::open(&art, DeviceKind::Reference, &RunOptions::default()).unwrap().run(&feeds).unwrap();
+    assert_eq!(got[&y].shape, [1, 16, 4, 4]);
+    let (a, b) = (got[&y].to_f32_vec(), want[&y].to_f32_vec());
+    assert!(a.iter().zip(&b).all(|(p, q)| (p - q).abs() <= 1e-4 * (1.0 + q.abs())));
+}
+
 /// InstanceNormalization (host-only as an op; PyTorch's GroupNorm and InstanceNorm export as
 /// it) with constant scale and bias is planned as a row normalisation over the merged spatial
 /// elements: one stitched kernel between two reshapes (views), nothing computed on the host

@@ -428,3 +428,53 @@ fn negative_pads_are_a_crop_then_a_pad_kernel() {
         assert_eq!(got[&y].to_f32_vec(), want[&y].to_f32_vec(), "{mode:?}");
     }
 }
+
+/// A ConvTranspose whose windows overlap or are padded (a vocoder's kernel 16 / stride 8, a
+/// decoder's 3x3 / stride 2 with output_padding) had no kernel and stayed on the host. The
+/// planner writes it as a Conv over the input with stride - 1 zeros inserted between elements
+/// (Unsqueeze -> Pad glue kernel -> Reshape per strided axis) and the weight flipped with its
+/// channel axes swapped: a conv partition. The planned graph equals the model on the
+/// reference (the rewriting only; tests/python/test_fuzz_graphs.py::test_conv_transposes_as_convs_match_ort
+/// checks against onnxruntime, and the reference's ConvTranspose is checked by the ONNX
+/// conformance cases).
+#[test]
+fn overlapping_conv_transposes_are_convs_over_zero_spread_inputs() {
+    use bolt::ir::builder::GraphBuilder;
+    use bolt::ir::{AutoPad, DType, Shape, Window};
+    // (input, weight, strides, pads, output_padding, dilations, group)
+    type Case = (Vec<usize>, Vec<usize>, Vec<usize>, Vec<usize>, Vec<usize>, Vec<usize>, usize);
+    let cases: Vec<Case> = vec![
+        (vec![1, 6, 9], vec![6, 4, 16], vec![8], vec![4, 4], vec![0], vec![1], 1),
+        (vec![2, 5, 4, 3], vec![5, 3, 3, 3], vec![2, 2], vec![1, 1, 1, 1], vec![1, 1], vec![1, 1], 1),
+        (vec![1, 4, 5, 4], vec![4, 3, 2, 3], vec![1, 3], vec![1, 0, 0, 3], vec![0, 0], vec![2, 2], 2),
+        (vec![1, 3, 7, 7], vec![3, 2, 2, 2], vec![2, 2], vec![2, 2, 2, 2], vec![0, 0], vec![1, 1], 1),
+    ];
+    for (k, (xs, ws, strides, pads, extra, dil, group)) in cases.into_iter().enumerate() {
+        let mut b = GraphBuilder::new("deconv");
+        let x = b.input("x", DType::F32, Shape::from_static(&xs));
+        let w = b.initializer("w", common::random_tensor(&ws, k as u64));
+        let window = Window {
+            kernel_shape: None,
+            strides: Some(strides),
+            pads: Some(pads),
+            dilations: Some(dil),
+            auto_pad: AutoPad::NotSet,
+        };
+        let op = Op::ConvTranspose { window, group, output_padding: Some(extra), output_shape: None };
+        let y = b.node("deconv", op, &[&x, &w]);
+        b.output(&y);
+        let g = b.finish().unwrap();
+        let plan = bolt::plan::plan(&g).unwrap();
+        assert!(
+            plan.partitioning.partitions.iter().any(|p| p.anchor == "deconv"),
+            "case {k}: not a kernel: {:?}",
+            plan.partitioning.host
+        );
+        assert!(!plan.graph.nodes.iter().any(|n| matches!(n.op, Op::ConvTranspose { .. })), "case {k}");
+        let feeds = HashMap::from([("x".to_string(), common::random_tensor(&xs, 10 + k as u64))]);
+        let want = bolt::reference::run(&g, &feeds).unwrap();
+        let got = bolt::reference::run(&plan.graph, &feeds).unwrap();
+        let c = compare(&y, &got[&y], &want[&y], PLAN_TOL);
+        assert!(c.failure.is_none(), "case {k}: {}", c.failure.unwrap());
+    }
+}

@@ -13,6 +13,13 @@
 //! (i*k + r, j*k + s) of channel o is input pixel (i, j) times weight [:, o, r, s]. The conv
 //! becomes a GEMM/conv partition like any other, the DepthToSpace a glue kernel.
 
+//!
+//! Any other ConvTranspose of a constant weight (a vocoder's upsampling, a decoder's 3x3
+//! stride-2 layers) is a Conv over its input with stride - 1 zeros inserted between elements
+//! (views and pad glue kernels), the weight flipped and its channel axes swapped: the conv
+//! kernels run it, at stride times (per spatial axis) the multiply-adds of a transposed
+//! (dgrad) kernel Bolt does not have, instead of the host.
+
 use super::edit::{constant, finish, fresh_name, node};
 use crate::error::Result;
 use crate::ir::{AutoPad, DType, Graph, Op, Tensor, Window};
@@ -82,6 +89,7 @@ pub fn canonical(g: &Graph) -> Result<(Graph, usize)> {
         i += 1;
         count += 1;
     }
+    count += conv_transposes_as_convs(&mut out, &mut taken);
     count += same_type_casts(&mut out);
     count += same_shape_expands(&mut out);
     count += recurrent_projections(&mut out, &mut taken);
@@ -89,6 +97,7 @@ pub fn canonical(g: &Graph) -> Result<(Graph, usize)> {
     count += einsums_as_matmuls(&mut out, &mut taken);
     count += crops_out_of_pads(&mut out, &mut taken);
     count += zero_pads_into_convs(&mut out);
+    count += asymmetric_conv_pads(&mut out, &mut taken);
     count += constant_reduce_axes(&mut out);
     count += reductions_over_every_axis(&mut out);
     count += reduce_keeping_dims(&mut out, &mut taken);
@@ -248,6 +257,13 @@ fn value_identities(g: &mut Graph) -> usize {
     dead.len()
 }
 
+/// A new 1-D int64 initializer named after `stem`.
+fn int_const(g: &mut Graph, taken: &mut HashSet<String>, stem: &str, v: Vec<i64>) -> String {
+    let name = fresh_name(g, taken, stem);
+    g.initializers.insert(name.clone(), Arc::new(Tensor::from_i64(vec![v.len()], v)));
+    name
+}
+
 /// A Pad's (begin, end) per axis of its rank-`rank` input, when its pads (and axes, if
 /// given) are constants.
 fn constant_pads(g: &Graph, n: &crate::ir::Node, rank: usize) -> Option<Vec<(i64, i64)>> {
@@ -276,19 +292,14 @@ fn crops_out_of_pads(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
         if cropped.is_empty() {
             return None;
         }
-        let add = |g: &mut Graph, taken: &mut HashSet<String>, stem: &str, v: Vec<i64>| {
-            let name = fresh_name(g, taken, &format!("{}.{stem}", n.name));
-            g.initializers.insert(name.clone(), Arc::new(Tensor::from_i64(vec![v.len()], v)));
-            name
-        };
         let starts = cropped.iter().map(|&k| (-per_axis[k].0).max(0)).collect();
         // A negative end counts from the axis' end; an uncropped end runs to it.
         let ends = cropped.iter().map(|&k| if per_axis[k].1 < 0 { per_axis[k].1 } else { i64::MAX }).collect();
         let slice_inputs = vec![
             Some(x.to_string()),
-            Some(add(g, taken, "crop_starts", starts)),
-            Some(add(g, taken, "crop_ends", ends)),
-            Some(add(g, taken, "crop_axes", cropped.iter().map(|&k| k as i64).collect())),
+            Some(int_const(g, taken, &format!("{}.crop_starts", n.name), starts)),
+            Some(int_const(g, taken, &format!("{}.crop_ends", n.name), ends)),
+            Some(int_const(g, taken, &format!("{}.crop_axes", n.name), cropped.iter().map(|&k| k as i64).collect())),
         ];
         let grown: Vec<i64> = per_axis.iter().map(|p| p.0.max(0)).chain(per_axis.iter().map(|p| p.1.max(0))).collect();
         let crop_name = fresh_name(g, taken, &format!("{}.crop", n.name));
@@ -296,7 +307,7 @@ fn crops_out_of_pads(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
             return Some(vec![node(crop_name, Op::Slice, slice_inputs, y.clone())]);
         }
         let cropped_out = fresh_name(g, taken, &format!("{y}.cropped"));
-        let pads = add(g, taken, "grown_pads", grown);
+        let pads = int_const(g, taken, &format!("{}.grown_pads", n.name), grown);
         let pad = crate::ir::Node {
             name: n.name.clone(),
             op: Op::Pad { mode },
@@ -304,6 +315,47 @@ fn crops_out_of_pads(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
             outputs: vec![y.clone()],
         };
         Some(vec![node(crop_name, Op::Slice, slice_inputs, cropped_out), pad])
+    })
+}
+
+/// A Conv padded more on one side of an axis than the other (TensorFlow's SAME padding at
+/// stride 2 exports as pads [0, 0, 1, 1], or an explicit Pad folded in; a ConvTranspose
+/// written as a conv) reads its input through a zero Pad of the difference (a glue kernel)
+/// with the smaller padding on both sides: the conv kernels pad symmetrically.
+fn asymmetric_conv_pads(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
+    rewrite_each(g, |g, n| {
+        let Op::Conv { window, group } = &n.op else { return None };
+        if window.auto_pad != AutoPad::NotSet {
+            return None;
+        }
+        let pads = window.pads.as_ref()?;
+        let sp = pads.len() / 2;
+        // The pads give the rank (the input may be a tensor this pass made, not yet typed).
+        let x = n.input(0)?;
+        if sp == 0 || (0..sp).all(|a| pads[a] == pads[sp + a]) {
+            return None;
+        }
+        let both: Vec<usize> = (0..sp).map(|a| pads[a].min(pads[sp + a])).collect();
+        // Full-rank pads: nothing on the batch and channel axes.
+        let extra: Vec<i64> = [0, 0]
+            .into_iter()
+            .chain((0..sp).map(|a| (pads[a] - both[a]) as i64))
+            .chain([0, 0])
+            .chain((0..sp).map(|a| (pads[sp + a] - both[a]) as i64))
+            .collect();
+        let pads_name = int_const(g, taken, &format!("{}.uneven_pads", n.name), extra);
+        let padded = fresh_name(g, taken, &format!("{x}.padded_unevenly"));
+        let pad = node(
+            padded.clone(),
+            Op::Pad { mode: crate::ir::PadMode::Constant },
+            vec![Some(x.to_string()), Some(pads_name)],
+            padded.clone(),
+        );
+        let window = Window { pads: Some(both.iter().chain(&both).copied().collect()), ..window.clone() };
+        let mut conv = n.clone();
+        conv.op = Op::Conv { window, group: *group };
+        conv.inputs[0] = Some(padded);
+        Some(vec![pad, conv])
     })
 }
 
@@ -881,6 +933,173 @@ fn compose_transposes(g: &mut Graph) -> usize {
         g.nodes.remove(a);
         count += 1;
     }
+}
+
+/// A 1-D or 2-D ConvTranspose of constant weight (explicit pads, no output_shape) as a Conv:
+/// y[o, p] = sum over c, i of x[c, (p + pad - i * d) / s] * w[c, o, i] where the quotient is
+/// whole, which is the stride-1 Conv of x with s - 1 zeros after each element by the weight
+/// flipped in space and with its channel axes swapped (per group), padded by d * (k - 1) -
+/// pad (the end also by output_padding, and less the trailing s - 1 zeros; a negative pad
+/// crops). Zeros go in per strided axis as Unsqueeze -> Pad (a glue kernel) -> Reshape merging
+/// the two axes; an axis other than the last needs the sizes after it known.
+fn conv_transposes_as_convs(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
+    rewrite_each(g, |g, n| {
+        let Op::ConvTranspose { window, group, output_padding, output_shape: None } = &n.op else { return None };
+        if window.auto_pad != AutoPad::NotSet || *group == 0 {
+            return None;
+        }
+        let (x, [y]) = (n.input(0)?, &n.outputs[..]) else { return None };
+        let w = constant(g, n.input(1)?)?;
+        let xt = g.types.get(x)?.clone();
+        let shape = xt.shape.as_ref()?;
+        let rank = shape.rank();
+        if !(3..=4).contains(&rank) || w.rank() != rank || !w.dtype().is_float() {
+            return None;
+        }
+        let sp = rank - 2;
+        let k: Vec<usize> = w.shape[2..].to_vec();
+        let per = |v: &Option<Vec<usize>>, len: usize, default: usize| match v {
+            Some(v) if v.len() == len => Some(v.clone()),
+            None => Some(vec![default; len]),
+            Some(_) => None,
+        };
+        let strides = per(&window.strides, sp, 1)?;
+        let dil = per(&window.dilations, sp, 1)?;
+        let pads = per(&window.pads, 2 * sp, 0)?;
+        let extra = per(output_padding, sp, 0)?;
+        if window.kernel_shape.as_ref().is_some_and(|ks| *ks != k) || strides.contains(&0) || dil.contains(&0) {
+            return None;
+        }
+        // Zeros between elements along axis 2 + a need the sizes after it (the merge's target).
+        let first = (0..sp).find(|&a| strides[a] > 1);
+        if let Some(a) = first {
+            if shape.0[2 + a + 1..].iter().any(|d| d.known().is_none()) {
+                return None;
+            }
+        }
+        // The weight: [C_in, C_out / g, k..] -> [C_out, C_in / g, k..] per group, flipped.
+        let (c_in, c_out_g, groups) = (w.shape[0], w.shape[1], *group);
+        if c_in % groups != 0 {
+            return None;
+        }
+        let c_in_g = c_in / groups;
+        let taps: usize = k.iter().product();
+        let v = w.to_f64_vec();
+        let mut wt = vec![0.0; v.len()];
+        for gi in 0..groups {
+            for c in 0..c_in_g {
+                for o in 0..c_out_g {
+                    for t in 0..taps {
+                        // Reversing the flat tap index reverses every spatial axis.
+                        wt[((gi * c_out_g + o) * c_in_g + c) * taps + (taps - 1 - t)] =
+                            v[((gi * c_in_g + c) * c_out_g + o) * taps + t];
+                    }
+                }
+            }
+        }
+        let mut wshape = w.shape.clone();
+        wshape[0] = groups * c_out_g;
+        wshape[1] = c_in_g;
+        let wt = Tensor::from_f64_as(w.dtype(), wshape, &wt)?;
+        let mut out = Vec::new();
+        let wname = fresh_name(g, taken, &format!("{}.as_conv", n.input(1)?));
+        g.initializers.insert(wname.clone(), Arc::new(wt));
+        let named = |stem: &str| format!("{}.{stem}", n.name);
+        // The conv's pads: d * (k - 1) - pad (the end also + output_padding), less the zeros
+        // the spread puts before the first element and after the last: s - 1 split between
+        // them to even the two sides (the kernels pad symmetrically; what stays uneven is
+        // `asymmetric_conv_pads`'), and negative ones crop.
+        let mut begin = Vec::with_capacity(sp);
+        let mut end = Vec::with_capacity(sp);
+        let mut spread = Vec::with_capacity(sp);
+        for a in 0..sp {
+            let reach = (dil[a] * (k[a] - 1)) as i64;
+            let (b, e, s) = (reach - pads[a] as i64, reach - pads[sp + a] as i64 + extra[a] as i64, strides[a] as i64);
+            let before = ((s - 1 + b - e) / 2).clamp(0, s - 1);
+            spread.push((before, s - 1 - before));
+            begin.push(b - before);
+            end.push(e - (s - 1 - before));
+        }
+        let mut cur = x.to_string();
+        let mut cur_shape = shape.0.clone();
+        // From the last axis back, so the sizes a merge copies with 0 are those before it.
+        for a in (0..sp).rev().filter(|&a| strides[a] > 1) {
+            let ax = 2 + a;
+            let stem = format!("zeros{a}");
+            let unsq = int_const(g, taken, &named(&format!("{stem}.axes")), vec![ax as i64 + 1]);
+            let padv: Vec<i64> = (0..2 * (rank + 1))
+                .map(|i| match i {
+                    i if i == ax + 1 => spread[a].0,
+                    i if i == rank + 1 + ax + 1 => spread[a].1,
+                    _ => 0,
+                })
+                .collect();
+            let padn = int_const(g, taken, &named(&format!("{stem}.pads")), padv);
+            let mut target: Vec<i64> = vec![0; ax];
+            target.push(-1);
+            for d in &cur_shape[ax + 1..] {
+                target.push(d.known()? as i64);
+            }
+            let tname = int_const(g, taken, &named(&format!("{stem}.merged_shape")), target);
+            let names: Vec<String> = ["spread", "spaced", "merged"]
+                .iter()
+                .map(|k| fresh_name(g, taken, &format!("{}.{stem}.{k}", n.name)))
+                .collect();
+            out.push(node(names[0].clone(), Op::Unsqueeze, vec![Some(cur.clone()), Some(unsq)], names[0].clone()));
+            out.push(node(
+                names[1].clone(),
+                Op::Pad { mode: crate::ir::PadMode::Constant },
+                vec![Some(names[0].clone()), Some(padn)],
+                names[1].clone(),
+            ));
+            out.push(node(
+                names[2].clone(),
+                Op::Reshape { allowzero: false },
+                vec![Some(names[1].clone()), Some(tname)],
+                names[2].clone(),
+            ));
+            cur = names[2].clone();
+            cur_shape[ax] = match cur_shape[ax] {
+                crate::ir::Dim::Known(l) => crate::ir::Dim::Known(l * strides[a]),
+                _ => crate::ir::Dim::Unknown,
+            };
+        }
+        let cropped: Vec<usize> = (0..sp).filter(|&a| begin[a] < 0 || end[a] < 0).collect();
+        if !cropped.is_empty() {
+            let starts = cropped.iter().map(|&a| (-begin[a]).max(0)).collect();
+            let ends = cropped.iter().map(|&a| if end[a] < 0 { end[a] } else { i64::MAX }).collect();
+            let axes = cropped.iter().map(|&a| 2 + a as i64).collect();
+            let inputs = vec![
+                Some(cur.clone()),
+                Some(int_const(g, taken, &named("crop_starts"), starts)),
+                Some(int_const(g, taken, &named("crop_ends"), ends)),
+                Some(int_const(g, taken, &named("crop_axes"), axes)),
+            ];
+            let name = fresh_name(g, taken, &format!("{}.crop", n.name));
+            out.push(node(name.clone(), Op::Slice, inputs, name.clone()));
+            cur = name;
+        }
+        let conv_pads: Vec<usize> = begin.iter().chain(&end).map(|&p| p.max(0) as usize).collect();
+        let conv_window = Window {
+            kernel_shape: Some(k),
+            strides: None,
+            pads: Some(conv_pads),
+            dilations: Some(dil),
+            auto_pad: AutoPad::NotSet,
+        };
+        let mut inputs = vec![Some(cur), Some(wname)];
+        if let Some(b) = n.input(2) {
+            inputs.push(Some(b.to_string()));
+        }
+        // The conv keeps the node's name (hosts map kernels back to model nodes by name).
+        out.push(crate::ir::Node {
+            name: n.name.clone(),
+            op: Op::Conv { window: conv_window, group: groups },
+            inputs,
+            outputs: vec![y.clone()],
+        });
+        Some(out)
+    })
 }
 
 /// A 2-D ConvTranspose of `g` whose square windows tile its output (kernel = stride, no

@@ -196,6 +196,48 @@ NEGATIVE_PADS = [
 ]
 
 
+# ConvTransposes that do not tile their output, planned as convs over the input with zeros
+# inserted between elements and the weight flipped (negative pads cropping first).
+def conv_transpose_1d_vocoder(b):  # HiFi-GAN's upsampling: kernel 16, stride 8, pads 4
+    x = b.input((1, 6, 9))
+    w = fz.weight(b, (6, 4, 16), 6 * 16)
+    return b.op("ConvTranspose", [x, w, b.const(b.rng.standard_normal(4))], (1, 4, 72), strides=[8], pads=[4, 4])
+
+
+def conv_transpose_2d_with_output_padding(b):  # a decoder's 3x3 stride 2, pads 1, output_padding 1
+    x = b.input((2, 5, 4, 3))
+    w = fz.weight(b, (5, 3, 3, 3), 45)
+    return b.op("ConvTranspose", [x, w], (2, 3, 8, 6), strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 1])
+
+
+def conv_transpose_grouped_dilated(b):  # 2 groups, dilation 2, stride (1, 3), uneven pads
+    x = b.input((1, 4, 5, 4))
+    w = fz.weight(b, (4, 3, 2, 3), 12)
+    y = b.op("ConvTranspose", [x, w], (1, 6, 5, 11), strides=[1, 3], dilations=[2, 2], pads=[1, 0, 0, 3], group=2)
+    return b.op("Relu", [y], (1, 6, 5, 11))
+
+
+def conv_transpose_pads_past_the_reach(b):  # pads beyond dilation * (k - 1): the conv input is cropped
+    x = b.input((1, 3, 7, 7))
+    w = fz.weight(b, (3, 2, 2, 2), 12)
+    return b.op("ConvTranspose", [x, w], (1, 2, 10, 10), strides=[2, 2], pads=[2, 2, 2, 2])
+
+
+def conv_padded_unevenly(b):  # TensorFlow's SAME at stride 2: pads [0, 0, 1, 1]
+    x = b.input((1, 8, 9, 9))
+    w = fz.weight(b, (16, 8, 3, 3), 72)
+    return b.op("Conv", [x, w], (1, 16, 4, 4), strides=[2, 2], pads=[0, 0, 1, 1])
+
+
+CONV_TRANSPOSES = [
+    conv_padded_unevenly,
+    conv_transpose_1d_vocoder,
+    conv_transpose_2d_with_output_padding,
+    conv_transpose_grouped_dilated,
+    conv_transpose_pads_past_the_reach,
+]
+
+
 REGRESSIONS = [
     matmul_div8_residual,
     conv_mul01_skip,
@@ -235,6 +277,11 @@ def test_reductions_over_every_axis_match_ort():
 
 def test_negative_pads_crop_as_ort_does():
     out = fz.check_cases({f.__name__: regression(f) for f in NEGATIVE_PADS})
+    assert not out.failures, out.failures
+
+
+def test_conv_transposes_as_convs_match_ort():
+    out = fz.check_cases({f.__name__: regression(f) for f in CONV_TRANSPOSES})
     assert not out.failures, out.failures
 
 
