@@ -1807,36 +1807,40 @@ fn overlapping_conv_transposes_compile_as_conv_kernels() {
     }
 }
 
-/// A conv padded unevenly (TensorFlow's SAME padding at stride 2: pads [0, 0, 1, 1]) was
-/// refused by the conv kernels, which pad symmetrically, and ran on the host. It now reads
-/// its input through a zero pad of the difference (a glue kernel) and runs as a kernel; the
-/// artifact on the reference device gives the original conv's outputs.
+/// A conv padded unevenly (TensorFlow's SAME padding at stride 2: pads [0, 0, 1, 1], or
+/// `auto_pad` SAME_UPPER on an even size) was refused by the conv kernels, which pad
+/// symmetrically, and ran on the host. It now reads its input through a zero pad of the
+/// difference (a glue kernel) and runs as a kernel; the artifact on the reference device
+/// gives the original conv's outputs.
 #[test]
 fn unevenly_padded_convs_compile_as_kernels_behind_a_pad() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut b = bolt::ir::builder::GraphBuilder::new("same_upper");
-    let x = b.input("x", DType::F32, Shape::from_static(&[1, 8, 9, 9]));
-    let w = b.initializer("w", common::random_tensor(&[16, 8, 3, 3], 1));
-    let window = Window {
+    let explicit = Window {
         kernel_shape: None,
         strides: Some(vec![2, 2]),
         pads: Some(vec![0, 0, 1, 1]),
         dilations: None,
         auto_pad: AutoPad::NotSet,
     };
-    let y = b.node("conv", Op::Conv { window, group: 1 }, &[&x, &w]);
-    b.output(&y);
-    let g = b.finish().unwrap();
-    compile(&g, &CompileOptions { archs: vec![], ..CompileOptions::new(dir.path()) }).unwrap();
-    let art = Artifact::open(dir.path()).unwrap();
-    assert!(art.plan.kernels.iter().any(|k| k.node == "conv"), "{:?}", art.plan.host_ops);
-    assert!(art.plan.host_ops.iter().all(|h| h.on_device), "{:?}", art.plan.host_ops);
-    let feeds = HashMap::from([("x".to_string(), common::random_tensor(&[1, 8, 9, 9], 3))]);
-    let want = bolt::reference::run(&g, &feeds).unwrap();
-    let got = runtime::open(&art, DeviceKind::Reference, &RunOptions::default()).unwrap().run(&feeds).unwrap();
-    assert_eq!(got[&y].shape, [1, 16, 4, 4]);
-    let (a, b) = (got[&y].to_f32_vec(), want[&y].to_f32_vec());
-    assert!(a.iter().zip(&b).all(|(p, q)| (p - q).abs() <= 1e-4 * (1.0 + q.abs())));
+    let same = Window { pads: None, auto_pad: AutoPad::SameUpper, ..explicit.clone() };
+    for (window, size, out) in [(explicit, 9, 4), (same, 10, 5)] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut b = bolt::ir::builder::GraphBuilder::new("uneven");
+        let x = b.input("x", DType::F32, Shape::from_static(&[1, 8, size, size]));
+        let w = b.initializer("w", common::random_tensor(&[16, 8, 3, 3], 1));
+        let y = b.node("conv", Op::Conv { window, group: 1 }, &[&x, &w]);
+        b.output(&y);
+        let g = b.finish().unwrap();
+        compile(&g, &CompileOptions { archs: vec![], ..CompileOptions::new(dir.path()) }).unwrap();
+        let art = Artifact::open(dir.path()).unwrap();
+        assert!(art.plan.kernels.iter().any(|k| k.node == "conv"), "{:?}", art.plan.host_ops);
+        assert!(art.plan.host_ops.iter().all(|h| h.on_device), "{:?}", art.plan.host_ops);
+        let feeds = HashMap::from([("x".to_string(), common::random_tensor(&[1, 8, size, size], 3))]);
+        let want = bolt::reference::run(&g, &feeds).unwrap();
+        let got = runtime::open(&art, DeviceKind::Reference, &RunOptions::default()).unwrap().run(&feeds).unwrap();
+        assert_eq!(got[&y].shape, [1, 16, out, out]);
+        let (a, b) = (got[&y].to_f32_vec(), want[&y].to_f32_vec());
+        assert!(a.iter().zip(&b).all(|(p, q)| (p - q).abs() <= 1e-4 * (1.0 + q.abs())));
+    }
 }
 
 /// InstanceNormalization (host-only as an op; PyTorch's GroupNorm and InstanceNorm export as

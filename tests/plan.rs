@@ -480,3 +480,50 @@ fn overlapping_conv_transposes_are_convs_over_zero_spread_inputs() {
         assert!(c.failure.is_none(), "case {k}: {}", c.failure.unwrap());
     }
 }
+
+/// onnxruntime's static quantization writes QuantizeLinear -> DequantizeLinear around every
+/// activation and DequantizeLinear of each int8 weight: all host ops, so a QDQ model ran no
+/// kernel. The weights' DequantizeLinears now fold (constants), and each pair of the same
+/// per-tensor scale and zero point is `clip(round(x / s), lo - z, hi - z) * s` in float ops
+/// that stitch: no quantize op is left and the MatMul is a kernel. The planned graph equals
+/// the model exactly on the reference (the rewriting only;
+/// tests/python/test_fuzz_graphs.py::test_quantize_dequantize_pairs_match_ort checks against
+/// onnxruntime).
+#[test]
+fn quantize_dequantize_pairs_are_float_ops_and_quantized_weights_constants() {
+    use bolt::ir::builder::GraphBuilder;
+    use bolt::ir::{AttrValue, DType, Shape};
+    let opaque = |op: &str| Op::Opaque {
+        domain: String::new(),
+        op_type: op.into(),
+        attrs: vec![("axis".into(), AttrValue::Int(1))],
+        why: "host-only".into(),
+    };
+    let mut b = GraphBuilder::new("qdq");
+    let x = b.input("x", DType::F32, Shape::from_static(&[4, 32]));
+    let s = b.initializer("s", Tensor::scalar_f32(0.02));
+    let z = b.initializer("z", Tensor::from_i64_as(DType::U8, vec![], &[128]).unwrap());
+    let q = b.node("q", opaque("QuantizeLinear"), &[&x, &s, &z]);
+    let dq = b.node("dq", opaque("DequantizeLinear"), &[&q, &s, &z]);
+    let wq = b.initializer(
+        "wq",
+        Tensor::from_i64_as(DType::I8, vec![32, 8], &(0..256).map(|i| i % 255 - 127).collect::<Vec<_>>()).unwrap(),
+    );
+    let ws = b.initializer("ws", Tensor::scalar_f32(0.01));
+    let w = b.node("w", opaque("DequantizeLinear"), &[&wq, &ws]);
+    let y = b.node("mm", Op::MatMul, &[&dq, &w]);
+    b.output(&y);
+    let g = b.finish().unwrap();
+    let plan = bolt::plan::plan(&g).unwrap();
+    let ops: Vec<&str> = plan.graph.nodes.iter().map(|n| n.op.op_type()).collect();
+    assert!(!ops.iter().any(|op| op.contains("Quantize")), "{ops:?}");
+    assert!(plan.partitioning.partitions.iter().any(|p| p.anchor == "mm"), "{:?}", plan.partitioning.host);
+    let mut x = common::random_tensor(&[4, 32], 3).to_f32_vec();
+    x[0] = 0.01; // exactly half a step: rounds to even
+    x[1] = 9.0; // past the uint8 range: saturates
+    let feeds = HashMap::from([("x".to_string(), Tensor::from_f32(vec![4, 32], x))]);
+    let want = bolt::reference::run(&g, &feeds).unwrap();
+    let got = bolt::reference::run(&plan.graph, &feeds).unwrap();
+    let c = compare(&y, &got[&y], &want[&y], PLAN_TOL);
+    assert!(c.failure.is_none(), "{}", c.failure.unwrap());
+}

@@ -179,7 +179,7 @@ fn infer_with_values(
             if let Some(v) = h.value {
                 out_types[0] = Some(TensorType::new(v.dtype(), Shape::from_static(&v.shape)));
                 folded = Some(vec![v]);
-            } else if let Some(ts) = fold_host_arithmetic(node, &infos, &out_types) {
+            } else if let Some(ts) = fold_host(node, &infos, &out_types, limit) {
                 out_types = ts.iter().map(|t| Some(TensorType::new(t.dtype(), Shape::from_static(&t.shape)))).collect();
                 folded = Some(ts);
             }
@@ -268,23 +268,28 @@ fn try_fold(node: &Node, infos: &[Option<InputInfo>], limit: usize) -> Option<Ve
     crate::reference::eval_op(&node.op, &inputs).ok()
 }
 
-/// A host-only op (Mod, ...) of small constant integer inputs whose outputs inference proves
-/// small, computed by the reference: shape arithmetic (a frame count `n - (n - win) % hop`)
-/// then folds once the input sizes are bound, and the tensors it sizes get known shapes.
-fn fold_host_arithmetic(node: &Node, infos: &[Option<InputInfo>], types: &[Option<TensorType>]) -> Option<Vec<Tensor>> {
-    let small_ints = |t: &Tensor| t.dtype().is_integer() && t.len() <= FOLD_LIMIT;
-    let inputs: Vec<Option<&Tensor>> = infos
-        .iter()
-        .map(|i| i.map(|i| i.value.filter(|t| small_ints(t)).ok_or(())).transpose())
-        .collect::<Result<_, ()>>()
-        .ok()?;
+/// A host-only op the reference computes (Mod in a frame count `n - (n - win) % hop`, a
+/// DequantizeLinear of a quantized model's int8 weight) of constant inputs, computed by the
+/// reference when inference proves its outputs small, as [`try_fold`] does for the others
+/// (up to `limit` elements where they do not outgrow the constant inputs): shape arithmetic
+/// then folds once the input sizes are bound, and dequantized weights are weights.
+fn fold_host(
+    node: &Node,
+    infos: &[Option<InputInfo>],
+    types: &[Option<TensorType>],
+    limit: usize,
+) -> Option<Vec<Tensor>> {
+    let inputs: Vec<Option<&Tensor>> =
+        infos.iter().map(|i| i.map(|i| i.value.ok_or(())).transpose()).collect::<Result<_, ()>>().ok()?;
     if inputs.iter().all(Option::is_none) || types.len() != node.outputs.len() {
         return None;
     }
+    let constant_in: usize = inputs.iter().flatten().map(|t| t.len()).sum();
     let proven_small = types.iter().all(|t| {
-        t.as_ref()
-            .and_then(|t| t.shape.as_ref()?.as_static())
-            .is_some_and(|d| d.iter().product::<usize>() <= FOLD_LIMIT)
+        t.as_ref().and_then(|t| t.shape.as_ref()?.as_static()).is_some_and(|d| {
+            let n: usize = d.iter().product();
+            n <= FOLD_LIMIT || (n <= limit && n <= constant_in)
+        })
     });
     if !proven_small {
         return None;

@@ -12,7 +12,6 @@
 //! 1x1 conv to C_out * k * k channels followed by a DepthToSpace (CRD): output pixel
 //! (i*k + r, j*k + s) of channel o is input pixel (i, j) times weight [:, o, r, s]. The conv
 //! becomes a GEMM/conv partition like any other, the DepthToSpace a glue kernel.
-
 //!
 //! Any other ConvTranspose of a constant weight (a vocoder's upsampling, a decoder's 3x3
 //! stride-2 layers) is a Conv over its input with stride - 1 zeros inserted between elements
@@ -90,6 +89,7 @@ pub fn canonical(g: &Graph) -> Result<(Graph, usize)> {
         count += 1;
     }
     count += conv_transposes_as_convs(&mut out, &mut taken);
+    count += quantize_dequantize_pairs(&mut out, &mut taken);
     count += same_type_casts(&mut out);
     count += same_shape_expands(&mut out);
     count += recurrent_projections(&mut out, &mut taken);
@@ -257,6 +257,105 @@ fn value_identities(g: &mut Graph) -> usize {
     dead.len()
 }
 
+/// A QuantizeLinear whose output only DequantizeLinears of the same per-tensor scale and zero
+/// point read (the QDQ form onnxruntime's static quantizer writes around every activation)
+/// is, with them, `clip(round(x / s), lo - z, hi - z) * s`: float ops (integers below 2^24 are
+/// exact in f32; Round halves to even as QuantizeLinear does) that stitch with the
+/// element-wise ops around them, while the dequantized constant weights fold into the kernels'
+/// weights (shape inference). Per-axis, blocked and other-precision pairs stay as they are.
+fn quantize_dequantize_pairs(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
+    let readers = super::edit::consumers(g);
+    // The per-tensor (scale, zero point, zero point's type) of a Q or DQ node, if constant.
+    let params = |g: &Graph, n: &crate::ir::Node| -> Option<(f64, i64, DType)> {
+        let Op::Opaque { domain, attrs, .. } = &n.op else { return None };
+        let plain = |k: &str| attrs.iter().all(|(name, v)| name != k || matches!(v, crate::ir::AttrValue::Int(0)));
+        if !domain.is_empty() || !plain("block_size") || !plain("precision") || !plain("output_dtype") {
+            return None;
+        }
+        let scale = constant(g, n.input(1)?).filter(|t| t.len() == 1 && t.dtype() == DType::F32)?;
+        let (zero, ty) = match n.input(2) {
+            Some(z) => {
+                let z = constant(g, z).filter(|t| t.len() == 1)?;
+                (z.as_i64_vec()?[0], z.dtype())
+            }
+            None => (0, DType::U8),
+        };
+        Some((scale.to_f64_vec()[0], zero, ty))
+    };
+    let mut pairs = Vec::new();
+    for (i, n) in g.nodes.iter().enumerate() {
+        let Op::Opaque { op_type, .. } = &n.op else { continue };
+        let ([q], Some(x)) = (&n.outputs[..], n.input(0)) else { continue };
+        if op_type != "QuantizeLinear" || g.outputs.contains(q) || g.types.get(x).map(|t| t.dtype) != Some(DType::F32) {
+            continue;
+        }
+        let Some(p) = params(g, n) else { continue };
+        let Some(range) = (match p.2 {
+            DType::U8 => Some((0i64, 255i64)),
+            DType::I8 => Some((-128, 127)),
+            DType::U16 => Some((0, 65535)),
+            DType::I16 => Some((-32768, 32767)),
+            _ => None,
+        }) else {
+            continue;
+        };
+        let Some(dqs) = readers.get(q.as_str()) else { continue };
+        let all_dq = dqs.iter().all(|&(d, pos)| {
+            let dn = &g.nodes[d];
+            pos == 0
+                && matches!(&dn.op, Op::Opaque { op_type, .. } if op_type == "DequantizeLinear")
+                && params(g, dn) == Some(p)
+        });
+        if all_dq {
+            pairs.push((i, dqs.iter().map(|&(d, _)| d).collect::<Vec<_>>(), p, range));
+        }
+    }
+    let count = pairs.len();
+    let mut replace: std::collections::HashMap<usize, Vec<crate::ir::Node>> = std::collections::HashMap::new();
+    let mut drop: HashSet<usize> = HashSet::new();
+    for (i, dqs, (scale, zero, _), (lo, hi)) in pairs {
+        let n = g.nodes[i].clone();
+        let x = n.inputs[0].clone();
+        let mut float = |g: &mut Graph, stem: &str, v: f32| {
+            let name = fresh_name(g, taken, &format!("{}.{stem}", n.name));
+            g.initializers.insert(name.clone(), Arc::new(Tensor::scalar_f32(v)));
+            name
+        };
+        let (s, low, high) = (
+            float(g, "scale", scale as f32),
+            float(g, "low", (lo - zero) as f32),
+            float(g, "high", (hi - zero) as f32),
+        );
+        let out = |g: &mut Graph, taken: &mut HashSet<String>, stem: &str| {
+            fresh_name(g, taken, &format!("{}.{stem}", n.name))
+        };
+        let (q, r, c) = (out(g, taken, "quotient"), out(g, taken, "rounded"), out(g, taken, "clipped"));
+        // The first reader's output is the chain's; the others read it through Identities.
+        let y = g.nodes[dqs[0]].outputs[0].clone();
+        let mut nodes = vec![
+            node(q.clone(), Op::Binary(crate::ir::Binary::Div), vec![x, Some(s.clone())], q.clone()),
+            node(r.clone(), Op::Unary(crate::ir::Unary::Round), vec![Some(q)], r.clone()),
+            node(c.clone(), Op::Clip, vec![Some(r), Some(low), Some(high)], c.clone()),
+            node(n.name.clone(), Op::Binary(crate::ir::Binary::Mul), vec![Some(c), Some(s)], y.clone()),
+        ];
+        for &d in &dqs[1..] {
+            let dn = &g.nodes[d];
+            nodes.push(node(dn.name.clone(), Op::Identity, vec![Some(y.clone())], dn.outputs[0].clone()));
+        }
+        replace.insert(i, nodes);
+        drop.extend(dqs);
+    }
+    let old = std::mem::take(&mut g.nodes);
+    for (i, n) in old.into_iter().enumerate() {
+        match replace.remove(&i) {
+            Some(nodes) => g.nodes.extend(nodes),
+            None if drop.contains(&i) => {}
+            None => g.nodes.push(n),
+        }
+    }
+    count
+}
+
 /// A new 1-D int64 initializer named after `stem`.
 fn int_const(g: &mut Graph, taken: &mut HashSet<String>, stem: &str, v: Vec<i64>) -> String {
     let name = fresh_name(g, taken, stem);
@@ -319,19 +418,29 @@ fn crops_out_of_pads(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
 }
 
 /// A Conv padded more on one side of an axis than the other (TensorFlow's SAME padding at
-/// stride 2 exports as pads [0, 0, 1, 1], or an explicit Pad folded in; a ConvTranspose
-/// written as a conv) reads its input through a zero Pad of the difference (a glue kernel)
+/// stride 2 exports as pads [0, 0, 1, 1] or as `auto_pad`, or an explicit Pad folded in; a
+/// ConvTranspose written as a conv) reads its input through a zero Pad of the difference (a glue kernel)
 /// with the smaller padding on both sides: the conv kernels pad symmetrically.
 fn asymmetric_conv_pads(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
     rewrite_each(g, |g, n| {
         let Op::Conv { window, group } = &n.op else { return None };
-        if window.auto_pad != AutoPad::NotSet {
-            return None;
-        }
+        let x = n.input(0)?;
+        // SAME padding (auto_pad) as the explicit pads it means, where the sizes are known.
+        let explicit = match window.auto_pad {
+            AutoPad::NotSet => None,
+            AutoPad::SameUpper | AutoPad::SameLower => {
+                let input = g.types.get(x)?.shape.as_ref()?.as_static()?;
+                let weight = g.types.get(n.input(1)?)?.shape.as_ref()?.as_static()?;
+                let r = window.resolve(input.get(2..)?, weight.get(2..)?, false).ok()?;
+                Some(r.pad_begin.iter().chain(&r.pad_end).copied().collect::<Vec<usize>>())
+            }
+            AutoPad::Valid => return None,
+        };
+        let window =
+            &Window { auto_pad: AutoPad::NotSet, pads: explicit.or_else(|| window.pads.clone()), ..window.clone() };
         let pads = window.pads.as_ref()?;
         let sp = pads.len() / 2;
         // The pads give the rank (the input may be a tensor this pass made, not yet typed).
-        let x = n.input(0)?;
         if sp == 0 || (0..sp).all(|a| pads[a] == pads[sp + a]) {
             return None;
         }

@@ -7,7 +7,7 @@ model on the reference executor (`bolt compile`), reference and planned graph vs
 Needs target/release/bolt and libbolt_plugin.so (tests/run.sh builds both before pytest)."""
 import numpy as np
 import pytest
-from onnx import TensorProto
+from onnx import TensorProto, numpy_helper
 
 import fuzz_graphs as fz
 
@@ -229,13 +229,51 @@ def conv_padded_unevenly(b):  # TensorFlow's SAME at stride 2: pads [0, 0, 1, 1]
     return b.op("Conv", [x, w], (1, 16, 4, 4), strides=[2, 2], pads=[0, 0, 1, 1])
 
 
+def conv_same_upper_at_stride_2(b):  # auto_pad SAME_UPPER on an even size: one more at the end
+    x = b.input((1, 8, 10, 10))
+    w = fz.weight(b, (16, 8, 3, 3), 72)
+    return b.op("Conv", [x, w], (1, 16, 5, 5), strides=[2, 2], auto_pad="SAME_UPPER")
+
+
 CONV_TRANSPOSES = [
     conv_padded_unevenly,
+    conv_same_upper_at_stride_2,
     conv_transpose_1d_vocoder,
     conv_transpose_2d_with_output_padding,
     conv_transpose_grouped_dilated,
     conv_transpose_pads_past_the_reach,
 ]
+
+
+# onnxruntime's static quantization (QDQ): QuantizeLinear -> DequantizeLinear around the
+# activations, DequantizeLinear of int8 weights. Planned as float ops (fake quantization,
+# stitched) and dequantized weights folded into the kernels'.
+def qdq(b, x, scale, zero, shape, ty=np.uint8):
+    s, z = fz.scalar(b, scale), b.name("zp")
+    b.inits.append(numpy_helper.from_array(np.array(zero, ty), z))
+    return b.op("DequantizeLinear", [b.op("QuantizeLinear", [x, s, z], shape), s, z], shape)
+
+
+def int8_weight(b, shape, scale):
+    q, s = b.name("wq"), b.name("ws")
+    b.inits.append(numpy_helper.from_array(b.rng.integers(-127, 128, shape).astype(np.int8), q))
+    b.inits.append(numpy_helper.from_array(np.array(scale, np.float32), s))
+    return b.op("DequantizeLinear", [q, s], shape)
+
+
+def qdq_matmul_relu(b):  # x -> QDQ (uint8, zero point 128) -> MatMul(int8 weight) -> Relu -> QDQ
+    x = b.input((4, 32))
+    y = b.op("MatMul", [qdq(b, x, 0.02, 128, (4, 32)), int8_weight(b, (32, 16), 0.01)], (4, 16))
+    return qdq(b, b.op("Relu", [y], (4, 16)), 0.005, 0, (4, 16))
+
+
+def qdq_saturating_int8(b):  # values past the int8 range saturate; halves round to even
+    x = b.input((3, 40))
+    b.feeds[x] = (np.arange(120, dtype=np.float32).reshape(3, 40) - 60.0) * 0.25
+    return qdq(b, b.op("Mul", [x, fz.scalar(b, 3.0)], (3, 40)), 0.5, 100, (3, 40), np.int8)
+
+
+QDQ = [qdq_matmul_relu, qdq_saturating_int8]
 
 
 REGRESSIONS = [
@@ -282,6 +320,11 @@ def test_negative_pads_crop_as_ort_does():
 
 def test_conv_transposes_as_convs_match_ort():
     out = fz.check_cases({f.__name__: regression(f) for f in CONV_TRANSPOSES})
+    assert not out.failures, out.failures
+
+
+def test_quantize_dequantize_pairs_match_ort():
+    out = fz.check_cases({f.__name__: regression(f) for f in QDQ})
     assert not out.failures, out.failures
 
 
