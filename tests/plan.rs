@@ -359,7 +359,9 @@ fn a_batch_norm_folds_into_constant_conv_weights_and_runs_after_computed_ones() 
 /// guided-diffusion UNets export it) is Transposes around a MatMul: a GEMM kernel. The
 /// planned graph gives the reference's Einsum (its own contraction code); the ONNX
 /// conformance case `test_einsum_batch_matmul_bfloat16` checks the rewrite against ONNX's
-/// outputs. Other forms (a diagonal, a sum over one operand, an outer product) stay einsums.
+/// outputs, and tests/python/test_fuzz_graphs.py::test_einsums_as_matmuls_match_ort the
+/// merged forms against onnxruntime. Other forms (a diagonal, a sum over one operand, an
+/// outer product) stay einsums.
 #[test]
 fn einsums_that_are_batched_matrix_products_become_gemm_kernels() {
     use bolt::ir::builder::GraphBuilder;
@@ -379,23 +381,34 @@ fn einsums_that_are_batched_matrix_products_become_gemm_kernels() {
     let a = b.node("mix", einsum("bts,bcs->bct"), &[&p, &v]);
     let sq = b.input("sq", DType::F32, Shape::from_static(&[2, 4, 4]));
     let d = b.node("diag", einsum("bii->bi"), &[&sq]);
-    b.output(&a);
-    b.output(&d);
+    // DeepFilterNet's grouped linear layer (a batch label between two free ones) and a weight
+    // contracted over two axes: free and contracted labels merge into one axis each.
+    let x = b.input("x", DType::F32, Shape::from_static(&[2, 3, 4, 5]));
+    let w = b.input("w", DType::F32, Shape::from_static(&[4, 5, 6]));
+    let grouped = b.node("grouped", einsum("btgi,gih->btgh"), &[&x, &w]);
+    let f = b.input("f", DType::F32, Shape::from_static(&[4, 5]));
+    let both = b.node("both", einsum("fi,fij->j"), &[&f, &w]);
+    let outer = b.node("outer", einsum("i,j->ij"), &[&both, &both]);
+    for y in [&a, &d, &grouped, &outer] {
+        b.output(y);
+    }
     let g = b.finish().unwrap();
     let plan = bolt::plan::plan(&g).unwrap();
     let mut anchors: Vec<&str> = plan.partitioning.partitions.iter().map(|p| p.anchor.as_str()).collect();
     anchors.sort();
-    assert_eq!(anchors, ["mix", "scores"]);
+    assert_eq!(anchors, ["both", "grouped", "mix", "scores"]);
+    assert!(plan.graph.nodes.iter().any(|n| n.name == "outer" && n.op.is_opaque()), "nothing contracted");
     assert!(plan.graph.nodes.iter().any(|n| n.name == "diag" && n.op.is_opaque()), "a diagonal stays an Einsum");
     let inputs: HashMap<String, Tensor> =
         [("q", vec![2, 8, 5]), ("k", vec![2, 8, 6]), ("v", vec![2, 8, 6]), ("sq", vec![2, 4, 4])]
             .into_iter()
+            .chain([("x", vec![2, 3, 4, 5]), ("w", vec![4, 5, 6]), ("f", vec![4, 5])])
             .enumerate()
             .map(|(i, (name, shape))| (name.to_string(), common::random_tensor(&shape, i as u64 + 1)))
             .collect();
     let want = bolt::reference::run(&g, &inputs).unwrap();
     let got = bolt::reference::run(&plan.graph, &inputs).unwrap();
-    for y in [&a, &d] {
+    for y in [&a, &d, &grouped, &outer] {
         assert_eq!(got[y].shape, want[y].shape);
         let c = compare(y, &got[y], &want[y], Tolerance { rtol: 1e-5, atol: 1e-6 });
         assert!(c.failure.is_none(), "{y}: {:?}", c.failure);

@@ -360,3 +360,68 @@ fn a_tiling_conv_transpose_is_a_conv_and_a_depth_to_space_inside_the_region() {
         }
     }
 }
+
+/// 1-D convs (audio encoders, vocoders, TCNs) run as 2-D conv kernels over an H axis of one:
+/// the layout pass carries their NWC activations through the views that add and drop that
+/// axis and through the element-wise ops between them, so a stack of 1-D conv blocks is one
+/// NHWC region, and a model that transposes the conv output to [N, L, C] itself (Whisper,
+/// wav2vec 2.0) needs no exit transform at all.
+#[test]
+fn one_d_conv_blocks_share_one_region_through_their_squeezes() {
+    use bolt::ir::{Binary, Unary};
+    let mut n = Net::new(DType::F32);
+    let x = n.input("x", &[2, 8, 64]);
+    let h = n.conv1d(&x, 8, 16, 7, 1, 3);
+    // HiFi-GAN's residual blocks: x + conv(lrelu(conv(lrelu(x)))), at two dilations.
+    let mut h = h;
+    for d in [1, 3] {
+        let a = n.op("lrelu", Op::Unary(Unary::LeakyRelu { alpha: 0.1 }), &[&h]);
+        let a = n.conv1d(&a, 16, 16, 3, d, d);
+        let a = n.op("lrelu", Op::Unary(Unary::LeakyRelu { alpha: 0.1 }), &[&a]);
+        let a = n.conv1d(&a, 16, 16, 3, 1, 1);
+        h = n.op("res", Op::Binary(Binary::Add), &[&h, &a]);
+    }
+    let y = n.op("gelu_in", Op::Unary(Unary::Tanh), &[&h]);
+    let y = n.op("to_nlc", Op::Transpose { perm: Some(vec![0, 2, 1]) }, &[&y]);
+    let g = n.finish(&[&y]);
+    let p = planned(&g);
+    let dirs: Vec<Direction> = p.layout.iter().map(|t| t.direction).collect();
+    assert_eq!(dirs, [Direction::NchwToNhwc], "{:#?}", p.layout);
+    assert_eq!(transposes(&p), 1, "{:#?}", p.graph.nodes);
+}
+
+/// Views that only drop or insert axes of one carry the NHWC layout too: a classifier's
+/// global pool flattened for its Gemm needs no exit transform (NHWC [N, 1, 1, C] is [N, C]),
+/// and a CRNN's conv features squeezed and transposed to [W, N, C] for its recurrent layers
+/// take one transpose (the exit composed with the model's own).
+#[test]
+fn unit_axis_views_carry_the_layout_to_gemms_and_sequence_models() {
+    let mut n = Net::new(DType::F32);
+    let x = n.input("x", &[2, 8, 6, 6]);
+    let y = n.conv(&x, 8, 16, 3, 1, 1);
+    let y = n.relu(&y);
+    let y = n.op("gap", Op::GlobalAveragePool, &[&y]);
+    let y = n.op("flatten", Op::Flatten { axis: 1 }, &[&y]);
+    let y = n.linear(&y, 16, 10);
+    let p = planned(&n.finish(&[&y]));
+    let dirs: Vec<Direction> = p.layout.iter().map(|t| t.direction).collect();
+    assert_eq!(dirs, [Direction::NchwToNhwc], "{:#?}", p.layout);
+    assert_eq!(transposes(&p), 1);
+
+    let mut n = Net::new(DType::F32);
+    let x = n.input("x", &[2, 8, 4, 12]);
+    let y = n.conv(&x, 8, 16, 3, 1, 1);
+    let axis = n.b.initializer("h", bolt::ir::Tensor::from_i64(vec![1], vec![2]));
+    let y = n.op("hpool", max_pool_2x2(), &[&y]);
+    let y = n.conv(&y, 16, 16, 3, 1, 1);
+    let y = n.op("hpool", max_pool_2x2(), &[&y]);
+    let y = n.op("squeeze", Op::Squeeze, &[&y, &axis]);
+    let y = n.op("to_wnc", Op::Transpose { perm: Some(vec![2, 0, 1]) }, &[&y]);
+    let y = n.linear(&y, 16, 10);
+    let p = planned(&n.finish(&[&y]));
+    let dirs: Vec<Direction> = p.layout.iter().map(|t| t.direction).collect();
+    assert_eq!(dirs, [Direction::NchwToNhwc], "{:#?}", p.layout);
+    // The entry, and the model's transpose (now from [N, W, C], a stitched copy).
+    let copies = p.graph.nodes.iter().filter(|n| matches!(n.op, Op::Transpose { .. } | Op::Stitched(_)));
+    assert_eq!(copies.count(), 2, "{:#?}", p.graph.nodes);
+}

@@ -362,3 +362,39 @@ fn frame_counts_computed_with_mod_are_known_once_the_length_is() {
     let got = bolt::reference::run(&g, &std::collections::HashMap::from([("x".to_string(), x)])).unwrap();
     assert_eq!(got["y"].shape, [2, 880]);
 }
+
+#[test]
+fn a_backward_slice_of_an_empty_axis_is_empty() {
+    // Silero VAD v3 flips x[:, :, 1:4] (Slice with steps -1 from -1 to -INT64_MAX). With the
+    // length symbolic, planning and `bolt report` bind it to 1 to place glue kernels, which
+    // makes the slice before the flip empty; a model fed such a short input gets [1, 1, 0]
+    // from onnxruntime. Either way the flip is empty, not a panic.
+    let g = GraphProto {
+        node: vec![
+            node("pad", "Pad", &["x", "pads"], &["xp"]),
+            node("window", "Slice", &["xp", "one1", "four", "last", "one1"], &["w"]),
+            node("flip", "Slice", &["w", "minus1", "most_negative", "last", "minus1"], &["y"]),
+        ],
+        initializer: vec![
+            ints("pads", &[0, 0, 0, 0, 0, 0], false),
+            ints("one1", &[1], false),
+            ints("four", &[4], false),
+            ints("last", &[-1], false),
+            ints("minus1", &[-1], false),
+            ints("most_negative", &[-i64::MAX], false),
+        ],
+        input: vec![typed_value_info("x", 1, vec![D::DimValue(1), D::DimValue(1), D::DimParam("T".into())])],
+        output: vec![ValueInfoProto { name: Some("y".into()), ..Default::default() }],
+        ..Default::default()
+    };
+    let g = import(13, g);
+    bolt::plan::plan(&g).unwrap_or_else(|e| panic!("{e}"));
+    let bound = bolt::plan::edit::bind_inputs(&g, &std::collections::HashMap::from([("T".to_string(), 1)])).unwrap();
+    assert_eq!(ty(&bound, "y"), "f32[1, 1, 0]");
+    for (t, want) in [(1, vec![]), (9, vec![3.0, 2.0, 1.0])] {
+        let x = bolt::ir::Tensor::from_f32(vec![1, 1, t], (0..t).map(|v| v as f32).collect());
+        let got = bolt::reference::run(&g, &std::collections::HashMap::from([("x".to_string(), x)])).unwrap();
+        assert_eq!(got["y"].shape, [1, 1, want.len()]);
+        assert_eq!(got["y"].to_f32_vec(), want);
+    }
+}

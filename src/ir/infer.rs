@@ -1302,6 +1302,10 @@ impl SliceAxis {
 
     /// ONNX Slice clamping rules for a dim of size `n`.
     pub fn resolve(&self, n: usize) -> ResolvedSlice {
+        if n == 0 {
+            // Nothing to take, in either direction (a backward range would clamp into [0, -1]).
+            return ResolvedSlice { start: 0, step: self.step, len: 0 };
+        }
         let n = n as i64;
         let norm = |v: i64| if v < 0 { v + n } else { v };
         let (start, end) = (norm(self.start), norm(self.end));

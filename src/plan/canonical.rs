@@ -881,11 +881,13 @@ fn instance_norms_as_row_reductions(g: &mut Graph, taken: &mut HashSet<String>) 
     })
 }
 
-/// A two-operand Einsum that is one batched matrix product is Transposes around a MatMul, a
-/// GEMM kernel instead of a host op: each label a batch label (in both operands and the
-/// output), the one contracted label (in both operands only) or the one free label of its
-/// operand (there and in the output). Attention written as einsum is such
-/// (`bct,bcs->bts`, `bts,bcs->bct`); transposes that change nothing are left out.
+/// A two-operand Einsum that is one batched matrix product is Transposes and Reshapes around a
+/// MatMul, a GEMM kernel instead of a host op: each label is a batch label (in both operands
+/// and the output), a contracted one (in both operands only) or a free one of its operand
+/// (there and in the output), with at least one contracted. Several free or contracted labels
+/// merge into one axis each. Attention written as einsum (`bct,bcs->bts`), grouped linear
+/// layers (`btgi,gih->btgh`) and a weight contracted over two axes (`fi,fij->j`) are such;
+/// transposes and reshapes that change nothing are left out.
 fn einsums_as_matmuls(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
     rewrite_each(g, |g, n| {
         let Op::Opaque { domain, op_type, attrs, .. } = &n.op else { return None };
@@ -897,13 +899,14 @@ fn einsums_as_matmuls(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
             _ => None,
         })?;
         let (a, b, [y]) = (n.input(0)?, n.input(1)?, &n.outputs[..]) else { return None };
-        let rank = |t: &str| g.types.get(t).and_then(|t| t.shape.as_ref()).map(|s| s.rank());
+        let shape = |t: &str| g.types.get(t).and_then(|t| t.shape.clone());
         // Element types of GEMM kernels (a MatMul of others would stay on the host anyway).
         let kernel_type = |t: &crate::ir::TensorType| matches!(t.dtype, DType::F32 | DType::F16 | DType::BF16);
         if !g.types.get(a).is_some_and(kernel_type) {
             return None;
         }
-        let spec = crate::ir::einsum::parse(&equation, &[rank(a), rank(b)]).ok()?;
+        let (sa, sb) = (shape(a)?, shape(b)?);
+        let spec = crate::ir::einsum::parse(&equation, &[Some(sa.rank()), Some(sb.rank())]).ok()?;
         let (la, lb, out) = (spec.operands[0].clone()?, spec.operands[1].clone()?, spec.output.clone()?);
         let distinct = |l: &[usize]| l.iter().collect::<HashSet<_>>().len() == l.len();
         if !(distinct(&la) && distinct(&lb) && distinct(&out)) {
@@ -919,30 +922,76 @@ fn einsums_as_matmuls(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
                 _ => return None,
             }
         }
-        let ([k], [m], [nn]) = (&contracted[..], &free_a[..], &free_b[..]) else { return None };
+        if contracted.is_empty() {
+            return None;
+        }
+        // Free labels in the order the output lists them (fewer moves after the product).
+        free_a.sort_by_key(|l| out.iter().position(|o| o == l));
+        free_b.sort_by_key(|l| out.iter().position(|o| o == l));
         let batch: Vec<usize> = out.iter().copied().filter(|l| la.contains(l) && lb.contains(l)).collect();
         let at = |labels: &[usize], l: usize| labels.iter().position(|&x| x == l).expect("a label of the operand");
-        let perm_a: Vec<usize> = batch.iter().chain([m, k]).map(|&l| at(&la, l)).collect();
-        let perm_b: Vec<usize> = batch.iter().chain([k, nn]).map(|&l| at(&lb, l)).collect();
-        let product: Vec<usize> = batch.iter().chain([m, nn]).copied().collect();
+        let dim = |l: usize| {
+            let from_a = la.iter().position(|&x| x == l).map(|i| sa.0[i].clone());
+            from_a.or_else(|| lb.iter().position(|&x| x == l).map(|i| sb.0[i].clone())).expect("a label")
+        };
+        // One merged axis: its size when known, -1 (once per target) when not.
+        let merged = |labels: &[usize]| labels.iter().map(|&l| dim(l).known()).product::<Option<usize>>();
+        let perm_a: Vec<usize> = batch.iter().chain(&free_a).chain(&contracted).map(|&l| at(&la, l)).collect();
+        let perm_b: Vec<usize> = batch.iter().chain(&contracted).chain(&free_b).map(|&l| at(&lb, l)).collect();
+        let product: Vec<usize> = batch.iter().chain(&free_a).chain(&free_b).copied().collect();
         let perm_out: Vec<usize> = out.iter().map(|&l| at(&product, l)).collect();
         let moves = |p: &[usize]| p.iter().enumerate().any(|(i, &d)| i != d);
-        let mut nodes = Vec::new();
-        let mut operand = |g: &mut Graph, x: &str, perm: Vec<usize>, stem: &str| {
-            if !moves(&perm) {
-                return x.to_string();
-            }
-            let t = fresh_name(g, taken, &format!("{}.{stem}", n.name));
-            nodes.push(node(t.clone(), Op::Transpose { perm: Some(perm) }, vec![Some(x.to_string())], t.clone()));
-            t
+        // Reshape targets, batch dims copied (0); None when two merged sizes are unknown.
+        let target = |groups: [&[usize]; 2]| -> Option<Vec<i64>> {
+            let sizes: Vec<Option<usize>> = groups.iter().map(|l| merged(l)).collect();
+            (sizes.iter().filter(|s| s.is_none()).count() <= 1)
+                .then(|| batch.iter().map(|_| 0).chain(sizes.iter().map(|s| s.map_or(-1, |s| s as i64))).collect())
         };
-        let (ta, tb) = (operand(g, a, perm_a, "a_t"), operand(g, b, perm_b, "b_t"));
-        let mm_out = if moves(&perm_out) { fresh_name(g, taken, &format!("{y}.product")) } else { y.clone() };
+        let (reshape_a, reshape_b) = (free_a.len() != 1 || contracted.len() != 1, free_b.len() != 1 || contracted.len() != 1);
+        let target_a = if reshape_a { Some(target([&free_a, &contracted])?) } else { None };
+        let target_b = if reshape_b { Some(target([&contracted, &free_b])?) } else { None };
+        // The product back to one axis per free label: every dim of a free label known but one.
+        let unmerge = free_a.len() != 1 || free_b.len() != 1;
+        let target_out: Option<Vec<i64>> = if unmerge {
+            let dims: Vec<Option<usize>> = free_a.iter().chain(&free_b).map(|&l| dim(l).known()).collect();
+            if dims.iter().filter(|d| d.is_none()).count() > 1 {
+                return None;
+            }
+            Some(batch.iter().map(|_| 0).chain(dims.iter().map(|d| d.map_or(-1, |d| d as i64))).collect())
+        } else {
+            None
+        };
+        let mut nodes = Vec::new();
+        let mut operand = |g: &mut Graph, x: &str, perm: Vec<usize>, target: Option<Vec<i64>>, stem: &str| {
+            let mut x = x.to_string();
+            if moves(&perm) {
+                let t = fresh_name(g, taken, &format!("{}.{stem}_t", n.name));
+                nodes.push(node(t.clone(), Op::Transpose { perm: Some(perm) }, vec![Some(x)], t.clone()));
+                x = t;
+            }
+            if let Some(target) = target {
+                let shape = int_const(g, taken, &format!("{}.{stem}_shape", n.name), target);
+                let t = fresh_name(g, taken, &format!("{}.{stem}_2d", n.name));
+                nodes.push(node(t.clone(), Op::Reshape { allowzero: false }, vec![Some(x), Some(shape)], t.clone()));
+                x = t;
+            }
+            x
+        };
+        let (ta, tb) = (operand(g, a, perm_a, target_a, "a"), operand(g, b, perm_b, target_b, "b"));
+        let after = unmerge || moves(&perm_out);
+        let mm_out = if after { fresh_name(g, taken, &format!("{y}.product")) } else { y.clone() };
         // The MatMul keeps the node's name (hosts map kernels back to model nodes by name).
         nodes.push(node(n.name.clone(), Op::MatMul, vec![Some(ta), Some(tb)], mm_out.clone()));
+        let mut last = mm_out;
+        if let Some(target) = target_out {
+            let shape = int_const(g, taken, &format!("{}.out_shape", n.name), target);
+            let t = if moves(&perm_out) { fresh_name(g, taken, &format!("{}.out_nd", n.name)) } else { y.clone() };
+            nodes.push(node(t.clone(), Op::Reshape { allowzero: false }, vec![Some(last), Some(shape)], t.clone()));
+            last = t;
+        }
         if moves(&perm_out) {
             let t = fresh_name(g, taken, &format!("{}.out_t", n.name));
-            nodes.push(node(t, Op::Transpose { perm: Some(perm_out) }, vec![Some(mm_out)], y.clone()));
+            nodes.push(node(t, Op::Transpose { perm: Some(perm_out) }, vec![Some(last)], y.clone()));
         }
         Some(nodes)
     })
@@ -1019,7 +1068,7 @@ fn row_ops_to_last_axis(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
 /// `Transpose(Transpose(x, p), q)` whose first transpose nobody else reads is one
 /// `Transpose(x, p . q)` (element i of the result's dims is `p[q[i]]`); pairs that undo each
 /// other are left to [`super::layout::cancel_inverse_transposes`].
-fn compose_transposes(g: &mut Graph) -> usize {
+pub(super) fn compose_transposes(g: &mut Graph) -> usize {
     let mut count = 0;
     loop {
         let readers = super::edit::consumers(g);

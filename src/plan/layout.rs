@@ -195,6 +195,9 @@ pub fn to_nhwc(g: &mut Graph) -> Result<Vec<Transform>> {
     g.initializers.extend(new_weights);
     let mut placed: Vec<(String, Transform)> = transform_nodes.into_iter().zip(transforms).collect();
     sink_exit_transforms(g, &mut taken, &mut placed)?;
+    // An exit that reached the model's own transpose (a CRNN's [N, C, W] -> [W, N, C]) is
+    // one transpose with it.
+    super::canonical::compose_transposes(g);
     cancel_inverse_transposes(g);
     // A transform whose transpose cancelled against the model's own, or against another
     // region's entry once sunk through layout-agnostic ops, is not done at all.
@@ -309,8 +312,9 @@ pub fn weights_k_major(g: &mut Graph) -> Result<Vec<String>> {
     Ok(changed)
 }
 
-/// Whether `op` computes the same on an NHWC tensor once its axis arguments are permuted, or
-/// (pools) runs on it as [`Op::ChannelsLast`].
+/// Whether `op` computes the same on a transposed tensor once its axis arguments are
+/// permuted (element-wise ops, Concat, Slice, Resize, the views that add or drop axes), or
+/// (pools, DepthToSpace, on NHWC only) runs on it as [`Op::ChannelsLast`].
 fn layout_agnostic(op: &Op) -> bool {
     matches!(
         op,
@@ -326,41 +330,104 @@ fn layout_agnostic(op: &Op) -> bool {
             | Op::GlobalAveragePool
             | Op::GlobalMaxPool
             | Op::DepthToSpace { .. }
+            | Op::Squeeze
+            | Op::Unsqueeze
+            | Op::Reshape { .. }
+            | Op::Flatten { .. }
     )
 }
 
-/// Axis `a` of an NCHW tensor (negative counts from the end) as the NHWC tensor's axis.
-fn nhwc_axis(a: i64) -> Option<i64> {
-    let a = if a < 0 { a + 4 } else { a };
-    (0..4).contains(&a).then(|| TO_NCHW[a as usize] as i64)
+/// A Reshape or Flatten from `from` to `to` that only drops and inserts axes of one (the
+/// other dims equal, in order): (axes of `from` dropped, axes of `to` inserted).
+fn unit_axes_view(from: &crate::ir::Shape, to: &crate::ir::Shape) -> Option<(Vec<i64>, Vec<i64>)> {
+    use crate::ir::Dim;
+    let unit = |d: &Dim| d.known() == Some(1);
+    let kept = |s: &crate::ir::Shape| s.0.iter().filter(|d| !unit(d)).cloned().collect::<Vec<_>>();
+    let (a, b) = (kept(from), kept(to));
+    let same = a.len() == b.len() && a.iter().zip(&b).all(|(x, y)| !matches!(x, Dim::Unknown) && x == y);
+    let units = |s: &crate::ir::Shape| s.0.iter().enumerate().filter(|(_, d)| unit(d)).map(|(i, _)| i as i64).collect();
+    same.then(|| (units(from), units(to)))
 }
 
-/// An NCHW-side constant operand of a broadcasting op, for the NHWC side: one value stays as
-/// it is; a tensor of rank <= 4 is aligned to rank 4 and permuted.
-fn nhwc_constant(t: &crate::ir::Tensor) -> Option<crate::ir::Tensor> {
-    if t.len() == 1 && t.rank() <= 4 {
+/// Axis `a` of the model's (logical) tensor, negative counting from the end, as an axis of
+/// the physical tensor that `Transpose(perm)` turns into it.
+fn physical_axis(perm: &[usize], a: i64) -> Option<i64> {
+    let r = perm.len() as i64;
+    let a = if a < 0 { a + r } else { a };
+    (0..r).contains(&a).then(|| perm[a as usize] as i64)
+}
+
+/// A model-side constant operand of a broadcasting op, for the physical side of `perm`: one
+/// value stays as it is; a tensor of lower rank is aligned to the rank and transposed.
+fn physical_constant(perm: &[usize], t: &crate::ir::Tensor) -> Option<crate::ir::Tensor> {
+    if t.len() == 1 && t.rank() <= perm.len() {
         return Some(t.clone());
     }
-    if t.rank() > 4 {
+    if t.rank() > perm.len() {
         return None;
     }
-    let mut shape = vec![1; 4 - t.rank()];
+    let mut shape = vec![1; perm.len() - t.rank()];
     shape.extend(&t.shape);
-    let t4 = t.reshaped(shape);
-    crate::reference::eval_op(&Op::Transpose { perm: Some(TO_NHWC.to_vec()) }, &[Some(&t4)]).ok()?.pop()
+    let mut inverse = vec![0; perm.len()];
+    for (i, &p) in perm.iter().enumerate() {
+        inverse[p] = i;
+    }
+    let aligned = t.reshaped(shape);
+    crate::reference::eval_op(&Op::Transpose { perm: Some(inverse) }, &[Some(&aligned)]).ok()?.pop()
 }
 
-/// The NHWC form of node `n` when every tensor input is an exit transform's output or a
-/// constant it can adapt: (inputs, op, constants to add).
+/// Squeeze of the model's `axes` on the physical side of `perm`: (physical axes, the perm
+/// that turns the squeezed physical tensor into the model's).
+fn squeezed(perm: &[usize], axes: &[i64]) -> Option<(Vec<i64>, Vec<usize>)> {
+    let axes: Vec<usize> = axes.iter().map(|&a| physical_axis(perm, a).map(|_| a.rem_euclid(perm.len() as i64) as usize)).collect::<Option<_>>()?;
+    let gone: HashSet<usize> = axes.iter().map(|&a| perm[a]).collect();
+    let kept: Vec<usize> = (0..perm.len()).filter(|i| !axes.contains(i)).map(|i| perm[i]).collect();
+    let out = kept.iter().map(|&p| kept.iter().filter(|&&q| q < p).count()).collect();
+    let mut physical: Vec<i64> = gone.into_iter().map(|a| a as i64).collect();
+    physical.sort_unstable();
+    Some((physical, out))
+}
+
+/// Unsqueeze at the model's `axes` (of the output) on the physical side of `perm`: each unit
+/// axis goes in just before the physical axis of the model axis that follows it, so an NCW
+/// tensor held as NWC unsqueezed at 2 is held as NHWC. (physical axes, the output's perm).
+fn unsqueezed(perm: &[usize], axes: &[i64]) -> Option<(Vec<i64>, Vec<usize>)> {
+    let rank = perm.len() + axes.len();
+    let mut new: Vec<usize> = axes.iter().map(|&a| if a < 0 { a + rank as i64 } else { a }).map(|a| a as usize).collect();
+    new.sort_unstable();
+    new.dedup();
+    if new.len() != axes.len() || new.last().is_some_and(|&a| a >= rank) {
+        return None;
+    }
+    // The model's output axes in physical order, then the new ones slotted in.
+    let old_axes: Vec<usize> = (0..rank).filter(|a| !new.contains(a)).collect();
+    let mut inverse = vec![0; perm.len()];
+    for (i, &p) in perm.iter().enumerate() {
+        inverse[p] = i;
+    }
+    let mut order: Vec<usize> = inverse.iter().map(|&i| old_axes[i]).collect();
+    for &a in &new {
+        let at = (a + 1..rank)
+            .find(|b| !new.contains(b))
+            .and_then(|b| order.iter().position(|&o| o == b))
+            .unwrap_or(order.len());
+        order.insert(at, a);
+    }
+    let out = (0..rank).map(|a| order.iter().position(|&o| o == a).expect("every axis placed")).collect();
+    let physical = new.iter().map(|a| order.iter().position(|o| o == a).expect("placed") as i64).collect();
+    Some((physical, out))
+}
+
+/// The physical form of node `n` when every tensor input is an exit transform's output (all of
+/// one perm) or a constant it can adapt: (inputs, op, constants to add, the output's perm).
 #[allow(clippy::type_complexity)]
-fn nhwc_form(
+fn physical_form(
     g: &Graph,
     n: &Node,
-    exit_source: &dyn Fn(&str) -> Option<String>,
-) -> Option<(Vec<Option<String>>, Op, Vec<(usize, crate::ir::Tensor)>)> {
+    exit_source: &dyn Fn(&str) -> Option<(String, Vec<usize>)>,
+) -> Option<(Vec<Option<String>>, Op, Vec<(usize, crate::ir::Tensor)>, Vec<usize>)> {
     use super::edit::constant;
     let mut inputs = n.inputs.clone();
-    let mut consts = Vec::new();
     let i64s = |v: Vec<i64>| crate::ir::Tensor::from_i64(vec![v.len()], v);
     // Tensor inputs the op broadcasts or concatenates.
     let data: Vec<usize> = match &n.op {
@@ -368,21 +435,29 @@ fn nhwc_form(
         Op::Concat { .. } => (0..n.inputs.len()).collect(),
         _ => vec![0],
     };
-    let mut any = false;
+    let mut perm: Option<Vec<usize>> = None;
+    let mut constants = Vec::new();
     for &k in &data {
         let x = n.input(k)?;
-        if let Some(src) = exit_source(x) {
+        if let Some((src, p)) = exit_source(x) {
+            if perm.as_ref().is_some_and(|q| *q != p) {
+                return None;
+            }
+            perm = Some(p);
             inputs[k] = Some(src);
-            any = true;
         } else if matches!(n.op, Op::Binary(_)) {
-            consts.push((k, nhwc_constant(&*constant(g, x)?)?));
+            constants.push((k, constant(g, x)?));
         } else {
             return None;
         }
     }
-    if !any {
-        return None;
-    }
+    let perm = perm?;
+    let mut consts = constants
+        .into_iter()
+        .map(|(k, c)| Some((k, physical_constant(&perm, &c)?)))
+        .collect::<Option<Vec<_>>>()?;
+    let nhwc = perm[..] == TO_NCHW;
+    let mut out_perm = perm.clone();
     let op = match &n.op {
         Op::Clip => {
             // min / max: one value each.
@@ -392,17 +467,48 @@ fn nhwc_form(
             }
             n.op.clone()
         }
-        Op::Concat { axis } => Op::Concat { axis: nhwc_axis(*axis)? },
+        Op::Concat { axis } => Op::Concat { axis: physical_axis(&perm, *axis)? },
         Op::Slice => {
             let starts = constant(g, n.input(1)?)?;
             let axes = match n.input(3) {
                 Some(a) => constant(g, a)?.as_i64_vec()?,
                 None => (0..starts.len() as i64).collect(),
             };
-            let axes = axes.into_iter().map(nhwc_axis).collect::<Option<Vec<_>>>()?;
+            let axes = axes.into_iter().map(|a| physical_axis(&perm, a)).collect::<Option<Vec<_>>>()?;
             inputs.resize(inputs.len().max(4), None);
             consts.push((3, i64s(axes)));
             n.op.clone()
+        }
+        Op::Squeeze | Op::Unsqueeze => {
+            let axes = constant(g, n.input(1)?)?.as_i64_vec()?;
+            let (physical, out) =
+                if matches!(n.op, Op::Squeeze) { squeezed(&perm, &axes)? } else { unsqueezed(&perm, &axes)? };
+            consts.push((1, i64s(physical)));
+            out_perm = out;
+            n.op.clone()
+        }
+        Op::Reshape { .. } | Op::Flatten { .. } => {
+            // Only views that drop or insert unit axes keep the element order of both layouts.
+            let shape = |t: &str| g.tensor_type(t).and_then(|t| t.shape.clone());
+            let (from, to) = (shape(n.input(0)?)?, shape(&n.outputs[0])?);
+            let (dropped, inserted) = unit_axes_view(&from, &to)?;
+            let (_, squeezed_perm) = squeezed(&perm, &dropped)?;
+            let (_, out) = unsqueezed(&squeezed_perm, &inserted)?;
+            // The physical shape: the model's output dims in the output perm's order, one
+            // dim not known until run time written as -1.
+            let mut inverse = vec![0; out.len()];
+            for (i, &p) in out.iter().enumerate() {
+                inverse[p] = i;
+            }
+            let dims: Vec<Option<usize>> = inverse.iter().map(|&i| to.0[i].known()).collect();
+            if dims.iter().filter(|d| d.is_none()).count() > 1 {
+                return None;
+            }
+            inputs.truncate(1);
+            inputs.push(None);
+            consts.push((1, i64s(dims.iter().map(|d| d.map_or(-1, |d| d as i64)).collect())));
+            out_perm = out;
+            Op::Reshape { allowzero: false }
         }
         Op::Resize(attrs) => {
             let empty = |k: usize| n.input(k).is_none_or(|t| constant(g, t).is_some_and(|c| c.len() == 0));
@@ -415,23 +521,24 @@ fn nhwc_form(
                 if c.len() == 0 {
                     continue;
                 }
-                if c.len() != 4 {
+                if c.len() != perm.len() {
                     return None;
                 }
                 let v = c.to_f64_vec();
-                let mut p = vec![0.0; 4];
+                let mut p = vec![0.0; perm.len()];
                 for (i, &x) in v.iter().enumerate() {
-                    p[TO_NCHW[i]] = x;
+                    p[perm[i]] = x;
                 }
-                consts.push((k, crate::ir::Tensor::from_f64_as(c.dtype(), vec![4], &p)?));
+                consts.push((k, crate::ir::Tensor::from_f64_as(c.dtype(), vec![perm.len()], &p)?));
             }
             n.op.clone()
         }
         Op::MaxPool { window, .. } | Op::AveragePool { window, .. }
-            if window.kernel_shape.as_ref().is_none_or(|k| k.len() != 2) =>
+            if !nhwc || window.kernel_shape.as_ref().is_none_or(|k| k.len() != 2) =>
         {
             return None
         }
+        Op::GlobalAveragePool | Op::GlobalMaxPool | Op::DepthToSpace { .. } if !nhwc => return None,
         Op::MaxPool { .. }
         | Op::AveragePool { .. }
         | Op::GlobalAveragePool
@@ -439,12 +546,13 @@ fn nhwc_form(
         | Op::DepthToSpace { .. } => Op::ChannelsLast(Arc::new(n.op.clone())),
         op => op.clone(),
     };
-    Some((inputs, op, consts))
+    Some((inputs, op, consts, out_perm))
 }
 
-/// Moves each region's NHWC -> NCHW transform past the layout-agnostic ops that read it, one
-/// op at a time, as long as every reader of the transform is such an op (so no transform is
-/// duplicated). `placed` holds (transpose node, transform) and gains the moved transforms.
+/// Moves each region's exit transform (NHWC -> NCHW, or the transpose it became after a
+/// view dropped an axis) past the layout-agnostic ops that read it, one op at a time, as long
+/// as every reader of the transform is such an op (so no transform is duplicated). `placed`
+/// holds (transpose node, transform) and gains the moved transforms.
 fn sink_exit_transforms(
     g: &mut Graph,
     taken: &mut HashSet<String>,
@@ -455,26 +563,41 @@ fn sink_exit_transforms(
             .nodes
             .iter()
             .enumerate()
-            .filter(|(_, n)| matches!(&n.op, Op::Transpose { perm: Some(p) } if p[..] == TO_NCHW))
+            .filter(|(_, n)| matches!(&n.op, Op::Transpose { perm: Some(_) }))
             .filter_map(|(i, n)| {
                 placed.iter().position(|(name, _)| *name == n.name).map(|k| (n.outputs[0].clone(), (i, k)))
             })
             .collect();
         let cons = consumers(g);
-        let source = |t: &str| -> Option<String> {
+        let exit = |t: &str| -> Option<(String, Vec<usize>)> {
             let &(i, _) = exits.get(t)?;
-            // Every reader moves with it (a graph output keeps its transform anyway).
-            let all_agnostic = !g.outputs.iter().any(|o| o == t)
-                && cons.get(t).is_some_and(|c| c.iter().all(|&(j, _)| layout_agnostic(&g.nodes[j].op)));
-            all_agnostic.then(|| g.nodes[i].inputs[0].clone()).flatten()
+            let Op::Transpose { perm: Some(p) } = &g.nodes[i].op else { return None };
+            Some((g.nodes[i].inputs[0].clone()?, p.clone()))
+        };
+        let source = |t: &str| -> Option<(String, Vec<usize>)> {
+            let (src, perm) = exit(t)?;
+            // Every reader moves with it (a graph output keeps its transform anyway), or the
+            // transform would stay for one reader and be added after the others. A reader's
+            // other activation inputs may move to this layout later (x * sigmoid(x)).
+            let later = |x: &str| {
+                exit(x).or_else(|| super::edit::constant(g, x).is_none().then(|| (x.to_string(), perm.clone())))
+            };
+            let all_move = !g.outputs.iter().any(|o| o == t)
+                && cons.get(t).is_some_and(|c| {
+                    c.iter().all(|&(j, _)| {
+                        let m = &g.nodes[j];
+                        layout_agnostic(&m.op) && m.outputs.len() == 1 && physical_form(g, m, &later).is_some()
+                    })
+                });
+            all_move.then_some((src, perm))
         };
         let found = g.nodes.iter().enumerate().find_map(|(i, n)| {
             if !layout_agnostic(&n.op) || n.outputs.len() != 1 {
                 return None;
             }
-            nhwc_form(g, n, &source).map(|f| (i, f))
+            physical_form(g, n, &source).map(|f| (i, f))
         });
-        let Some((i, (mut inputs, op, consts))) = found else { return Ok(()) };
+        let Some((i, (mut inputs, op, consts, perm))) = found else { return Ok(()) };
         let n = g.nodes[i].clone();
         for (k, t) in consts {
             let name = fresh_name(g, taken, &format!("{}.nhwc_arg{k}", n.name));
@@ -485,17 +608,19 @@ fn sink_exit_transforms(
         let inherited =
             n.inputs.iter().flatten().find_map(|x| exits.get(x.as_str())).map(|&(_, k)| placed[k].1.clone());
         let out = n.outputs[0].clone();
-        let nhwc = fresh_name(g, taken, &format!("{out}.nhwc"));
-        let tname = fresh_name(g, taken, &format!("{out}.to_nchw"));
-        g.nodes[i] = Node { name: n.name.clone(), op, inputs, outputs: vec![nhwc.clone()] };
-        g.nodes.push(node(
-            tname.clone(),
-            Op::Transpose { perm: Some(TO_NCHW.to_vec()) },
-            vec![Some(nhwc)],
-            out.clone(),
-        ));
-        if let Some(t) = inherited {
-            placed.push((tname, Transform { tensor: out, ..t }));
+        if perm.iter().enumerate().all(|(i, &p)| i == p) {
+            // Dropping unit axes left the two layouts one (NHWC [N, 1, 1, C] squeezed to
+            // [N, C]): no transform at all.
+            g.nodes[i] = Node { name: n.name.clone(), op, inputs, outputs: vec![out] };
+        } else {
+            let nchw = perm[..] == TO_NCHW;
+            let physical = fresh_name(g, taken, &format!("{out}.{}", if nchw { "nhwc" } else { "channels_last" }));
+            let tname = fresh_name(g, taken, &format!("{out}.{}", if nchw { "to_nchw" } else { "to_model_layout" }));
+            g.nodes[i] = Node { name: n.name.clone(), op, inputs, outputs: vec![physical.clone()] };
+            g.nodes.push(node(tname.clone(), Op::Transpose { perm: Some(perm) }, vec![Some(physical)], out.clone()));
+            if let Some(t) = inherited {
+                placed.push((tname, Transform { tensor: out, ..t }));
+            }
         }
         // Exit transforms nobody reads any more go.
         let read: HashSet<String> = super::edit::read_tensors(g).into_iter().map(str::to_string).collect();

@@ -77,6 +77,24 @@ impl Net {
         self.b.node(&name, op, &[x, &w, &bias])
     }
 
+    /// 1-D conv (+ bias) over [N, C, L]: kernel `k`, `dilation`, `pad` on both ends.
+    pub fn conv1d(&mut self, x: &str, cin: usize, cout: usize, k: usize, dilation: usize, pad: usize) -> String {
+        let w = self.random("w", &[cout, cin, k], (2.0 / (cin * k) as f64).sqrt());
+        let bias = self.random("b", &[cout], 0.05);
+        let op = Op::Conv {
+            window: Window {
+                kernel_shape: Some(vec![k]),
+                strides: Some(vec![1]),
+                pads: Some(vec![pad; 2]),
+                dilations: Some(vec![dilation]),
+                auto_pad: AutoPad::NotSet,
+            },
+            group: 1,
+        };
+        let name = self.name("conv1d");
+        self.b.node(&name, op, &[x, &w, &bias])
+    }
+
     /// x @ W[k, n] + bias as nn.Linear exports it.
     pub fn linear(&mut self, x: &str, k: usize, n: usize) -> String {
         let w = self.random("w", &[k, n], (2.0 / k as f64).sqrt());

@@ -245,6 +245,88 @@ CONV_TRANSPOSES = [
 ]
 
 
+# Layouts carried through views: 1-D convs run as NHWC 2-D conv kernels over an H of one,
+# and the layout pass moves their channels-last activations through the Squeeze/Unsqueeze,
+# Reshape and Flatten views that drop or add axes of one and through the ops between them.
+def conv1d(b, x, c, k, length, size=3, dilation=1):
+    w = fz.weight(b, (k, c, size), c * size)
+    pad = dilation * (size - 1) // 2
+    return b.op("Conv", [x, w, b.const(b.rng.standard_normal(k))], (1, k, length), pads=[pad, pad], dilations=[dilation])
+
+
+def vocoder_residual_blocks(b):  # HiFi-GAN: x + conv(lrelu(conv(lrelu(x)))), then [N, L, C]
+    x = b.input((1, 6, 20))
+    h = conv1d(b, x, 6, 8, 20, size=7)
+    for d in (1, 3):
+        a = b.op("LeakyRelu", [h], (1, 8, 20), alpha=0.1)
+        a = conv1d(b, a, 8, 8, 20, dilation=d)
+        a = b.op("LeakyRelu", [a], (1, 8, 20), alpha=0.1)
+        a = conv1d(b, a, 8, 8, 20)
+        h = b.op("Add", [h, a], (1, 8, 20))
+    return b.op("Transpose", [b.op("Tanh", [h], (1, 8, 20))], (1, 20, 8), perm=[0, 2, 1])
+
+
+def crnn_features_to_a_sequence(b):  # conv features pooled to H = 1, squeezed, [W, N, C]
+    x = b.input((2, 4, 2, 7))
+    w = fz.weight(b, (8, 4, 3, 3), 36)
+    y = b.op("Conv", [x, w, b.const(b.rng.standard_normal(8))], (2, 8, 2, 7), pads=[1, 1, 1, 1])
+    y = b.op("MaxPool", [y], (2, 8, 1, 7), kernel_shape=[2, 1], strides=[2, 1])
+    y = b.op("Squeeze", [y, b.const_i64([2])], (2, 8, 7))
+    y = b.op("Transpose", [y], (7, 2, 8), perm=[2, 0, 1])
+    return b.op("MatMul", [y, fz.weight(b, (8, 5), 8)], (7, 2, 5))
+
+
+def pooled_features_flattened_for_a_gemm(b):  # a classifier head: GAP, Flatten, Gemm
+    x = b.input((2, 4, 5, 5))
+    w = fz.weight(b, (8, 4, 3, 3), 36)
+    y = b.op("Relu", [b.op("Conv", [x, w], (2, 8, 5, 5), pads=[1, 1, 1, 1])], (2, 8, 5, 5))
+    y = b.op("Flatten", [b.op("GlobalAveragePool", [y], (2, 8, 1, 1))], (2, 8), axis=1)
+    return b.op("Gemm", [y, fz.weight(b, (3, 8), 8), b.const(b.rng.standard_normal(3))], (2, 3), transB=1)
+
+
+def reshapes_between_1d_and_2d_convs(b):  # [N, C, L] reshaped to [N, C, 1, L] and back
+    x = b.input((1, 4, 9))
+    y = conv1d(b, x, 4, 6, 9)
+    y = b.op("Reshape", [y, b.const_i64([1, 6, 1, 9])], (1, 6, 1, 9))
+    w = fz.weight(b, (6, 6, 1, 3), 18)
+    y = b.op("Conv", [y, w], (1, 6, 1, 9), pads=[0, 1, 0, 1])
+    y = b.op("Reshape", [b.op("Sigmoid", [y], (1, 6, 1, 9)), b.const_i64([1, 6, 9])], (1, 6, 9))
+    return conv1d(b, y, 6, 4, 9)
+
+
+LAYOUT_VIEWS = [
+    vocoder_residual_blocks,
+    crnn_features_to_a_sequence,
+    pooled_features_flattened_for_a_gemm,
+    reshapes_between_1d_and_2d_convs,
+]
+
+
+# Einsums that are one batched matrix product, free and contracted labels merged per axis.
+def einsum_grouped_linear(b):  # DeepFilterNet: a batch label between free ones, constant weight
+    return b.op("Einsum", [b.input((2, 3, 4, 5)), fz.weight(b, (4, 5, 6), 5)], (2, 3, 4, 6), equation="btgi,gih->btgh")
+
+
+def einsum_contracted_over_two_axes(b):  # fi,fij->j: a [1, 20] @ [20, 6] product
+    return b.op("Einsum", [b.input((4, 5)), fz.weight(b, (4, 5, 6), 20)], (6,), equation="fi,fij->j")
+
+
+def einsum_attention_scores(b):  # per head: queries by keys
+    return b.op("Einsum", [b.input((2, 3, 5, 4)), b.input((2, 3, 6, 4))], (2, 3, 5, 6), equation="bhqd,bhkd->bhqk")
+
+
+def einsum_free_labels_reordered(b):  # the output lists a right free label between left ones
+    return b.op("Einsum", [b.input((2, 3, 4)), fz.weight(b, (4, 5), 4)], (2, 5, 3), equation="bij,jk->bki")
+
+
+EINSUMS = [
+    einsum_grouped_linear,
+    einsum_contracted_over_two_axes,
+    einsum_attention_scores,
+    einsum_free_labels_reordered,
+]
+
+
 # onnxruntime's static quantization (QDQ): QuantizeLinear -> DequantizeLinear around the
 # activations, DequantizeLinear of int8 weights. Planned as float ops (fake quantization,
 # stitched) and dequantized weights folded into the kernels'.
@@ -320,6 +402,16 @@ def test_negative_pads_crop_as_ort_does():
 
 def test_conv_transposes_as_convs_match_ort():
     out = fz.check_cases({f.__name__: regression(f) for f in CONV_TRANSPOSES})
+    assert not out.failures, out.failures
+
+
+def test_layouts_carried_through_views_match_ort():
+    out = fz.check_cases({f.__name__: regression(f) for f in LAYOUT_VIEWS})
+    assert not out.failures, out.failures
+
+
+def test_einsums_as_matmuls_match_ort():
+    out = fz.check_cases({f.__name__: regression(f) for f in EINSUMS})
     assert not out.failures, out.failures
 
 
