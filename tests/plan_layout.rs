@@ -425,3 +425,46 @@ fn unit_axis_views_carry_the_layout_to_gemms_and_sequence_models() {
     let copies = p.graph.nodes.iter().filter(|n| matches!(n.op, Op::Transpose { .. } | Op::Stitched(_)));
     assert_eq!(copies.count(), 2, "{:#?}", p.graph.nodes);
 }
+
+/// Conv-TasNet's blocks: 1-D convs with a global layer norm over [C, T] between them (its
+/// mean and variance one value per sample) and a per-channel scale applied as [N, T, C]
+/// between the model's own transposes. The means read the channels-last tensor merged into
+/// one row (the same elements in another order), the per-sample statistics broadcast in any
+/// layout, and the model's transposes move with the exit until they cancel: one region, one
+/// entry, one exit at the output.
+#[test]
+fn global_norms_and_the_models_transposes_between_1d_convs_stay_channels_last() {
+    use bolt::ir::{Binary, ReduceKind, Tensor, Unary};
+    let mut n = Net::new(DType::F32);
+    let x = n.input("x", &[2, 8, 30]);
+    let mut h = n.conv1d(&x, 8, 16, 3, 1, 1);
+    let mean = |n: &mut Net, t: &str| {
+        let op =
+            Op::Reduce { kind: ReduceKind::Mean, axes: Some(vec![1, 2]), keepdims: true, noop_with_empty_axes: false };
+        n.op("mean", op, &[t])
+    };
+    let gamma = n.random("gamma", &[16], 1.0);
+    let beta = n.random("beta", &[16], 0.5);
+    let eps = n.b.initializer("eps", Tensor::scalar_f32(1e-5));
+    for _ in 0..2 {
+        let slope = n.random("slope", &[16, 1], 0.3);
+        let a = n.op("prelu", Op::Binary(Binary::PRelu), &[&h, &slope]);
+        let m = mean(&mut n, &a);
+        let c = n.op("center", Op::Binary(Binary::Sub), &[&a, &m]);
+        let sq = n.op("square", Op::Binary(Binary::Mul), &[&c, &c]);
+        let var = mean(&mut n, &sq);
+        let var = n.op("eps", Op::Binary(Binary::Add), &[&var, &eps]);
+        let sd = n.op("sqrt", Op::Unary(Unary::Sqrt), &[&var]);
+        let y = n.op("norm", Op::Binary(Binary::Div), &[&c, &sd]);
+        let y = n.op("to_ntc", Op::Transpose { perm: Some(vec![0, 2, 1]) }, &[&y]);
+        let y = n.op("scale", Op::Binary(Binary::Mul), &[&gamma, &y]);
+        let y = n.op("shift", Op::Binary(Binary::Add), &[&y, &beta]);
+        let y = n.op("to_nct", Op::Transpose { perm: Some(vec![0, 2, 1]) }, &[&y]);
+        h = n.conv1d(&y, 16, 16, 3, 2, 2);
+    }
+    let p = planned(&n.finish(&[&h]));
+    let dirs: Vec<Direction> = p.layout.iter().map(|t| t.direction).collect();
+    assert_eq!(dirs, [Direction::NchwToNhwc, Direction::NhwcToNchw], "{:#?}", p.layout);
+    // The entry; the exit at the output is stitched into the last element-wise kernel.
+    assert_eq!(transposes(&p), 1, "{:#?}", p.graph.nodes);
+}

@@ -947,7 +947,8 @@ fn einsums_as_matmuls(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
             (sizes.iter().filter(|s| s.is_none()).count() <= 1)
                 .then(|| batch.iter().map(|_| 0).chain(sizes.iter().map(|s| s.map_or(-1, |s| s as i64))).collect())
         };
-        let (reshape_a, reshape_b) = (free_a.len() != 1 || contracted.len() != 1, free_b.len() != 1 || contracted.len() != 1);
+        let (reshape_a, reshape_b) =
+            (free_a.len() != 1 || contracted.len() != 1, free_b.len() != 1 || contracted.len() != 1);
         let target_a = if reshape_a { Some(target([&free_a, &contracted])?) } else { None };
         let target_b = if reshape_b { Some(target([&contracted, &free_b])?) } else { None };
         // The product back to one axis per free label: every dim of a free label known but one.

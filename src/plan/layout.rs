@@ -199,12 +199,46 @@ pub fn to_nhwc(g: &mut Graph) -> Result<Vec<Transform>> {
     // one transpose with it.
     super::canonical::compose_transposes(g);
     cancel_inverse_transposes(g);
+    unit_axis_transposes_as_views(g, &mut taken);
     // A transform whose transpose cancelled against the model's own, or against another
     // region's entry once sunk through layout-agnostic ops, is not done at all.
     let live: HashSet<&str> = g.nodes.iter().map(|n| n.name.as_str()).collect();
     let transforms = placed.into_iter().filter(|(n, _)| live.contains(n.as_str())).map(|(_, t)| t).collect();
     finish(g)?;
     Ok(transforms)
+}
+
+/// A Transpose that moves only axes of one (NWC held as [N, W, 1, C] read as [N, 1, W, C])
+/// keeps the element order: it becomes a Squeeze of those axes and an Unsqueeze where they go,
+/// views instead of a copy.
+fn unit_axis_transposes_as_views(g: &mut Graph, taken: &mut HashSet<String>) {
+    for i in 0..g.nodes.len() {
+        let n = &g.nodes[i];
+        let Op::Transpose { perm: Some(perm) } = &n.op else { continue };
+        let Some(shape) = n.input(0).and_then(|x| g.tensor_type(x)).and_then(|t| t.shape.clone()) else { continue };
+        if shape.rank() != perm.len() {
+            continue;
+        }
+        let unit = |a: usize| shape.0[a].known() == Some(1);
+        let kept: Vec<usize> = perm.iter().copied().filter(|&a| !unit(a)).collect();
+        if kept.windows(2).any(|w| w[0] > w[1]) || perm.iter().enumerate().all(|(i, &p)| i == p) {
+            continue;
+        }
+        let dropped: Vec<i64> = (0..perm.len()).filter(|&a| unit(a)).map(|a| a as i64).collect();
+        let inserted: Vec<i64> = (0..perm.len()).filter(|&i| unit(perm[i])).map(|i| i as i64).collect();
+        let (x, y, name) = (n.inputs[0].clone(), n.outputs[0].clone(), n.name.clone());
+        let i64s = |v: Vec<i64>| Arc::new(crate::ir::Tensor::from_i64(vec![v.len()], v));
+        let (da, ia) =
+            (fresh_name(g, taken, &format!("{name}.unit_axes")), fresh_name(g, taken, &format!("{name}.placed")));
+        let squeezed = fresh_name(g, taken, &format!("{y}.squeezed"));
+        g.initializers.insert(da.clone(), i64s(dropped));
+        g.initializers.insert(ia.clone(), i64s(inserted));
+        // A new name: the model's Transpose is gone, as a cancelled one is.
+        let unsqueeze = fresh_name(g, taken, &format!("{name}.unsqueeze"));
+        g.nodes[i] = node(unsqueeze, Op::Unsqueeze, vec![Some(squeezed.clone()), Some(ia)], y);
+        let squeeze = node(fresh_name(g, taken, &format!("{name}.squeeze")), Op::Squeeze, vec![x, Some(da)], squeezed);
+        g.nodes.push(squeeze);
+    }
 }
 
 /// Removes `Transpose(Transpose(x, p), q)` where q undoes p: its readers read `x`. Models that
@@ -337,6 +371,21 @@ fn layout_agnostic(op: &Op) -> bool {
     )
 }
 
+/// The run of axes of `from` a Reshape to `to` merges into one (the dims before and after it
+/// equal), as axes of `from`.
+fn merged_axis(from: &crate::ir::Shape, to: &crate::ir::Shape) -> Option<std::ops::Range<usize>> {
+    use crate::ir::Dim;
+    let same = |x: &Dim, y: &Dim| !matches!(x, Dim::Unknown) && x == y;
+    let (r, q) = (from.rank(), to.rank());
+    if q >= r || q == 0 {
+        return None;
+    }
+    let start = (0..q).take_while(|&i| same(&from.0[i], &to.0[i])).count().min(q - 1);
+    let after = q - start - 1;
+    let tail_same = (0..after).all(|i| same(&from.0[r - 1 - i], &to.0[q - 1 - i]));
+    tail_same.then_some(start..r - after)
+}
+
 /// A Reshape or Flatten from `from` to `to` that only drops and inserts axes of one (the
 /// other dims equal, in order): (axes of `from` dropped, axes of `to` inserted).
 fn unit_axes_view(from: &crate::ir::Shape, to: &crate::ir::Shape) -> Option<(Vec<i64>, Vec<i64>)> {
@@ -379,7 +428,10 @@ fn physical_constant(perm: &[usize], t: &crate::ir::Tensor) -> Option<crate::ir:
 /// Squeeze of the model's `axes` on the physical side of `perm`: (physical axes, the perm
 /// that turns the squeezed physical tensor into the model's).
 fn squeezed(perm: &[usize], axes: &[i64]) -> Option<(Vec<i64>, Vec<usize>)> {
-    let axes: Vec<usize> = axes.iter().map(|&a| physical_axis(perm, a).map(|_| a.rem_euclid(perm.len() as i64) as usize)).collect::<Option<_>>()?;
+    let axes: Vec<usize> = axes
+        .iter()
+        .map(|&a| physical_axis(perm, a).map(|_| a.rem_euclid(perm.len() as i64) as usize))
+        .collect::<Option<_>>()?;
     let gone: HashSet<usize> = axes.iter().map(|&a| perm[a]).collect();
     let kept: Vec<usize> = (0..perm.len()).filter(|i| !axes.contains(i)).map(|i| perm[i]).collect();
     let out = kept.iter().map(|&p| kept.iter().filter(|&&q| q < p).count()).collect();
@@ -393,7 +445,8 @@ fn squeezed(perm: &[usize], axes: &[i64]) -> Option<(Vec<i64>, Vec<usize>)> {
 /// tensor held as NWC unsqueezed at 2 is held as NHWC. (physical axes, the output's perm).
 fn unsqueezed(perm: &[usize], axes: &[i64]) -> Option<(Vec<i64>, Vec<usize>)> {
     let rank = perm.len() + axes.len();
-    let mut new: Vec<usize> = axes.iter().map(|&a| if a < 0 { a + rank as i64 } else { a }).map(|a| a as usize).collect();
+    let mut new: Vec<usize> =
+        axes.iter().map(|&a| if a < 0 { a + rank as i64 } else { a }).map(|a| a as usize).collect();
     new.sort_unstable();
     new.dedup();
     if new.len() != axes.len() || new.last().is_some_and(|&a| a >= rank) {
@@ -423,6 +476,7 @@ fn unsqueezed(perm: &[usize], axes: &[i64]) -> Option<(Vec<i64>, Vec<usize>)> {
 #[allow(clippy::type_complexity)]
 fn physical_form(
     g: &Graph,
+    cons: &HashMap<String, Vec<(usize, usize)>>,
     n: &Node,
     exit_source: &dyn Fn(&str) -> Option<(String, Vec<usize>)>,
 ) -> Option<(Vec<Option<String>>, Op, Vec<(usize, crate::ir::Tensor)>, Vec<usize>)> {
@@ -437,6 +491,7 @@ fn physical_form(
     };
     let mut perm: Option<Vec<usize>> = None;
     let mut constants = Vec::new();
+    let mut pending: Vec<String> = Vec::new();
     for &k in &data {
         let x = n.input(k)?;
         if let Some((src, p)) = exit_source(x) {
@@ -446,16 +501,27 @@ fn physical_form(
             perm = Some(p);
             inputs[k] = Some(src);
         } else if matches!(n.op, Op::Binary(_)) {
-            constants.push((k, constant(g, x)?));
+            match constant(g, x) {
+                Some(c) => constants.push((k, c)),
+                None => pending.push(x.to_string()),
+            }
         } else {
             return None;
         }
     }
     let perm = perm?;
-    let mut consts = constants
-        .into_iter()
-        .map(|(k, c)| Some((k, physical_constant(&perm, &c)?)))
-        .collect::<Option<Vec<_>>>()?;
+    // An activation of ones but on axes the layouts share (a mean or variance kept as
+    // [N, 1, 1], one per sample) is the same tensor in both.
+    let same_in_both = |t: &str| {
+        let Some(s) = g.tensor_type(t).and_then(|t| t.shape.as_ref()) else { return false };
+        let skip = perm.len().checked_sub(s.rank());
+        skip.is_some_and(|skip| s.0.iter().enumerate().all(|(a, d)| d.known() == Some(1) || perm[a + skip] == a + skip))
+    };
+    if !pending.iter().all(|t| same_in_both(t)) {
+        return None;
+    }
+    let mut consts =
+        constants.into_iter().map(|(k, c)| Some((k, physical_constant(&perm, &c)?))).collect::<Option<Vec<_>>>()?;
     let nhwc = perm[..] == TO_NCHW;
     let mut out_perm = perm.clone();
     let op = match &n.op {
@@ -491,7 +557,29 @@ fn physical_form(
             // Only views that drop or insert unit axes keep the element order of both layouts.
             let shape = |t: &str| g.tensor_type(t).and_then(|t| t.shape.clone());
             let (from, to) = (shape(n.input(0)?)?, shape(&n.outputs[0])?);
-            let (dropped, inserted) = unit_axes_view(&from, &to)?;
+            let Some((dropped, inserted)) = unit_axes_view(&from, &to) else {
+                // Axes merged into one that only reductions over it read (a global layer
+                // norm's mean over [C, T]): the physical merge holds the same elements in
+                // another order, which a sum, mean, max or min does not see.
+                let merged = merged_axis(&from, &to)?;
+                let reduced = |&(j, _): &(usize, usize)| {
+                    let axis = |a: &i64| if *a < 0 { a + to.rank() as i64 } else { *a };
+                    matches!(&g.nodes[j].op, Op::Reduce { axes: Some(a), .. }
+                        if a.len() == 1 && axis(&a[0]) == merged.start as i64)
+                };
+                let readers = cons.get(&n.outputs[0])?;
+                let physical_run: Vec<usize> = merged.clone().map(|a| perm[a]).collect();
+                let (lo, hi) = (*physical_run.iter().min()?, *physical_run.iter().max()?);
+                let in_place = hi - lo + 1 == merged.len()
+                    && lo == merged.start
+                    && (0..perm.len()).filter(|a| !merged.contains(a)).all(|a| perm[a] == a);
+                if !(in_place && matches!(n.op, Op::Reshape { .. }) && readers.iter().all(reduced))
+                    || g.outputs.contains(&n.outputs[0])
+                {
+                    return None;
+                }
+                return Some((inputs, n.op.clone(), consts, (0..to.rank()).collect()));
+            };
             let (_, squeezed_perm) = squeezed(&perm, &dropped)?;
             let (_, out) = unsqueezed(&squeezed_perm, &inserted)?;
             // The physical shape: the model's output dims in the output perm's order, one
@@ -559,14 +647,14 @@ fn sink_exit_transforms(
     placed: &mut Vec<(String, Transform)>,
 ) -> Result<()> {
     loop {
-        let exits: HashMap<String, (usize, usize)> = g
+        // A region's exits, and the model's own transposes (a norm computed over [N, T, C]
+        // between 1-D convs transposes back to [N, C, T] and meets the next entry).
+        let exits: HashMap<String, (usize, Option<usize>)> = g
             .nodes
             .iter()
             .enumerate()
             .filter(|(_, n)| matches!(&n.op, Op::Transpose { perm: Some(_) }))
-            .filter_map(|(i, n)| {
-                placed.iter().position(|(name, _)| *name == n.name).map(|k| (n.outputs[0].clone(), (i, k)))
-            })
+            .map(|(i, n)| (n.outputs[0].clone(), (i, placed.iter().position(|(name, _)| *name == n.name))))
             .collect();
         let cons = consumers(g);
         let exit = |t: &str| -> Option<(String, Vec<usize>)> {
@@ -586,7 +674,7 @@ fn sink_exit_transforms(
                 && cons.get(t).is_some_and(|c| {
                     c.iter().all(|&(j, _)| {
                         let m = &g.nodes[j];
-                        layout_agnostic(&m.op) && m.outputs.len() == 1 && physical_form(g, m, &later).is_some()
+                        layout_agnostic(&m.op) && m.outputs.len() == 1 && physical_form(g, &cons, m, &later).is_some()
                     })
                 });
             all_move.then_some((src, perm))
@@ -595,7 +683,7 @@ fn sink_exit_transforms(
             if !layout_agnostic(&n.op) || n.outputs.len() != 1 {
                 return None;
             }
-            physical_form(g, n, &source).map(|f| (i, f))
+            physical_form(g, &cons, n, &source).map(|f| (i, f))
         });
         let Some((i, (mut inputs, op, consts, perm))) = found else { return Ok(()) };
         let n = g.nodes[i].clone();
@@ -605,8 +693,7 @@ fn sink_exit_transforms(
             inputs[k] = Some(name);
         }
         // The transform this op's output inherits: the first exit it read.
-        let inherited =
-            n.inputs.iter().flatten().find_map(|x| exits.get(x.as_str())).map(|&(_, k)| placed[k].1.clone());
+        let inherited = n.inputs.iter().flatten().find_map(|x| exits.get(x.as_str())?.1).map(|k| placed[k].1.clone());
         let out = n.outputs[0].clone();
         if perm.iter().enumerate().all(|(i, &p)| i == p) {
             // Dropping unit axes left the two layouts one (NHWC [N, 1, 1, C] squeezed to

@@ -294,7 +294,24 @@ def reshapes_between_1d_and_2d_convs(b):  # [N, C, L] reshaped to [N, C, 1, L] a
     return conv1d(b, y, 6, 4, 9)
 
 
+def separator_block_global_norm(b):  # Conv-TasNet: PRelu, a norm over [C, T], scale as [N, T, C]
+    x = b.input((2, 6, 12))
+    h = conv1d(b, x, 6, 8, 12)
+    for _ in range(2):
+        a = b.op("PRelu", [h, b.const(np.abs(b.rng.standard_normal((8, 1))) * 0.3)], (2, 8, 12))
+        m = b.op("ReduceMean", [a], (2, 1, 1), axes=[1, 2])
+        c = b.op("Sub", [a, m], (2, 8, 12))
+        v = b.op("ReduceMean", [b.op("Mul", [c, c], (2, 8, 12))], (2, 1, 1), axes=[1, 2])
+        sd = b.op("Sqrt", [b.op("Add", [v, fz.scalar(b, 1e-5)], (2, 1, 1))], (2, 1, 1))
+        y = b.op("Transpose", [b.op("Div", [c, sd], (2, 8, 12))], (2, 12, 8), perm=[0, 2, 1])
+        y = b.op("Mul", [b.const(b.rng.standard_normal(8)), y], (2, 12, 8))
+        y = b.op("Add", [y, b.const(b.rng.standard_normal(8))], (2, 12, 8))
+        h = conv1d(b, b.op("Transpose", [y], (2, 8, 12), perm=[0, 2, 1]), 8, 8, 12, dilation=2)
+    return h
+
+
 LAYOUT_VIEWS = [
+    separator_block_global_norm,
     vocoder_residual_blocks,
     crnn_features_to_a_sequence,
     pooled_features_flattened_for_a_gemm,
