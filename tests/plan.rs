@@ -540,3 +540,40 @@ fn quantize_dequantize_pairs_are_float_ops_and_quantized_weights_constants() {
     let c = compare(&y, &got[&y], &want[&y], PLAN_TOL);
     assert!(c.failure.is_none(), "{}", c.failure.unwrap());
 }
+
+/// A MatMul of a vector and a matrix (numpy's promotion) is the product of a one-row (or
+/// one-column) matrix between an Unsqueeze and a Squeeze: a GEMM kernel, not a host op. The
+/// planned graph gives the reference's MatMul (the rewriting only;
+/// tests/python/test_fuzz_graphs.py::test_einsums_and_vector_products_as_gemms_match_ort checks
+/// against onnxruntime). A dot product of two vectors stays as it is.
+#[test]
+fn vector_matrix_products_are_gemm_kernels() {
+    use bolt::ir::builder::GraphBuilder;
+    use bolt::ir::{DType, Shape};
+    let mut b = GraphBuilder::new("vector_products");
+    let v = b.input("v", DType::F32, Shape::from_static(&[32]));
+    let m = b.initializer("m", common::random_tensor(&[32, 13], 1));
+    let row = b.node("row", Op::MatMul, &[&v, &m]);
+    let x = b.input("x", DType::F32, Shape::from_static(&[2, 5, 32]));
+    let col = b.node("col", Op::MatMul, &[&x, &v]);
+    let dot = b.node("dot", Op::MatMul, &[&v, &v]);
+    for y in [&row, &col, &dot] {
+        b.output(y);
+    }
+    let g = b.finish().unwrap();
+    let plan = bolt::plan::plan(&g).unwrap();
+    let mut anchors: Vec<&str> = plan.partitioning.partitions.iter().map(|p| p.anchor.as_str()).collect();
+    anchors.sort();
+    assert_eq!(anchors, ["col", "row"]);
+    let inputs: HashMap<String, Tensor> = [("v", vec![32]), ("x", vec![2, 5, 32])]
+        .iter()
+        .map(|(n, s)| (n.to_string(), common::random_tensor(s, 3)))
+        .collect();
+    let want = bolt::reference::run(&g, &inputs).unwrap();
+    let got = bolt::reference::run(&plan.graph, &inputs).unwrap();
+    for (y, shape) in [(&row, vec![13]), (&col, vec![2, 5]), (&dot, vec![])] {
+        assert_eq!(got[y].shape, shape);
+        let c = compare(y, &got[y], &want[y], Tolerance { rtol: 1e-5, atol: 1e-6 });
+        assert!(c.failure.is_none(), "{y}: {:?}", c.failure);
+    }
+}

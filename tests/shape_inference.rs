@@ -398,3 +398,31 @@ fn a_backward_slice_of_an_empty_axis_is_empty() {
         assert_eq!(got["y"].to_f32_vec(), want);
     }
 }
+
+#[test]
+fn convs_that_keep_a_symbolic_length_keep_its_name() {
+    // An audio model's length is symbolic: a stride-1 conv padded by its reach (or SAME)
+    // gives the same length back, so it keeps the name; a strided one gives a new, unknown
+    // length. Known axes beside it (the H = 1 of a 1-D conv planned as 2-D) stay known.
+    let same = with_ints(node("same", "Conv", &["x", "w"], &["a"]), "pads", &[2, 2]);
+    let dilated =
+        with_ints(with_ints(node("dilated", "Conv", &["a", "w2"], &["b"]), "pads", &[2, 2]), "dilations", &[2]);
+    let strided = with_ints(with_ints(node("strided", "Conv", &["b", "w2"], &["c"]), "pads", &[1, 1]), "strides", &[2]);
+    let pool = with_ints(
+        with_ints(with_ints(node("pool", "MaxPool", &["x2d"], &["p"]), "kernel_shape", &[1, 3]), "pads", &[0, 1, 0, 1]),
+        "strides",
+        &[1, 1],
+    );
+    let g = GraphProto {
+        node: vec![same, dilated, strided, node("h", "Unsqueeze", &["c", "two"], &["x2d"]), pool],
+        initializer: vec![weight("w", &[6, 4, 5]), weight("w2", &[6, 6, 3]), ints("two", &[2], false)],
+        input: vec![typed_value_info("x", 1, vec![D::DimValue(1), D::DimValue(4), D::DimParam("T".into())])],
+        output: vec![ValueInfoProto { name: Some("p".into()), ..Default::default() }],
+        ..Default::default()
+    };
+    let g = import(17, g);
+    assert_eq!(ty(&g, "a"), "f32[1, 6, T]");
+    assert_eq!(ty(&g, "b"), "f32[1, 6, T]");
+    assert_eq!(ty(&g, "c"), "f32[1, 6, ?]");
+    assert_eq!(ty(&g, "p"), "f32[1, 6, 1, ?]");
+}

@@ -185,12 +185,27 @@ unsafe extern "system" fn ep_get_capability(
         for note in &offload.notes {
             me.log(|| note.clone());
         }
+        // An ORT node the importer expanded into several is claimed once, by the first group
+        // that holds any of them (its Compile imports the node whole again).
+        let mut claimed: std::collections::HashSet<*const OrtNode> = std::collections::HashSet::new();
         for group in &offload.groups {
-            let nodes: Vec<*const OrtNode> = group
+            let mut nodes: Vec<*const OrtNode> = group
                 .nodes
                 .iter()
                 .map(|n| imported.nodes.get(n).copied().ok_or_else(|| format!("node '{n}' is not in the ORT graph")))
                 .collect::<Res<_>>()?;
+            let mut seen = std::collections::HashSet::new();
+            nodes.retain(|n| seen.insert(*n));
+            if nodes.iter().any(|n| claimed.contains(n)) {
+                me.log(|| {
+                    format!(
+                        "partition {} shares a node ORT holds whole with another: left to ORT",
+                        group.anchors.join(", ")
+                    )
+                });
+                continue;
+            }
+            claimed.extend(nodes.iter().copied());
             me.log(|| {
                 format!(
                     "claim partition {} ({} nodes: {})",

@@ -77,8 +77,8 @@ pub unsafe fn import(
             .collect();
     }
     let first = load(&model);
-    let graph = match first {
-        Ok(g) => g,
+    let imported = match first {
+        Ok(m) => m,
         Err(e) => {
             crate::api::verbose(|| format!("import with ORT's value infos failed ({e}); retrying without them"));
             if let Some(graph) = model.graph.as_mut() {
@@ -87,7 +87,15 @@ pub unsafe fn import(
             load(&model)?
         }
     };
-    Ok(Imported { graph, nodes })
+    // Nodes the importer wrote for one of ORT's (its fused ops as the ONNX ops they fused)
+    // stand for that node: claiming any of them claims it, whole.
+    let mut nodes = nodes;
+    for (bolt_node, ort_node) in &imported.expanded_from {
+        if let Some(&n) = nodes.get(ort_node) {
+            nodes.insert(bolt_node.clone(), n);
+        }
+    }
+    Ok(Imported { graph: imported.graph, nodes })
 }
 
 /// Declares `t`'s shape on `v` when `v` has the same element type and a shape that says
@@ -124,9 +132,9 @@ fn give_shape(v: &mut proto::ValueInfoProto, t: &bolt::ir::TensorType) {
     tt.shape = Some(proto::TensorShapeProto { dim });
 }
 
-fn load(model: &proto::ModelProto) -> Res<Graph> {
+fn load(model: &proto::ModelProto) -> Res<bolt::import::Model> {
     let bytes = model.encode_to_vec();
-    bolt::import::load_bytes(&bytes, None).map(|m| m.graph).map_err(|e| e.to_string())
+    bolt::import::load_bytes(&bytes, None).map_err(|e| e.to_string())
 }
 
 unsafe fn read_model(g: *const OrtGraph) -> Res<(proto::ModelProto, HashMap<String, *const OrtNode>)> {

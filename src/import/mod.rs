@@ -5,6 +5,7 @@
 //! tests/import_errors.rs).
 
 mod attrs;
+mod contrib;
 mod legacy;
 mod ops;
 pub mod proto;
@@ -35,6 +36,10 @@ pub struct Model {
     pub graph: Graph,
     pub ir_version: i64,
     pub producer: String,
+    /// Nodes the importer added for one of the file's (onnxruntime's fused ops written as the
+    /// ONNX ops they fused), by name: the file's node each comes from. A host that offers Bolt
+    /// the file's nodes by name maps these back to it.
+    pub expanded_from: HashMap<String, String>,
 }
 
 /// Reads and imports an ONNX file. External data files resolve relative to its directory.
@@ -77,8 +82,13 @@ pub fn load_bytes(bytes: &[u8], base_dir: Option<&Path>) -> Result<Model> {
              (convert it with onnx.version_converter)"
         )));
     }
-    let graph = import_graph(g, opset, base_dir, Scope::Main)?;
-    Ok(Model { graph, ir_version: model.ir_version(), producer: model.producer_name().to_string() })
+    // A model onnxruntime saved after optimising it: its fused ops as the ONNX ops they fused.
+    let (expanded, expanded_from) = match contrib::expand(g, opset) {
+        Some((e, from)) => (Some(e), from),
+        None => (None, HashMap::new()),
+    };
+    let graph = import_graph(expanded.as_ref().unwrap_or(g), opset, base_dir, Scope::Main)?;
+    Ok(Model { graph, ir_version: model.ir_version(), producer: model.producer_name().to_string(), expanded_from })
 }
 
 /// Which graph is being imported: the model's, or a branch of an `If` (which reads values of

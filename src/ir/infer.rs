@@ -1161,12 +1161,21 @@ pub(super) fn conv_shape(x: &Shape, w: &Shape, window: &Window, group: usize) ->
 
 fn window_shape(x: &Shape, kernel: &[usize], window: &Window, ceil_mode: bool, channels: Dim) -> Result<Shape, String> {
     let mut out = vec![x.0[0].clone(), channels];
-    match x.0[2..].iter().map(Dim::known).collect::<Option<Vec<_>>>() {
-        Some(sp) => {
-            let r = window.resolve(&sp, kernel, ceil_mode)?;
-            out.extend(r.output.into_iter().map(Dim::Known));
-        }
-        None => out.extend(std::iter::repeat_n(Dim::Unknown, kernel.len())),
+    // Each spatial axis on its own: a known size gives its output size; a symbolic one keeps
+    // its name where the window gives back the size it reads (stride 1, padded by the
+    // window's reach: a 1-D conv over an audio length), which two probe sizes show.
+    let spatial = &x.0[2..];
+    let probe = |size: usize| -> Result<Vec<usize>, String> {
+        let sizes: Vec<usize> = spatial.iter().map(|d| d.known().unwrap_or(size)).collect();
+        Ok(window.resolve(&sizes, kernel, ceil_mode)?.output)
+    };
+    let (a, b) = (probe(1 << 20)?, probe((1 << 20) + 7)?);
+    for (i, d) in spatial.iter().enumerate() {
+        out.push(match d {
+            Dim::Known(_) => Dim::Known(a[i]),
+            Dim::Sym(_) if a[i] == 1 << 20 && b[i] == (1 << 20) + 7 => d.clone(),
+            _ => Dim::Unknown,
+        });
     }
     Ok(Shape(out))
 }

@@ -95,6 +95,7 @@ pub fn canonical(g: &Graph) -> Result<(Graph, usize)> {
     count += recurrent_projections(&mut out, &mut taken);
     count += instance_norms_as_row_reductions(&mut out, &mut taken);
     count += einsums_as_matmuls(&mut out, &mut taken);
+    count += vector_matmuls_as_matrices(&mut out, &mut taken);
     count += crops_out_of_pads(&mut out, &mut taken);
     count += zero_pads_into_convs(&mut out);
     count += asymmetric_conv_pads(&mut out, &mut taken);
@@ -995,6 +996,45 @@ fn einsums_as_matmuls(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
             nodes.push(node(t, Op::Transpose { perm: Some(perm_out) }, vec![Some(last)], y.clone()));
         }
         Some(nodes)
+    })
+}
+
+/// A MatMul of a vector and a matrix (numpy's promotion: a 1-D left operand is a row, a 1-D
+/// right one a column, and that axis is dropped from the product) as the matrix product of a
+/// one-row (one-column) matrix, between an Unsqueeze and a Squeeze, so that a GEMM kernel
+/// takes it (a filterbank applied to one frame: `[32] @ [32, 513]`). Two vectors (a dot
+/// product) stay as they are.
+fn vector_matmuls_as_matrices(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
+    rewrite_each(g, |g, n| {
+        if !matches!(n.op, Op::MatMul) {
+            return None;
+        }
+        let rank = |t: &str| g.types.get(t).and_then(|t| t.shape.as_ref()).map(|s| s.rank());
+        let (a, b, [y]) = (n.input(0)?, n.input(1)?, &n.outputs[..]) else { return None };
+        // (operand promoted, the axis it gains, the product's axis dropped)
+        let (k, axis, dropped) = match (rank(a)?, rank(b)?) {
+            (1, r) if r >= 2 => (0, 0, -2),
+            (r, 1) if r >= 2 => (1, 1, -1),
+            _ => return None,
+        };
+        let x = n.inputs[k].clone()?;
+        let gain = int_const(g, taken, &format!("{}.promoted_axis", n.name), vec![axis]);
+        let drop = int_const(g, taken, &format!("{}.dropped_axis", n.name), vec![dropped]);
+        let m = fresh_name(g, taken, &format!("{x}.as_matrix"));
+        let p = fresh_name(g, taken, &format!("{y}.matrix"));
+        let mut inputs = n.inputs.clone();
+        inputs[k] = Some(m.clone());
+        Some(vec![
+            node(fresh_name(g, taken, &format!("{}.promote", n.name)), Op::Unsqueeze, vec![Some(x), Some(gain)], m),
+            // The MatMul keeps the node's name (hosts map kernels back to model nodes by name).
+            crate::ir::Node { name: n.name.clone(), op: Op::MatMul, inputs, outputs: vec![p.clone()] },
+            node(
+                fresh_name(g, taken, &format!("{}.demote", n.name)),
+                Op::Squeeze,
+                vec![Some(p), Some(drop)],
+                y.clone(),
+            ),
+        ])
     })
 }
 

@@ -278,7 +278,10 @@ pub fn glue(g: &Graph, n: &Node, bindings: &HashMap<String, usize>) -> Option<Re
     }
     let x = n.input(0)?;
     let y = n.outputs.first()?;
-    let (xt, yt) = (g.types.get(x)?.dtype, g.types.get(y)?.dtype);
+    let (Some(xt), Some(yt)) = (g.types.get(x).map(|t| t.dtype), g.types.get(y).map(|t| t.dtype)) else {
+        // Inference stopped before it (an op from another domain whose output it cannot type).
+        return Some(Err(format!("'{x}' or '{y}' has no known type")));
+    };
     let Some(shape) = bound_shape(g, x, bindings) else {
         return Some(Err(format!("'{x}' has an unknown shape")));
     };

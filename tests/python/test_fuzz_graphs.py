@@ -5,6 +5,9 @@ model on the reference executor (`bolt compile`), reference and planned graph vs
 (`bolt check [--planned]`), and Bolt's ONNX Runtime provider vs ORT CPU.
 
 Needs target/release/bolt and libbolt_plugin.so (tests/run.sh builds both before pytest)."""
+import tempfile
+from pathlib import Path
+
 import numpy as np
 import pytest
 from onnx import TensorProto, numpy_helper
@@ -319,7 +322,8 @@ LAYOUT_VIEWS = [
 ]
 
 
-# Einsums that are one batched matrix product, free and contracted labels merged per axis.
+# Einsums that are one batched matrix product, free and contracted labels merged per axis, and
+# MatMuls of a vector and a matrix (numpy's promotion).
 def einsum_grouped_linear(b):  # DeepFilterNet: a batch label between free ones, constant weight
     return b.op("Einsum", [b.input((2, 3, 4, 5)), fz.weight(b, (4, 5, 6), 5)], (2, 3, 4, 6), equation="btgi,gih->btgh")
 
@@ -336,7 +340,17 @@ def einsum_free_labels_reordered(b):  # the output lists a right free label betw
     return b.op("Einsum", [b.input((2, 3, 4)), fz.weight(b, (4, 5), 4)], (2, 5, 3), equation="bij,jk->bki")
 
 
+def vector_times_matrix(b):  # a filterbank applied to one frame: [32] @ [32, 13]
+    return b.op("MatMul", [b.input((32,)), fz.weight(b, (32, 13), 32)], (13,))
+
+
+def batched_matrix_times_vector(b):  # [2, 5, 8] @ [8]: one column per batch
+    return b.op("MatMul", [b.input((2, 5, 8)), b.const(b.rng.standard_normal(8))], (2, 5))
+
+
 EINSUMS = [
+    vector_times_matrix,
+    batched_matrix_times_vector,
     einsum_grouped_linear,
     einsum_contracted_over_two_axes,
     einsum_attention_scores,
@@ -427,9 +441,59 @@ def test_layouts_carried_through_views_match_ort():
     assert not out.failures, out.failures
 
 
-def test_einsums_as_matmuls_match_ort():
+def test_einsums_and_vector_products_as_gemms_match_ort():
     out = fz.check_cases({f.__name__: regression(f) for f in EINSUMS})
     assert not out.failures, out.failures
+
+
+def ort_optimized(build):
+    """The model onnxruntime saves after its extended optimisations: com.microsoft FusedConv,
+    FusedGemm and FusedMatMul where it fused an activation, a Z sum, a scale or a transpose."""
+    import onnx
+    import onnxruntime as ort
+
+    model, feeds = regression(build)
+    with tempfile.TemporaryDirectory() as tmp:
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+        so.optimized_model_filepath = str(Path(tmp) / "optimized.onnx")
+        ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        optimized = onnx.load(so.optimized_model_filepath)
+    return optimized, feeds
+
+
+def fused_by_ort(b):  # conv + relu, conv + add + leaky relu, clip; gemm + relu; x @ w^T * 0.5
+    x = b.input((1, 4, 6, 6))
+    w = fz.weight(b, (8, 4, 3, 3), 36)
+    y = b.op("Relu", [b.op("Conv", [x, w, b.const(b.rng.standard_normal(8))], (1, 8, 6, 6), pads=[1, 1, 1, 1])], (1, 8, 6, 6))
+    z = b.op("Conv", [y, fz.weight(b, (8, 8, 1, 1), 8)], (1, 8, 6, 6))
+    z = b.op("LeakyRelu", [b.op("Add", [z, y], (1, 8, 6, 6))], (1, 8, 6, 6), alpha=0.2)
+    z = b.op("Conv", [z, fz.weight(b, (8, 8, 1, 1), 8)], (1, 8, 6, 6))
+    z = b.op("Clip", [z, fz.scalar(b, 0.0), fz.scalar(b, 6.0)], (1, 8, 6, 6))
+    f = b.op("Flatten", [b.op("GlobalAveragePool", [z], (1, 8, 1, 1))], (1, 8), axis=1)
+    f = b.op("Relu", [b.op("Gemm", [f, fz.weight(b, (8, 16), 8), b.const(b.rng.standard_normal(16))], (1, 16))], (1, 16))
+    w_t = b.op("Transpose", [fz.weight(b, (5, 16), 16)], (16, 5), perm=[1, 0])
+    m = b.op("MatMul", [b.op("Mul", [f, fz.scalar(b, 0.5)], (1, 16)), w_t], (1, 5))
+    return m
+
+
+def test_models_onnxruntime_saved_after_optimising_match_ort():
+    model, feeds = ort_optimized(fused_by_ort)
+    fused = {n.op_type for n in model.graph.node if n.domain == "com.microsoft"}
+    assert {"FusedConv", "FusedGemm"} <= fused, fused
+    out = fz.check_cases({"fused_by_ort": (model, feeds)})
+    assert not out.failures, out.failures
+    # Every node ORT fused (and the plain ops beside them) runs in Bolt's provider.
+    import bolt_ort
+    import onnxruntime as ort
+
+    bolt_ort.register()
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    sess = bolt_ort.session(model.SerializeToString(), so=so)
+    ops = [(n.op_type, sub.ep_name) for sub in sess.get_provider_graph_assignment_info() for n in sub.get_nodes()]
+    fused_ops = [(op, ep) for op, ep in ops if op.startswith("Fused")]
+    assert fused_ops and all(ep == bolt_ort.EP_NAME for _, ep in fused_ops), ops
 
 
 def test_quantize_dequantize_pairs_match_ort():
