@@ -359,7 +359,7 @@ fn a_batch_norm_folds_into_constant_conv_weights_and_runs_after_computed_ones() 
 /// guided-diffusion UNets export it) is Transposes around a MatMul: a GEMM kernel. The
 /// planned graph gives the reference's Einsum (its own contraction code); the ONNX
 /// conformance case `test_einsum_batch_matmul_bfloat16` checks the rewrite against ONNX's
-/// outputs, and tests/python/test_fuzz_graphs.py::test_einsums_as_matmuls_match_ort the
+/// outputs, and tests/python/test_fuzz_graphs.py::test_planner_rewrites_match_ort[einsums] the
 /// merged forms against onnxruntime. Other forms (a diagonal, a sum over one operand, an
 /// outer product) stay einsums.
 #[test]
@@ -420,7 +420,7 @@ fn einsums_that_are_batched_matrix_products_become_gemm_kernels() {
 /// device copy) and a Pad glue kernel of the grown one, where it stayed on the host ("pad
 /// kernels only grow"); in reflect mode, whose values a crop would change, it stays. The
 /// planned graph equals the model on the reference (the rewriting only;
-/// tests/python/test_fuzz_graphs.py::test_negative_pads_crop_as_ort_does checks against
+/// tests/python/test_fuzz_graphs.py::test_planner_rewrites_match_ort[negative_pads] checks against
 /// onnxruntime).
 #[test]
 fn negative_pads_are_a_crop_then_a_pad_kernel() {
@@ -449,7 +449,7 @@ fn negative_pads_are_a_crop_then_a_pad_kernel() {
 /// planner writes it as a Conv over the input with stride - 1 zeros inserted between elements
 /// (Unsqueeze -> Pad glue kernel -> Reshape per strided axis) and the weight flipped with its
 /// channel axes swapped: a conv partition. The planned graph equals the model on the
-/// reference (the rewriting only; tests/python/test_fuzz_graphs.py::test_conv_transposes_as_convs_match_ort
+/// reference (the rewriting only; tests/python/test_fuzz_graphs.py::test_planner_rewrites_match_ort[conv_transposes]
 /// checks against onnxruntime, and the reference's ConvTranspose is checked by the ONNX
 /// conformance cases).
 #[test]
@@ -500,7 +500,7 @@ fn overlapping_conv_transposes_are_convs_over_zero_spread_inputs() {
 /// per-tensor scale and zero point is `clip(round(x / s), lo - z, hi - z) * s` in float ops
 /// that stitch: no quantize op is left and the MatMul is a kernel. The planned graph equals
 /// the model exactly on the reference (the rewriting only;
-/// tests/python/test_fuzz_graphs.py::test_quantize_dequantize_pairs_match_ort checks against
+/// tests/python/test_fuzz_graphs.py::test_planner_rewrites_match_ort[qdq] checks against
 /// onnxruntime).
 #[test]
 fn quantize_dequantize_pairs_are_float_ops_and_quantized_weights_constants() {
@@ -544,7 +544,7 @@ fn quantize_dequantize_pairs_are_float_ops_and_quantized_weights_constants() {
 /// A MatMul of a vector and a matrix (numpy's promotion) is the product of a one-row (or
 /// one-column) matrix between an Unsqueeze and a Squeeze: a GEMM kernel, not a host op. The
 /// planned graph gives the reference's MatMul (the rewriting only;
-/// tests/python/test_fuzz_graphs.py::test_einsums_and_vector_products_as_gemms_match_ort checks
+/// tests/python/test_fuzz_graphs.py::test_planner_rewrites_match_ort[einsums] checks
 /// against onnxruntime). A dot product of two vectors stays as it is.
 #[test]
 fn vector_matrix_products_are_gemm_kernels() {

@@ -365,7 +365,9 @@ fn a_tiling_conv_transpose_is_a_conv_and_a_depth_to_space_inside_the_region() {
 /// the layout pass carries their NWC activations through the views that add and drop that
 /// axis and through the element-wise ops between them, so a stack of 1-D conv blocks is one
 /// NHWC region, and a model that transposes the conv output to [N, L, C] itself (Whisper,
-/// wav2vec 2.0) needs no exit transform at all.
+/// wav2vec 2.0) needs no exit transform at all. `planned` checks the rewriting only;
+/// tests/python/test_fuzz_graphs.py::test_planner_rewrites_match_ort[layout_views] runs these
+/// forms (and Conv-TasNet's block below) against onnxruntime.
 #[test]
 fn one_d_conv_blocks_share_one_region_through_their_squeezes() {
     use bolt::ir::{Binary, Unary};

@@ -420,32 +420,6 @@ def test_stitched_regions_round_every_step_to_f32_as_ort_does():
     assert not out.failures, out.failures
 
 
-def test_reductions_over_every_axis_match_ort():
-    # Planned as one-row stitched reductions (merged axes) and scalar stitched kernels.
-    out = fz.check_cases({f.__name__: regression(f) for f in REDUCTIONS_OVER_EVERY_AXIS})
-    assert not out.failures, out.failures
-
-
-def test_negative_pads_crop_as_ort_does():
-    out = fz.check_cases({f.__name__: regression(f) for f in NEGATIVE_PADS})
-    assert not out.failures, out.failures
-
-
-def test_conv_transposes_as_convs_match_ort():
-    out = fz.check_cases({f.__name__: regression(f) for f in CONV_TRANSPOSES})
-    assert not out.failures, out.failures
-
-
-def test_layouts_carried_through_views_match_ort():
-    out = fz.check_cases({f.__name__: regression(f) for f in LAYOUT_VIEWS})
-    assert not out.failures, out.failures
-
-
-def test_einsums_and_vector_products_as_gemms_match_ort():
-    out = fz.check_cases({f.__name__: regression(f) for f in EINSUMS})
-    assert not out.failures, out.failures
-
-
 def ort_optimized(build):
     """The model onnxruntime saves after its extended optimisations: com.microsoft FusedConv,
     FusedGemm and FusedMatMul where it fused an activation, a Z sum, a scale or a transpose."""
@@ -496,8 +470,21 @@ def test_models_onnxruntime_saved_after_optimising_match_ort():
     assert fused_ops and all(ep == bolt_ort.EP_NAME for _, ep in fused_ops), ops
 
 
-def test_quantize_dequantize_pairs_match_ort():
-    out = fz.check_cases({f.__name__: regression(f) for f in QDQ})
+# Each group's graphs, planned by one rewrite, against onnxruntime three ways (fuzz_graphs.py).
+PLANNER_REWRITES = [
+    ("reductions_over_every_axis", REDUCTIONS_OVER_EVERY_AXIS),  # Planned as one-row stitched reductions (merged axes) and scalar stitched kernels.
+    ("negative_pads", NEGATIVE_PADS),  # A Slice of the cropped side, a pad kernel of the grown one.
+    ("conv_transposes", CONV_TRANSPOSES),  # Convs over zero-spread inputs, uneven pads as pad kernels.
+    ("layout_views", LAYOUT_VIEWS),  # Channels-last activations through views, norms and the model's transposes.
+    ("einsums", EINSUMS),  # Batched GEMM kernels with merged labels, one-row GEMMs.
+    ("qdq", QDQ),  # Float ops that stitch; dequantized weights folded.
+]
+
+
+@pytest.mark.parametrize("group", PLANNER_REWRITES, ids=[name for name, _ in PLANNER_REWRITES])
+def test_planner_rewrites_match_ort(group):
+    _, builds = group
+    out = fz.check_cases({f.__name__: regression(f) for f in builds})
     assert not out.failures, out.failures
 
 
