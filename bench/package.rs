@@ -657,7 +657,7 @@ fn kernels(p: &mut Pack, suites: &mut BTreeMap<&'static str, Vec<Value>>) -> Res
                     fam,
                     Family::Gemm
                         | Family::BatchedGemm
-                        | Family::Conv2dFprop(ConvFeatures { groups: GroupMode::None, unit_stride: false })
+                        | Family::Conv2dFprop(ConvFeatures { groups: GroupMode::None, unit_stride: false, analytic: false })
                 )
             {
                 suites.entry("kernels").or_default().push(json!({

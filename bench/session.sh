@@ -5,14 +5,15 @@
 # one call whose steps go in the order of ../shared/GPU.md, every step inside what is left of
 # the call's budget, and everything it wrote comes back as one archive of results and logs.
 #
-#   bash bench/session.sh prepare [--out DIR] [--parts models,suites] [--dry]       (here)
-#   bash bench/session.sh run PART [--budget-s SECS] [--archive FILE] [--dry]      (GPU machine)
+#   bash bench/session.sh prepare [--out DIR] [--parts models,suites] [--models a,b] [--dry]   (here)
+#   bash bench/session.sh run PART [--budget-s SECS] [--archive FILE] [--steps a,b] [--dry]   (GPU machine)
 #
 # Parts (DIR default target/gpu-session; DIR/PART.tar.xz, one device call each):
 #   models  the whole-models package (bench/models): the models of models.txt run while ResNet-50,
 #           BERT-base and MobileNetV2 are generated and compiled there; then those run, against
 #           PyTorch; then, if the budget allows, bolt-tune on the generated BERT-base (top-k
 #           timed) and the same build with its database, timed: profiler truth on a model.
+#           `--models a,b`: only those carried models, nothing generated (a short recheck).
 #   suites  the kernel suites (bench/package.sh): every sm80 conv family x epilogue, the
 #           attention kernels with memcheck, the Fig. 9 epilogues; ONNX Runtime + Bolt's cuda
 #           device on compiled-once EPContext models (bench/ort/ctx.py, ResNet-50 generated
@@ -21,6 +22,9 @@
 # On the GPU machine the device tool runs in a copy of this repository; carry the part's
 # archive, e.g. carry ["target/gpu-session/models.tar.xz"] and the command
 #   bash bench/session.sh run models --budget-s 540
+# `--steps` names the steps to run, in order: suites kernels-sm80-conv,attention,ort,tvm,epilogue
+# (the default); models carried,generated,tune (the default; without tune the generated models
+# get its time). A short call puts first what has never run on a GPU.
 # Results: $OUT/session-PART.tgz (results/ with each step's JSON and Markdown, logs/ with each
 # step's output and exit status, steps.tsv: step, exit, seconds). Unpack it into
 # bench/results/<date>-<gpu>-<label>/ and write that folder's README.
@@ -37,11 +41,12 @@ usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
 CMD="$1"; shift
 
 prepare() {
-    local out=target/gpu-session parts=models,suites dry=0
+    local out=target/gpu-session parts=models,suites dry=0 models=""
     while [[ $# -gt 0 ]]; do
         case "$1" in
             --out) out="$2"; shift 2 ;;
             --parts) parts="$2"; shift 2 ;;
+            --models) models="$2"; shift 2 ;;
             --dry) dry=1; shift ;;
             *) echo "session.sh prepare: unknown argument $1" >&2; exit 2 ;;
         esac
@@ -59,6 +64,8 @@ prepare() {
             models)
                 if (( dry )); then
                     bash bench/models/package.sh --dry --out "$stage/models/pkg"
+                elif [[ -n $models ]]; then
+                    bash bench/models/package.sh --models "$models" --out "$stage/models/pkg"
                 else
                     bash bench/models/package.sh --generate bert_base,resnet50,mobilenet_v2 --out "$stage/models/pkg"
                     cargo build --release -q --features cuda -p bolt --bin bolt-tune
@@ -124,8 +131,14 @@ run_models() {
     # the budget allows.
     local carried generated
     carried="$(cd "$pkg/models" && ls -d */ | sed 's|-[a-z0-9]*/$||' | sort -u | paste -sd,)"
-    generated="$(grep -v '^#' "$pkg/generated.txt" | awk 'NF { print $1 }' | sort -u | paste -sd,)"
+    generated="$( [[ -f $pkg/generated.txt ]] && grep -v '^#' "$pkg/generated.txt" | awk 'NF { print $1 }' | sort -u | paste -sd,)"
     mkdir -p "$RESULTS/carried" "$RESULTS/generated"
+    if [[ -z $generated ]]; then
+        # A package of carried models only (package.sh without --generate).
+        step models-carried 150 30 bash "$pkg/run.sh" --phase run --models "$carried" --out "$RESULTS/carried" \
+            --timeout 60 --torch-timeout 0
+        return
+    fi
     local build_s=$((DEADLINE - $(date +%s) - 200))
     timeout -k 10 $((build_s > 60 ? build_s : 60)) bash "$pkg/run.sh" --phase build --out "$RESULTS/generated" --build-timeout 200 \
         > "$LOGS/models-build.log" 2>&1 &
@@ -134,10 +147,14 @@ run_models() {
         --timeout 60 --torch-timeout 0
     wait "$build"
     printf 'models-build\t%s\t-\n' "$?" >> "$STEPS"
-    step models-generated $((DEADLINE - $(date +%s) - 100)) 60 bash "$pkg/run.sh" --phase run --models "$generated" \
+    # The tune steps need about 100 s after this one; without them this one takes what is left.
+    local reserve=15
+    [[ ,$STEPS_ORDER, == *,tune,* ]] && reserve=100
+    step models-generated $((DEADLINE - $(date +%s) - reserve)) 60 bash "$pkg/run.sh" --phase run --models "$generated" \
         --out "$RESULTS/generated" --timeout 60 --torch-timeout 150
     # Profiler truth on a whole model: BERT-base's GEMMs, the analytic top-4 of each timed,
     # then the same build with that database, timed as the analytic one was (models step).
+    [[ ,$STEPS_ORDER, == *,tune,* ]] || return 0
     local bert="$pkg/testdata/bert_base"
     [[ -f $bert/model.onnx ]] || { echo "session.sh: tune skipped: no generated BERT-base" | tee -a "$LOGS/session.log"; return; }
     export CUTLASS_DIR="$pkg/cutlass" BOLT_CACHE_DIR="$pkg/cache"
@@ -157,29 +174,40 @@ run_suites() {
         step tvm 120 20 python3 "$W/suites/tvm/cuda.py" run --device cpu --iters 5 --out "$RESULTS"
         return
     fi
-    # The sm80 conv families (unit-stride, grouped, depthwise: never run with every epilogue),
-    # then attention (the head-dim-256 kernel accumulating in its workspace among them).
-    step kernels-sm80-conv 150 60 bash "$pkg/gpu.sh" --out "$RESULTS" --suites kernels --cases sm80/conv --budget-s 120
-    step attention 120 60 bash "$pkg/gpu.sh" --out "$RESULTS" --suites attention --memcheck --budget-s 90
-    step ort 120 60 python3 "$W/suites/ort/ctx.py" run --out "$RESULTS"
-    step tvm 90 45 python3 "$W/suites/tvm/cuda.py" run --out "$RESULTS"
-    step epilogue 90 45 bash "$pkg/gpu.sh" --out "$RESULTS" --suites epilogue --budget-s 70
+    # Default order: the sm80 conv families (unit-stride, grouped, depthwise: never run with
+    # every epilogue), attention (the head-dim-256 kernel accumulating in its workspace among
+    # them), ONNX Runtime, TVM, the epilogues; `--steps` reorders or trims them.
+    local s
+    for s in ${STEPS_ORDER//,/ }; do
+        case $s in
+            kernels-sm80-conv) step kernels-sm80-conv 150 60 bash "$pkg/gpu.sh" --out "$RESULTS" --suites kernels --cases sm80/conv --budget-s 120 ;;
+            attention) step attention 120 60 bash "$pkg/gpu.sh" --out "$RESULTS" --suites attention --memcheck --budget-s 90 ;;
+            ort) step ort 120 60 python3 "$W/suites/ort/ctx.py" run --out "$RESULTS" ;;
+            tvm) step tvm 90 45 python3 "$W/suites/tvm/cuda.py" run --out "$RESULTS" ;;
+            epilogue) step epilogue 90 45 bash "$pkg/gpu.sh" --out "$RESULTS" --suites epilogue --budget-s 70 ;;
+            *) echo "session.sh: unknown suites step $s (kernels-sm80-conv, attention, ort, tvm, epilogue)" >&2; return 2 ;;
+        esac
+    done
 }
 
 run() {
     [[ $# -ge 1 ]] || usage
     PART="$1"; shift
-    BUDGET=540 DRY=0
+    BUDGET=540 DRY=0 STEPS_ORDER=""
     local archive=""
     while [[ $# -gt 0 ]]; do
         case "$1" in
             --budget-s) BUDGET="$2"; shift 2 ;;
             --archive) archive="$2"; shift 2 ;;
             --dry) DRY=1; shift ;;
+            --steps) STEPS_ORDER="$2"; shift 2 ;;
             *) echo "session.sh run: unknown argument $1" >&2; exit 2 ;;
         esac
     done
     [[ $PART == models || $PART == suites ]] || { echo "session.sh run: unknown part $PART (models, suites)" >&2; exit 2; }
+    if [[ -z $STEPS_ORDER ]]; then
+        [[ $PART == models ]] && STEPS_ORDER=carried,generated,tune || STEPS_ORDER=kernels-sm80-conv,attention,ort,tvm,epilogue
+    fi
     archive="${archive:-target/gpu-session/$PART.tar.xz}"
     [[ -f $archive ]] || { echo "session.sh run: $archive missing (bash bench/session.sh prepare; carry it)" >&2; exit 2; }
     DEADLINE=$(( $(date +%s) + BUDGET ))
@@ -193,7 +221,7 @@ run() {
     [[ -f $W/$PART/dry && $DRY == 0 ]] && { echo "session.sh run: $archive is a dry package: run with --dry" >&2; exit 2; }
     cp "$W/$PART/commit.txt" "$collect/"
     {
-        echo "command: bash bench/session.sh run $PART --budget-s $BUDGET$( (( DRY )) && echo " --dry")"
+        echo "command: bash bench/session.sh run $PART --budget-s $BUDGET --steps $STEPS_ORDER$( (( DRY )) && echo " --dry")"
         date -u +%FT%TZ
         nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw \
             --format=csv 2>&1 || true

@@ -225,6 +225,35 @@ fn romanizer_decoder_masked_fill_attention_is_a_core() {
     assert!(worst < 1e-5, "max |core - ops| = {worst}");
 }
 
+/// The same decoder at f16 on its first data set, where every source key is masked: the model
+/// (and onnxruntime, whose outputs the data set records) weighs the keys evenly there, which a
+/// fused kernel adding f16's lowest value to the scores does not (found on an H100: log-probs
+/// off by 3.7). The core stays as its ops at f16 and the plan matches onnxruntime.
+#[test]
+fn romanizer_decoder_at_f16_with_every_key_masked_matches_onnxruntime() {
+    let Some(dir) = common::testdata("models/romanizer_decoder") else { return };
+    let g = bolt::import::load(&dir.join("model.onnx")).unwrap().graph;
+    let g16 = bolt::ir::precision::convert_floats_keeping_io(&g, DType::F16).unwrap();
+    let plan = bolt::plan::plan(&g16).unwrap();
+    assert_eq!(plan.attention.len(), 1);
+    let decision = &plan.attention[0];
+    let reason = decision.reason.as_deref().unwrap_or_default();
+    assert!(decision.fused.is_none() && reason.contains("may mask every key"), "{reason}");
+    let set = dir.join("test_data_set_0");
+    let feeds: HashMap<String, Tensor> = (0..g.inputs.len())
+        .map(|i| {
+            let (_, t) = bolt::cases::read_tensor_pb(&set.join(format!("input_{i}.pb"))).unwrap();
+            (g.inputs[i].clone(), t)
+        })
+        .collect();
+    let cond = &feeds["src_mask"];
+    assert!(cond.to_f64_vec().iter().all(|&c| c != 0.0), "this data set masks every key");
+    let (_, want) = bolt::cases::read_tensor_pb(&set.join("output_0.pb")).unwrap();
+    let got = bolt::reference::run(&plan.graph, &feeds).unwrap().remove("logprobs").unwrap();
+    let worst = max_abs_diff(&got, &want);
+    assert!(worst < 2e-2, "f16 plan vs onnxruntime: max abs diff {worst}");
+}
+
 /// PP-OCRv4's recogniser (paddle2onnx, from the rapidocr wheel): its SVTR blocks' attention
 /// scales Q before the MatMul; the model's last Softmax (a graph output) is no core. On a
 /// random image, each core's `eval` on the Q, Kᵀ, V the reference executor computed equals the
@@ -334,11 +363,10 @@ fn exported(form: Export, s: usize, d: usize, dtype: DType) -> (Graph, HashMap<S
                 add_padding_mask(&mut g, &mut feeds, &sc, s, dtype)
             } else {
                 let pad = g.input("pad", DType::Bool, Shape::from_static(&[B, 1, 1, s]));
-                // In f32 and bf16 batch item 1 pads every key at S = 1: a row with every key
-                // masked (the model weighs the keys evenly, and so does the additive form with
-                // the type's lowest value). f16's lowest value cannot do that (see SelectMask):
-                // not tested there.
-                let from = if dtype == DType::F16 { (s / 2).max(1) } else { s / 2 };
+                // Batch item 1 pads every key at S = 1: a row with every key masked (the model
+                // weighs the keys evenly, and so does the additive form with f32's or bf16's
+                // lowest value; f16's cannot, so at f16 this core is not fused, see SelectMask).
+                let from = s / 2;
                 let values = TensorData::Bool(padding_keys(s, from));
                 feeds.insert("pad".into(), Tensor::new(vec![B, 1, 1, s], values).unwrap());
                 let fill = scale(&mut g, "fill", if dtype == DType::F16 { -1e4 } else { -1e9 });
@@ -462,6 +490,22 @@ fn exported_cores_run_as_one_attention_kernel_on_the_problem_the_device_launches
                 let what = format!("{form:?} S={s} D={d} {dtype}");
                 assert_eq!(plan.attention.len(), 1, "{what}");
                 let decision = &plan.attention[0];
+                let want = bolt::reference::run(&g, &feeds).unwrap().remove(&g.outputs[0]).unwrap();
+                let planned = bolt::reference::run(&plan.graph, &feeds).unwrap().remove(&g.outputs[0]).unwrap();
+                let tol = match dtype {
+                    DType::F32 => 1e-5,
+                    DType::F16 => 1e-2,
+                    _ => 5e-2,
+                };
+                let worst = max_abs_diff(&planned, &want);
+                assert!(worst <= tol, "{what}: planned graph vs model: {worst}");
+                if matches!(form, Export::MaskedFill) && dtype == DType::F16 {
+                    // A padding mask selected at run time may mask a whole row: at f16 the
+                    // Where and Softmax stay (the check above holds with the fully masked row).
+                    let reason = decision.reason.as_deref().unwrap_or_default();
+                    assert!(decision.fused.is_none() && reason.contains("may mask every key"), "{what}: {reason}");
+                    continue;
+                }
                 let node = decision.fused.as_ref().unwrap_or_else(|| panic!("{what}: {:?}", decision.reason));
                 let n = plan.graph.nodes.iter().find(|n| &n.name == node).unwrap();
                 let Op::Attention(op) = &n.op else { panic!("{what}: {:?}", n.op) };
@@ -476,16 +520,6 @@ fn exported_cores_run_as_one_attention_kernel_on_the_problem_the_device_launches
                     }
                 };
                 assert_eq!(absorbed, want_absorbed, "{what}");
-
-                let want = bolt::reference::run(&g, &feeds).unwrap().remove(&g.outputs[0]).unwrap();
-                let planned = bolt::reference::run(&plan.graph, &feeds).unwrap().remove(&g.outputs[0]).unwrap();
-                let tol = match dtype {
-                    DType::F32 => 1e-5,
-                    DType::F16 => 1e-2,
-                    _ => 5e-2,
-                };
-                let worst = max_abs_diff(&planned, &want);
-                assert!(worst <= tol, "{what}: planned graph vs model: {worst}");
 
                 // A constant causal mask, added or selected, is the kernel's causal masking (no
                 // mask input); one query row is no pattern (it would broadcast over any query

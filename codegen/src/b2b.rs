@@ -743,6 +743,13 @@ pub fn check_problem(spec: &B2bSpec, problem: &B2bProblem) -> Result<(), Problem
                 if c.groups != 1 {
                     return unsupported(format!("conv {i}: groups = {}: fused convs are dense", c.groups));
                 }
+                let max_taps = crate::spec::OPTIMIZED_ITERATOR_MAX_TAPS;
+                if c.r > max_taps || c.s > max_taps {
+                    return unsupported(format!(
+                        "conv {i}: a {}x{} filter: the chain's optimized iterators take up to {max_taps} taps per axis",
+                        c.r, c.s
+                    ));
+                }
                 if c.k > spec.layers[i].n as i32 {
                     return unsupported(format!(
                         "conv {i}: k = {} > the kernel's threadblock N {}: one threadblock holds every output channel",

@@ -109,7 +109,7 @@ pub fn candidate_library_specs(archs: &[Arch]) -> Vec<KernelSpec> {
     let types = Types { input: Element::F16, accumulator: Element::F32, output: Element::F16 };
     let alignment = Alignment { a: 8, b: 8, c: 8 };
     let layouts = [Layout::RowMajor, Layout::ColumnMajor, Layout::RowMajor];
-    let families = [Family::Gemm, Family::Conv2dFprop(ConvFeatures { unit_stride: false, groups: GroupMode::None })];
+    let families = [Family::Gemm, Family::Conv2dFprop(ConvFeatures { unit_stride: false, groups: GroupMode::None, analytic: false })];
     let mut specs = Vec::new();
     for &arch in archs {
         for family in families {

@@ -363,7 +363,7 @@ mod tests {
     }
 
     fn conv(groups: GroupMode) -> Family {
-        Family::Conv2dFprop(ConvFeatures { unit_stride: false, groups })
+        Family::Conv2dFprop(ConvFeatures { unit_stride: false, groups, analytic: false })
     }
 
     fn families() -> Vec<Family> {

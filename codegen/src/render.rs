@@ -196,7 +196,8 @@ pub fn symbol_for(spec: &KernelSpec) -> String {
                 GroupMode::MultipleGroup => "_mgroup",
                 GroupMode::Depthwise => "_dw",
             };
-            format!("conv2d_fprop{groups}{}", if f.unit_stride { "_unity" } else { "" })
+            let analytic = if f.analytic { "_analytic" } else { "" };
+            format!("conv2d_fprop{groups}{}{analytic}", if f.unit_stride { "_unity" } else { "" })
         }
     };
     let t = spec.types;

@@ -411,11 +411,12 @@ fn conv_context(f: ConvFeatures, tile: &Sm80Tile, needs_broadcast: bool) -> Resu
             "grouped/depthwise conv takes epilogues with one extra operand (bias or C), not bias with C or a residual after the activation: CUTLASS 2.x has no broadcast epilogue for them",
         ));
     }
+    let dense_iterator = if f.analytic { "kAnalytic" } else { "kOptimized" };
     let (kernel, iterator_algorithm, group_mode) = match f.groups {
-        GroupMode::None if needs_broadcast => ("broadcast", "kOptimized", "kNone"),
-        GroupMode::None => ("fprop", "kOptimized", "kNone"),
+        GroupMode::None if needs_broadcast => ("broadcast", dense_iterator, "kNone"),
+        GroupMode::None => ("fprop", dense_iterator, "kNone"),
         // Only the analytic iterators know about several groups per threadblock.
-        GroupMode::SingleGroup => ("group", "kOptimized", "kSingleGroup"),
+        GroupMode::SingleGroup => ("group", dense_iterator, "kSingleGroup"),
         GroupMode::MultipleGroup => ("group", "kAnalytic", "kMultipleGroup"),
         GroupMode::Depthwise => ("depthwise", "kAnalytic", "kDepthwise"),
     };
@@ -566,9 +567,10 @@ fn summary(spec: &KernelSpec, tile: &Sm80Tile) -> String {
         Family::BatchedGemm => "batched GEMM".to_string(),
         Family::GemmSoftmax => "GEMM + row softmax".to_string(),
         Family::Conv2dFprop(f) => format!(
-            "Conv2d fprop NHWC/KRSC, {} stride, groups: {:?}",
+            "Conv2d fprop NHWC/KRSC, {} stride, groups: {:?}{}",
             if f.unit_stride { "unit" } else { "any" },
-            f.groups
+            f.groups,
+            if f.analytic { ", analytic iterators (any filter size)" } else { "" }
         ),
     };
     let layouts = match spec.family {

@@ -90,7 +90,17 @@ pub struct ConvFeatures {
     /// Strided (any stride) or Unity (stride 1 only, cheaper address math).
     pub unit_stride: bool,
     pub groups: GroupMode,
+    /// CUTLASS's analytic activation iterator instead of the optimized one for dense and
+    /// single-group convs: the optimized one keeps a 32-bit mask of filter taps per axis, so
+    /// filters taller or wider than 32 need this (a 1-D STFT-like conv of 256 taps). Left out
+    /// of the JSON when false: the specs, symbols and cache entries of every other conv stay.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub analytic: bool,
 }
+
+/// Filter taps per axis CUTLASS's optimized conv iterators take (their masks are 32-bit;
+/// conv2d_fprop_activation_tile_access_iterator_optimized.h `can_implement`).
+pub const OPTIMIZED_ITERATOR_MAX_TAPS: i32 = 32;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum GroupMode {

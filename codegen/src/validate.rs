@@ -13,7 +13,7 @@ use crate::abi::BoltConv2dProblem;
 use crate::epilogue::{NormalForm, ResidualAt};
 use crate::spec::{
     Alignment, Arch, ConvFeatures, Element, EpilogueSchedule, Family, GroupMode, KernelSchedule, KernelSpec, Layout,
-    Sm80Tile, Sm90Tile, Swizzle, TileConfig, Types,
+    Sm80Tile, Sm90Tile, Swizzle, TileConfig, Types, OPTIMIZED_ITERATOR_MAX_TAPS,
 };
 
 /// Accumulator registers a thread may hold. sm80: 255 registers per thread, and fragments of A
@@ -206,6 +206,10 @@ pub const SM90_CONV_MAX_STRIDE: i32 = 8;
 /// The rendered `<symbol>_can_implement` refuses the same problems.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ProblemRejection {
+    #[error("a {r}x{s} filter on a conv kernel with CUTLASS's optimized iterators, whose masks take up to {OPTIMIZED_ITERATOR_MAX_TAPS} taps per axis: an analytic-iterator kernel runs it")]
+    OptimizedIteratorTaps { r: i32, s: i32 },
+    #[error("a filter of {taps} taps (dilation {dilation}, padding {pad}) along {axis} on an sm90 conv kernel: TMA im2col takes padding up to 256 and filter reaches within [-128, 127] of the padding; use an sm80 kernel")]
+    Sm90Im2col { axis: &'static str, taps: i32, pad: i32, dilation: i32 },
     #[error("conv stride {stride_h}x{stride_w} on an sm90 conv kernel: the TMA im2col descriptor takes traversal strides up to {SM90_CONV_MAX_STRIDE} (CUTLASS only asserts it); use an sm80 kernel")]
     Sm90ConvStride { stride_h: i32, stride_w: i32 },
 }
@@ -213,9 +217,31 @@ pub enum ProblemRejection {
 /// Problem-level rules of `spec` on the conv `problem` (the planner's and the tuner's view of
 /// what the compiled `can_implement` answers).
 pub fn validate_conv_problem(spec: &KernelSpec, problem: &BoltConv2dProblem) -> Result<(), ProblemRejection> {
-    let sm90_conv = spec.arch == Arch::Sm90 && matches!(spec.family, Family::Conv2dFprop(_));
-    if sm90_conv && (problem.stride_h > SM90_CONV_MAX_STRIDE || problem.stride_w > SM90_CONV_MAX_STRIDE) {
-        return Err(ProblemRejection::Sm90ConvStride { stride_h: problem.stride_h, stride_w: problem.stride_w });
+    let Family::Conv2dFprop(features) = spec.family else { return Ok(()) };
+    let p = problem;
+    let taps = (p.r, p.s);
+    if spec.arch == Arch::Sm90 {
+        if p.stride_h > SM90_CONV_MAX_STRIDE || p.stride_w > SM90_CONV_MAX_STRIDE {
+            return Err(ProblemRejection::Sm90ConvStride { stride_h: p.stride_h, stride_w: p.stride_w });
+        }
+        // TMA im2col (2-D): padding up to 256, box corners (-pad, pad - (taps-1)·dilation) in
+        // [-128, 127], filter offsets (taps-1)·dilation below 255 (CUTLASS's sm90 implicit-GEMM
+        // collective `can_implement`).
+        for (axis, taps, pad, dilation) in [("h", p.r, p.pad_h, p.dilation_h), ("w", p.s, p.pad_w, p.dilation_w)] {
+            let reach = (taps as i64 - 1) * dilation as i64;
+            let (lower, upper) = (-(pad as i64), pad as i64 - reach);
+            let fits = |c: i64| (-128..=127).contains(&c);
+            if pad > 256 || !fits(lower) || !fits(upper) || reach >= 255 {
+                return Err(ProblemRejection::Sm90Im2col { axis, taps, pad, dilation });
+            }
+        }
+    }
+    let optimized = spec.arch == Arch::Sm80
+        && !features.analytic
+        && matches!(features.groups, GroupMode::None | GroupMode::SingleGroup)
+        && matches!(spec.tile, TileConfig::Sm80(_));
+    if optimized && (taps.0 > OPTIMIZED_ITERATOR_MAX_TAPS || taps.1 > OPTIMIZED_ITERATOR_MAX_TAPS) {
+        return Err(ProblemRejection::OptimizedIteratorTaps { r: taps.0, s: taps.1 });
     }
     Ok(())
 }
@@ -830,7 +856,7 @@ mod tests {
     }
 
     fn conv(groups: GroupMode) -> Family {
-        Family::Conv2dFprop(ConvFeatures { unit_stride: false, groups })
+        Family::Conv2dFprop(ConvFeatures { unit_stride: false, groups, analytic: false })
     }
 
     fn with80(f: impl FnOnce(&mut Sm80Tile)) -> KernelSpec {
@@ -874,6 +900,47 @@ mod tests {
         let wide = BoltConv2dProblem { stride_h: 1, stride_w: 16, ..problem(1) };
         assert!(validate_conv_problem(&sm90_conv, &wide).is_err());
         assert_eq!(validate_conv_problem(&sm80_conv, &problem(9)), Ok(()));
+    }
+
+    /// A 1-D conv of 256 taps at stride 128 (silero VAD's STFT as a conv, run as a 1 x 256
+    /// filter over an H of one): CUTLASS's optimized iterators refuse it at run time (found on
+    /// an H100), so does TMA im2col; an sm80 kernel with the analytic iterators takes it.
+    #[test]
+    fn filters_past_32_taps_need_the_analytic_iterators() {
+        let stft = BoltConv2dProblem {
+            n: 1,
+            h: 1,
+            w: 640,
+            c: 8,
+            k: 258,
+            r: 1,
+            s: 256,
+            p: 1,
+            q: 4,
+            pad_h: 0,
+            pad_w: 0,
+            stride_h: 1,
+            stride_w: 128,
+            dilation_h: 1,
+            dilation_w: 1,
+            groups: 1,
+        };
+        let optimized = KernelSpec { family: conv(GroupMode::None), ..sm80() };
+        let err = validate_conv_problem(&optimized, &stft).unwrap_err();
+        assert_eq!(err, ProblemRejection::OptimizedIteratorTaps { r: 1, s: 256 });
+        let analytic = Family::Conv2dFprop(ConvFeatures { unit_stride: false, groups: GroupMode::None, analytic: true });
+        assert_eq!(validate_conv_problem(&KernelSpec { family: analytic, ..sm80() }, &stft), Ok(()));
+        // Filters of 32 taps stay with the optimized iterators.
+        let taps32 = BoltConv2dProblem { s: 32, stride_w: 1, q: 609, ..stft };
+        assert_eq!(validate_conv_problem(&optimized, &taps32), Ok(()));
+        // TMA im2col: 256 taps reach past 255; a 3x3 conv with padding 200 is past the corners.
+        let sm90_conv = KernelSpec { family: conv(GroupMode::None), ..sm90() };
+        let wide = BoltConv2dProblem { stride_w: 1, q: 385, ..stft };
+        assert!(matches!(validate_conv_problem(&sm90_conv, &wide), Err(ProblemRejection::Sm90Im2col { axis: "w", .. })));
+        let padded = BoltConv2dProblem { r: 3, s: 3, h: 8, w: 8, p: 406, q: 406, pad_h: 200, pad_w: 200, stride_w: 1, ..stft };
+        assert!(validate_conv_problem(&sm90_conv, &padded).is_err());
+        let plain = BoltConv2dProblem { r: 3, s: 3, h: 8, w: 8, p: 8, q: 8, pad_h: 1, pad_w: 1, stride_w: 1, ..stft };
+        assert_eq!(validate_conv_problem(&sm90_conv, &plain), Ok(()));
     }
 
     fn bias_res_after() -> Epilogue {

@@ -21,7 +21,7 @@ fn specs() -> Vec<KernelSpec> {
             .unwrap();
     let layouts = [Layout::RowMajor, Layout::ColumnMajor, Layout::RowMajor];
     let gemm = candidates(Arch::Sm80, Family::Gemm, types, alignment);
-    let conv_family = Family::Conv2dFprop(ConvFeatures { unit_stride: false, groups: GroupMode::None });
+    let conv_family = Family::Conv2dFprop(ConvFeatures { unit_stride: false, groups: GroupMode::None, analytic: false });
     let conv = candidates(Arch::Sm80, conv_family, types, alignment);
     vec![
         gemm[0].spec(Family::Gemm, types, layouts, alignment, epilogue.clone()),

@@ -50,7 +50,7 @@ fn with_epilogue_schedule(mut s: KernelSpec, e: EpilogueSchedule) -> KernelSpec 
 
 use KernelSchedule::{StreamK, TmaWarpSpecializedCooperative as Coop, TmaWarpSpecializedPingpong as Pingpong};
 
-const CONV: Family = Family::Conv2dFprop(ConvFeatures { unit_stride: false, groups: GroupMode::None });
+const CONV: Family = Family::Conv2dFprop(ConvFeatures { unit_stride: false, groups: GroupMode::None, analytic: false });
 
 /// The representative set: (name, spec). Together: cooperative, ping-pong and stream-K kernels;
 /// plain, bias + GELU(erf), bias + ReLU + residual-after, parameterised activations (through EVT
@@ -187,7 +187,7 @@ fn rejects_what_cutlass_cannot_build() {
     assert!(matches!(rejected(s.clone()), Sm90Error::Rejected(_)));
     assert!(render(&with_epilogue_schedule(s, EpilogueSchedule::NoSmem), "k").is_ok());
     // Convs have no groups, one schedule and the TMA epilogue only.
-    let grouped = Family::Conv2dFprop(ConvFeatures { unit_stride: false, groups: GroupMode::Depthwise });
+    let grouped = Family::Conv2dFprop(ConvFeatures { unit_stride: false, groups: GroupMode::Depthwise, analytic: false });
     assert!(matches!(
         rejected(spec(grouped, Coop, [128, 128, 64], [1, 1, 1], Epilogue::plain())),
         Sm90Error::Rejected(_)

@@ -27,7 +27,7 @@ struct Case {
 
 fn spec(element: Element, vector: u32, pixels: u32, epilogue: Epilogue) -> KernelSpec {
     KernelSpec {
-        family: Family::Conv2dFprop(ConvFeatures { unit_stride: false, groups: GroupMode::Depthwise }),
+        family: Family::Conv2dFprop(ConvFeatures { unit_stride: false, groups: GroupMode::Depthwise, analytic: false }),
         arch: Arch::Sm80,
         types: Types { input: element, accumulator: Element::F32, output: element },
         layouts: [Layout::RowMajor; 3],

@@ -271,7 +271,10 @@ impl Workload {
         } else {
             GroupMode::MultipleGroup
         };
-        let family = Family::Conv2dFprop(ConvFeatures { unit_stride: false, groups });
+        // Filters past the optimized iterators' 32-tap masks take the analytic ones.
+        let max_taps = bolt_codegen::spec::OPTIMIZED_ITERATOR_MAX_TAPS as i64;
+        let analytic = matches!(groups, GroupMode::None | GroupMode::SingleGroup) && (s.r > max_taps || s.s > max_taps);
+        let family = Family::Conv2dFprop(ConvFeatures { unit_stride: false, groups, analytic });
         let alignment = Alignment::for_conv2d(s.c, s.k, g, types);
         let c32 = |v: i64| v as i32;
         let problem = BoltConv2dProblem {

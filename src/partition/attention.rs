@@ -35,8 +35,8 @@ pub enum MaskKind {
 /// key, a masked key's weight is 0 both ways (`exp(fill - max)` underflows in f32 for scaled
 /// scores within ±4900). Where a query keeps no key, the model weighs its keys evenly (equal
 /// scores): in f32 arithmetic so does the additive form with f32's or bf16's lowest value,
-/// which absorbs any score; f16's (-65504) does not, so there such a row weighs its keys by
-/// score (a row with every key masked: a padded query's own output).
+/// which absorbs any score; f16's (-65504) does not, so at f16 a selection with a finite fill
+/// fuses only where every row keeps a key (`plan::attention`).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct SelectMask {
     pub cond: String,
@@ -54,6 +54,14 @@ impl SelectMask {
         let v: Vec<f64> =
             cond.to_f64_vec().iter().map(|&c| if (c != 0.0) == self.masked_when { masked } else { 0.0 }).collect();
         Tensor::from_f64_as(dtype, cond.shape.clone(), &v).ok_or_else(|| format!("a mask of type {dtype}"))
+    }
+
+    /// Whether condition values `cond` keep at least one key of every query (its last axis
+    /// runs over the keys, or broadcasts one value over them).
+    pub fn keeps_a_key_in_every_row(&self, cond: &Tensor) -> bool {
+        let values = cond.to_f64_vec();
+        let keys = cond.shape.last().copied().unwrap_or(1).max(1);
+        !values.is_empty() && values.chunks(keys).all(|row| row.iter().any(|&c| (c != 0.0) != self.masked_when))
     }
 
     /// The value the additive form puts at masked keys, as a scalar of `dtype`.

@@ -318,6 +318,25 @@ fn fusable(g: &Graph, a: &Attention) -> std::result::Result<Fusable, String> {
     let select_input =
         |add: Option<String>| a.select.as_ref().map(|s| MaskInput::Select { select: s.clone(), add, dtype: q_dtype });
     let planned = |v: &Option<Option<Arc<Tensor>>>| !matches!(v, Some(None));
+    // A query whose every key is masked weighs its keys evenly in the model (equal filled
+    // scores); the kernel's additive form does so only where the type's lowest value absorbs
+    // any score in f32 arithmetic, which f16's (-65504) does not. A fill of -inf gives NaN
+    // both ways. So at f16 a finite fill's selection fuses only where no row can be fully
+    // masked: a condition known while planning with a kept key in every row.
+    if let (Some(s), DType::F16) = (&a.select, q_dtype) {
+        if s.fill.is_finite() {
+            let every_row_keeps_a_key = match &cond_value {
+                Some(Some(c)) => s.keeps_a_key_in_every_row(c),
+                _ => false,
+            };
+            if !every_row_keeps_a_key {
+                return Err(format!(
+                    "the selection mask ('{}' fills {}) may mask every key of a query at f16: the model then weighs the keys evenly, a fused kernel by score (f16's lowest value added to the scores does not absorb them); the Where and Softmax run as they are",
+                    s.cond, s.fill
+                ));
+            }
+        }
+    }
     let (causal, mask) = if planned(&add_value) && planned(&cond_value) {
         let (m, c) = (add_value.flatten(), cond_value.flatten());
         match a.additive_mask(q_dtype, m.as_deref(), c.as_deref()).map_err(bad_mask)? {

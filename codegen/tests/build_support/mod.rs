@@ -163,7 +163,7 @@ pub fn gemms(n: usize) -> Vec<KernelSpec> {
 
 pub fn conv(unit_stride: bool) -> KernelSpec {
     KernelSpec {
-        family: Family::Conv2dFprop(ConvFeatures { unit_stride, groups: GroupMode::None }),
+        family: Family::Conv2dFprop(ConvFeatures { unit_stride, groups: GroupMode::None, analytic: false }),
         ..gemm([128, 128, 32], Activation::Relu)
     }
 }

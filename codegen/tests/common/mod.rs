@@ -60,7 +60,7 @@ pub fn conv(types: Types, features: ConvFeatures, align: u32, tile: Sm80Tile, ep
 }
 
 pub fn features(unit_stride: bool, groups: GroupMode) -> ConvFeatures {
-    ConvFeatures { unit_stride, groups }
+    ConvFeatures { unit_stride, groups, analytic: false }
 }
 
 /// The epilogue forms every activation is combined with in the compile tests.
