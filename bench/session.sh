@@ -5,7 +5,8 @@
 # one call whose steps go in the order of ../shared/GPU.md, every step inside what is left of
 # the call's budget, and everything it wrote comes back as one archive of results and logs.
 #
-#   bash bench/session.sh prepare [--out DIR] [--parts models,suites] [--models a,b] [--dry]   (here)
+#   bash bench/session.sh prepare [--out DIR] [--parts models,suites] [--models a,b|none]
+#                                 [--generate a,b|none] [--dry]                      (here)
 #   bash bench/session.sh run PART [--budget-s SECS] [--archive FILE] [--steps a,b] [--dry]   (GPU machine)
 #
 # Parts (DIR default target/gpu-session; DIR/PART.tar.xz, one device call each):
@@ -13,7 +14,8 @@
 #           BERT-base and MobileNetV2 are generated and compiled there; then those run, against
 #           PyTorch; then, if the budget allows, bolt-tune on the generated BERT-base (top-k
 #           timed) and the same build with its database, timed: profiler truth on a model.
-#           `--models a,b`: only those carried models, nothing generated (a short recheck).
+#           `--models a,b|none` and `--generate a,b|none` choose the carried and the generated
+#           models (a short recheck of a few).
 #   suites  the kernel suites (bench/package.sh): every sm80 conv family x epilogue, the
 #           attention kernels with memcheck, the Fig. 9 epilogues; ONNX Runtime + Bolt's cuda
 #           device on compiled-once EPContext models (bench/ort/ctx.py, ResNet-50 generated
@@ -23,8 +25,8 @@
 # archive, e.g. carry ["target/gpu-session/models.tar.xz"] and the command
 #   bash bench/session.sh run models --budget-s 540
 # `--steps` names the steps to run, in order: suites kernels-sm80-conv,attention,ort,tvm,epilogue
-# (the default); models carried,generated,tune (the default; without tune the generated models
-# get its time). A short call puts first what has never run on a GPU.
+# (the default); models carried,generated,torch,tune (the default; without torch no PyTorch
+# timings, without tune the generated models get its time). A short call puts first what has never run on a GPU.
 # Results: $OUT/session-PART.tgz (results/ with each step's JSON and Markdown, logs/ with each
 # step's output and exit status, steps.tsv: step, exit, seconds). Unpack it into
 # bench/results/<date>-<gpu>-<label>/ and write that folder's README.
@@ -41,12 +43,13 @@ usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
 CMD="$1"; shift
 
 prepare() {
-    local out=target/gpu-session parts=models,suites dry=0 models=""
+    local out=target/gpu-session parts=models,suites dry=0 models="" generate=bert_base,resnet50,mobilenet_v2
     while [[ $# -gt 0 ]]; do
         case "$1" in
             --out) out="$2"; shift 2 ;;
             --parts) parts="$2"; shift 2 ;;
             --models) models="$2"; shift 2 ;;
+            --generate) generate="$2"; shift 2 ;;
             --dry) dry=1; shift ;;
             *) echo "session.sh prepare: unknown argument $1" >&2; exit 2 ;;
         esac
@@ -64,12 +67,14 @@ prepare() {
             models)
                 if (( dry )); then
                     bash bench/models/package.sh --dry --out "$stage/models/pkg"
-                elif [[ -n $models ]]; then
-                    bash bench/models/package.sh --models "$models" --out "$stage/models/pkg"
                 else
-                    bash bench/models/package.sh --generate bert_base,resnet50,mobilenet_v2 --out "$stage/models/pkg"
-                    cargo build --release -q --features cuda -p bolt --bin bolt-tune
-                    strip -o "$stage/models/pkg/bin/bolt-tune" target/release/bolt-tune
+                    local gen=()
+                    [[ $generate != none ]] && gen=(--generate "$generate")
+                    bash bench/models/package.sh ${models:+--models "$models"} "${gen[@]}" --out "$stage/models/pkg"
+                    if [[ $generate != none ]]; then
+                        cargo build --release -q --features cuda -p bolt --bin bolt-tune
+                        strip -o "$stage/models/pkg/bin/bolt-tune" target/release/bolt-tune
+                    fi
                 fi ;;
             suites)
                 if (( dry )); then
@@ -139,7 +144,11 @@ run_models() {
             --timeout 60 --torch-timeout 0
         return
     fi
-    local build_s=$((DEADLINE - $(date +%s) - 200))
+    # What the steps after the build need: the generated models' runs, PyTorch's, the tune's.
+    local after=60 torch_timeout=0
+    [[ ,$STEPS_ORDER, == *,torch,* ]] && after=$((after + 100)) torch_timeout=150
+    [[ ,$STEPS_ORDER, == *,tune,* ]] && after=$((after + 100))
+    local build_s=$((DEADLINE - $(date +%s) - after))
     timeout -k 10 $((build_s > 60 ? build_s : 60)) bash "$pkg/run.sh" --phase build --out "$RESULTS/generated" --build-timeout 200 \
         > "$LOGS/models-build.log" 2>&1 &
     local build=$!
@@ -151,7 +160,7 @@ run_models() {
     local reserve=15
     [[ ,$STEPS_ORDER, == *,tune,* ]] && reserve=100
     step models-generated $((DEADLINE - $(date +%s) - reserve)) 60 bash "$pkg/run.sh" --phase run --models "$generated" \
-        --out "$RESULTS/generated" --timeout 60 --torch-timeout 150
+        --out "$RESULTS/generated" --timeout 60 --torch-timeout "$torch_timeout"
     # Profiler truth on a whole model: BERT-base's GEMMs, the analytic top-4 of each timed,
     # then the same build with that database, timed as the analytic one was (models step).
     [[ ,$STEPS_ORDER, == *,tune,* ]] || return 0
@@ -206,7 +215,7 @@ run() {
     done
     [[ $PART == models || $PART == suites ]] || { echo "session.sh run: unknown part $PART (models, suites)" >&2; exit 2; }
     if [[ -z $STEPS_ORDER ]]; then
-        [[ $PART == models ]] && STEPS_ORDER=carried,generated,tune || STEPS_ORDER=kernels-sm80-conv,attention,ort,tvm,epilogue
+        [[ $PART == models ]] && STEPS_ORDER=carried,generated,torch,tune || STEPS_ORDER=kernels-sm80-conv,attention,ort,tvm,epilogue
     fi
     archive="${archive:-target/gpu-session/$PART.tar.xz}"
     [[ -f $archive ]] || { echo "session.sh run: $archive missing (bash bench/session.sh prepare; carry it)" >&2; exit 2; }

@@ -928,7 +928,8 @@ mod tests {
         let optimized = KernelSpec { family: conv(GroupMode::None), ..sm80() };
         let err = validate_conv_problem(&optimized, &stft).unwrap_err();
         assert_eq!(err, ProblemRejection::OptimizedIteratorTaps { r: 1, s: 256 });
-        let analytic = Family::Conv2dFprop(ConvFeatures { unit_stride: false, groups: GroupMode::None, analytic: true });
+        let analytic =
+            Family::Conv2dFprop(ConvFeatures { unit_stride: false, groups: GroupMode::None, analytic: true });
         assert_eq!(validate_conv_problem(&KernelSpec { family: analytic, ..sm80() }, &stft), Ok(()));
         // Filters of 32 taps stay with the optimized iterators.
         let taps32 = BoltConv2dProblem { s: 32, stride_w: 1, q: 609, ..stft };
@@ -936,8 +937,12 @@ mod tests {
         // TMA im2col: 256 taps reach past 255; a 3x3 conv with padding 200 is past the corners.
         let sm90_conv = KernelSpec { family: conv(GroupMode::None), ..sm90() };
         let wide = BoltConv2dProblem { stride_w: 1, q: 385, ..stft };
-        assert!(matches!(validate_conv_problem(&sm90_conv, &wide), Err(ProblemRejection::Sm90Im2col { axis: "w", .. })));
-        let padded = BoltConv2dProblem { r: 3, s: 3, h: 8, w: 8, p: 406, q: 406, pad_h: 200, pad_w: 200, stride_w: 1, ..stft };
+        assert!(matches!(
+            validate_conv_problem(&sm90_conv, &wide),
+            Err(ProblemRejection::Sm90Im2col { axis: "w", .. })
+        ));
+        let padded =
+            BoltConv2dProblem { r: 3, s: 3, h: 8, w: 8, p: 406, q: 406, pad_h: 200, pad_w: 200, stride_w: 1, ..stft };
         assert!(validate_conv_problem(&sm90_conv, &padded).is_err());
         let plain = BoltConv2dProblem { r: 3, s: 3, h: 8, w: 8, p: 8, q: 8, pad_h: 1, pad_w: 1, stride_w: 1, ..stft };
         assert_eq!(validate_conv_problem(&sm90_conv, &plain), Ok(()));

@@ -40,15 +40,19 @@ fn candidates(f: &dyn Fn(f64) -> f64) -> Vec<Activation> {
     c
 }
 
-fn matches(f: &[f64], xs: &[f64], a: &Activation) -> bool {
+/// `rel`: how far a spelling's constants may be from the activation's own, relative: 1e-6 for
+/// f32 (and wider) regions, half a unit in the last place of f16 or bf16 for regions of those
+/// types, whose constants were rounded to them (f16's sqrt(2) is 1.4140625, 1e-4 off).
+fn matches(f: &[f64], xs: &[f64], a: &Activation, rel: f64) -> bool {
     xs.iter().zip(f).all(|(&x, &y)| {
         let want = a.apply(x);
         // At 0 every spelling of an activation computes exactly (0 * .., erf(0), exp(0)): a
         // region off there by any amount adds a constant (a log's guard, `x + 2^-24`), which
         // the tolerance would otherwise take for a leaky ReLU of slope 1. Elsewhere spellings
         // differ by their f32 constants (1/sqrt(2), sqrt(2/pi), 1/6: ~1e-8 relative); 1e-6
-        // keeps a scale an exporter meant (`x * 1.00001`) from passing for a leaky ReLU.
-        let tol = if x == 0.0 { 1e-12 } else { 1e-6 * (1.0 + want.abs()) };
+        // keeps a scale an exporter meant (`x * 1.00001`) from passing for a leaky ReLU (in
+        // f16 such a scale rounds to 1 and is no scale).
+        let tol = if x == 0.0 { 1e-12 } else { rel * (1.0 + want.abs()) };
         (y - want).abs() <= tol
     })
 }
@@ -95,6 +99,11 @@ pub fn match_activation(
         }
     }
     region.sort_unstable();
+    let rel = match g.types.get(x).map(|t| t.dtype) {
+        Some(crate::ir::DType::F16) => f64::from(half::f16::EPSILON.to_f32()) / 2.0,
+        Some(crate::ir::DType::BF16) => f64::from(half::bf16::EPSILON.to_f32()) / 2.0,
+        _ => 1e-6,
+    };
     // Try each region node as the exit, latest first (the largest region wins).
     for &exit in region.iter().rev() {
         let sub = ancestors_within(g, exit, &region, x);
@@ -107,7 +116,7 @@ pub fn match_activation(
         };
         let xs = probes();
         let lookup = |v: f64| xs.iter().position(|&p| p == v).map(|i| f[i]).unwrap_or(f64::NAN);
-        if let Some(a) = candidates(&lookup).into_iter().find(|a| matches(&f, &xs, a)) {
+        if let Some(a) = candidates(&lookup).into_iter().find(|a| matches(&f, &xs, a, rel)) {
             return Some(ActivationMatch { activation: a, nodes: sub, output: g.nodes[exit].outputs[0].clone() });
         }
     }
