@@ -3,7 +3,6 @@
 
 mod common;
 
-
 use bolt_codegen::epilogue::{Activation, Epilogue, Expr, ResidualAt};
 use bolt_codegen::render::{render, render_unit, symbol_for, RenderError};
 use bolt_codegen::spec::{Family, GroupMode, KernelSpec, Swizzle, TileConfig};
@@ -180,4 +179,22 @@ fn specs_the_templates_cannot_build_are_rejected_with_the_field_at_fault() {
     // What is accepted: split-K with an activation applied after the residual (identity first).
     let before = epilogue(false, true, Activation::GeluErf, Some(ResidualAt::BeforeActivation));
     assert!(render(&KernelSpec { epilogue: before, ..with_tile(&|t| t.split_k = 3) }, "k").is_ok());
+}
+
+/// Filters past 32 taps (the optimized iterators' masks) render with CUTLASS's analytic
+/// iterators; every other conv renders, names and hashes exactly as before the option existed.
+#[test]
+fn wide_filter_convs_render_with_the_analytic_iterators() {
+    let (_, dense) = golden_cases().swap_remove(4);
+    let Family::Conv2dFprop(f) = dense.family else { panic!("case 4 is a conv") };
+    let wide = KernelSpec {
+        family: Family::Conv2dFprop(bolt_codegen::spec::ConvFeatures { analytic: true, ..f }),
+        ..dense.clone()
+    };
+    let text = render(&wide, "wide").unwrap();
+    assert!(text.contains("IteratorAlgorithm::kAnalytic") && !text.contains("IteratorAlgorithm::kOptimized"));
+    assert!(render(&dense, "dense").unwrap().contains("IteratorAlgorithm::kOptimized"));
+    assert!(symbol_for(&wide).starts_with("bolt_sm80_conv2d_fprop_analytic_f16_"), "{}", symbol_for(&wide));
+    assert!(!serde_json::to_string(&dense).unwrap().contains("analytic"));
+    assert_ne!(symbol_for(&wide), symbol_for(&dense));
 }
