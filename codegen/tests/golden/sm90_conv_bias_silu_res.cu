@@ -85,7 +85,7 @@ inline cutlass::KernelHardwareInfo hardware_info() {
 #endif  // BOLT_SM90_PRELUDE
 
 // =============================================================================================
-// bolt_sm90_conv_bias_silu_res: Conv2dFprop(ConvFeatures { unit_stride: false, groups: None }) F16->F16 (acc F32) nhwc, tile 128x128x64, cluster 1x1x1, TmaWarpSpecializedCooperative + Tma epilogue, align 8/8/8
+// bolt_sm90_conv_bias_silu_res: Conv2dFprop(ConvFeatures { unit_stride: false, groups: None, analytic: false }) F16->F16 (acc F32) nhwc, tile 128x128x64, cluster 1x1x1, TmaWarpSpecializedCooperative + Tma epilogue, align 8/8/8
 // epilogue: silu((alpha * acc + bias[col]) + C)
 // =============================================================================================
 namespace bolt_sm90_conv_bias_silu_res {
