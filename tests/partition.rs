@@ -31,9 +31,8 @@ fn bias_add(b: &mut GraphBuilder, y: String) -> String {
     b.node("add_bias", Op::Binary(Binary::Add), &[&y, &bias])
 }
 
-#[test]
-fn matmul_bias_and_erf_gelu_formula_fuse_into_one_partition() {
-    let g = gemm_graph(|b, y| {
+/// `+ bias`, then GELU as exporters write it: `x * (1 + Erf(x / sqrt(2))) * 0.5`.
+fn bias_and_erf_gelu(b: &mut GraphBuilder, y: String) -> String {
         let y = bias_add(b, y);
         let sqrt2 = scalar(b, "sqrt2", std::f32::consts::SQRT_2);
         let one = scalar(b, "one", 1.0);
@@ -43,7 +42,11 @@ fn matmul_bias_and_erf_gelu_formula_fuse_into_one_partition() {
         let a = b.node("add1", Op::Binary(Binary::Add), &[&e, &one]);
         let m = b.node("mul_x", Op::Binary(Binary::Mul), &[&y, &a]);
         b.node("mul_half", Op::Binary(Binary::Mul), &[&m, &half])
-    });
+}
+
+#[test]
+fn matmul_bias_and_erf_gelu_formula_fuse_into_one_partition() {
+    let g = gemm_graph(bias_and_erf_gelu);
     let p = partition(&g);
     assert_eq!(p.partitions.len(), 1, "{:#?}", p);
     let part = &p.partitions[0];
@@ -60,17 +63,7 @@ fn matmul_bias_and_erf_gelu_formula_fuse_into_one_partition() {
 /// ran as a kernel of its own after each intermediate GEMM, 12 x 48 us at batch 32).
 #[test]
 fn the_erf_gelu_formula_in_f16_fuses_too() {
-    let g = gemm_graph(|b, y| {
-        let y = bias_add(b, y);
-        let sqrt2 = scalar(b, "sqrt2", std::f32::consts::SQRT_2);
-        let one = scalar(b, "one", 1.0);
-        let half = scalar(b, "half", 0.5);
-        let d = b.node("div", Op::Binary(Binary::Div), &[&y, &sqrt2]);
-        let e = b.node("erf", Op::Unary(Unary::Erf), &[&d]);
-        let a = b.node("add1", Op::Binary(Binary::Add), &[&e, &one]);
-        let m = b.node("mul_x", Op::Binary(Binary::Mul), &[&y, &a]);
-        b.node("mul_half", Op::Binary(Binary::Mul), &[&m, &half])
-    });
+    let g = gemm_graph(bias_and_erf_gelu);
     let g16 = bolt::ir::precision::convert_floats(&g, DType::F16).unwrap();
     let p = partition(&g16);
     assert_eq!(p.partitions.len(), 1, "{:#?}", p);
