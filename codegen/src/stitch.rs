@@ -10,7 +10,12 @@
 //! stay in registers from phase 0 on: the *row cache*, up to 32 elements per thread, so the row
 //! is read from memory once. Columns past the cache (rows wider than a group can hold, or
 //! regions with too many such values) recompute their values from the (cache-resident) row in
-//! every phase. The thread mapping adapts to the problem at initialise time: with many rows,
+//! every phase. Steps constant along the row (a LayerNorm's `sqrt(var + eps)`, a per-row
+//! mask's load) run once per row when their phase's reductions are done. A thread's columns
+//! come in chunks of up to 16 bytes of adjacent elements, moved as one vector load or store
+//! for each tensor whose run-time layout allows it (contiguous along the row, rows starting on
+//! whole chunks, aligned; `vector_mask`), element by element otherwise.
+//! The thread mapping adapts to the problem at initialise time: with many rows,
 //! rows up to 1024 wide take at most one warp (shuffles only, no block barrier; narrow rows at
 //! 4 elements per thread) and wider rows a power of two >= width / 32 threads, up to 256; with
 //! few rows the group grows (down to 4 elements per thread) until the launch has enough
@@ -925,6 +930,10 @@ struct InputContext {
     kind: &'static str,
     dense: bool,
     table: bool,
+    /// Read along the row, a chunk at a time (dense or strided; not per row, not a table).
+    chunked: bool,
+    /// Its bit in the load masks and in the kernel's mask of vector accesses.
+    bit: u32,
 }
 
 #[derive(Serialize)]
@@ -932,6 +941,8 @@ struct OutputContext {
     element: &'static str,
     step: usize,
     per_row: bool,
+    /// Its bit in the kernel's mask of vector accesses (after the inputs').
+    bit: u32,
 }
 
 /// A step as the template writes it: `<ty> const v<index> = <expr>;`.
@@ -972,7 +983,30 @@ struct Context<'a> {
     row_values: Vec<StepContext>,
     cache_values: Vec<CachedContext>,
     cache: usize,
+    /// Elements per chunk (`kVec`): a thread's columns come in chunks of this many adjacent
+    /// elements, loaded and stored as one vector where the run-time layout allows.
+    vector: usize,
+    /// The inputs `accumulate_k`, `values` and `store` load, as masks of input bits.
+    phase_loads: Vec<u32>,
+    values_loads: u32,
+    store_loads: u32,
+    /// `row_steps[k]`: the steps computed once per row when phase k starts (after the
+    /// reductions of phase k), and those the row's state keeps (`row_state`: all phases').
+    row_steps: Vec<RowPhaseContext>,
+    row_state: Vec<CachedContext>,
     max_group: usize,
+}
+
+/// Inputs read along the row, a chunk of adjacent elements at a time.
+fn chunked(access: Access) -> bool {
+    matches!(access, Access::Dense | Access::Strided)
+}
+
+/// The per-row steps of one phase: what `hoist_k` computes, and the values it keeps.
+#[derive(Serialize)]
+struct RowPhaseContext {
+    steps: Vec<StepContext>,
+    assign: Vec<CachedContext>,
 }
 
 /// A value the row cache holds: step `index`'s, of type `ty`.
@@ -1005,7 +1039,7 @@ pub fn render(spec: &StitchSpec, symbol: &str) -> Result<String, RenderError> {
     let mut reductions = Vec::new();
     for (j, s) in spec.steps.iter().enumerate() {
         exprs.push(match *s {
-            Step::Input(i) => format!("load_{i}(p, a, r, col)"),
+            Step::Input(i) => format!("load_{i}(k, e)"),
             Step::Const(c) if c.0.is_infinite() => (if c.0 > 0.0 { "INFINITY" } else { "-INFINITY" }).to_string(),
             Step::Const(c) => format!("{:e}f", c.0),
             Step::Unary(f, x) => f.cpp(&v(x)),
@@ -1025,7 +1059,7 @@ pub fn render(spec: &StitchSpec, symbol: &str) -> Result<String, RenderError> {
                     identity,
                     mean: kind == Reduction::Mean,
                 });
-                format!("red[{slot}]")
+                format!("q.red[{slot}]")
             }
             Step::Compare(f, x, y) => format!("{} {} {}", v(x), f.cpp(), v(y)),
             Step::Logic(f, x, y) => format!("{} {} {}", v(x), f.cpp(), v(y)),
@@ -1056,6 +1090,13 @@ pub fn render(spec: &StitchSpec, symbol: &str) -> Result<String, RenderError> {
         live
     };
     let is_reduce = |j: usize| matches!(spec.steps[j], Step::Reduce(..));
+    // Steps that do not vary along the row (a LayerNorm's sqrt(var + eps), a per-row mask's
+    // load) run once per row, when their phase's reductions are done, not once per element:
+    // the per-element code reads them from the row's state like the reductions.
+    let varies = spec.varies();
+    let hoisted: Vec<bool> = (0..spec.steps.len())
+        .map(|j| !varies[j] && !matches!(spec.steps[j], Step::Const(_) | Step::Reduce(..)))
+        .collect();
     let max_phase = phases.iter().copied().max().unwrap_or(0);
     let roots_of_phase = |k: usize| reductions.iter().filter(|r| r.phase == k + 1).map(|r| r.arg).collect::<Vec<_>>();
     let output_roots: Vec<usize> = spec.outputs.iter().map(|o| o.step).collect();
@@ -1064,26 +1105,66 @@ pub fn render(spec: &StitchSpec, symbol: &str) -> Result<String, RenderError> {
     // registers, so later phases read no input again and recompute nothing below them.
     let live0 = if max_phase > 0 { reach(&roots_of_phase(0), &is_reduce) } else { vec![false; spec.steps.len()] };
     // Walking down from every later root, the first steps phase 0 computed (constants aside).
-    let kept = |j: usize| live0[j] && !matches!(spec.steps[j], Step::Const(_));
+    let kept = |j: usize| live0[j] && varies[j];
     let later: Vec<usize> = (1..max_phase).flat_map(roots_of_phase).chain(output_roots.iter().copied()).collect();
-    let reached = reach(&later, &|j| is_reduce(j) || kept(j));
+    let reached = reach(&later, &|j| is_reduce(j) || hoisted[j] || kept(j));
     let cached: Vec<bool> = (0..spec.steps.len()).map(|j| reached[j] && kept(j)).collect();
-    let contexts = |live: Vec<bool>, cached_leaves: bool| -> Vec<StepContext> {
+    // `read(j)`: how code reads step j computed elsewhere (None: computes it in place).
+    let contexts = |live: Vec<bool>, read: &dyn Fn(usize) -> Option<String>| -> Vec<StepContext> {
         (0..spec.steps.len())
             .filter(|&j| live[j])
             .map(|j| StepContext {
                 index: j,
                 phase: phases[j],
                 ty: kinds[j].cpp(),
-                expr: if cached_leaves && cached[j] { format!("f.v{j}") } else { exprs[j].clone() },
+                expr: read(j).unwrap_or_else(|| exprs[j].clone()),
             })
             .collect()
     };
-    let leaf = |j: usize| is_reduce(j) || cached[j];
-    let phase_steps = (0..max_phase).map(|k| contexts(reach(&roots_of_phase(k), &leaf), true)).collect();
-    let store_steps = contexts(reach(&output_roots, &leaf), true);
+    let per_row = |j: usize| hoisted[j].then(|| format!("q.v{j}"));
+    let per_element = |j: usize| if cached[j] { Some(format!("f.v{j}")) } else { per_row(j) };
+    let leaf = |j: usize| is_reduce(j) || hoisted[j] || cached[j];
+    let phase_steps: Vec<Vec<StepContext>> =
+        (0..max_phase).map(|k| contexts(reach(&roots_of_phase(k), &leaf), &per_element)).collect();
+    let store_steps = contexts(reach(&output_roots, &leaf), &per_element);
     let cache_roots: Vec<usize> = (0..spec.steps.len()).filter(|&j| cached[j]).collect();
-    let row_values = contexts(reach(&cache_roots, &is_reduce), false);
+    let row_values = contexts(reach(&cache_roots, &|j| is_reduce(j) || hoisted[j]), &per_row);
+    // The per-row steps any code reads, by phase: phase k's once its reductions are done, each
+    // computed from the reductions and the earlier phases' per-row steps.
+    let everything: Vec<usize> = (0..max_phase).flat_map(roots_of_phase).chain(output_roots.iter().copied()).collect();
+    let needed = reach(&everything, &is_reduce);
+    // A per-row step the row's state keeps: one that per-element code or a later phase's
+    // per-row steps read (or a root), not one only its own phase's per-row steps read.
+    let read_later = |j: usize| {
+        everything.contains(&j)
+            || (0..spec.steps.len()).any(|m| {
+                needed[m] && StitchSpec::args(&spec.steps[m]).contains(&j) && (!hoisted[m] || phases[m] > phases[j])
+            })
+    };
+    let row_steps: Vec<RowPhaseContext> = (0..=max_phase)
+        .map(|k| {
+            let mine: Vec<usize> =
+                (0..spec.steps.len()).filter(|&j| needed[j] && hoisted[j] && phases[j] == k).collect();
+            let earlier = |j: usize| hoisted[j] && phases[j] < k;
+            let live = reach(&mine, &|j| is_reduce(j) || earlier(j));
+            // Inputs read here are per-row ones (no chunk of the row): read at the row's start.
+            let read = |j: usize| match spec.steps[j] {
+                _ if earlier(j) => Some(format!("q.v{j}")),
+                Step::Input(i) => Some(format!("{}(a.x{i}[r.base[{i}]])", kinds[j].cpp())),
+                _ => None,
+            };
+            RowPhaseContext {
+                steps: contexts(live, &read),
+                assign: mine
+                    .iter()
+                    .filter(|&&j| read_later(j))
+                    .map(|&j| CachedContext { index: j, ty: kinds[j].cpp() })
+                    .collect(),
+            }
+        })
+        .collect();
+    let row_state: Vec<CachedContext> =
+        row_steps.iter().flat_map(|k| k.assign.iter().map(|c| CachedContext { index: c.index, ty: c.ty })).collect();
     let cache_values: Vec<CachedContext> =
         cache_roots.iter().map(|&j| CachedContext { index: j, ty: kinds[j].cpp() }).collect();
     let registers: usize = cache_roots.iter().map(|&j| if kinds[j] == Kind::Int { 2 } else { 1 }).sum();
@@ -1094,23 +1175,59 @@ pub fn render(spec: &StitchSpec, symbol: &str) -> Result<String, RenderError> {
             e => 1 << e.ilog2(),
         },
     };
+    // Elements per chunk: 16 bytes of the widest element a thread loads or stores along the
+    // row (at most 8, and no more than the row cache holds per thread).
+    let widest = spec
+        .inputs
+        .iter()
+        .filter(|i| chunked(i.access))
+        .map(|i| i.element.size_bytes())
+        .chain(spec.outputs.iter().filter(|o| !o.per_row).map(|o| o.element.size_bytes()))
+        .max();
+    let vector = match (widest, cache) {
+        (None, _) => 1,
+        (Some(b), 0) => (16 / b).min(8),
+        (Some(b), c) => (16 / b).min(8).min(c),
+    };
+    // The inputs each function loads (as a mask of their bits).
+    let loads = |list: &[StepContext]| -> u32 {
+        list.iter()
+            .filter(|c| c.expr == exprs[c.index])
+            .filter_map(|c| match spec.steps[c.index] {
+                Step::Input(i) => Some(1u32 << i),
+                _ => None,
+            })
+            .fold(0, |m, b| m | b)
+    };
+    let phase_loads: Vec<u32> = phase_steps.iter().map(|l| loads(l)).collect();
+    let values_loads = loads(&row_values);
+    let store_loads = loads(&store_steps);
     let context = Context {
         symbol,
         summary: serde_json::to_string(spec).expect("stitch spec serialises"),
         inputs: spec
             .inputs
             .iter()
-            .map(|i| InputContext {
+            .enumerate()
+            .map(|(n, i)| InputContext {
                 element: i.element.cpp(),
                 kind: i.element.kind().cpp(),
                 dense: i.access == Access::Dense,
                 table: i.access == Access::Table,
+                chunked: chunked(i.access),
+                bit: 1 << n,
             })
             .collect(),
         outputs: spec
             .outputs
             .iter()
-            .map(|o| OutputContext { element: o.element.cpp(), step: o.step, per_row: o.per_row })
+            .enumerate()
+            .map(|(n, o)| OutputContext {
+                element: o.element.cpp(),
+                step: o.step,
+                per_row: o.per_row,
+                bit: 1 << (STITCH_MAX_INPUTS + n),
+            })
             .collect(),
         phase_steps,
         store_steps,
@@ -1118,6 +1235,12 @@ pub fn render(spec: &StitchSpec, symbol: &str) -> Result<String, RenderError> {
         row_values,
         cache_values,
         cache,
+        vector,
+        phase_loads,
+        values_loads,
+        store_loads,
+        row_steps,
+        row_state,
         max_group: MAX_GROUP,
     };
     crate::render::render_template(TEMPLATE, &crate::render::to_context(&context)?)
@@ -1268,6 +1391,43 @@ mod tests {
         four.steps[e[16] + 3] = Step::Reduce(Reduction::Sum, e[3]);
         let code = render(&four, "k").unwrap();
         assert!(code.contains("constexpr int kCache = 16;"), "{code}");
+    }
+
+    #[test]
+    fn steps_constant_along_the_row_run_once_per_row() {
+        // LayerNorm with a per-row input (a mask unsqueezed on the last axis) scaling it:
+        // sqrt(var + eps) and the mask's load run in the row's set-up, not per element.
+        let i = |access| Input { element: Storage::F16, access };
+        let spec = StitchSpec {
+            inputs: vec![i(Access::Dense), i(Access::Row)],
+            steps: vec![
+                Step::Input(0),
+                Step::Reduce(Reduction::Mean, 0),
+                Step::Binary(BinaryFn::Sub, 0, 1),
+                Step::Binary(BinaryFn::Mul, 2, 2),
+                Step::Reduce(Reduction::Mean, 3),
+                Step::Const(1e-5.into()),
+                Step::Binary(BinaryFn::Add, 4, 5),
+                Step::Unary(UnaryFn::Sqrt, 6),
+                Step::Input(1),
+                Step::Binary(BinaryFn::Mul, 7, 8),
+                Step::Binary(BinaryFn::Div, 2, 9),
+            ],
+            outputs: vec![Output { step: 10, element: Storage::F16, per_row: false }],
+        };
+        let code = render(&spec, "k").unwrap();
+        let between = |a: &str, b: &str| &code[code.find(a).unwrap()..code.find(b).unwrap()];
+        let store = between("inline void store", "constexpr int kCache");
+        assert!(store.contains("float const v9 = q.v9;") && !store.contains("sqrtf"), "{store}");
+        let hoist = between("inline void hoist_0", "inline void hoist_1");
+        assert!(hoist.contains("float const v8 = float(a.x1[r.base[1]]);\n  q.v8 = v8;"), "{hoist}");
+        // What only its own phase's per-row steps read stays local.
+        let hoist = between("inline void hoist_2", "struct Values");
+        assert!(hoist.contains("sqrtf(v6)") && hoist.contains("q.v9 = v9;"), "{hoist}");
+        assert!(!hoist.contains("q.v7 =") && !hoist.contains("q.v6 ="), "{hoist}");
+        // Only the varying input is read along the row, in chunks of 8 f16.
+        assert!(code.contains("constexpr int kVec = 8;") && code.contains("constexpr unsigned kStoreLoads = 0u;"));
+        assert!(!code.contains("Vec<ElementX1>"), "{code}");
     }
 
     #[test]

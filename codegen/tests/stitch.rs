@@ -301,6 +301,8 @@ fn cases() -> Vec<(StitchSpec, Vec<usize>, Vec<Vec<usize>>)> {
         steps: vec![Input(0), Const(80.0.into()), Binary(BinaryFn::Sub, 0, 1)],
         outputs: vec![Output { step: 2, element: Storage::F32, per_row: false }],
     };
+    let (softmax_f32, gelu_f16, masked_ids, embeddings_64) =
+        (softmax.clone(), gelu.clone(), masked.clone(), embeddings.clone());
     vec![
         (trig, vec![3, 37], vec![vec![3, 37]]),
         (activations, vec![5, 41], vec![vec![5, 41]]),
@@ -323,8 +325,31 @@ fn cases() -> Vec<(StitchSpec, Vec<usize>, Vec<Vec<usize>>)> {
         (log_softmax, vec![3, 37], vec![vec![3, 37]]),
         (rounding, vec![3, 37], vec![vec![3, 37]]),
         (scalar, vec![1], vec![vec![]]),
+        // Widths of whole chunks (see VECTORS): f32 with a broadcast mask, f16 beside f32 and
+        // bf16 outputs (chunks of 4) with an input broadcast along the row (read element by
+        // element), 8-byte token ids (chunks of 2), an embedding lookup.
+        (softmax_f32, vec![2, 3, 4, 64], vec![vec![2, 3, 4, 64], vec![2, 1, 1, 64]]),
+        (gelu_f16, vec![4, 6, 16], vec![vec![4, 6, 16], vec![6, 1]]),
+        (masked_ids, vec![2, 3, 64], vec![vec![2, 3, 64], vec![2, 1, 64], vec![2, 1, 64]]),
+        (embeddings_64, vec![2, 3, 64], vec![vec![7, 64], vec![2, 3, 1], vec![3, 64]]),
     ]
 }
+
+/// (case, the tensors `host_run` moves in whole vectors: input bits, then output bits from bit
+/// 8): the run-time layout decides, tensor by tensor.
+const VECTORS: [(usize, u32); 6] = [
+    // Odd widths: element by element.
+    (5, 0),
+    // LayerNorm at width 1000 (chunks of 8 f16): x, gamma and beta ([1000], broadcast over
+    // rows) and the output; the per-row mean is written by column 0.
+    (8, 0x107),
+    (18, 0x103),
+    // The bf16 input broadcast along the row ([6, 1]) is read element by element.
+    (19, 0x701),
+    (20, 0xf07),
+    // The table is read by row and the token ids once per row: the position embeddings only.
+    (21, 0x304),
+];
 
 /// Deterministic values in [-2, 2).
 fn values(n: usize, seed: u64) -> Vec<f64> {
@@ -420,13 +445,14 @@ fn c_problem(p: &BoltStitchProblem) -> String {
     )
 }
 
-/// Threads per row `host_run` emulates besides the device's own mapping (0): one thread (its
-/// share of a row past the row cache's 32 elements recomputes its values in every phase) and
-/// an odd count.
-const GROUPS: [i32; 3] = [0, 1, 5];
+/// How `host_run` runs each case: (threads per row, vector accesses where the layout allows).
+/// The device's own mapping (0); one thread (its share of a row past the row cache's 32
+/// elements recomputes its values in every phase); an odd count; the device's mapping with
+/// every access element by element.
+const GROUPS: [(i32, bool); 4] = [(0, true), (1, true), (5, true), (0, false)];
 
-/// A host `main` running case `c` once per group `g` of [`GROUPS`] (read inputs
-/// `in_<c>_<i>.bin`, write `out_<c>_<o>_<g>.bin`).
+/// A host `main` running case `c` once per way `g` of [`GROUPS`] (read inputs
+/// `in_<c>_<i>.bin`, write `out_<c>_<o>_<g>.bin`), printing each case's vector mask.
 fn test_main(dir: &Path, cases: &[(String, StitchSpec, BoltStitchProblem, Vec<usize>)]) -> String {
     let mut m = String::from(
         "\n#include <cstdio>\n#include <vector>\nstatic std::vector<char> slurp(char const *path) {\n  std::vector<char> b;\n  FILE *f = std::fopen(path, \"rb\");\n  if (!f) return b;\n  int ch;\n  while ((ch = std::fgetc(f)) != EOF) b.push_back(char(ch));\n  std::fclose(f);\n  return b;\n}\nint main() {\n",
@@ -443,8 +469,11 @@ fn test_main(dir: &Path, cases: &[(String, StitchSpec, BoltStitchProblem, Vec<us
             let bytes = sizes[o] * out.element.size_bytes();
             m += &format!("    std::vector<char> out{o}({bytes});\n    args.outputs[{o}] = out{o}.data();\n");
         }
-        for g in GROUPS {
-            m += &format!("    {symbol}::host_run(p, args, {g});\n");
+        m += &format!(
+            "    std::printf(\"mask {c} %u\\n\", {symbol}::vector_mask(p, {symbol}::Kernel::make_arguments(p, args).pointers));\n"
+        );
+        for (g, (group, vectors)) in GROUPS.iter().enumerate() {
+            m += &format!("    {symbol}::host_run(p, args, {group}, {vectors});\n");
             for o in 0..spec.outputs.len() {
                 m += &format!(
                     "    {{\n      FILE *f = std::fopen(\"{}\", \"wb\");\n      std::fwrite(out{o}.data(), 1, out{o}.size(), f);\n      std::fclose(f);\n    }}\n",
@@ -500,12 +529,16 @@ fn stitched_kernels_compute_their_specs_and_answer_the_abi() {
     let built = host_build::build(&dir, "stitch", &unit);
 
     // The generated kernels' per-thread code, run on the host.
-    host_build::run(&built);
+    let printed = host_build::run(&built);
+    for (c, want) in VECTORS {
+        let line = format!("mask {c} {want}");
+        assert!(printed.lines().any(|l| l == line), "case {c}: want {want:#x} in\n{printed}");
+    }
     for (c, ((symbol, spec, ..), want)) in runs.iter().zip(&expected).enumerate() {
-        for ((o, (output, want)), group) in
-            spec.outputs.iter().zip(want).enumerate().flat_map(|x| GROUPS.map(|g| (x, g)))
+        for ((o, (output, want)), (g, way)) in
+            spec.outputs.iter().zip(want).enumerate().flat_map(|x| GROUPS.iter().enumerate().map(move |g| (x, g)))
         {
-            let got = decode(output.element, &std::fs::read(dir.join(format!("out_{c}_{o}_{group}.bin"))).unwrap());
+            let got = decode(output.element, &std::fs::read(dir.join(format!("out_{c}_{o}_{g}.bin"))).unwrap());
             assert_eq!(got.len(), want.len(), "case {c} output {o}");
             // f32 arithmetic, then one rounding to the output type; integers and bools exact.
             let tol = match output.element {
@@ -520,7 +553,10 @@ fn stitched_kernels_compute_their_specs_and_answer_the_abi() {
                     (Scalar::F(x), Scalar::F(w)) => x == w || (x - w).abs() <= tol * (1.0 + w.abs()),
                     _ => false,
                 };
-                assert!(ok, "{symbol} case {c} output {o}[{k}], group {group} (0: the device's): {x:?} vs {w:?}");
+                assert!(
+                    ok,
+                    "{symbol} case {c} output {o}[{k}], (group, vectors) {way:?} (0: the device's): {x:?} vs {w:?}"
+                );
             }
         }
     }
