@@ -94,3 +94,50 @@ fn planned_graphs_pass_the_same_conformance_cases() {
     assert!(verdict.ok(), "{} unexpected failures, {} stale entries", verdict.unexpected.len(), verdict.stale.len());
     assert!(verdict.passed.len() > 300, "suspiciously few passing cases: {}", verdict.passed.len());
 }
+
+/// Fourier transforms whose parameters are constants, as exporters write them (torch.stft's
+/// hop and window, onnxscript's dft_length and axis): ONNX's STFT and DFT cases with those
+/// inputs bound become one conv or GEMM kernel over a constant basis (`plan/canonical.rs`)
+/// and still give onnx's expected outputs (numpy's FFT, not Bolt's code). A transform along
+/// an axis other than the one before the complex axis stays on the host.
+#[test]
+fn fourier_cases_with_constant_parameters_become_kernels() {
+    use bolt::cases::{compare, read_tensor_pb};
+    let Some(root) = common::testdata("onnx-conformance") else { return };
+    let cases: [(&str, &[&str], bool); 6] = [
+        ("test_stft", &["frame_step", "frame_length"], true),
+        ("test_stft_with_window", &["frame_step", "window"], true),
+        ("test_dft_axis", &["axis"], true),
+        ("test_dft_axis_opset19", &[], true),
+        // Along axis 1 of [1, 10, 10, 1]: the host's.
+        ("test_dft_rfft", &["axis"], false),
+        ("test_dft_opset19", &[], false),
+    ];
+    for (case, bound, kernel) in cases {
+        let dir = root.join(case);
+        let mut g = bolt::import::load(&dir.join("model.onnx")).unwrap().graph;
+        let set = dir.join("test_data_set_0");
+        let mut feeds = std::collections::HashMap::new();
+        for (i, name) in g.inputs.clone().iter().enumerate() {
+            let (_, t) = read_tensor_pb(&set.join(format!("input_{i}.pb"))).unwrap();
+            if bound.contains(&name.as_str()) {
+                g.inputs.retain(|x| x != name);
+                g.initializers.insert(name.clone(), std::sync::Arc::new(t));
+            } else {
+                feeds.insert(name.clone(), t);
+            }
+        }
+        let declared = g.types.clone();
+        bolt::ir::infer::infer_graph(&mut g, &declared).unwrap();
+        let planned = bolt::plan::plan(&g).unwrap();
+        let transform = &g.nodes[0].name;
+        let on_host = planned.graph.nodes.iter().any(|n| matches!(n.op.op_type(), "STFT" | "DFT"));
+        let anchored = planned.partitioning.partitions.iter().any(|p| &p.anchor == transform);
+        assert_eq!((anchored, on_host), (kernel, !kernel), "{case}: a kernel? {kernel}");
+        let got = bolt::reference::run(&planned.graph, &feeds).unwrap();
+        let (_, want) = read_tensor_pb(&set.join("output_0.pb")).unwrap();
+        let y = &g.outputs[0];
+        let c = compare(y, &got[y], &want, Tolerance { rtol: 1e-4, atol: 1e-4 });
+        assert!(c.failure.is_none(), "{case}: {}", c.failure.unwrap());
+    }
+}

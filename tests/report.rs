@@ -85,8 +85,8 @@ fn real_model_reports_hint_at_what_the_author_could_change() {
 
 /// Nothing goes to the host but what must (issue: "the whole model on the GPU"): for the test
 /// CNNs, transformers, OCR detectors/recognisers, classifiers, audio models and a UNet
-/// (every corpus model but those with control flow, integer length arithmetic, STFT or
-/// int8 ops), every op the report leaves to
+/// (every corpus model but those with control flow, integer length arithmetic, pads computed
+/// at run time, or host-only ops: framing by GatherElements, int8 ops), every op the report leaves to
 /// the host is a shape computation (integers from shapes and constants) or a view /
 /// concatenation / slice (device copies). PP-OCRv4 rec's decomposed LayerNorms are joined
 /// with the residual Adds across the GEMMs between them: the stitcher splits that group where

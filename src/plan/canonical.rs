@@ -18,6 +18,9 @@
 //! (views and pad glue kernels), the weight flipped and its channel axes swapped: the conv
 //! kernels run it, at stride times (per spatial axis) the multiply-adds of a transposed
 //! (dgrad) kernel Bolt does not have, instead of the host.
+//!
+//! STFT and DFT of real signals with constant parameters (audio front ends) are products
+//! with a constant Fourier basis: a strided 1-D conv and a GEMM.
 
 use super::edit::{constant, finish, fresh_name, node};
 use crate::error::Result;
@@ -95,6 +98,7 @@ pub fn canonical(g: &Graph) -> Result<(Graph, usize)> {
     count += recurrent_projections(&mut out, &mut taken);
     count += instance_norms_as_row_reductions(&mut out, &mut taken);
     count += einsums_as_matmuls(&mut out, &mut taken);
+    count += fourier_transforms_as_products(&mut out, &mut taken);
     count += vector_matmuls_as_matrices(&mut out, &mut taken);
     count += crops_out_of_pads(&mut out, &mut taken);
     count += zero_pads_into_convs(&mut out);
@@ -994,6 +998,162 @@ fn einsums_as_matmuls(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
         if moves(&perm_out) {
             let t = fresh_name(g, taken, &format!("{}.out_t", n.name));
             nodes.push(node(t, Op::Transpose { perm: Some(perm_out) }, vec![Some(last)], y.clone()));
+        }
+        Some(nodes)
+    })
+}
+
+/// Forward Fourier transforms of real signals with constant parameters are products with a
+/// constant basis (the cos and -sin of each bin, interleaved as ONNX's [.., bins, 2] output
+/// is), which the GEMM/conv kernels run instead of the host:
+/// - STFT (constant frame_step, window or frame_length): a 1-D Conv of the signal
+///   `[batch, 1, length]` with that basis times the window as `[2 * bins, 1, frame]` filters
+///   at stride frame_step (whose output frames are STFT's: `(length - frame) / step + 1`), then
+///   `[batch, frames, bins, 2]` through a Transpose and a Reshape;
+/// - DFT along the axis before the last (the complex one, of size 1), of a known length: a
+///   MatMul of the signal (that last axis squeezed) with the basis `[length, 2 * bins]`, whose
+///   rows past dft_length are zeros (the truncation) and which has no rows for the zeros the
+///   signal is padded with.
+/// Inverse and complex transforms, other axes, and run-time parameters stay on the host. The
+/// basis angles are exact (`j * k mod n`), as the reference's twiddles are.
+fn fourier_transforms_as_products(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
+    use crate::ir::AttrValue;
+    rewrite_each(g, |g, n| {
+        let Op::Opaque { domain, op_type, attrs, .. } = &n.op else { return None };
+        if !(domain.is_empty() || domain == "ai.onnx") || n.outputs.len() != 1 {
+            return None;
+        }
+        let int_attr = |name: &str, default: i64| match attrs.iter().find(|(k, _)| k == name) {
+            Some((_, AttrValue::Int(v))) => Some(*v),
+            None => Some(default),
+            Some(_) => None,
+        };
+        let scalar = |i: usize| -> Option<Option<i64>> {
+            match n.input(i) {
+                None => Some(None),
+                Some(t) => match constant(g, t)?.as_i64_vec()?.as_slice() {
+                    [v] => Some(Some(*v)),
+                    _ => None,
+                },
+            }
+        };
+        let x = n.input(0)?;
+        let ty = g.types.get(x)?.clone();
+        if !matches!(ty.dtype, DType::F32 | DType::F16 | DType::BF16) {
+            return None;
+        }
+        let shape = ty.shape.as_ref()?;
+        let rank = shape.rank();
+        // basis[j][2k], basis[j][2k + 1]: cos and -sin of 2 pi j k / size, for j < rows.
+        let basis = |rows: usize, size: usize, bins: usize, window: &[f64]| -> Vec<f64> {
+            let mut v = vec![0.0; rows * 2 * bins];
+            for j in 0..rows.min(size) {
+                for k in 0..bins {
+                    let a = 2.0 * std::f64::consts::PI * ((j * k) % size) as f64 / size as f64;
+                    v[(j * bins + k) * 2] = window[j] * a.cos();
+                    v[(j * bins + k) * 2 + 1] = -window[j] * a.sin();
+                }
+            }
+            v
+        };
+        let onesided = |default: i64| int_attr("onesided", default).map(|o| o != 0);
+        let mut nodes = Vec::new();
+        let out = n.outputs[0].clone();
+        match op_type.as_str() {
+            "STFT" => {
+                let onesided = onesided(1)?;
+                let step = usize::try_from(scalar(1)??).ok().filter(|&s| s > 0)?;
+                let window = match n.input(2) {
+                    Some(w) => Some(constant(g, w)?).filter(|w| w.rank() == 1)?.to_f64_vec().into(),
+                    None => None,
+                };
+                let frame = match (scalar(3)?, &window) {
+                    (Some(f), Some(w)) if usize::try_from(f).ok()? == w.len() => w.len(),
+                    (Some(f), None) => usize::try_from(f).ok().filter(|&f| f > 0)?,
+                    (None, Some(w)) => w.len(),
+                    _ => return None,
+                };
+                let window: Vec<f64> = window.unwrap_or_else(|| vec![1.0; frame]);
+                let real = match rank {
+                    2 => true,
+                    3 => shape.0[2].known() == Some(1),
+                    _ => false,
+                };
+                if !real || frame == 0 || shape.0[1].known().is_some_and(|len| len < frame) {
+                    return None;
+                }
+                let bins = if onesided { frame / 2 + 1 } else { frame };
+                // Filters [2 * bins, 1, frame]: the basis transposed.
+                let b = basis(frame, frame, bins, &window);
+                let filters: Vec<f64> = (0..2 * bins * frame).map(|i| b[(i % frame) * 2 * bins + i / frame]).collect();
+                let w = fresh_name(g, taken, &format!("{}.basis", n.name));
+                g.initializers
+                    .insert(w.clone(), Arc::new(Tensor::from_f64_as(ty.dtype, vec![2 * bins, 1, frame], &filters)?));
+                let signal = fresh_name(g, taken, &format!("{}.signal", n.name));
+                let to_rows = fresh_name(g, taken, &format!("{}.signal_rows", n.name));
+                nodes.push(if rank == 2 {
+                    let axes = int_const(g, taken, &format!("{}.axes", n.name), vec![1]);
+                    node(to_rows, Op::Unsqueeze, vec![Some(x.to_string()), Some(axes)], signal.clone())
+                } else {
+                    node(
+                        to_rows,
+                        Op::Transpose { perm: Some(vec![0, 2, 1]) },
+                        vec![Some(x.to_string())],
+                        signal.clone(),
+                    )
+                });
+                let window = Window {
+                    kernel_shape: Some(vec![frame]),
+                    strides: Some(vec![step]),
+                    pads: None,
+                    dilations: None,
+                    auto_pad: AutoPad::NotSet,
+                };
+                let spectra = fresh_name(g, taken, &format!("{}.spectra", n.name));
+                // The conv keeps the node's name (hosts map kernels back to model nodes by name).
+                nodes.push(node(
+                    n.name.clone(),
+                    Op::Conv { window, group: 1 },
+                    vec![Some(signal), Some(w)],
+                    spectra.clone(),
+                ));
+                let frames = fresh_name(g, taken, &format!("{}.frames", n.name));
+                let t = fresh_name(g, taken, &format!("{}.frames_last", n.name));
+                nodes.push(node(t, Op::Transpose { perm: Some(vec![0, 2, 1]) }, vec![Some(spectra)], frames.clone()));
+                let target = int_const(g, taken, &format!("{}.bins", n.name), vec![0, 0, bins as i64, 2]);
+                let r = fresh_name(g, taken, &format!("{}.complex", n.name));
+                nodes.push(node(r, Op::Reshape { allowzero: false }, vec![Some(frames), Some(target)], out));
+            }
+            "DFT" => {
+                let onesided = onesided(0)?;
+                if int_attr("inverse", 0)? != 0 || rank < 2 || shape.0[rank - 1].known() != Some(1) {
+                    return None;
+                }
+                let axis = scalar(2)?.unwrap_or(-2);
+                if axis != rank as i64 - 2 && axis != -2 {
+                    return None;
+                }
+                let len = shape.0[rank - 2].known().filter(|&l| l > 0)?;
+                let size = match scalar(1)? {
+                    Some(v) => usize::try_from(v).ok().filter(|&v| v > 0)?,
+                    None => len,
+                };
+                let bins = if onesided { size / 2 + 1 } else { size };
+                let b = basis(len, size, bins, &vec![1.0; len]);
+                let w = fresh_name(g, taken, &format!("{}.basis", n.name));
+                g.initializers.insert(w.clone(), Arc::new(Tensor::from_f64_as(ty.dtype, vec![len, 2 * bins], &b)?));
+                let axes = int_const(g, taken, &format!("{}.axes", n.name), vec![rank as i64 - 1]);
+                let signal = fresh_name(g, taken, &format!("{}.signal", n.name));
+                let sq = fresh_name(g, taken, &format!("{}.real", n.name));
+                nodes.push(node(sq, Op::Squeeze, vec![Some(x.to_string()), Some(axes)], signal.clone()));
+                let spectra = fresh_name(g, taken, &format!("{}.spectra", n.name));
+                nodes.push(node(n.name.clone(), Op::MatMul, vec![Some(signal), Some(w)], spectra.clone()));
+                let dims: Vec<i64> = (0..rank - 2).map(|_| 0).chain([bins as i64, 2]).collect();
+                let target = int_const(g, taken, &format!("{}.bins", n.name), dims);
+                let r = fresh_name(g, taken, &format!("{}.complex", n.name));
+                nodes.push(node(r, Op::Reshape { allowzero: false }, vec![Some(spectra), Some(target)], out));
+            }
+            _ => return None,
         }
         Some(nodes)
     })
