@@ -577,3 +577,98 @@ fn vector_matrix_products_are_gemm_kernels() {
         assert!(c.failure.is_none(), "{y}: {:?}", c.failure);
     }
 }
+
+/// LRN (AlexNet, GoogLeNet and ZFNet as caffe2 exported them) runs as a 1x1 conv of the
+/// squares with a band matrix plus element-wise kernels: the planned graph and the reference's
+/// own LRN both equal ONNX's formula computed here, with a window of even size (one channel
+/// before, two after) cut at the first and last channels, and an alpha large enough that
+/// every term of the sum shows.
+#[test]
+fn lrn_is_a_conv_of_the_squares_with_a_band_matrix() {
+    use bolt::ir::builder::GraphBuilder;
+    use bolt::ir::{AttrValue, DType, Shape};
+    let (n, c, hw) = (2, 7, 12);
+    let (size, alpha, beta, bias) = (4usize, 3.0f32, 0.75f32, 1.5f32);
+    let lrn = Op::Opaque {
+        domain: String::new(),
+        op_type: "LRN".into(),
+        attrs: vec![
+            ("size".into(), AttrValue::Int(size as i64)),
+            ("alpha".into(), AttrValue::Float(alpha)),
+            ("beta".into(), AttrValue::Float(beta)),
+            ("bias".into(), AttrValue::Float(bias)),
+        ],
+        why: bolt::ir::HOST_COMPUTED.into(),
+    };
+    let mut b = GraphBuilder::new("lrn");
+    let x = b.input("x", DType::F32, Shape::from_static(&[n, c, 3, 4]));
+    let y = b.node("lrn", lrn, &[&x]);
+    b.output(&y);
+    let g = b.finish().unwrap();
+    let plan = bolt::plan::plan(&g).unwrap();
+    let anchors: Vec<&str> = plan.partitioning.partitions.iter().map(|p| p.anchor.as_str()).collect();
+    assert_eq!(anchors, ["lrn"]);
+    assert!(plan.graph.nodes.iter().all(|n| !n.op.is_opaque()), "nothing left to the host");
+
+    let input = common::random_tensor(&[n, c, 3, 4], 7);
+    let v = input.to_f32_vec();
+    let at = |b: usize, ch: usize, p: usize| f64::from(v[(b * c + ch) * hw + p]);
+    let mut want = vec![0.0f32; v.len()];
+    for bt in 0..n {
+        for ch in 0..c {
+            for p in 0..hw {
+                // ONNX: channels from c - floor((size - 1) / 2) to c + ceil((size - 1) / 2).
+                let lo = ch.saturating_sub((size - 1) / 2);
+                let hi = (ch + (size - 1).div_ceil(2)).min(c - 1);
+                let sum: f64 = (lo..=hi).map(|k| at(bt, k, p) * at(bt, k, p)).sum();
+                let d = (f64::from(bias) + f64::from(alpha) / size as f64 * sum).powf(f64::from(beta));
+                want[(bt * c + ch) * hw + p] = (at(bt, ch, p) / d) as f32;
+            }
+        }
+    }
+    let want = Tensor::from_f32(vec![n, c, 3, 4], want);
+    let feeds: HashMap<String, Tensor> = [("x".to_string(), input)].into();
+    for (what, graph) in [("reference", &g), ("planned", &plan.graph)] {
+        let got = bolt::reference::run(graph, &feeds).unwrap();
+        let check = compare(&y, &got[&y], &want, Tolerance { rtol: 1e-5, atol: 1e-6 });
+        assert!(check.failure.is_none(), "{what}: {:?}", check.failure);
+    }
+}
+
+/// A Dropout with a mask output (caffe2 names one on every Dropout) is its input in inference:
+/// an Identity where nothing reads the mask; where the mask is a graph output it stays with the
+/// host, which gives the input and a mask of all true, as onnxruntime does outside training.
+#[test]
+fn dropouts_with_masks_are_identities_in_inference() {
+    use bolt::ir::builder::GraphBuilder;
+    use bolt::ir::{DType, Shape};
+    let dropout = || Op::Opaque {
+        domain: String::new(),
+        op_type: "Dropout".into(),
+        attrs: vec![],
+        why: bolt::ir::HOST_COMPUTED.into(),
+    };
+    for mask_read in [false, true] {
+        let mut b = GraphBuilder::new("dropout");
+        let x = b.input("x", DType::F32, Shape::from_static(&[2, 5]));
+        let outs = b.node_multi("drop", dropout(), &[&x], 2);
+        let y = b.node("relu", Op::Unary(bolt::ir::Unary::Relu), &[&outs[0]]);
+        b.output(&y);
+        if mask_read {
+            b.output(&outs[1]);
+        }
+        let g = b.finish().unwrap();
+        let plan = bolt::plan::plan(&g).unwrap();
+        let on_host = plan.graph.nodes.iter().any(|n| n.op.op_type() == "Dropout");
+        assert_eq!(on_host, mask_read, "mask read: {mask_read}");
+        let x_val = common::random_tensor(&[2, 5], 3);
+        let feeds: HashMap<String, Tensor> = [("x".to_string(), x_val.clone())].into();
+        let got = bolt::reference::run(&plan.graph, &feeds).unwrap();
+        let relu: Vec<f32> = x_val.to_f32_vec().iter().map(|v| v.max(0.0)).collect();
+        assert_eq!(got[&y].to_f32_vec(), relu);
+        if mask_read {
+            assert_eq!(got[&outs[1]].dtype(), bolt::ir::DType::Bool);
+            assert_eq!(got[&outs[1]].to_f64_vec(), vec![1.0; 10], "all true");
+        }
+    }
+}

@@ -134,6 +134,8 @@ fn test_models_leave_only_shape_computations_and_copies_to_the_host() {
         "silero_vad_v6",
         // A diffusion UNet: GroupNorm exported as InstanceNormalization, einsum attention.
         "terrain_unet",
+        // caffe2's GoogLeNet: LRN as a conv of the squares, a Dropout with a mask output.
+        "googlenet_caffe2",
     ];
     for name in models {
         let Some(dir) = common::testdata(&format!("models/{name}")) else { return };

@@ -172,13 +172,15 @@ pub fn parse_op(node: &NodeProto, opset: i64) -> Result<Parsed, String> {
             }
         },
         "Identity" => Op::Identity,
-        // Inference is Dropout's eval mode: its output is its input. The mask output and a
-        // training_mode input (which may switch training on at run time) stay with the host.
-        "Dropout" if node.output.iter().skip(1).any(|o| !o.is_empty()) => {
-            return Ok(Parsed::Opaque("Dropout whose mask output is read"))
-        }
-        "Dropout" if node.input.get(2).is_some_and(|t| !t.is_empty()) => {
-            return Ok(Parsed::Opaque("Dropout with a training_mode input"))
+        // Inference is Dropout's eval mode: its output is its input. With a mask output (all
+        // true in inference; caffe2 exports name one nobody reads) or a training_mode input
+        // (which may switch training on at run time) the reference computes it, and the
+        // planner makes it an Identity where nothing reads the mask and training stays off.
+        "Dropout"
+            if node.output.iter().skip(1).any(|o| !o.is_empty())
+                || node.input.get(2).is_some_and(|t| !t.is_empty()) =>
+        {
+            return Ok(Parsed::Opaque(HOST_COMPUTED))
         }
         "Dropout" => Op::Identity,
         "ConstantOfShape" => match a.tensor("value")? {

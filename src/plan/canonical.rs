@@ -19,6 +19,9 @@
 //! kernels run it, at stride times (per spatial axis) the multiply-adds of a transposed
 //! (dgrad) kernel Bolt does not have, instead of the host.
 //!
+//! LRN is a 1x1 conv of the squares with a band matrix (the channel window) and element-wise
+//! ops; a Dropout whose mask nobody reads is an Identity.
+//!
 //! STFT and DFT of real signals with constant parameters (audio front ends) are products
 //! with a constant Fourier basis: a strided 1-D conv and a GEMM.
 
@@ -99,6 +102,8 @@ pub fn canonical(g: &Graph) -> Result<(Graph, usize)> {
     count += instance_norms_as_row_reductions(&mut out, &mut taken);
     count += einsums_as_matmuls(&mut out, &mut taken);
     count += fourier_transforms_as_products(&mut out, &mut taken);
+    count += dropouts_in_inference(&mut out);
+    count += lrn_as_conv(&mut out, &mut taken);
     count += vector_matmuls_as_matrices(&mut out, &mut taken);
     count += crops_out_of_pads(&mut out, &mut taken);
     count += zero_pads_into_convs(&mut out);
@@ -1000,6 +1005,113 @@ fn einsums_as_matmuls(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
             nodes.push(node(t, Op::Transpose { perm: Some(perm_out) }, vec![Some(last)], y.clone()));
         }
         Some(nodes)
+    })
+}
+
+/// A Dropout the importer left to the host (for its mask output or training_mode input) is an
+/// Identity of its input where nothing reads the mask and training_mode is absent or a
+/// constant false: inference, as onnxruntime runs it. Subgraphs read values without naming
+/// them as inputs: with one, a mask may be read, and the Dropout stays.
+fn dropouts_in_inference(g: &mut Graph) -> usize {
+    let subgraphs = g.nodes.iter().any(|n| match &n.op {
+        Op::Opaque { attrs, .. } => attrs.iter().any(|(_, v)| v.holds_graph()),
+        _ => false,
+    });
+    if subgraphs {
+        return 0;
+    }
+    let read: HashSet<String> = super::edit::read_tensors(g).into_iter().map(str::to_string).collect();
+    rewrite_each(g, |g, n| {
+        let Op::Opaque { domain, op_type, .. } = &n.op else { return None };
+        if !(domain.is_empty() || domain == "ai.onnx") || op_type != "Dropout" {
+            return None;
+        }
+        if n.outputs.iter().skip(1).any(|m| !m.is_empty() && read.contains(m)) {
+            return None;
+        }
+        if let Some(t) = n.input(2) {
+            if constant(g, t)?.as_i64_vec()? != [0] {
+                return None;
+            }
+        }
+        Some(vec![node(n.name.clone(), Op::Identity, vec![n.inputs.first()?.clone()], n.outputs.first()?.clone())])
+    })
+}
+
+/// LRN of NCHW data (AlexNet, GoogLeNet and ZFNet as caffe2 exported them) over a known
+/// number of channels: `x / (bias + alpha / size * S)^beta`, where the channel-window sum of
+/// squares S is a 1x1 conv of `x * x` with a constant band matrix (1 where an input channel is
+/// in the output channel's window). The conv runs as a GEMM kernel (its bias and scale in the
+/// weights and epilogue), the rest stitches.
+fn lrn_as_conv(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
+    use crate::ir::{AttrValue, Binary};
+    rewrite_each(g, |g, n| {
+        let Op::Opaque { domain, op_type, attrs, .. } = &n.op else { return None };
+        if !(domain.is_empty() || domain == "ai.onnx") || op_type != "LRN" || n.outputs.len() != 1 {
+            return None;
+        }
+        let attr = |name: &str| attrs.iter().find(|(k, _)| k == name).map(|(_, v)| v);
+        let float = |name: &str, default: f32| match attr(name) {
+            None => Some(f64::from(default)),
+            Some(AttrValue::Float(v)) => Some(f64::from(*v)),
+            Some(_) => None,
+        };
+        let size = match attr("size") {
+            Some(AttrValue::Int(s)) => usize::try_from(*s).ok().filter(|&s| s > 0)?,
+            _ => return None,
+        };
+        let (alpha, beta, bias) = (float("alpha", 1e-4)?, float("beta", 0.75)?, float("bias", 1.0)?);
+        let x = n.input(0)?;
+        let ty = g.types.get(x)?.clone();
+        let shape = ty.shape.as_ref()?;
+        if !matches!(ty.dtype, DType::F32 | DType::F16 | DType::BF16) || !matches!(shape.rank(), 3 | 4) {
+            return None;
+        }
+        let c = shape.0[1].known()?;
+        let (before, after) = ((size - 1) / 2, size - 1 - (size - 1) / 2);
+        // W[o, i] = alpha / size where i is in o's window; bias on every output channel.
+        let scale = alpha / size as f64;
+        let mut w = vec![0.0; c * c];
+        for o in 0..c {
+            for i in o.saturating_sub(before)..=(o + after).min(c - 1) {
+                w[o * c + i] = scale;
+            }
+        }
+        let spatial = vec![1; shape.rank() - 2];
+        let mut wshape = vec![c, c];
+        wshape.extend(&spatial);
+        let wname = fresh_name(g, taken, &format!("{}.window", n.name));
+        g.initializers.insert(wname.clone(), Arc::new(Tensor::from_f64_as(ty.dtype, wshape, &w)?));
+        let bname = fresh_name(g, taken, &format!("{}.bias", n.name));
+        g.initializers.insert(bname.clone(), Arc::new(Tensor::from_f64_as(ty.dtype, vec![c], &vec![bias; c])?));
+        let ename = fresh_name(g, taken, &format!("{}.beta", n.name));
+        g.initializers.insert(ename.clone(), Arc::new(Tensor::from_f64_as(ty.dtype, vec![], &[beta])?));
+        let (sq, sum, pw) = (
+            fresh_name(g, taken, &format!("{}.squares", n.name)),
+            fresh_name(g, taken, &format!("{}.sums", n.name)),
+            fresh_name(g, taken, &format!("{}.denominator", n.name)),
+        );
+        let window = Window {
+            kernel_shape: Some(spatial),
+            strides: None,
+            pads: None,
+            dilations: None,
+            auto_pad: AutoPad::NotSet,
+        };
+        let name = |stem: &str, taken: &mut HashSet<String>| fresh_name(g, taken, &format!("{}.{stem}", n.name));
+        let (square, pow) = (name("square", taken), name("pow", taken));
+        Some(vec![
+            node(square, Op::Binary(Binary::Mul), vec![Some(x.to_string()), Some(x.to_string())], sq.clone()),
+            // The conv keeps the node's name (hosts map kernels back to model nodes by name).
+            node(n.name.clone(), Op::Conv { window, group: 1 }, vec![Some(sq), Some(wname), Some(bname)], sum.clone()),
+            node(pow, Op::Binary(Binary::Pow), vec![Some(sum), Some(ename)], pw.clone()),
+            node(
+                fresh_name(g, taken, &format!("{}.normalise", n.name)),
+                Op::Binary(Binary::Div),
+                vec![Some(x.to_string()), Some(pw)],
+                n.outputs[0].clone(),
+            ),
+        ])
     })
 }
 

