@@ -292,7 +292,10 @@ fn import_graph(g: &proto::GraphProto, opset: i64, base_dir: Option<&Path>, scop
     }
     graph.sort_and_check()?;
     crate::ir::infer::infer_graph(&mut graph, &declared)?;
-    legacy_softmax_on_last_axis(&mut graph);
+    if legacy_softmax_on_last_axis(&mut graph) {
+        graph.sort_and_check()?;
+        crate::ir::infer::infer_graph(&mut graph, &declared)?;
+    }
     retype_legacy_constants(&mut graph, &retype)?;
     Ok(graph)
 }
@@ -493,9 +496,26 @@ fn import_if(
 }
 
 /// Softmax, LogSoftmax and Hardmax before opset 13 flatten their input to 2-D at `axis`; over
-/// the last axis that is today's op, which is how paddle2onnx and torch.onnx use them. Decided
-/// after inference, which knows the rank.
-fn legacy_softmax_on_last_axis(graph: &mut Graph) {
+/// the last axis that is today's op, which is how paddle2onnx and torch.onnx use them, and so
+/// is one over an axis followed by dims of 1 only (caffe2's SqueezeNet: [N, 1000, 1, 1] at
+/// axis 1). Softmax and LogSoftmax over other axes become what they mean: Flatten at the axis,
+/// the op over the last axis, and a Reshape back to the input's shape. Decided after inference,
+/// which knows the rank; returns whether nodes were added (the caller infers again).
+fn legacy_softmax_on_last_axis(graph: &mut Graph) -> bool {
+    let mut added = Vec::new();
+    let mut names: std::collections::HashSet<String> = graph.nodes.iter().map(|n| n.name.clone()).collect();
+    names.extend(graph.types.keys().cloned());
+    names.extend(graph.initializers.keys().cloned());
+    let mut fresh = |base: String| {
+        let mut name = base.clone();
+        let mut i = 1;
+        while names.contains(&name) {
+            i += 1;
+            name = format!("{base}.{i}");
+        }
+        names.insert(name.clone());
+        name
+    };
     for n in &mut graph.nodes {
         let Op::Opaque { domain, op_type, attrs, .. } = &n.op else { continue };
         if !matches!(op_type.as_str(), "Softmax" | "LogSoftmax" | "Hardmax") {
@@ -508,8 +528,58 @@ fn legacy_softmax_on_last_axis(graph: &mut Graph) {
             crate::ir::AttrValue::Int(a) => Some(*a),
             _ => None,
         });
-        let rank = n.input(0).and_then(|x| graph.types.get(x)).and_then(|t| t.shape.as_ref()).map(Shape::rank);
-        if let (Some(axis), Some(rank)) = (axis, rank) {
+        let shape = n.input(0).and_then(|x| graph.types.get(x)).and_then(|t| t.shape.as_ref());
+        let rank = shape.map(Shape::rank);
+        if let (Some(axis), Some(rank), Some(shape)) = (axis, rank, shape) {
+            let a = if axis < 0 { axis + rank as i64 } else { axis };
+            let ones_after =
+                (0..rank as i64).contains(&a) && shape.0[a as usize + 1..].iter().all(|d| d.known() == Some(1));
+            if rank > 0 && ones_after && a != rank as i64 - 1 {
+                // The flattened block is the axis itself.
+                n.op = match op_type.as_str() {
+                    "Softmax" => Op::Softmax { axis: a },
+                    "LogSoftmax" => Op::LogSoftmax { axis: a },
+                    _ => Op::Opaque {
+                        domain: domain.clone(),
+                        op_type: op_type.clone(),
+                        attrs: vec![("axis".into(), crate::ir::AttrValue::Int(a))],
+                        why: crate::ir::HOST_COMPUTED.into(),
+                    },
+                };
+                continue;
+            }
+            if (0..rank as i64 - 1).contains(&a) && op_type != "Hardmax" && n.outputs.len() == 1 {
+                let x = n.inputs[0].clone();
+                let (flat, soft, dims) = (
+                    fresh(format!("{}.flat", n.name)),
+                    fresh(format!("{}.rows", n.name)),
+                    fresh(format!("{}.dims", n.name)),
+                );
+                let node = |name: String, op: Op, inputs: Vec<Option<String>>, out: String| crate::ir::Node {
+                    name,
+                    op,
+                    inputs,
+                    outputs: vec![out],
+                };
+                added.push(node(
+                    fresh(format!("{}.flatten", n.name)),
+                    Op::Flatten { axis: a },
+                    vec![x.clone()],
+                    flat.clone(),
+                ));
+                added.push(node(
+                    fresh(format!("{}.shape", n.name)),
+                    Op::Shape { start: 0, end: None },
+                    vec![x],
+                    dims.clone(),
+                ));
+                let op = if op_type == "Softmax" { Op::Softmax { axis: -1 } } else { Op::LogSoftmax { axis: -1 } };
+                added.push(node(fresh(format!("{}.over_rows", n.name)), op, vec![Some(flat)], soft.clone()));
+                // The node keeps its name and output: a Reshape of the rows back.
+                n.op = Op::Reshape { allowzero: false };
+                n.inputs = vec![Some(soft), Some(dims)];
+                continue;
+            }
             if rank > 0 && (axis == -1 || axis == rank as i64 - 1) {
                 n.op = match op_type.as_str() {
                     "Softmax" => Op::Softmax { axis: -1 },
@@ -525,6 +595,9 @@ fn legacy_softmax_on_last_axis(graph: &mut Graph) {
             }
         }
     }
+    let grew = !added.is_empty();
+    graph.nodes.extend(added);
+    grew
 }
 
 /// Field names of ModelProto for error messages; the graph (7) is walked into.

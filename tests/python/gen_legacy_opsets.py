@@ -124,7 +124,19 @@ def cases(rng):
     out["dropout_mask_opset10"] = (model(
         [h.make_node("Dropout", ["x"], ["y", "mask"], ratio=0.3)],
         [vi("x", F32, [2, 5])], [vi("y", F32, None), vi("mask", T.BOOL, None)], 10),
-        {"x": x4(2, 5)}, "Dropout-10 with its mask output", "mask output")
+        {"x": x4(2, 5)}, "Dropout-10 with its mask output read (the host: the input and a mask of all true)",
+        "the reference executor computes it")
+
+    # Softmax before opset 13 flattens at its axis: over [C, H, W] of an NCHW map at axis 1, and
+    # over an axis followed by ones only (caffe2's SqueezeNet head, [N, 1000, 1, 1]).
+    out["softmax_axis1_opset11"] = (model(
+        [h.make_node("Softmax", ["x"], ["y"], axis=1),
+         h.make_node("LogSoftmax", ["x"], ["ly"], axis=1),
+         h.make_node("Softmax", ["h"], ["hy"], axis=1)],
+        [vi("x", F32, [2, 3, 4, 5]), vi("h", F32, [2, 10, 1, 1])],
+        [vi("y", F32, None), vi("ly", F32, None), vi("hy", F32, None)], 11),
+        {"x": x4(2, 3, 4, 5), "h": x4(2, 10, 1, 1)},
+        "Softmax-11 / LogSoftmax-11 at axis 1 of 4-D inputs (flattened to 2-D)", None)
 
     out["batchnorm_opset7"] = (model(
         [h.make_node("BatchNormalization", ["x", "g", "b", "m", "v"], ["y"], epsilon=1e-3)],
