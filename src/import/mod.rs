@@ -506,16 +506,7 @@ fn legacy_softmax_on_last_axis(graph: &mut Graph) -> bool {
     let mut names: std::collections::HashSet<String> = graph.nodes.iter().map(|n| n.name.clone()).collect();
     names.extend(graph.types.keys().cloned());
     names.extend(graph.initializers.keys().cloned());
-    let mut fresh = |base: String| {
-        let mut name = base.clone();
-        let mut i = 1;
-        while names.contains(&name) {
-            i += 1;
-            name = format!("{base}.{i}");
-        }
-        names.insert(name.clone());
-        name
-    };
+    let mut fresh = |base: String| crate::ir::unique_name(&mut names, &base);
     for n in &mut graph.nodes {
         let Op::Opaque { domain, op_type, attrs, .. } = &n.op else { continue };
         if !matches!(op_type.as_str(), "Softmax" | "LogSoftmax" | "Hardmax") {

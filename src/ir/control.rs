@@ -516,16 +516,7 @@ pub fn inline_if(g: &mut Graph, i: usize, take_then: bool) -> bool {
     }
     let names: HashSet<String> = g.nodes.iter().map(|n| n.name.clone()).collect();
     let mut taken = names;
-    let mut fresh = |base: String| {
-        let mut name = base.clone();
-        let mut k = 1;
-        while taken.contains(&name) {
-            k += 1;
-            name = format!("{base}.{k}");
-        }
-        taken.insert(name.clone());
-        name
-    };
+    let mut fresh = |base: String| super::graph::unique_name(&mut taken, &base);
     let re = |x: &String| rename.get(x).unwrap_or(x).clone();
     let mut spliced: Vec<Node> = b
         .nodes

@@ -15,6 +15,18 @@ pub struct Node {
     pub outputs: Vec<String>,
 }
 
+/// `base`, or `base.2`, `base.3`, ... : the first not in `taken`, which then holds it.
+pub fn unique_name(taken: &mut HashSet<String>, base: &str) -> String {
+    let mut name = base.to_string();
+    let mut k = 1;
+    while taken.contains(&name) {
+        k += 1;
+        name = format!("{base}.{k}");
+    }
+    taken.insert(name.clone());
+    name
+}
+
 impl Node {
     /// Name of input `i` when present.
     pub fn input(&self, i: usize) -> Option<&str> {

@@ -14,7 +14,7 @@ mod shape;
 mod tensor;
 
 pub use dtype::DType;
-pub use graph::{Graph, Node};
+pub use graph::{unique_name, Graph, Node};
 pub use infer_host::fold_host;
 pub use op::*;
 pub use shape::{broadcast_index, broadcast_shapes, broadcast_static, Dim, Shape, TensorType};
