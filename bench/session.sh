@@ -18,8 +18,10 @@
 #           models (a short recheck of a few).
 #   suites  the kernel suites (bench/package.sh): every sm80 conv family x epilogue, the
 #           attention kernels with memcheck, the Fig. 9 epilogues; ONNX Runtime + Bolt's cuda
-#           device on compiled-once EPContext models (bench/ort/ctx.py, ResNet-50 generated
-#           there); TVM's cuda build with Bolt's partitions (bench/tvm/cuda.py).
+#           device on compiled-once EPContext models (bench/ort/ctx.py: MobileNetV2 and
+#           PP-OCRv4 det compiled here and run first, then ResNet-50 generated and compiled
+#           there; the results file is rewritten after every model); TVM's cuda build with
+#           Bolt's partitions (bench/tvm/cuda.py).
 #
 # On the GPU machine the device tool runs in a copy of this repository; carry the part's
 # archive, e.g. carry ["target/gpu-session/models.tar.xz"] and the command
@@ -83,7 +85,7 @@ prepare() {
                     "$py" bench/tvm/cuda.py prepare --target llvm --no-wheel --out "$stage/suites/tvm"
                 else
                     bash bench/package.sh --out "$stage/suites/pkg"
-                    "$py" bench/ort/ctx.py prepare --models none --generate resnet50 --out "$stage/suites/ort"
+                    "$py" bench/ort/ctx.py prepare --models mobilenet_v2,ppocrv4_det --generate resnet50 --out "$stage/suites/ort"
                     "$py" bench/tvm/cuda.py prepare --out "$stage/suites/tvm"
                 fi ;;
             *) echo "session.sh prepare: unknown part $part (models, suites)" >&2; exit 2 ;;

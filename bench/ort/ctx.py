@@ -171,9 +171,24 @@ def run(o):
     results = pathlib.Path(o.out or (os.environ["OUT"] + "/results" if os.environ.get("OUT") else "results"))
     results.mkdir(parents=True, exist_ok=True)
     name, driver = gpu_name()
-    made = generate(o.device, ort, bolt_ort, np)
-    cases = [{"model": m, "status": "error", "reason": r["reason"], **r} for m, r in made.items() if "reason" in r]
-    for ctx in sorted(HERE.glob("*_ctx.onnx")):
+    now = datetime.datetime.now(datetime.timezone.utc)
+    slug = "".join(c if c.isalnum() else "-" for c in name).strip("-")
+    path = results / f"{now:%Y-%m-%d}-{slug}-ort.json"
+    cases = []
+
+    def save():
+        # Written after every model: a step stopped by its time share keeps what ran.
+        result = {"schema": "bolt-ort-gpu-v1", "date": now.isoformat(timespec="seconds"), "gpu": name,
+                  "driver": driver, "onnxruntime": ort.__version__,
+                  "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
+                  "commit": (HERE / "commit.txt").read_text().strip() if (HERE / "commit.txt").is_file() else None,
+                  "tolerance": {"rtol": RTOL, "atol": ATOL, "precision": "tf32 (f32 models' artifact default)"},
+                  "timing": "session.run wall time, host inputs and outputs, median of 20 after 3 warm-up runs",
+                  "device": o.device,
+                  "cases": cases}
+        path.write_text(json.dumps(result, indent=1) + "\n")
+
+    def run_one(ctx, made):
         model = ctx.name[: -len("_ctx.onnx")]
         data = HERE / "data" / model
         case = {"model": model, "context_model": ctx.name, "device": o.device, **made.get(model, {})}
@@ -200,19 +215,22 @@ def run(o):
         except Exception as e:  # noqa: BLE001 -- a failing model is a result; the next runs
             case["status"], case["reason"] = "error", f"{type(e).__name__}: {e}"[:2000]
         print(f"ctx.py: {model}: {case['status']} {json.dumps(case.get('outputs', case.get('reason')))[:400]}"
-              f" {case.get('run_ms', {}).get('median', '-')} ms")
+              f" {case.get('run_ms', {}).get('median', '-')} ms", flush=True)
         cases.append(case)
-    now = datetime.datetime.now(datetime.timezone.utc)
-    result = {"schema": "bolt-ort-gpu-v1", "date": now.isoformat(timespec="seconds"), "gpu": name, "driver": driver,
-              "onnxruntime": ort.__version__, "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
-              "commit": (HERE / "commit.txt").read_text().strip() if (HERE / "commit.txt").is_file() else None,
-              "tolerance": {"rtol": RTOL, "atol": ATOL, "precision": "tf32 (f32 models' artifact default)"},
-              "timing": "session.run wall time, host inputs and outputs, median of 20 after 3 warm-up runs",
-              "device": o.device,
-              "cases": cases}
-    slug = "".join(c if c.isalnum() else "-" for c in name).strip("-")
-    path = results / f"{now:%Y-%m-%d}-{slug}-ort.json"
-    path.write_text(json.dumps(result, indent=1) + "\n")
+        save()
+
+    # The models compiled where `prepare` ran first (seconds each), then those made here
+    # (generated and compiled on this machine: minutes).
+    listed = HERE / "generated.txt"
+    generated = {x.split()[0] for x in listed.read_text().splitlines() if x.strip()} if listed.is_file() else set()
+    prepared = [c for c in sorted(HERE.glob("*_ctx.onnx")) if c.name[: -len("_ctx.onnx")] not in generated]
+    for ctx in prepared:
+        run_one(ctx, {})
+    made = generate(o.device, ort, bolt_ort, np)
+    cases.extend({"model": m, "status": "error", "reason": r["reason"], **r} for m, r in made.items() if "reason" in r)
+    for ctx in sorted(set(HERE.glob("*_ctx.onnx")) - set(prepared)):
+        run_one(ctx, made)
+    save()
     print(f"ctx.py: -> {path}")
     return 0 if cases and all(c["status"] == "ok" for c in cases) else 1
 
