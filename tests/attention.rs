@@ -603,8 +603,9 @@ fn exported_cores_run_as_one_attention_kernel_on_the_problem_the_device_launches
 /// softmax), and the plan says why.
 #[test]
 fn cores_the_kernels_cannot_take_say_why_and_stay_ops() {
-    // Kᵀ given as a tensor (no transpose to read K rows through).
-    let g = graph(Form::DivThenPaddingMask, 8);
+    // Kᵀ given as a tensor (no transpose to read K rows through), of head dim 8 for 4 queries:
+    // writing K's rows would move more than the 4 x 4 scores the kernel keeps on chip.
+    let g = graph(Form::DivThenPaddingMask, 4);
     let plan = bolt::plan::plan(&g).unwrap();
     let why = plan.attention[0].reason.as_deref().unwrap();
     assert!(plan.attention[0].fused.is_none() && why.contains("not a transpose"), "{why}");
@@ -621,6 +622,48 @@ fn cores_the_kernels_cannot_take_say_why_and_stay_ops() {
     assert!(plan.attention.is_empty());
     let md = bolt::plan::report::report("m", &g, &plan, &opts).to_markdown();
     assert!(md.contains("0 run as fused attention kernels"), "{md}");
+}
+
+/// Kᵀ as a tensor of its own (the einsum attention of diffusion UNets, `bct,bcs->bts`, or a
+/// model that projects K transposed) fuses where the queries outnumber half the head dim: a
+/// transpose kernel writes K's rows, the attention kernel reads them. What the planned graph
+/// computes (the transpose on the reference, the attention node as its kernel's meaning on the
+/// problem lowered from the node) equals the model's ops on the reference, padding mask
+/// included.
+#[test]
+fn a_k_transposed_tensor_fuses_through_a_transpose_that_writes_its_rows() {
+    let s = 33;
+    let g = graph(Form::DivThenPaddingMask, s);
+    let plan = bolt::plan::plan(&g).unwrap();
+    let d = &plan.attention[0];
+    assert!(d.fused.is_some(), "{d:?}");
+    let k_rows = d.k_rows.as_deref().expect("a transpose writes K's rows");
+    let attention = plan.graph.nodes.iter().find(|n| matches!(n.op, Op::Attention(_))).unwrap();
+    let k = attention.input(1).unwrap();
+    let t = plan.graph.nodes.iter().find(|n| n.outputs[0] == k).unwrap();
+    // A transpose kernel: a stitched region that copies Kᵀ read through the swap of its last axes.
+    let Op::Stitched(r) = &t.op else { panic!("K's rows from {:?}", t.op) };
+    assert_eq!(
+        (r.nodes.as_slice(), r.inputs.as_slice()),
+        ([k_rows.to_string()].as_slice(), ["kt".to_string()].as_slice())
+    );
+    assert_eq!(r.views[0].as_deref(), Some(&[0, 1, 3, 2][..]));
+    let mut feeds: HashMap<String, Tensor> = HashMap::new();
+    feeds.insert("q".into(), random(&[B, H, s, D], 1));
+    feeds.insert("kt".into(), random(&[B, H, D, s], 2));
+    feeds.insert("v".into(), random(&[B, H, s, D], 3));
+    let pad: Vec<f32> = (0..B * s).map(|i| if i / s == 1 && i % s >= s - 3 { -1e4 } else { 0.0 }).collect();
+    feeds.insert("mask".into(), Tensor::from_f32(vec![B, 1, 1, s], pad));
+    let want = bolt::reference::run(&g, &feeds).unwrap();
+    let got = bolt::reference::run_with(&plan.graph, &feeds, |node, args| {
+        let Op::Attention(op) = &node.op else { return bolt::reference::eval_node(node, args) };
+        let spec = bolt::plan::lower::attention_spec(&plan.graph, node).unwrap();
+        let xs: Vec<&Tensor> = args.iter().map(|x| x.unwrap()).collect();
+        Ok(vec![bolt::runtime::attention::run(&spec, op, &xs).unwrap()])
+    })
+    .unwrap();
+    let worst = max_abs_diff(&got["pv_out"], &want["pv_out"]);
+    assert!(worst <= 1e-5, "planned (kernel meaning) vs model: {worst}");
 }
 
 /// BERT-base: all 12 cores fused, each reading its Q, K and V head transposes in place and

@@ -5,9 +5,12 @@
 //! The node reads Q, K and V in place: where an operand is a transpose that keeps the head dim
 //! last (the head split of PyTorch and HuggingFace exports, `[B, S, H, D] -> [B, H, S, D]`),
 //! the node takes the transpose's input and a permutation instead, and a transpose nobody else
-//! reads goes with the core. Kᵀ must be such a transpose of a tensor with the head dim last
-//! (the kernel reads K rows); otherwise the core stays two batched GEMMs and a stitched
-//! softmax, and the decision says why. The head merge after the core (Transpose [0, 2, 1, 3])
+//! reads goes with the core. The kernel reads K rows: Kᵀ is read in place where it is such a
+//! transpose of a tensor with the head dim last; where it is a tensor of its own (the einsum
+//! attention of diffusion UNets, `bct,bcs->bts`), a transpose kernel writes K's rows first,
+//! when that costs less traffic than the scores the fused kernel keeps on chip (head dim below
+//! twice the queries); otherwise the core stays two batched GEMMs and a stitched softmax, and
+//! the decision says why. The head merge after the core (Transpose [0, 2, 1, 3])
 //! goes into the node too: the kernel writes `[B, S_q, H, D_v]` directly. Head dims that are
 //! not whole 16-byte vectors (PP-OCRv4's SVTR: 15) are zero-padded and the output cut back.
 
@@ -33,6 +36,10 @@ pub struct AttentionDecision {
     /// Nodes the pass added around the fused node: head dims that are not whole vectors are
     /// zero-padded (Q, K, V: FitLastAxis kernels) and the output cut back (device copies).
     pub padding: Vec<String>,
+    /// The transpose the pass added that writes K with its head dim last, where the model's Kᵀ
+    /// is a tensor of its own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub k_rows: Option<String>,
     /// Nodes the pass added that make the model's selection mask (`Where`) the additive mask
     /// the kernel reads.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -78,7 +85,7 @@ pub fn fuse(g: &mut Graph) -> Result<Vec<AttentionDecision>> {
     let mut names: HashSet<String> = g.nodes.iter().map(|n| n.name.clone()).collect();
     let mut changed = false;
     for a in cores {
-        let Fusable { op, mut inputs, mask, pad_d, pad_dv } = match fusable(g, &a) {
+        let Fusable { op, mut inputs, mask, pad_d, pad_dv, k_rows } = match fusable(g, &a) {
             Ok(x) => x,
             Err(why) => {
                 decisions.push(AttentionDecision {
@@ -89,6 +96,7 @@ pub fn fuse(g: &mut Graph) -> Result<Vec<AttentionDecision>> {
                     causal: false,
                     mask: Vec::new(),
                     packed: None,
+                    k_rows: None,
                 });
                 continue;
             }
@@ -115,6 +123,22 @@ pub fn fuse(g: &mut Graph) -> Result<Vec<AttentionDecision>> {
             padding.push(node);
             y
         };
+        // K's rows written by a transpose of the model's Kᵀ (swapping its last two axes).
+        let k_rows = k_rows.map(|rank| {
+            let node = edit::fresh_name(g, &mut names, &format!("{name}.k_rows"));
+            let y = edit::fresh_name(g, &mut names, &format!("{}.rows", inputs[1]));
+            names.insert(y.clone());
+            let mut perm: Vec<usize> = (0..rank).collect();
+            perm.swap(rank - 2, rank - 1);
+            g.nodes.push(edit::node(
+                node.clone(),
+                Op::Transpose { perm: Some(perm) },
+                vec![Some(inputs[1].clone())],
+                y.clone(),
+            ));
+            inputs[1] = y;
+            node
+        });
         for (i, to, what) in [(0, pad_d, "pad_q"), (1, pad_d, "pad_k"), (2, pad_dv, "pad_v")] {
             if let Some((_, to)) = to {
                 inputs[i] = fit(g, &mut names, inputs[i].clone(), to, what);
@@ -168,6 +192,7 @@ pub fn fuse(g: &mut Graph) -> Result<Vec<AttentionDecision>> {
             causal,
             mask: mask_nodes,
             packed: None,
+            k_rows,
         });
     }
     if changed {
@@ -241,6 +266,8 @@ struct Fusable {
     mask: Option<MaskInput>,
     pad_d: Option<(usize, usize)>,
     pad_dv: Option<(usize, usize)>,
+    /// Kᵀ is a tensor of its own: a transpose of this rank writes K's rows for the kernel.
+    k_rows: Option<usize>,
 }
 
 /// The fused op and its inputs for core `a`, or why no attention kernel takes it.
@@ -267,13 +294,26 @@ fn fusable(g: &Graph, a: &Attention) -> std::result::Result<Fusable, String> {
     let identity: Vec<usize> = (0..r).collect();
     let (q, q_perm) = through(&a.q, r - 1).unwrap_or_else(|| (a.q.clone(), identity.clone()));
     let (v, v_perm) = through(&a.v, r - 1).unwrap_or_else(|| (a.v.clone(), identity.clone()));
-    let (k, mut k_perm) = through(&a.k_t, r - 2).ok_or_else(|| {
-        format!(
-            "Kᵀ '{}' is not a transpose of a tensor with the head dim last: the kernel reads K with its head dim \
-             contiguous",
-            a.k_t
-        )
-    })?;
+    let (k, mut k_perm, k_rows) = match through(&a.k_t, r - 2) {
+        Some((k, perm)) => (k, perm, None),
+        None => {
+            // A transpose kernel writes K's rows (reading and writing K once each) where that
+            // is less traffic than the scores kept on chip (written and read back twice:
+            // scores, probabilities): D < 2 S_q, or S_q known only at run time.
+            let (s_q, d) = (a.q_shape[r - 2].known(), a.q_shape[r - 1].known());
+            if rank_of(&a.k_t) != Some(r) || s_q.zip(d).is_some_and(|(s_q, d)| d >= 2 * s_q) {
+                return Err(format!(
+                    "Kᵀ '{}' is not a transpose of a tensor with the head dim last, and writing K's rows for the kernel \
+                     (which reads K with its head dim contiguous) moves more than the scores it keeps on chip",
+                    a.k_t
+                ));
+            }
+            // K = Kᵀ with its last two axes swapped, read as it is written: the identity.
+            let mut swapped: Vec<usize> = (0..r).collect();
+            swapped.swap(r - 2, r - 1);
+            (a.k_t.clone(), swapped, Some(r))
+        }
+    };
     k_perm.swap(r - 2, r - 1);
     for (what, t) in [("Q", &q), ("V", &v)] {
         if rank_of(t) != Some(r) {
@@ -387,7 +427,7 @@ fn fusable(g: &Graph, a: &Attention) -> std::result::Result<Fusable, String> {
         causal,
         packed: None,
     };
-    Ok(Fusable { op, inputs, mask, pad_d, pad_dv })
+    Ok(Fusable { op, inputs, mask, pad_d, pad_dv, k_rows })
 }
 
 /// Where the additive mask a fused kernel reads comes from.
