@@ -671,4 +671,35 @@ fn dropouts_with_masks_are_identities_in_inference() {
             assert_eq!(got[&outs[1]].to_f64_vec(), vec![1.0; 10], "all true");
         }
     }
+    // A training_mode input: a constant false is inference (an Identity); one given at run
+    // time stays with the host, which runs false as inference and refuses true.
+    for constant in [true, false] {
+        let mut b = GraphBuilder::new("dropout_training_mode");
+        let x = b.input("x", DType::F32, Shape::from_static(&[2, 5]));
+        let ratio = b.initializer("ratio", Tensor::scalar_f32(0.5));
+        let mode = if constant {
+            b.initializer("mode", Tensor::from_i64_as(DType::Bool, vec![], &[0]).unwrap())
+        } else {
+            b.input("mode", DType::Bool, Shape::from_static(&[]))
+        };
+        let outs = b.node_multi("drop", dropout(), &[&x, &ratio, &mode], 1);
+        b.output(&outs[0]);
+        let g = b.finish().unwrap();
+        let plan = bolt::plan::plan(&g).unwrap();
+        let on_host = plan.graph.nodes.iter().any(|n| n.op.op_type() == "Dropout");
+        assert_eq!(on_host, !constant, "constant training_mode: {constant}");
+        let x_val = common::random_tensor(&[2, 5], 4);
+        let mut feeds: HashMap<String, Tensor> = [("x".to_string(), x_val.clone())].into();
+        if !constant {
+            feeds.insert("mode".into(), Tensor::from_i64_as(DType::Bool, vec![], &[0]).unwrap());
+            let got = bolt::reference::run(&plan.graph, &feeds).unwrap();
+            assert_eq!(got[&outs[0]].to_f32_vec(), x_val.to_f32_vec());
+            feeds.insert("mode".into(), Tensor::from_i64_as(DType::Bool, vec![], &[1]).unwrap());
+            let err = bolt::reference::run(&plan.graph, &feeds).unwrap_err().to_string();
+            assert!(err.contains("'drop'") && err.contains("training_mode is true"), "{err}");
+        } else {
+            let got = bolt::reference::run(&plan.graph, &feeds).unwrap();
+            assert_eq!(got[&outs[0]].to_f32_vec(), x_val.to_f32_vec());
+        }
+    }
 }

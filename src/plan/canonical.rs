@@ -1030,7 +1030,7 @@ fn dropouts_in_inference(g: &mut Graph) -> usize {
             return None;
         }
         if let Some(t) = n.input(2) {
-            if constant(g, t)?.as_i64_vec()? != [0] {
+            if constant(g, t)?.to_f64_vec() != [0.0] {
                 return None;
             }
         }

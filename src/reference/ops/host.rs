@@ -155,9 +155,9 @@ pub fn eval(op_type: &str, attrs: &[(String, AttrValue)], inputs: &[Option<&Tens
 fn dropout(inputs: &[Option<&Tensor>]) -> OpResult {
     let x = req(inputs, 0)?;
     if let Some(t) = opt(inputs, 2) {
-        match t.as_i64_vec().as_deref() {
-            Some([0]) => {}
-            Some([_]) => return Err("training_mode is true: training draws random masks; Bolt runs inference".into()),
+        match t.to_f64_vec().as_slice() {
+            [v] if *v == 0.0 => {}
+            [_] => return Err("training_mode is true: training draws random masks; Bolt runs inference".into()),
             _ => return Err(format!("training_mode must be one bool, is {} {:?}", t.dtype(), t.shape)),
         }
     }
