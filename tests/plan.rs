@@ -583,17 +583,11 @@ fn vector_matrix_products_are_gemm_kernels() {
     }
 }
 
-/// LRN (AlexNet, GoogLeNet and ZFNet as caffe2 exported them) runs as a 1x1 conv of the
-/// squares with a band matrix plus element-wise kernels: the planned graph and the reference's
-/// own LRN both equal ONNX's formula computed here, with a window of even size (one channel
-/// before, two after) cut at the first and last channels, and an alpha large enough that
-/// every term of the sum shows.
-#[test]
-fn lrn_is_a_conv_of_the_squares_with_a_band_matrix() {
+/// An LRN node over `[n, c, 3, 4]` input `x`, and ONNX's formula for it in f64.
+fn lrn_case(size: usize, alpha: f32, beta: f32, bias: f32) -> (Graph, impl Fn(&[f32]) -> Vec<f32>) {
     use bolt::ir::builder::GraphBuilder;
     use bolt::ir::{AttrValue, DType, Shape};
     let (n, c, hw) = (2, 7, 12);
-    let (size, alpha, beta, bias) = (4usize, 3.0f32, 0.75f32, 1.5f32);
     let lrn = Op::Opaque {
         domain: String::new(),
         op_type: "LRN".into(),
@@ -609,35 +603,65 @@ fn lrn_is_a_conv_of_the_squares_with_a_band_matrix() {
     let x = b.input("x", DType::F32, Shape::from_static(&[n, c, 3, 4]));
     let y = b.node("lrn", lrn, &[&x]);
     b.output(&y);
-    let g = b.finish().unwrap();
+    let formula = move |v: &[f32]| {
+        let at = |b: usize, ch: usize, p: usize| f64::from(v[(b * c + ch) * hw + p]);
+        let mut want = vec![0.0f32; v.len()];
+        for bt in 0..n {
+            for ch in 0..c {
+                for p in 0..hw {
+                    // ONNX: channels from c - floor((size - 1) / 2) to c + ceil((size - 1) / 2).
+                    let lo = ch.saturating_sub((size - 1) / 2);
+                    let hi = (ch + (size - 1).div_ceil(2)).min(c - 1);
+                    let sum: f64 = (lo..=hi).map(|k| at(bt, k, p) * at(bt, k, p)).sum();
+                    let d = (f64::from(bias) + f64::from(alpha) / size as f64 * sum).powf(f64::from(beta));
+                    want[(bt * c + ch) * hw + p] = (at(bt, ch, p) / d) as f32;
+                }
+            }
+        }
+        want
+    };
+    (b.finish().unwrap(), formula)
+}
+
+/// LRN (AlexNet, GoogLeNet and ZFNet as caffe2 exported them) runs as a 1x1 conv of the
+/// scaled squares with a band matrix plus element-wise kernels: the planned graph and the
+/// reference's own LRN both equal ONNX's formula computed here, with a window of even size
+/// (one channel before, two after) cut at the first and last channels, and an alpha large
+/// enough that every term of the sum shows. At f16, with AlexNet's parameters and activations
+/// in the hundreds (whose squares f16 cannot hold), it is still right: the squares are scaled
+/// before they are stored.
+#[test]
+fn lrn_is_a_conv_of_the_squares_with_a_band_matrix() {
+    let (g, formula) = lrn_case(4, 3.0, 0.75, 1.5);
     let plan = bolt::plan::plan(&g).unwrap();
     let anchors: Vec<&str> = plan.partitioning.partitions.iter().map(|p| p.anchor.as_str()).collect();
     assert_eq!(anchors, ["lrn"]);
     assert!(plan.graph.nodes.iter().all(|n| !n.op.is_opaque()), "nothing left to the host");
-
-    let input = common::random_tensor(&[n, c, 3, 4], 7);
-    let v = input.to_f32_vec();
-    let at = |b: usize, ch: usize, p: usize| f64::from(v[(b * c + ch) * hw + p]);
-    let mut want = vec![0.0f32; v.len()];
-    for bt in 0..n {
-        for ch in 0..c {
-            for p in 0..hw {
-                // ONNX: channels from c - floor((size - 1) / 2) to c + ceil((size - 1) / 2).
-                let lo = ch.saturating_sub((size - 1) / 2);
-                let hi = (ch + (size - 1).div_ceil(2)).min(c - 1);
-                let sum: f64 = (lo..=hi).map(|k| at(bt, k, p) * at(bt, k, p)).sum();
-                let d = (f64::from(bias) + f64::from(alpha) / size as f64 * sum).powf(f64::from(beta));
-                want[(bt * c + ch) * hw + p] = (at(bt, ch, p) / d) as f32;
-            }
-        }
-    }
-    let want = Tensor::from_f32(vec![n, c, 3, 4], want);
+    let input = common::random_tensor(&[2, 7, 3, 4], 7);
+    let want = Tensor::from_f32(input.shape.clone(), formula(&input.to_f32_vec()));
     let feeds: HashMap<String, Tensor> = [("x".to_string(), input)].into();
     for (what, graph) in [("reference", &g), ("planned", &plan.graph)] {
         let got = bolt::reference::run(graph, &feeds).unwrap();
-        let check = compare(&y, &got[&y], &want, Tolerance { rtol: 1e-5, atol: 1e-6 });
+        let check = compare("lrn_out", &got["lrn_out"], &want, Tolerance { rtol: 1e-5, atol: 1e-6 });
         assert!(check.failure.is_none(), "{what}: {:?}", check.failure);
     }
+
+    let (g, formula) = lrn_case(5, 1e-4, 0.75, 1.0);
+    let g16 = bolt::ir::precision::convert_floats(&g, bolt::ir::DType::F16).unwrap();
+    let plan = bolt::plan::plan(&g16).unwrap();
+    let big: Vec<f64> = common::random_tensor(&[2, 7, 3, 4], 8).to_f64_vec().iter().map(|v| 400.0 * v).collect();
+    let input = Tensor::from_f64_as(bolt::ir::DType::F16, vec![2, 7, 3, 4], &big).unwrap();
+    assert!(input.to_f32_vec().iter().any(|v| v * v > 65504.0), "squares past f16's range");
+    let want = formula(&input.to_f32_vec());
+    let want = Tensor::from_f64_as(
+        bolt::ir::DType::F16,
+        input.shape.clone(),
+        &want.iter().map(|&v| f64::from(v)).collect::<Vec<_>>(),
+    )
+    .unwrap();
+    let got = bolt::reference::run(&plan.graph, &[("x".to_string(), input)].into()).unwrap();
+    let check = compare("lrn_out", &got["lrn_out"], &want, Tolerance { rtol: 1e-2, atol: 1e-2 });
+    assert!(check.failure.is_none(), "f16: {:?}", check.failure);
 }
 
 /// A Dropout with a mask output (caffe2 names one on every Dropout) is its input in inference:

@@ -1040,9 +1040,10 @@ fn dropouts_in_inference(g: &mut Graph) -> usize {
 
 /// LRN of NCHW data (AlexNet, GoogLeNet and ZFNet as caffe2 exported them) over a known
 /// number of channels: `x / (bias + alpha / size * S)^beta`, where the channel-window sum of
-/// squares S is a 1x1 conv of `x * x` with a constant band matrix (1 where an input channel is
-/// in the output channel's window). The conv runs as a GEMM kernel (its bias and scale in the
-/// weights and epilogue), the rest stitches.
+/// squares S is a 1x1 conv with a constant band matrix (1 where an input channel is in the
+/// output channel's window, the bias on every channel) of the squares already scaled by
+/// `alpha / size`: scaled before they are stored, squares of activations in the hundreds do not
+/// overflow f16. The conv runs as a GEMM kernel, the rest stitches.
 fn lrn_as_conv(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
     use crate::ir::{AttrValue, Binary};
     rewrite_each(g, |g, n| {
@@ -1069,12 +1070,11 @@ fn lrn_as_conv(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
         }
         let c = shape.0[1].known()?;
         let (before, after) = ((size - 1) / 2, size - 1 - (size - 1) / 2);
-        // W[o, i] = alpha / size where i is in o's window; bias on every output channel.
-        let scale = alpha / size as f64;
+        // W[o, i] = 1 where i is in o's window.
         let mut w = vec![0.0; c * c];
         for o in 0..c {
             for i in o.saturating_sub(before)..=(o + after).min(c - 1) {
-                w[o * c + i] = scale;
+                w[o * c + i] = 1.0;
             }
         }
         let spatial = vec![1; shape.rank() - 2];
@@ -1086,8 +1086,12 @@ fn lrn_as_conv(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
         g.initializers.insert(bname.clone(), Arc::new(Tensor::from_f64_as(ty.dtype, vec![c], &vec![bias; c])?));
         let ename = fresh_name(g, taken, &format!("{}.beta", n.name));
         g.initializers.insert(ename.clone(), Arc::new(Tensor::from_f64_as(ty.dtype, vec![], &[beta])?));
-        let (sq, sum, pw) = (
+        let sname = fresh_name(g, taken, &format!("{}.scale", n.name));
+        let scale = alpha / size as f64;
+        g.initializers.insert(sname.clone(), Arc::new(Tensor::from_f64_as(ty.dtype, vec![], &[scale])?));
+        let (sq, scaled, sum, pw) = (
             fresh_name(g, taken, &format!("{}.squares", n.name)),
+            fresh_name(g, taken, &format!("{}.scaled_squares", n.name)),
             fresh_name(g, taken, &format!("{}.sums", n.name)),
             fresh_name(g, taken, &format!("{}.denominator", n.name)),
         );
@@ -1099,11 +1103,17 @@ fn lrn_as_conv(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
             auto_pad: AutoPad::NotSet,
         };
         let name = |stem: &str, taken: &mut HashSet<String>| fresh_name(g, taken, &format!("{}.{stem}", n.name));
-        let (square, pow) = (name("square", taken), name("pow", taken));
+        let (square, scale_node, pow) = (name("square", taken), name("scale", taken), name("pow", taken));
         Some(vec![
             node(square, Op::Binary(Binary::Mul), vec![Some(x.to_string()), Some(x.to_string())], sq.clone()),
+            node(scale_node, Op::Binary(Binary::Mul), vec![Some(sq), Some(sname)], scaled.clone()),
             // The conv keeps the node's name (hosts map kernels back to model nodes by name).
-            node(n.name.clone(), Op::Conv { window, group: 1 }, vec![Some(sq), Some(wname), Some(bname)], sum.clone()),
+            node(
+                n.name.clone(),
+                Op::Conv { window, group: 1 },
+                vec![Some(scaled), Some(wname), Some(bname)],
+                sum.clone(),
+            ),
             node(pow, Op::Binary(Binary::Pow), vec![Some(sum), Some(ename)], pw.clone()),
             node(
                 fresh_name(g, taken, &format!("{}.normalise", n.name)),
