@@ -136,6 +136,12 @@ fn test_models_leave_only_shape_computations_and_copies_to_the_host() {
         "terrain_unet",
         // caffe2's GoogLeNet: LRN as a conv of the squares, a Dropout with a mask output.
         "googlenet_caffe2",
+        // keras2onnx's speech-quality net: its log-power spectrogram (Pow, Log, Sqrt) stitched.
+        "dnsmos_p835",
+        // tf2onnx's embeddings of float ids: the Cast to ids and each lookup are kernels.
+        "deepcut",
+        // A decoder step whose attention weights' output is declared [1, 11] at any length.
+        "thai2rom_decoder",
     ];
     for name in models {
         let Some(dir) = common::testdata(&format!("models/{name}")) else { return };

@@ -716,6 +716,32 @@ fn embedding_lookups_stitch_with_what_follows() {
     }
 }
 
+/// A lookup by ids the graph computes (tf2onnx's Keras embeddings take float ids and Cast them
+/// to int64) reads them one per row from memory: the Cast is a stitched kernel and the lookup
+/// starts one of its own, instead of the lookup staying on the host. The planned graph equals
+/// the model on the reference (the rewriting; each region's meaning is checked above).
+#[test]
+fn a_lookup_by_computed_ids_starts_a_region_of_its_own() {
+    let mut b = GraphBuilder::new("float_ids");
+    let x = b.input("x", DType::F32, Shape::from_static(&[6, 21]));
+    let table = b.initializer("table", random(&[17, 8], 3));
+    let ids = b.node("cast", Op::Cast { to: DType::I64, saturate: true }, &[&x]);
+    let e = b.node("lookup", Op::Gather { axis: 0 }, &[&table, &ids]);
+    let y = b.node("relu", Op::Unary(Unary::Relu), &[&e]);
+    b.output(&y);
+    let g = b.finish().unwrap();
+    let plan = bolt::plan::plan(&g).unwrap();
+    let stitched: Vec<&Vec<String>> = plan.stitched.iter().filter(|d| d.stitched.is_some()).map(|d| &d.nodes).collect();
+    assert!(stitched.iter().any(|n| n.contains(&"cast".to_string())), "{:?}", plan.stitched);
+    assert!(stitched.iter().any(|n| n.contains(&"lookup".to_string())), "{:?}", plan.stitched);
+    let ops: Vec<&str> = plan.graph.nodes.iter().map(|n| n.op.op_type()).collect();
+    assert!(ops.iter().all(|o| *o == "BoltStitched"), "{ops:?}");
+    let ids: Vec<f32> = (0..6 * 21).map(|i| ((i * 5) % 17) as f32).collect();
+    let feeds = HashMap::from([("x".to_string(), Tensor::from_f32(vec![6, 21], ids))]);
+    let (want, got) = (bolt::reference::run(&g, &feeds).unwrap(), bolt::reference::run(&plan.graph, &feeds).unwrap());
+    assert_eq!(want[&y].to_f32_vec(), got[&y].to_f32_vec());
+}
+
 /// A HuggingFace-style encoder layer from token ids, as its exports write it: embeddings
 /// (Gathers of the word table by the ids and of the position table by a slice of the position
 /// ids buffer up to the length, added, LayerNorm), the int64 attention mask made

@@ -266,7 +266,7 @@ fn import_graph(g: &proto::GraphProto, opset: i64, base_dir: Option<&Path>, scop
             Ok(ops::Parsed::Op(op)) => op,
             Ok(ops::Parsed::Opaque(why)) => {
                 let mut attrs = attrs::Attrs::new(n).generic();
-                if op_type == "If" && !attrs.iter().any(|(_, v)| v.holds_graph()) {
+                if op_type == "If" && !crate::ir::Attrs(&attrs).hold_graph() {
                     attrs.push(("then_branch".into(), crate::ir::AttrValue::Unsupported("graph".into())));
                 }
                 Op::Opaque { domain: n.domain().to_string(), op_type: op_type.clone(), attrs, why: why.into() }
@@ -515,10 +515,7 @@ fn legacy_softmax_on_last_axis(graph: &mut Graph) -> bool {
         if !(domain.is_empty() || domain == "ai.onnx") || graph.opset >= 13 {
             continue;
         }
-        let axis = attrs.iter().find(|(k, _)| k == "axis").map_or(Some(1), |(_, v)| match v {
-            crate::ir::AttrValue::Int(a) => Some(*a),
-            _ => None,
-        });
+        let axis = crate::ir::Attrs(attrs).int_or("axis", 1);
         let shape = n.input(0).and_then(|x| graph.types.get(x)).and_then(|t| t.shape.as_ref());
         let rank = shape.map(Shape::rank);
         if let (Some(axis), Some(rank), Some(shape)) = (axis, rank, shape) {

@@ -54,6 +54,12 @@ impl Graph {
         self.types.get(name)
     }
 
+    /// Whether a node runs subgraphs that read the graph's values without naming them as inputs
+    /// (an opaque If, Loop or Scan): where one does, no value is known to be unread.
+    pub fn has_opaque_subgraphs(&self) -> bool {
+        self.nodes.iter().any(|n| n.op.attrs().hold_graph())
+    }
+
     /// Reorders nodes topologically (stable for already-sorted graphs) and checks that every
     /// input is produced exactly once: by a node, a graph input or an initializer.
     pub fn sort_and_check(&mut self) -> Result<()> {

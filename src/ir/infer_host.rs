@@ -23,24 +23,6 @@ pub struct HostOutputs {
     pub dims: Option<Vec<Dim>>,
 }
 
-fn attr<'a>(attrs: &'a [(String, AttrValue)], name: &str) -> Option<&'a AttrValue> {
-    attrs.iter().find(|(n, _)| n == name).map(|(_, v)| v)
-}
-
-fn attr_int(attrs: &[(String, AttrValue)], name: &str) -> Option<i64> {
-    match attr(attrs, name) {
-        Some(AttrValue::Int(i)) => Some(*i),
-        _ => None,
-    }
-}
-
-fn attr_ints(attrs: &[(String, AttrValue)], name: &str) -> Option<Vec<i64>> {
-    match attr(attrs, name) {
-        Some(AttrValue::Ints(v)) => Some(v.clone()),
-        _ => None,
-    }
-}
-
 fn info<'a>(infos: &[Option<InputInfo<'a>>], i: usize) -> Option<InputInfo<'a>> {
     infos.get(i).copied().flatten()
 }
@@ -182,7 +164,7 @@ pub fn infer_host(
         }
         "Split" => split(attrs, infos, n_out),
         "Pad" => {
-            let pads = ints(infos, 1).or_else(|| attr_ints(attrs, "pads"));
+            let pads = ints(infos, 1).or_else(|| Attrs(attrs).ints("pads").map(<[i64]>::to_vec));
             let axes = ints(infos, 3);
             one(x.map(|t| {
                 let shape = t.shape.as_ref().map(|s| {
@@ -211,12 +193,15 @@ pub fn infer_host(
         }
         "ReduceSum" | "ReduceMax" | "ReduceMin" | "ReduceProd" | "ReduceL1" | "ReduceL2" | "ReduceLogSum"
         | "ReduceLogSumExp" | "ReduceSumSquare" | "ReduceMean" => {
-            let keep = attr_int(attrs, "keepdims").unwrap_or(1) != 0;
-            let noop = attr_int(attrs, "noop_with_empty_axes").unwrap_or(0) != 0;
+            let keep = Attrs(attrs).int("keepdims").unwrap_or(1) != 0;
+            let noop = Attrs(attrs).int("noop_with_empty_axes").unwrap_or(0) != 0;
             // Axes as an attribute (older opsets) or as a constant input; a run-time axes
             // input leaves only the rank known (with keepdims).
-            let axes =
-                attr_ints(attrs, "axes").or_else(|| ints(infos, 1)).or_else(|| info(infos, 1).is_none().then(Vec::new));
+            let axes = Attrs(attrs)
+                .ints("axes")
+                .map(<[i64]>::to_vec)
+                .or_else(|| ints(infos, 1))
+                .or_else(|| info(infos, 1).is_none().then(Vec::new));
             one(x.map(|t| TensorType {
                 dtype: t.dtype,
                 shape: t.shape.as_ref().and_then(|s| match &axes {
@@ -227,8 +212,8 @@ pub fn infer_host(
             }))
         }
         "ArgMax" | "ArgMin" => {
-            let keep = attr_int(attrs, "keepdims").unwrap_or(1) != 0;
-            let axis = attr_int(attrs, "axis").unwrap_or(0);
+            let keep = Attrs(attrs).int("keepdims").unwrap_or(1) != 0;
+            let axis = Attrs(attrs).int("axis").unwrap_or(0);
             one(Some(TensorType {
                 dtype: DType::I64,
                 shape: x.and_then(|t| t.shape.as_ref()).and_then(|s| reduced(s, &[axis], keep, false)),
@@ -243,7 +228,7 @@ pub fn infer_host(
             }),
         })),
         "ConstantOfShape" => {
-            let (dtype, fill) = match attr(attrs, "value") {
+            let (dtype, fill) = match Attrs(attrs).get("value") {
                 Some(AttrValue::Tensor(t)) => (t.dtype(), Some(t.clone())),
                 _ => (DType::F32, None),
             };
@@ -304,9 +289,9 @@ pub fn infer_host(
             // K: a constant, else a dim from shape arithmetic, else TopK-1's attribute.
             let k = match info(infos, 1) {
                 Some(_) => dims(infos, 1).filter(|d| d.len() == 1).map(|d| d[0].clone()),
-                None => attr_int(attrs, "k").filter(|&k| k >= 0).map(|k| Dim::Known(k as usize)),
+                None => Attrs(attrs).int("k").filter(|&k| k >= 0).map(|k| Dim::Known(k as usize)),
             };
-            let axis = attr_int(attrs, "axis").unwrap_or(-1);
+            let axis = Attrs(attrs).int("axis").unwrap_or(-1);
             let s = x.and_then(|t| t.shape.as_ref()).and_then(|s| {
                 let a = norm_axis(axis, s.rank(), false).ok()?;
                 let mut d = s.0.clone();
@@ -318,11 +303,11 @@ pub fn infer_host(
         "GatherElements" => one(x.and_then(|t| with_shape(t.dtype, shape(infos, 1).cloned()))),
         "GatherND" => one(x.map(|t| TensorType { dtype: t.dtype, shape: gather_nd(attrs, infos) })),
         "EyeLike" => {
-            let d = attr_int(attrs, "dtype").map(|c| DType::from_onnx(c as i32));
+            let d = Attrs(attrs).int("dtype").map(|c| DType::from_onnx(c as i32));
             one(x.map(|t| TensorType { dtype: d.unwrap_or(t.dtype), shape: t.shape.clone() }))
         }
         "SpaceToDepth" => {
-            let b = attr_int(attrs, "blocksize").filter(|&b| b > 0).map(|b| b as usize);
+            let b = Attrs(attrs).int("blocksize").filter(|&b| b > 0).map(|b| b as usize);
             one(x.map(|t| TensorType {
                 dtype: t.dtype,
                 shape: t.shape.as_ref().filter(|s| s.rank() == 4).map(|s| {
@@ -351,7 +336,7 @@ pub fn infer_host(
                 _ => Dim::Unknown,
             };
             let shape = shape(infos, 0).and_then(|s| {
-                let a = norm_axis(attr_int(attrs, "axis").unwrap_or(-1), s.rank() + 1, false).ok()?;
+                let a = norm_axis(Attrs(attrs).int("axis").unwrap_or(-1), s.rank() + 1, false).ok()?;
                 let mut d = s.0.clone();
                 d.insert(a, depth);
                 Some(Shape(d))
@@ -396,7 +381,7 @@ pub fn infer_host(
             dtype: DType::I32,
             shape: match (shape(infos, 0), shape(infos, 1), Window::from_attrs(attrs)) {
                 (Some(a), Some(w), Ok(window)) => {
-                    let group = attr_int(attrs, "group").filter(|&g| g > 0).unwrap_or(1) as usize;
+                    let group = Attrs(attrs).int("group").filter(|&g| g > 0).unwrap_or(1) as usize;
                     conv_shape(a, w, &window, group).ok()
                 }
                 _ => None,
@@ -418,14 +403,14 @@ pub fn infer_host(
 
 /// QuantizeLinear's and DequantizeLinear's `output_dtype` attribute (0: not given).
 fn output_dtype(attrs: &[(String, AttrValue)]) -> Option<DType> {
-    attr_int(attrs, "output_dtype").filter(|&c| c != 0).map(|c| DType::from_onnx(c as i32))
+    Attrs(attrs).int("output_dtype").filter(|&c| c != 0).map(|c| DType::from_onnx(c as i32))
 }
 
 /// GatherND's output: the index tuples' leading shape, then the data's dims after the batch
 /// axes and the `k` the tuples index (k: the indices' last dim, which must be known).
 fn gather_nd(attrs: &[(String, AttrValue)], infos: &[Option<InputInfo>]) -> Option<Shape> {
     let (data, idx) = (shape(infos, 0)?, shape(infos, 1)?);
-    let b = usize::try_from(attr_int(attrs, "batch_dims").unwrap_or(0)).ok()?;
+    let b = usize::try_from(Attrs(attrs).int("batch_dims").unwrap_or(0)).ok()?;
     let k = idx.0.last()?.known()?;
     let rest = data.0.get(b + k..)?;
     Some(Shape([&idx.0[..idx.rank() - 1], rest].concat()))
@@ -435,7 +420,7 @@ fn gather_nd(attrs: &[(String, AttrValue)], infos: &[Option<InputInfo>]) -> Opti
 /// operands that hold it (numpy broadcasting: a 1 yields to the other size).
 fn einsum(attrs: &[(String, AttrValue)], infos: &[Option<InputInfo>]) -> Option<TensorType> {
     let dtype = ty(infos, 0)?.dtype;
-    let Some(AttrValue::String(eq)) = attr(attrs, "equation") else { return None };
+    let Some(AttrValue::String(eq)) = Attrs(attrs).get("equation") else { return None };
     let shapes: Vec<Option<&Shape>> = (0..infos.len()).map(|i| shape(infos, i)).collect();
     let ranks: Vec<Option<usize>> = shapes.iter().map(|s| s.map(Shape::rank)).collect();
     let spec = super::einsum::parse(&String::from_utf8_lossy(eq), &ranks).ok()?;
@@ -471,7 +456,7 @@ fn dft(attrs: &[(String, AttrValue)], infos: &[Option<InputInfo>]) -> Option<Sha
     };
     let a = usize::try_from(if axis < 0 { axis + r as i64 } else { axis }).ok().filter(|&a| a + 1 < r)?;
     let (inverse, onesided) =
-        (attr_int(attrs, "inverse").unwrap_or(0) != 0, attr_int(attrs, "onesided").unwrap_or(0) != 0);
+        (Attrs(attrs).int("inverse").unwrap_or(0) != 0, Attrs(attrs).int("onesided").unwrap_or(0) != 0);
     let n = match info(infos, 1) {
         Some(_) => positive(infos, 1).map(Dim::Known).unwrap_or(Dim::Unknown),
         None if inverse && onesided => {
@@ -505,15 +490,15 @@ fn stft(attrs: &[(String, AttrValue)], infos: &[Option<InputInfo>]) -> Option<Sh
         (Some(len), Some(step), Some(f)) if f <= len => Dim::Known((len - f) / step + 1),
         _ => Dim::Unknown,
     };
-    let onesided = attr_int(attrs, "onesided").unwrap_or(1) != 0;
+    let onesided = Attrs(attrs).int("onesided").unwrap_or(1) != 0;
     let bins = frame.map_or(Dim::Unknown, |f| Dim::Known(if onesided { f / 2 + 1 } else { f }));
     Some(Shape(vec![s.0[0].clone(), frames, bins, Dim::Known(2)]))
 }
 
 fn split(attrs: &[(String, AttrValue)], infos: &[Option<InputInfo>], n_out: usize) -> Vec<Option<TensorType>> {
     let Some(t) = ty(infos, 0) else { return vec![] };
-    let axis = attr_int(attrs, "axis").unwrap_or(0);
-    let sizes = ints(infos, 1).or_else(|| attr_ints(attrs, "split"));
+    let axis = Attrs(attrs).int("axis").unwrap_or(0);
+    let sizes = ints(infos, 1).or_else(|| Attrs(attrs).ints("split").map(<[i64]>::to_vec));
     (0..n_out)
         .map(|k| {
             let shape = t.shape.as_ref().and_then(|s| {
@@ -540,12 +525,12 @@ fn split(attrs: &[(String, AttrValue)], infos: &[Option<InputInfo>], n_out: usiz
 /// hidden] (layout 1), Y_h and Y_c [dirs, batch, hidden] or [batch, dirs, hidden].
 fn recurrent(attrs: &[(String, AttrValue)], infos: &[Option<InputInfo>], lstm: bool) -> Vec<Option<TensorType>> {
     let Some(t) = ty(infos, 0) else { return vec![] };
-    let dirs = match attr(attrs, "direction") {
+    let dirs = match Attrs(attrs).get("direction") {
         Some(AttrValue::String(s)) if s == b"bidirectional" => 2,
         _ => 1,
     };
-    let hidden = attr_int(attrs, "hidden_size").filter(|&h| h > 0).map_or(Dim::Unknown, |h| Dim::Known(h as usize));
-    let batch_major = attr_int(attrs, "layout").unwrap_or(0) != 0;
+    let hidden = Attrs(attrs).int("hidden_size").filter(|&h| h > 0).map_or(Dim::Unknown, |h| Dim::Known(h as usize));
+    let batch_major = Attrs(attrs).int("layout").unwrap_or(0) != 0;
     recurrent_types(t, dirs, hidden, batch_major, lstm)
 }
 

@@ -728,6 +728,75 @@ impl AttrValue {
     }
 }
 
+/// An opaque node's attributes read by name: the one reader the importer's rewrites, shape
+/// inference, the planner's rewrites and the reference executor share. A getter answers
+/// `None` for an attribute that is absent or of another type; the `_or` getters give ONNX's
+/// default for an absent one and still `None` for one of another type (a model this reading
+/// does not understand is left alone, not guessed at).
+#[derive(Clone, Copy, Debug)]
+pub struct Attrs<'a>(pub &'a [(String, AttrValue)]);
+
+impl<'a> Attrs<'a> {
+    pub fn get(&self, name: &str) -> Option<&'a AttrValue> {
+        self.0.iter().find(|(n, _)| n == name).map(|(_, v)| v)
+    }
+
+    /// Whether the attribute is present at all (some ops' meaning changes with that).
+    pub fn has(&self, name: &str) -> bool {
+        self.get(name).is_some()
+    }
+
+    pub fn int(&self, name: &str) -> Option<i64> {
+        match self.get(name) {
+            Some(AttrValue::Int(i)) => Some(*i),
+            _ => None,
+        }
+    }
+
+    pub fn ints(&self, name: &str) -> Option<&'a [i64]> {
+        match self.get(name) {
+            Some(AttrValue::Ints(v)) => Some(v),
+            _ => None,
+        }
+    }
+
+    pub fn float(&self, name: &str) -> Option<f64> {
+        match self.get(name) {
+            Some(AttrValue::Float(f)) => Some(f64::from(*f)),
+            _ => None,
+        }
+    }
+
+    /// A string attribute (ONNX strings are bytes; read as UTF-8, lossily).
+    pub fn string(&self, name: &str) -> Option<String> {
+        match self.get(name) {
+            Some(AttrValue::String(s)) => Some(String::from_utf8_lossy(s).into_owned()),
+            _ => None,
+        }
+    }
+
+    pub fn int_or(&self, name: &str, default: i64) -> Option<i64> {
+        if self.has(name) {
+            self.int(name)
+        } else {
+            Some(default)
+        }
+    }
+
+    pub fn float_or(&self, name: &str, default: f32) -> Option<f64> {
+        if self.has(name) {
+            self.float(name)
+        } else {
+            Some(f64::from(default))
+        }
+    }
+
+    /// Whether one of them is a subgraph (see [`AttrValue::holds_graph`]).
+    pub fn hold_graph(&self) -> bool {
+        self.0.iter().any(|(_, v)| v.holds_graph())
+    }
+}
+
 /// One operator with its attributes. Inputs and outputs live on the [`super::Node`].
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Op {
@@ -927,6 +996,14 @@ pub const OLDER_SEMANTICS: &str = "this opset's version of the operator has sema
 pub const HOST_COMPUTED: &str = "a host-only op: Bolt compiles no kernel for it (the reference executor computes it)";
 
 impl Op {
+    /// An opaque node's attributes (none for typed operators, whose fields hold them).
+    pub fn attrs(&self) -> Attrs<'_> {
+        match self {
+            Op::Opaque { attrs, .. } => Attrs(attrs),
+            _ => Attrs(&[]),
+        }
+    }
+
     /// The ONNX op_type this operator came from.
     pub fn op_type(&self) -> &str {
         match self {

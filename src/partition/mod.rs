@@ -208,7 +208,7 @@ pub fn shape_computations(g: &Graph) -> HashSet<usize> {
         let (from_metadata, from_shape) = match &n.op {
             Op::Shape { .. } => (true, true),
             // Control flow (If, Loop, Scan) runs subgraphs that may read any outer value.
-            Op::Opaque { attrs, .. } if attrs.iter().any(|(_, a)| a.holds_graph()) => (false, false),
+            _ if n.op.attrs().hold_graph() => (false, false),
             _ => (inputs().all(|x| meta.contains(x.as_str())), inputs().any(|x| shaped.contains(x.as_str()))),
         };
         if !from_metadata || n.outputs.is_empty() {

@@ -705,10 +705,9 @@ fn region(
                 return Err(RegionError::Node(i, format!("'{}' lacks an input", n.name)));
             };
             if producer.get(ids).is_some_and(|p| set.contains(p)) {
-                return Err(RegionError::Node(
-                    i,
-                    format!("Gather '{}': its indices are computed in the region", n.name),
-                ));
+                // Indices are read one per row from memory (tf2onnx's Cast of float ids to
+                // int64 before an embedding): the lookup starts a region of its own.
+                return Err(RegionError::Cut(i, "a Gather whose indices the region computes"));
             }
             for (x, rows) in [(table, false), (ids, true)] {
                 r.inputs.push(x.to_string());

@@ -191,10 +191,7 @@ fn fold_known_values(g: &mut Graph) -> Result<usize> {
     // What fed only folded nodes (the Shape of a tensor of symbolic batch whose one known dim
     // was used) is read by nobody now. Subgraphs (If, Loop) read the graph's values without
     // naming them as inputs: with one, nothing is known dead.
-    let subgraphs = g.nodes.iter().any(|n| match &n.op {
-        Op::Opaque { attrs, .. } => attrs.iter().any(|(_, v)| v.holds_graph()),
-        _ => false,
-    });
+    let subgraphs = g.has_opaque_subgraphs();
     while !subgraphs {
         let used: HashSet<&String> = g.nodes.iter().flat_map(|n| n.inputs.iter().flatten()).chain(&g.outputs).collect();
         let dead: HashSet<String> = g
@@ -277,8 +274,8 @@ fn quantize_dequantize_pairs(g: &mut Graph, taken: &mut HashSet<String>) -> usiz
     let readers = super::edit::consumers(g);
     // The per-tensor (scale, zero point, zero point's type) of a Q or DQ node, if constant.
     let params = |g: &Graph, n: &crate::ir::Node| -> Option<(f64, i64, DType)> {
-        let Op::Opaque { domain, attrs, .. } = &n.op else { return None };
-        let plain = |k: &str| attrs.iter().all(|(name, v)| name != k || matches!(v, crate::ir::AttrValue::Int(0)));
+        let Op::Opaque { domain, .. } = &n.op else { return None };
+        let plain = |k: &str| n.op.attrs().int_or(k, 0) == Some(0);
         if !domain.is_empty() || !plain("block_size") || !plain("precision") || !plain("output_dtype") {
             return None;
         }
@@ -818,7 +815,7 @@ fn merge_reduced_axes(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
 fn instance_norms_as_row_reductions(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
     use crate::ir::{Binary, ReduceKind, Unary};
     rewrite_each(g, |g, n| {
-        let Op::Opaque { domain, op_type, attrs, .. } = &n.op else { return None };
+        let Op::Opaque { domain, op_type, .. } = &n.op else { return None };
         if !(domain.is_empty() || domain == "ai.onnx") || op_type != "InstanceNormalization" {
             return None;
         }
@@ -831,13 +828,7 @@ fn instance_norms_as_row_reductions(g: &mut Graph, taken: &mut HashSet<String>) 
         }
         let per_channel = |name: &str| constant(g, name).filter(|t| t.len() == c).map(|t| t.to_f64_vec());
         let (scale, bias) = (per_channel(n.input(1)?)?, per_channel(n.input(2)?)?);
-        let epsilon = attrs
-            .iter()
-            .find_map(|(k, v)| match (k.as_str(), v) {
-                ("epsilon", crate::ir::AttrValue::Float(e)) => Some(f64::from(*e)),
-                _ => None,
-            })
-            .unwrap_or(1e-5);
+        let epsilon = n.op.attrs().float_or("epsilon", 1e-5)?;
         let mut name = |stem: &str| fresh_name(g, taken, &format!("{}.{stem}", n.name));
         let [merged, mean, centred, squares, var, shifted, sd, normed, scaled, out, shape_of, back] = [
             "merged", "mean", "centred", "squares", "var", "var_eps", "sd", "normed", "scaled", "rows", "shape", "back",
@@ -900,14 +891,11 @@ fn instance_norms_as_row_reductions(g: &mut Graph, taken: &mut HashSet<String>) 
 /// transposes and reshapes that change nothing are left out.
 fn einsums_as_matmuls(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
     rewrite_each(g, |g, n| {
-        let Op::Opaque { domain, op_type, attrs, .. } = &n.op else { return None };
+        let Op::Opaque { domain, op_type, .. } = &n.op else { return None };
         if !(domain.is_empty() || domain == "ai.onnx") || op_type != "Einsum" || n.inputs.len() != 2 {
             return None;
         }
-        let equation = attrs.iter().find_map(|(k, v)| match (k.as_str(), v) {
-            ("equation", crate::ir::AttrValue::String(s)) => Some(String::from_utf8_lossy(s).into_owned()),
-            _ => None,
-        })?;
+        let equation = n.op.attrs().string("equation")?;
         let (a, b, [y]) = (n.input(0)?, n.input(1)?, &n.outputs[..]) else { return None };
         let shape = |t: &str| g.types.get(t).and_then(|t| t.shape.clone());
         // Element types of GEMM kernels (a MatMul of others would stay on the host anyway).
@@ -1013,11 +1001,7 @@ fn einsums_as_matmuls(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
 /// constant false: inference, as onnxruntime runs it. Subgraphs read values without naming
 /// them as inputs: with one, a mask may be read, and the Dropout stays.
 fn dropouts_in_inference(g: &mut Graph) -> usize {
-    let subgraphs = g.nodes.iter().any(|n| match &n.op {
-        Op::Opaque { attrs, .. } => attrs.iter().any(|(_, v)| v.holds_graph()),
-        _ => false,
-    });
-    if subgraphs {
+    if g.has_opaque_subgraphs() {
         return 0;
     }
     let read: HashSet<String> = super::edit::read_tensors(g).into_iter().map(str::to_string).collect();
@@ -1045,23 +1029,15 @@ fn dropouts_in_inference(g: &mut Graph) -> usize {
 /// `alpha / size`: scaled before they are stored, squares of activations in the hundreds do not
 /// overflow f16. The conv runs as a GEMM kernel, the rest stitches.
 fn lrn_as_conv(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
-    use crate::ir::{AttrValue, Binary};
+    use crate::ir::Binary;
     rewrite_each(g, |g, n| {
-        let Op::Opaque { domain, op_type, attrs, .. } = &n.op else { return None };
+        let Op::Opaque { domain, op_type, .. } = &n.op else { return None };
         if !(domain.is_empty() || domain == "ai.onnx") || op_type != "LRN" || n.outputs.len() != 1 {
             return None;
         }
-        let attr = |name: &str| attrs.iter().find(|(k, _)| k == name).map(|(_, v)| v);
-        let float = |name: &str, default: f32| match attr(name) {
-            None => Some(f64::from(default)),
-            Some(AttrValue::Float(v)) => Some(f64::from(*v)),
-            Some(_) => None,
-        };
-        let size = match attr("size") {
-            Some(AttrValue::Int(s)) => usize::try_from(*s).ok().filter(|&s| s > 0)?,
-            _ => return None,
-        };
-        let (alpha, beta, bias) = (float("alpha", 1e-4)?, float("beta", 0.75)?, float("bias", 1.0)?);
+        let a = n.op.attrs();
+        let size = usize::try_from(a.int("size")?).ok().filter(|&s| s > 0)?;
+        let (alpha, beta, bias) = (a.float_or("alpha", 1e-4)?, a.float_or("beta", 0.75)?, a.float_or("bias", 1.0)?);
         let x = n.input(0)?;
         let ty = g.types.get(x)?.clone();
         let shape = ty.shape.as_ref()?;
@@ -1139,17 +1115,12 @@ fn lrn_as_conv(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
 /// Inverse and complex transforms, other axes, and run-time parameters stay on the host. The
 /// basis angles are exact (`j * k mod n`), as the reference's twiddles are.
 fn fourier_transforms_as_products(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
-    use crate::ir::AttrValue;
     rewrite_each(g, |g, n| {
-        let Op::Opaque { domain, op_type, attrs, .. } = &n.op else { return None };
+        let Op::Opaque { domain, op_type, .. } = &n.op else { return None };
         if !(domain.is_empty() || domain == "ai.onnx") || n.outputs.len() != 1 {
             return None;
         }
-        let int_attr = |name: &str, default: i64| match attrs.iter().find(|(k, _)| k == name) {
-            Some((_, AttrValue::Int(v))) => Some(*v),
-            None => Some(default),
-            Some(_) => None,
-        };
+        let int_attr = |name: &str, default: i64| n.op.attrs().int_or(name, default);
         let scalar = |i: usize| -> Option<Option<i64>> {
             match n.input(i) {
                 None => Some(None),

@@ -10,7 +10,8 @@ and dynamo, onnx's dynamic quantizer, tf2onnx 1.8 to 1.16, keras2onnx, spox), op
 and model kinds (OCR detector / recogniser / classifier, CRNN with LSTM, YOLO and PicoDet
 detectors, a Keras 1-D convnet with attention-style pooling, voice-activity detectors with If
 and LSTM, MTCNN's face nets with PRelu and SAME pools, an opset-9 ResNet from TensorFlow,
-PP-OCRv5 at opsets 7 and 14, an audio transcriber, a table recogniser with a decoder Loop).
+PP-OCRv5 at opsets 7 and 14, an audio transcriber, a table recogniser with a decoder Loop,
+speech-quality nets, a Thai word segmenter and transliterator).
 
 `--list` prints the corpus as JSON (what tests read to know the model list).
 """
@@ -86,6 +87,10 @@ WHEELS = {
                   "75472c2fc092459a46e9f3e991531a11403cd5852c64cc282c771b9cb407c708", "Apache-2.0"),
     "terrain": ("adaptive-terrain-diffusion==0.4.2",
                 "dd803be2c98d764e4e64db18c631eef46c210282b398c4dd080f4cda3fa7c84d", "MIT"),
+    "speechmos": ("speechmos==0.0.1.1",
+                  "31c4c9d3234f6ee10102edff74333014c50006a3f389daf7ecacae34e68ebbf7", "MIT"),
+    "pythainlp": ("pythainlp==5.4.0",
+                  "9239753df877202da1a50dd2842d9569eff764034f31f20222b3df4def5df193", "Apache-2.0"),
 }
 # Published as a source archive only.
 SOURCE_ONLY = {"mtcnn"}
@@ -209,6 +214,28 @@ def terrain(rng, sigmas: list) -> dict:
     noisy = np.stack([ground + s * rng.standard_normal((128, 128)).astype(np.float32) for s in sigmas])
     return {"noisy": noisy[:, None].astype(np.float32), "sigma": np.array(sigmas, np.float32),
             "difficulty": rng.uniform(10, 90, len(sigmas)).astype(np.float32)}
+
+
+def thai_chars(rng, n: int) -> dict:
+    """deepcut's inputs: per character, its id and its class id (as floats, as the Keras model
+    takes them) in a window of 21 around it."""
+    return {"input_1": rng.integers(0, 178, (n, 21)).astype(np.float32),
+            "input_2": rng.integers(0, 12, (n, 21)).astype(np.float32)}
+
+
+def thai2rom_decoder(rng, length: int, valid: int) -> dict:
+    """One decoder step over an encoded word of LENGTH characters, the first VALID unmasked."""
+    return {"decoder_input": rng.integers(1, 40, (1, 1)).astype(np.int32),
+            "decoder_hidden_1": 0.3 * rng.standard_normal((1, 1, 256)).astype(np.float32),
+            "encoder_outputs": 0.3 * rng.standard_normal((1, length, 256)).astype(np.float32),
+            "mask": (np.arange(length) < valid).astype(np.float32)[None]}
+
+
+def aecmos(rng, frames: int) -> dict:
+    """AECMOS's features: three log-power spectrogram streams (far end, near end, enhanced),
+    [1, 3, frames, 160], and its GRU's initial state."""
+    return {"input": rng.standard_normal((1, 3, frames, 160)).astype(np.float32),
+            "h0": np.zeros((4, 1, 96), np.float32)}
 
 
 @dataclass
@@ -393,6 +420,29 @@ CASES = [
     Case("terrain_unet", "terrain", "terrain_diffusion/weights/terrain_consistency_unet_difficulty100.onnx",
          "terrain diffusion UNet (torch.onnx 2.11, opset 18: GroupNorm as InstanceNormalization, einsum attention)",
          lambda r: [terrain(r, [0.5, 2.0]), terrain(r, [1.0])]),
+    Case("dnsmos_p835", "speechmos", "speechmos/dnsmos_models/sig_bak_ovr.onnx",
+         "DNSMOS P.835 speech-quality net (keras2onnx 1.8: log-power spectrogram from raw audio, 2-D convs)",
+         lambda r: [{"input_1": audio(r, 1, 144160)}, {"input_1": audio(r, 2, 144160)}]),
+    Case("aecmos", "speechmos", "speechmos/aecmos_models/Run_1668423760_Stage_0.onnx",
+         "AECMOS echo-cancellation quality net (torch.onnx 1.11, opset 9: convs, GRU, Squeeze without axes)",
+         lambda r: [aecmos(r, 50), aecmos(r, 80)]),
+    Case("plcmos", "speechmos", "speechmos/plcmos_models/plcmos_v2.onnx",
+         "PLCMOS packet-loss quality net (torch.onnx 1.11, opset 11: convs, GRU; output declared a scalar)",
+         lambda r: [{"degraded_audio": np.abs(r.standard_normal((1, 1, 60, 257))).astype(np.float32),
+                     "rater_embed": r.standard_normal((1, 64)).astype(np.float32)},
+                    {"degraded_audio": np.abs(r.standard_normal((2, 1, 90, 257))).astype(np.float32),
+                     "rater_embed": r.standard_normal((2, 64)).astype(np.float32)}]),
+    Case("deepcut", "pythainlp", "pythainlp/corpus/deepcut.onnx",
+         "deepcut Thai word segmenter (tf2onnx 1.12: embeddings of float ids, 1-D convs of many widths)",
+         lambda r: [thai_chars(r, 30), thai_chars(r, 7)]),
+    Case("thai2rom_encoder", "pythainlp", "pythainlp/corpus/thai2rom_encoder.onnx",
+         "Thai romanisation encoder (torch.onnx 1.8: length sort by TopK, bidirectional LSTM)",
+         lambda r: [{"input_tensor": r.integers(1, 94, (1, 9)).astype(np.int64), "input_lengths": np.array([9], np.int32)},
+                    {"input_tensor": r.integers(1, 94, (1, 14)).astype(np.int64),
+                     "input_lengths": np.array([14], np.int32)}]),
+    Case("thai2rom_decoder", "pythainlp", "pythainlp/corpus/thai2rom_decoder.onnx",
+         "Thai romanisation decoder step (torch.onnx 1.8: LSTM, masked attention; an output declared [1, 11])",
+         lambda r: [thai2rom_decoder(r, 9, 9), thai2rom_decoder(r, 11, 8)]),
 ]
 
 

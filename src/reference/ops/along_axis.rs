@@ -1,9 +1,10 @@
 //! Host-only ops that run along one axis of their input: CumSum, TopK (beam search and
 //! detection heads) and ReverseSequence (bidirectional recurrent layers over padded batches).
 
-use super::host::{around, ints, Attrs};
+use super::host::{around, ints};
 use super::{opt, req, OpResult};
 use crate::ir::infer::norm_axis;
+use crate::ir::Attrs;
 use crate::ir::{DType, Tensor};
 use std::cmp::Ordering;
 
@@ -75,11 +76,11 @@ pub fn top_k(inputs: &[Option<&Tensor>], a: Attrs) -> OpResult {
     let x = req(inputs, 0)?;
     let k = match opt(inputs, 1) {
         Some(k) => scalar_int(k, "K")?,
-        None if a.has("k") => a.int("k", 0),
+        None if a.has("k") => a.int("k").unwrap_or(0),
         None => return Err("TopK needs K (input 1)".into()),
     };
-    let largest = a.int("largest", 1) != 0;
-    let ax = norm_axis(a.int("axis", -1), x.rank(), false)?;
+    let largest = a.int("largest").unwrap_or(1) != 0;
+    let ax = norm_axis(a.int("axis").unwrap_or(-1), x.rank(), false)?;
     let (outer, n, inner) = around(&x.shape, ax);
     let k = usize::try_from(k)
         .ok()

@@ -10,43 +10,7 @@
 
 use super::{opt, req, OpResult};
 use crate::ir::infer::norm_axis;
-use crate::ir::{broadcast_index, broadcast_static, AttrValue, DType, Tensor, TensorData};
-
-/// A node's attributes by name, ONNX's defaults where absent.
-#[derive(Clone, Copy)]
-pub(super) struct Attrs<'a>(pub &'a [(String, AttrValue)]);
-
-impl Attrs<'_> {
-    fn get(&self, name: &str) -> Option<&AttrValue> {
-        self.0.iter().find(|(n, _)| n == name).map(|(_, v)| v)
-    }
-
-    pub fn int(&self, name: &str, default: i64) -> i64 {
-        match self.get(name) {
-            Some(AttrValue::Int(i)) => *i,
-            _ => default,
-        }
-    }
-
-    /// Whether the attribute is present at all (some ops' meaning changes with that).
-    pub fn has(&self, name: &str) -> bool {
-        self.get(name).is_some()
-    }
-
-    pub fn float(&self, name: &str, default: f32) -> f64 {
-        match self.get(name) {
-            Some(AttrValue::Float(f)) => f64::from(*f),
-            _ => f64::from(default),
-        }
-    }
-
-    pub fn string(&self, name: &str) -> Option<String> {
-        match self.get(name) {
-            Some(AttrValue::String(s)) => Some(String::from_utf8_lossy(s).into_owned()),
-            _ => None,
-        }
-    }
-}
+use crate::ir::{broadcast_index, broadcast_static, AttrValue, Attrs, DType, Tensor, TensorData};
 
 /// The default-domain op types [`eval`] computes (where their inputs fit).
 pub const COMPUTED: &[&str] = &[
@@ -89,7 +53,7 @@ pub const COMPUTED: &[&str] = &[
 /// The outputs of default-domain op `op_type`, or `None` when the reference does not compute it.
 pub fn eval(op_type: &str, attrs: &[(String, AttrValue)], inputs: &[Option<&Tensor>]) -> Option<OpResult> {
     let a = Attrs(attrs);
-    let int = |name: &str, default: i64| a.int(name, default);
+    let int = |name: &str, default: i64| a.int(name).unwrap_or(default);
     Some(match op_type {
         "ArgMax" | "ArgMin" => req(inputs, 0).and_then(|x| {
             arg_extreme(
@@ -134,14 +98,14 @@ pub fn eval(op_type: &str, attrs: &[(String, AttrValue)], inputs: &[Option<&Tens
         }
         "DFT" => super::spectral::dft(inputs, int("inverse", 0) != 0, int("onesided", 0) != 0),
         "STFT" => super::spectral::stft(inputs, int("onesided", 1) != 0),
-        "InstanceNormalization" => super::norm::instance_norm(inputs, a.float("epsilon", 1e-5)),
+        "InstanceNormalization" => super::norm::instance_norm(inputs, a.float("epsilon").unwrap_or(1e-5)),
         "LRN" => match a.has("size") {
             true => super::norm::lrn(
                 inputs,
                 int("size", 0),
-                a.float("alpha", 1e-4),
-                a.float("beta", 0.75),
-                a.float("bias", 1.0),
+                a.float("alpha").unwrap_or(1e-4),
+                a.float("beta").unwrap_or(0.75),
+                a.float("bias").unwrap_or(1.0),
             ),
             false => Err("LRN needs its size attribute".into()),
         },

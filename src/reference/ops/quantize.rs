@@ -3,8 +3,8 @@
 //! (and int32 for DequantizeLinear); float8, int4 and int2 are types Bolt does not compute.
 //! Scales and zero points apply per tensor, per axis or per block.
 
-use super::host::Attrs;
 use super::{conv, elementwise, matmul, opt, req, OpResult};
+use crate::ir::Attrs;
 use crate::ir::{Binary, DType, Tensor, Window};
 
 pub fn eval(op_type: &str, a: Attrs, inputs: &[Option<&Tensor>]) -> OpResult {
@@ -100,7 +100,7 @@ fn wider(a: DType, b: DType) -> DType {
 /// `precision` attribute's type, else the wider of x's and the scale's.
 fn quantize(a: Attrs, inputs: &[Option<&Tensor>]) -> OpResult {
     let (x, scale, zero) = (req(inputs, 0)?, req(inputs, 1)?, opt(inputs, 2));
-    let out_attr = a.int("output_dtype", 0);
+    let out_attr = a.int("output_dtype").unwrap_or(0);
     let dtype = match zero {
         Some(z) if out_attr != 0 && DType::from_onnx(out_attr as i32) != z.dtype() => {
             return Err(format!(
@@ -117,11 +117,11 @@ fn quantize(a: Attrs, inputs: &[Option<&Tensor>]) -> OpResult {
     if !scale.dtype().is_float() {
         return Err(format!("the scale must be a float tensor, is {}", scale.dtype()));
     }
-    let precision = match a.int("precision", 0) {
+    let precision = match a.int("precision").unwrap_or(0) {
         0 => wider(x.dtype(), scale.dtype()),
         code => DType::from_onnx(code as i32),
     };
-    let idx = param_index(&x.shape, scale, zero, a.int("axis", 1), a.int("block_size", 0))?;
+    let idx = param_index(&x.shape, scale, zero, a.int("axis").unwrap_or(1), a.int("block_size").unwrap_or(0))?;
     let (xs, ss) = (x.to_f64_vec(), scale.to_f64_vec());
     let zs = match zero {
         Some(z) => {
@@ -152,14 +152,14 @@ fn dequantize(a: Attrs, inputs: &[Option<&Tensor>]) -> OpResult {
     if !scale.dtype().is_float() {
         return Err(format!("the scale must be a float tensor, is {}", scale.dtype()));
     }
-    let dtype = match a.int("output_dtype", 0) {
+    let dtype = match a.int("output_dtype").unwrap_or(0) {
         0 => scale.dtype(),
         code => DType::from_onnx(code as i32),
     };
     if !dtype.is_float() {
         return Err(format!("output_dtype {dtype} is not a float type"));
     }
-    let idx = param_index(&x.shape, scale, zero, a.int("axis", 1), a.int("block_size", 0))?;
+    let idx = param_index(&x.shape, scale, zero, a.int("axis").unwrap_or(1), a.int("block_size").unwrap_or(0))?;
     let (xs, ss) = (x.as_i64_vec().expect("an integer type"), scale.to_f64_vec());
     let zs = zero.map_or(vec![0; ss.len()], |z| z.as_i64_vec().expect("an integer type"));
     // The product of an integer and an f32 scale is exact in f64, rounded once to f32 as an
@@ -236,7 +236,7 @@ fn conv_integer(a: Attrs, inputs: &[Option<&Tensor>]) -> OpResult {
     let xf = centred(x, opt(inputs, 2), "x", None)?;
     let wf = centred(w, opt(inputs, 3), "w", Some((w.shape[0], per_channel)))?;
     let window = Window::from_attrs(a.0)?;
-    let group = usize::try_from(a.int("group", 1)).map_err(|_| "group must be >= 1".to_string())?;
+    let group = usize::try_from(a.int("group").unwrap_or(1)).map_err(|_| "group must be >= 1".to_string())?;
     let y = conv::conv(&xf, &wf, None, &window, group)?.remove(0);
     Ok(vec![Tensor::from_f64_as(DType::I32, y.shape.clone(), &y.to_f64_vec()).expect("i32")])
 }
