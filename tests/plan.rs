@@ -664,6 +664,100 @@ fn lrn_is_a_conv_of_the_squares_with_a_band_matrix() {
     assert!(check.failure.is_none(), "f16: {:?}", check.failure);
 }
 
+/// ArgMax and ArgMin (a CTC head's greedy decoding, a classifier's pick) are row reductions in
+/// one stitched kernel, not host work that would take the whole tensor back: on every axis,
+/// with and without keepdims and select_last_index, in f32 and f16, the planned graph gives
+/// the index numpy's argmax / argmin give, computed here: ties go to the first (or last)
+/// index, and a NaN wins over any number (the first NaN, or the last).
+#[test]
+fn arg_max_and_min_are_stitched_row_reductions() {
+    use bolt::ir::builder::GraphBuilder;
+    use bolt::ir::{AttrValue, DType, Shape};
+    let dims = [3usize, 5, 6];
+    // Few distinct values (ties in every row); a NaN at two places of one row along each axis.
+    let mut v: Vec<f64> = (0..90).map(|i| ((i * 7) % 4) as f64 - 1.5).collect();
+    v[8] = f64::NAN;
+    v[10] = f64::NAN;
+    v[44] = f64::NAN;
+    v[74] = f64::NAN;
+    for dtype in [DType::F32, DType::F16] {
+        let x_val = Tensor::from_f64_as(dtype, dims.to_vec(), &v).unwrap();
+        for (op, max) in [("ArgMax", true), ("ArgMin", false)] {
+            for axis in [-1i64, 1, 0] {
+                for (keep, last) in [(1, 0), (0, 0), (1, 1), (0, 1)] {
+                    let what = format!("{op} axis {axis} keepdims {keep} select_last_index {last} {dtype}");
+                    let mut b = GraphBuilder::new("arg");
+                    let x = b.input("x", dtype, Shape::from_static(&dims));
+                    let attrs = vec![
+                        ("axis".into(), AttrValue::Int(axis)),
+                        ("keepdims".into(), AttrValue::Int(keep)),
+                        ("select_last_index".into(), AttrValue::Int(last)),
+                    ];
+                    let arg = Op::Opaque {
+                        domain: String::new(),
+                        op_type: op.into(),
+                        attrs,
+                        why: bolt::ir::HOST_COMPUTED.into(),
+                    };
+                    let y = b.node("arg", arg, &[&x]);
+                    b.output(&y);
+                    let g = b.finish().unwrap();
+                    let plan = bolt::plan::plan(&g).unwrap();
+                    assert!(plan.graph.nodes.iter().all(|n| !n.op.is_opaque()), "{what}: left to the host");
+                    let kernels = plan.graph.nodes.iter().filter(|n| n.op.op_type() == "BoltStitched").count();
+                    assert_eq!(kernels, 1, "{what}: one stitched kernel");
+
+                    // numpy's answer, position by position.
+                    let k = axis.rem_euclid(3) as usize;
+                    let strides = [30usize, 6, 1];
+                    let xs = x_val.to_f64_vec();
+                    let mut want = Vec::new();
+                    let mut out_shape = dims.to_vec();
+                    out_shape[k] = 1;
+                    for o in 0..90 / dims[k] {
+                        let (mut idx, mut rest) = ([0usize; 3], o);
+                        for d in (0..3).rev() {
+                            if d != k {
+                                idx[d] = rest % out_shape[d];
+                                rest /= out_shape[d];
+                            }
+                        }
+                        let at = |j: usize| {
+                            let mut i = idx;
+                            i[k] = j;
+                            xs[i[0] * strides[0] + i[1] * strides[1] + i[2] * strides[2]]
+                        };
+                        let mut best = 0;
+                        for j in 1..dims[k] {
+                            let (c, b) = (at(j), at(best));
+                            let beats = if b.is_nan() {
+                                last == 1 && c.is_nan()
+                            } else if c.is_nan() {
+                                true
+                            } else if c == b {
+                                last == 1
+                            } else {
+                                (c > b) == max
+                            };
+                            if beats {
+                                best = j;
+                            }
+                        }
+                        want.push(best as i64);
+                    }
+                    if keep == 0 {
+                        out_shape.remove(k);
+                    }
+                    let feeds: HashMap<String, Tensor> = [("x".to_string(), x_val.clone())].into();
+                    let got = &bolt::reference::run(&plan.graph, &feeds).unwrap()[&y];
+                    assert_eq!(got.shape, out_shape, "{what}");
+                    assert_eq!(got.as_i64_vec().unwrap(), want, "{what}");
+                }
+            }
+        }
+    }
+}
+
 /// A Dropout with a mask output (caffe2 names one on every Dropout) is its input in inference:
 /// an Identity where nothing reads the mask; where the mask is a graph output it stays with the
 /// host, which gives the input and a mask of all true, as onnxruntime does outside training.

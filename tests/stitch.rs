@@ -742,6 +742,79 @@ fn a_lookup_by_computed_ids_starts_a_region_of_its_own() {
     assert_eq!(want[&y].to_f32_vec(), got[&y].to_f32_vec());
 }
 
+/// Lengths computed from data (an ASR front end's frame counts from its sample counts, a
+/// recogniser's widths rounded to its stride) are int64 arithmetic one stitched kernel computes
+/// exactly: subtract, divide (truncating toward zero), add, a Clip with only an upper bound,
+/// Python's Mod (the divisor's sign), Neg, Abs, Max. The planned graph, its stitched region's
+/// meaning and its kernel spec's all equal the reference running the original ops, negative
+/// lengths and exact multiples included.
+#[test]
+fn int64_length_arithmetic_is_one_exact_kernel() {
+    let mut b = GraphBuilder::new("lengths");
+    let lens = b.input("lens", DType::I64, Shape::from_static(&[6]));
+    let int = |b: &mut GraphBuilder, name: &str, v: i64| b.initializer(name, Tensor::from_i64(vec![], vec![v]));
+    let (frame, hop, one, cap, stride) = (
+        int(&mut b, "frame", 400),
+        int(&mut b, "hop", 160),
+        int(&mut b, "one", 1),
+        int(&mut b, "cap", 90),
+        int(&mut b, "stride", -7),
+    );
+    let d = b.node("sub", Op::Binary(Binary::Sub), &[&lens, &frame]);
+    let q = b.node("div", Op::Binary(Binary::Div), &[&d, &hop]);
+    let n = b.node("add", Op::Binary(Binary::Add), &[&q, &one]);
+    let c = b.node("clip", Op::Clip, &[&n, "", &cap]);
+    let modulo =
+        Op::Opaque { domain: String::new(), op_type: "Mod".into(), attrs: vec![], why: bolt::ir::HOST_COMPUTED.into() };
+    let m = b.node("mod", modulo, &[&c, &stride]);
+    let neg = b.node("neg", Op::Unary(Unary::Neg), &[&m]);
+    let abs = b.node("abs", Op::Unary(Unary::Abs), &[&neg]);
+    let y = b.node("max", Op::Binary(Binary::Max), &[&abs, &q]);
+    b.output(&y);
+    b.output(&c);
+    let g = b.finish().unwrap();
+    let plan = bolt::plan::plan(&g).unwrap();
+    // (The divisor's sign, of a constant, is a shape computation beside it.)
+    let kernels: Vec<&bolt::ir::Node> = plan.graph.nodes.iter().filter(|n| matches!(n.op, Op::Stitched(_))).collect();
+    assert_eq!(kernels.len(), 1, "one stitched kernel: {:?}", plan.stitched);
+    assert!(plan.graph.nodes.iter().all(|n| !n.op.is_opaque()), "{:?}", plan.graph.nodes);
+    let lens_val = Tensor::from_i64(vec![6], vec![16000, 12345, 560, 399, 0, -161]);
+    let feeds = HashMap::from([("lens".to_string(), lens_val.clone())]);
+    let want = bolt::reference::run(&g, &feeds).unwrap();
+    let got = bolt::reference::run(&plan.graph, &feeds).unwrap();
+    for out in [&y, &c] {
+        assert_eq!(got[out].as_i64_vec(), want[out].as_i64_vec(), "{out}");
+    }
+    assert_eq!(
+        want[&c].as_i64_vec().unwrap(),
+        [90, 75, 2, 1, -1, -2],
+        "the lengths themselves (truncating toward zero)"
+    );
+
+    let n = kernels[0];
+    let Op::Stitched(region) = &n.op else { panic!("{:?}", n.op) };
+    let spec = bolt::plan::lower::stitch_spec(&plan.graph, n).unwrap();
+    // The kernel's inputs: the graph's, its constants, what the host computes beside it.
+    let mut every = plan.graph.clone();
+    every.outputs = every.nodes.iter().flat_map(|n| n.outputs.clone()).collect();
+    let values = bolt::reference::run(&every, &feeds).unwrap();
+    let inputs: Vec<Tensor> = n
+        .inputs
+        .iter()
+        .flatten()
+        .map(|t| match (t.as_str(), values.get(t)) {
+            ("lens", _) => lens_val.clone(),
+            (_, Some(v)) => v.clone(),
+            _ => (*plan.graph.initializers[t]).clone(),
+        })
+        .collect();
+    let dtypes: Vec<DType> = region.dtypes.clone();
+    let outs = bolt::runtime::stitch::run(&spec, region, &inputs.iter().collect::<Vec<_>>(), &dtypes).unwrap();
+    for (k, (name, _)) in region.outputs.iter().enumerate() {
+        assert_eq!(outs[k].as_i64_vec(), want[name].as_i64_vec(), "kernel spec: {name}");
+    }
+}
+
 /// A HuggingFace-style encoder layer from token ids, as its exports write it: embeddings
 /// (Gathers of the word table by the ids and of the position table by a slice of the position
 /// ids buffer up to the length, added, LayerNorm), the int64 attention mask made

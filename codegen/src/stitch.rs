@@ -438,13 +438,19 @@ impl StitchSpec {
             let kind = match *s {
                 Step::Input(i) => self.inputs.get(i).ok_or(StitchRejection::NoInput(j, i))?.element.kind(),
                 Step::Const(_) => Kind::Float,
-                Step::Unary(_, a) | Step::Reduce(_, a) => match of(a)? {
-                    Kind::Float => Kind::Float,
-                    other => return bad(format!("arithmetic on a {other:?} value (step {a})")),
+                Step::Unary(f, a) => match (of(a)?, f) {
+                    (Kind::Float, _) => Kind::Float,
+                    (Kind::Int, UnaryFn::Neg | UnaryFn::Abs) => Kind::Int,
+                    (other, _) => return bad(format!("{f:?} of a {other:?} value (step {a})")),
                 },
-                Step::Binary(_, a, b) => match (of(a)?, of(b)?) {
+                Step::Reduce(_, a) => match of(a)? {
+                    Kind::Float => Kind::Float,
+                    other => return bad(format!("a reduction of a {other:?} value (step {a})")),
+                },
+                Step::Binary(f, a, b) => match (of(a)?, of(b)?) {
                     (Kind::Float, Kind::Float) => Kind::Float,
-                    (p, q) => return bad(format!("arithmetic on {p:?} and {q:?} values")),
+                    (Kind::Int, Kind::Int) if f.on_ints() => Kind::Int,
+                    (p, q) => return bad(format!("{f:?} of {p:?} and {q:?} values")),
                 },
                 Step::Compare(_, a, b) => match (of(a)?, of(b)?) {
                     (p, q) if p == q => Kind::Bool,
@@ -650,9 +656,18 @@ impl StitchSpec {
                     let x = match *s {
                         Step::Input(i) => inputs[i].at(index(i, col)),
                         Step::Const(c) => Scalar::F(c.0 as f64),
-                        // Every float step rounds to f32, as the kernel's registers do.
-                        Step::Unary(f, a) => Scalar::F(f.apply(v[a].f()) as f32 as f64),
-                        Step::Binary(f, a, b) => Scalar::F(f.apply(v[a].f(), v[b].f()) as f32 as f64),
+                        // Every float step rounds to f32, as the kernel's registers do;
+                        // integer steps exactly (validated: Neg and Abs only).
+                        Step::Unary(f, a) => match (f, v[a]) {
+                            (UnaryFn::Neg, Scalar::I(x)) => Scalar::I(x.wrapping_neg()),
+                            (UnaryFn::Abs, Scalar::I(x)) => Scalar::I(x.wrapping_abs()),
+                            (f, x) => Scalar::F(f.apply(x.f()) as f32 as f64),
+                        },
+                        Step::Binary(f, a, b) => match (v[a], v[b]) {
+                            (Scalar::I(x), Scalar::I(y)) => Scalar::I(f.apply_int(x, y)),
+                            // Every float step rounds to f32, as the kernel's registers do.
+                            (x, y) => Scalar::F(f.apply(x.f(), y.f()) as f32 as f64),
+                        },
                         Step::Reduce(..) => Scalar::F(reduced[j] as f32 as f64),
                         Step::Compare(f, a, b) => Scalar::I(i64::from(f.apply(v[a], v[b]))),
                         Step::Logic(f, a, b) => Scalar::I(i64::from(f.apply(v[a].truth(), v[b].truth()))),
@@ -853,6 +868,41 @@ impl BinaryFn {
         }
     }
 
+    /// Whether it is defined on integers: the arithmetic of lengths and indices.
+    pub fn on_ints(&self) -> bool {
+        matches!(self, BinaryFn::Add | BinaryFn::Sub | BinaryFn::Mul | BinaryFn::Div | BinaryFn::Max | BinaryFn::Min)
+    }
+
+    /// On int64 values as a kernel computes them: wrapping (two's complement), division
+    /// truncating toward zero (C++'s, onnxruntime's) and by zero giving 0 (a kernel cannot
+    /// stop; onnxruntime's CPU provider traps).
+    pub fn apply_int(&self, a: i64, b: i64) -> i64 {
+        match self {
+            BinaryFn::Add => a.wrapping_add(b),
+            BinaryFn::Sub => a.wrapping_sub(b),
+            BinaryFn::Mul => a.wrapping_mul(b),
+            BinaryFn::Div if b == 0 => 0,
+            BinaryFn::Div => a.wrapping_div(b),
+            BinaryFn::Max => a.max(b),
+            BinaryFn::Min => a.min(b),
+            BinaryFn::Pow | BinaryFn::PRelu => unreachable!("validated: not on integers"),
+        }
+    }
+
+    /// The int64 expression (see [`BinaryFn::apply_int`]): unsigned arithmetic wraps where
+    /// signed overflow would be undefined.
+    fn cpp_int(&self, a: &str, b: &str) -> String {
+        match self {
+            BinaryFn::Add => format!("int64_t(uint64_t({a}) + uint64_t({b}))"),
+            BinaryFn::Sub => format!("int64_t(uint64_t({a}) - uint64_t({b}))"),
+            BinaryFn::Mul => format!("int64_t(uint64_t({a}) * uint64_t({b}))"),
+            BinaryFn::Div => format!("int_div({a}, {b})"),
+            BinaryFn::Max => format!("({a} > {b} ? {a} : {b})"),
+            BinaryFn::Min => format!("({a} < {b} ? {a} : {b})"),
+            BinaryFn::Pow | BinaryFn::PRelu => unreachable!("validated: not on integers"),
+        }
+    }
+
     fn cpp(&self, a: &str, b: &str) -> String {
         match self {
             BinaryFn::Add => format!("f32_add({a}, {b})"),
@@ -1042,7 +1092,12 @@ pub fn render(spec: &StitchSpec, symbol: &str) -> Result<String, RenderError> {
             Step::Input(i) => format!("load_{i}(k, e)"),
             Step::Const(c) if c.0.is_infinite() => (if c.0 > 0.0 { "INFINITY" } else { "-INFINITY" }).to_string(),
             Step::Const(c) => format!("{:e}f", c.0),
+            Step::Unary(UnaryFn::Neg, x) if kinds[x] == Kind::Int => format!("int64_t(0 - uint64_t({}))", v(x)),
+            Step::Unary(UnaryFn::Abs, x) if kinds[x] == Kind::Int => {
+                format!("({0} < 0 ? int64_t(0 - uint64_t({0})) : {0})", v(x))
+            }
             Step::Unary(f, x) => f.cpp(&v(x)),
+            Step::Binary(f, x, y) if kinds[x] == Kind::Int => f.cpp_int(&v(x), &v(y)),
             Step::Binary(f, x, y) => f.cpp(&v(x), &v(y)),
             Step::Reduce(kind, x) => {
                 let slot = reductions.len();

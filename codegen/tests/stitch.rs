@@ -1,7 +1,8 @@
 //! Stitched kernels: a unit of several region shapes (softmax with a broadcast mask, LayerNorm,
 //! an element-wise GELU chain in f16, a per-row mean, a two-level reduction, trigonometric and
 //! hyperbolic functions, ONNX's other activations, a softmax under a
-//! mask of bools and token ids with int and bool outputs, an embedding lookup) is compiled for
+//! mask of bools and token ids with int and bool outputs, an embedding lookup, an ArgMax,
+//! int64 arithmetic) is compiled for
 //! sm_80 and linked twice. An executable runs each kernel's phase functions on the host
 //! (`host_run`: every thread's share of a row in turn, the device's column mapping and row cache
 //! included, at the device's threads per row and at 1 and 5) on random data of odd widths,
@@ -301,6 +302,54 @@ fn cases() -> Vec<(StitchSpec, Vec<usize>, Vec<Vec<usize>>)> {
         steps: vec![Input(0), Const(80.0.into()), Binary(BinaryFn::Sub, 0, 1)],
         outputs: vec![Output { step: 2, element: Storage::F32, per_row: false }],
     };
+    // ArgMax as the planner writes it (first index; a NaN would win): the row's max, the hits
+    // (equal to it, or NaN), the least hit column as -max(-(hit ? column : width)), cast to
+    // int64 per row. f16 data, so equal values (ties) occur. (The harness fills the column
+    // numbers with random values too: the kernel is checked against the spec's meaning.)
+    let argmax = |width: f32| StitchSpec {
+        inputs: vec![input(Storage::F16, Access::Dense), input(Storage::F32, Access::Strided)],
+        steps: vec![
+            Input(0),
+            Reduce(Reduction::Max, 0),
+            Compare(CompareFn::Eq, 0, 1),
+            Compare(CompareFn::Eq, 0, 0),
+            Not(3),
+            Logic(LogicFn::Or, 2, 4),
+            Input(1),
+            Const(width.into()),
+            Select(5, 6, 7),
+            Const((-1.0).into()),
+            Binary(BinaryFn::Mul, 8, 9),
+            Reduce(Reduction::Max, 10),
+            Binary(BinaryFn::Mul, 11, 9),
+            Cast(Storage::I64, 12),
+        ],
+        outputs: vec![Output { step: 13, element: Storage::I64, per_row: true }],
+    };
+    // Lengths and indices arithmetic in int64: wrapping, division truncating toward zero and
+    // by zero 0 (the ids hold zeros), compared and cast to floats.
+    let lengths = StitchSpec {
+        inputs: vec![input(Storage::I64, Access::Dense), input(Storage::I64, Access::Strided)],
+        steps: vec![
+            Input(0),
+            Input(1),
+            Binary(BinaryFn::Sub, 0, 1),
+            Binary(BinaryFn::Div, 2, 1),
+            Binary(BinaryFn::Mul, 3, 0),
+            Binary(BinaryFn::Max, 4, 1),
+            Binary(BinaryFn::Min, 5, 0),
+            Unary(UnaryFn::Neg, 6),
+            Unary(UnaryFn::Abs, 7),
+            Binary(BinaryFn::Add, 8, 3),
+            Compare(CompareFn::Lt, 9, 0),
+            Cast(Storage::F32, 9),
+        ],
+        outputs: vec![
+            Output { step: 9, element: Storage::I64, per_row: false },
+            Output { step: 10, element: Storage::Bool, per_row: false },
+            Output { step: 11, element: Storage::F32, per_row: false },
+        ],
+    };
     let (softmax_f32, gelu_f16, masked_ids, embeddings_64) =
         (softmax.clone(), gelu.clone(), masked.clone(), embeddings.clone());
     vec![
@@ -332,6 +381,10 @@ fn cases() -> Vec<(StitchSpec, Vec<usize>, Vec<Vec<usize>>)> {
         (gelu_f16, vec![4, 6, 16], vec![vec![4, 6, 16], vec![6, 1]]),
         (masked_ids, vec![2, 3, 64], vec![vec![2, 3, 64], vec![2, 1, 64], vec![2, 1, 64]]),
         (embeddings_64, vec![2, 3, 64], vec![vec![7, 64], vec![2, 3, 1], vec![3, 64]]),
+        // ArgMax over rows of 37 (one thread's share) and of 4099 (a group's, past the cache).
+        (argmax(37.0), vec![3, 37], vec![vec![3, 37], vec![37]]),
+        (argmax(4099.0), vec![2, 4099], vec![vec![2, 4099], vec![4099]]),
+        (lengths, vec![3, 37], vec![vec![3, 37], vec![37]]),
     ]
 }
 

@@ -227,10 +227,19 @@ fn lower(op: &Op, args: &[usize], steps: &mut Vec<Step>, rank: usize) -> Result<
         Op::Not => push(Step::Not(args[0]), steps),
         Op::Where => push(Step::Select(args[0], args[1], args[2]), steps),
         Op::Cast { to, .. } => push(Step::Cast(*to, args[0]), steps),
-        // min(max(x, lo), hi): NaN stays NaN, and lo > hi gives hi, as ONNX's Clip.
+        // min(max(x, lo), hi): NaN stays NaN, and lo > hi gives hi, as ONNX's Clip. A bound
+        // left out (an infinite constant) is no step: integers have no infinity.
         Op::Clip => {
-            let lo = push(Step::Binary(Binary::Max, args[0], args[1]), steps);
-            push(Step::Binary(Binary::Min, lo, args[2]), steps)
+            let given = |a: usize, none: f64| !matches!(steps[a], Step::Const(c) if c == none);
+            let (lo, hi) = (given(args[1], f64::NEG_INFINITY), given(args[2], f64::INFINITY));
+            let mut y = args[0];
+            if lo {
+                y = push(Step::Binary(Binary::Max, y, args[1]), steps);
+            }
+            if hi {
+                y = push(Step::Binary(Binary::Min, y, args[2]), steps);
+            }
+            y
         }
         Op::Softmax { axis } | Op::LogSoftmax { axis } if last(*axis) => {
             let m = push(Step::Reduce(Reduce::Max, args[0]), steps);
@@ -313,6 +322,21 @@ fn clip_unbounded(pos: usize) -> f64 {
     } else {
         f64::INFINITY
     }
+}
+
+/// Whether `n` is int64 arithmetic a stitched kernel computes exactly (lengths and indices
+/// computed from data: an ASR front end's frame counts, a recogniser's widths): every tensor
+/// int64 of known rank, the op one the kernels define on integers (wrapping; division
+/// truncating toward zero).
+fn int_arithmetic(g: &Graph, n: &crate::ir::Node) -> bool {
+    let int64 = |t: &String| g.types.get(t).is_some_and(|ty| ty.dtype == DType::I64 && ty.shape.is_some());
+    let op = match &n.op {
+        Op::Binary(b) => matches!(b, Binary::Add | Binary::Sub | Binary::Mul | Binary::Div | Binary::Max | Binary::Min),
+        Op::Unary(u) => matches!(u, Unary::Neg | Unary::Abs),
+        Op::Clip => true,
+        _ => false,
+    };
+    op && n.inputs.iter().flatten().chain(&n.outputs).all(int64)
 }
 
 /// Ops a region reads its input through (strides and an offset), never computing them.
@@ -419,6 +443,9 @@ pub fn find_with(g: &Graph, taken: &HashSet<String>, leave_attention: bool) -> (
             if n.outputs.len() != 1 {
                 return false;
             }
+            if int_arithmetic(g, n) {
+                return true;
+            }
             // Arithmetic: floats of known rank. Why not, for the report (views and copies that
             // are not taken are device copies, not host work).
             let tensors = || n.inputs.iter().flatten().chain(&n.outputs);
@@ -430,8 +457,8 @@ pub fn find_with(g: &Graph, taken: &HashSet<String>, leave_attention: bool) -> (
                     "a tensor of rank unknown when planning (after control flow, or a Squeeze without axes)"
                 }
                 (None, Some(_)) => {
-                    "integer arithmetic (lengths, indices): stitched kernels compute with floats (integers only \
-                     in masks: comparisons, logic, selects and casts)"
+                    "integer arithmetic other than int64 add, subtract, multiply, divide, max, min, negate, abs \
+                     and clip"
                 }
                 (None, None) => return true,
             };
@@ -972,10 +999,25 @@ impl Region {
                     }
                 },
                 Step::Const(c) => Value { shape: vec![], data: Data::F(vec![f32r(c)]) },
+                // Integer steps (int64 arithmetic) exactly, as the kernels compute them.
+                Step::Unary(u @ (Unary::Neg | Unary::Abs), a) if matches!(vals[a].data, Data::I(_)) => {
+                    let Data::I(v) = &vals[a].data else { unreachable!("matched") };
+                    let f = |x: i64| if u == Unary::Neg || x < 0 { x.wrapping_neg() } else { x };
+                    Value { shape: vals[a].shape.clone(), data: Data::I(v.iter().map(|&x| f(x)).collect()) }
+                }
                 Step::Unary(u, a) => {
                     let f = crate::reference::unary_fn(u);
                     let v = vals[a].floats().into_iter().map(|x| f32r(f(x))).collect();
                     Value { shape: vals[a].shape.clone(), data: Data::F(v) }
+                }
+                Step::Binary(b, x, y) if matches!((&vals[x].data, &vals[y].data), (Data::I(_), Data::I(_))) => {
+                    let shape = broadcast(&vals[x].shape, &vals[y].shape)?;
+                    let f = crate::plan::lower::binary_fn(b);
+                    let v = match (vals[x].expand(&shape), vals[y].expand(&shape)) {
+                        (Data::I(p), Data::I(q)) => p.iter().zip(&q).map(|(&p, &q)| f.apply_int(p, q)).collect(),
+                        _ => unreachable!("matched"),
+                    };
+                    Value { shape, data: Data::I(v) }
                 }
                 Step::Binary(b, x, y) => {
                     let shape = broadcast(&vals[x].shape, &vals[y].shape)?;
@@ -993,7 +1035,15 @@ impl Region {
                             f32r(match kind {
                                 Reduce::Sum => row.iter().sum(),
                                 Reduce::Mean => row.iter().sum::<f64>() / len as f64,
-                                Reduce::Max => row.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+                                // A NaN in the row gives NaN, as the kernels' and ONNX's ReduceMax
+                                // (f64::max would drop it).
+                                Reduce::Max => row.iter().copied().fold(f64::NEG_INFINITY, |a, v| {
+                                    if a.is_nan() || v.is_nan() {
+                                        f64::NAN
+                                    } else {
+                                        a.max(v)
+                                    }
+                                }),
                             })
                         })
                         .collect();

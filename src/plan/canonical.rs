@@ -108,6 +108,8 @@ pub fn canonical(g: &Graph) -> Result<(Graph, usize)> {
     count += crops_out_of_pads(&mut out, &mut taken);
     count += zero_pads_into_convs(&mut out);
     count += asymmetric_conv_pads(&mut out, &mut taken);
+    count += arg_reductions_as_row_reductions(&mut out, &mut taken);
+    count += int_remainders(&mut out, &mut taken);
     count += constant_reduce_axes(&mut out);
     count += reductions_over_every_axis(&mut out);
     count += reduce_keeping_dims(&mut out, &mut taken);
@@ -1312,6 +1314,164 @@ fn rewrite_each(
         }
     }
     count
+}
+
+/// ArgMax / ArgMin of a float tensor over an axis of known length (up to 2^24) are row
+/// reductions one stitched kernel runs, instead of the host (which would take the whole
+/// tensor back: a classifier's or CTC head's logits). With the axis last (a transpose read in
+/// place): m is the row's max (min); the hits are the elements equal to m, or NaN (a NaN
+/// makes m NaN, and ONNX's reference picks the first NaN); the index is the least hit's
+/// column (select_last_index: the greatest): a min (max) over the columns, a constant `[n]` of
+/// f32 (exact up to 2^24), where hit, else n (-1); cast to int64. keepdims 0 squeezes the last
+/// axis (the other axes kept their order); keepdims 1 unsqueezes it back in place.
+fn arg_reductions_as_row_reductions(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
+    use crate::ir::{Compare, Logic, ReduceKind};
+    rewrite_each(g, |g, n| {
+        let Op::Opaque { domain, op_type, .. } = &n.op else { return None };
+        let max = match op_type.as_str() {
+            "ArgMax" => true,
+            "ArgMin" => false,
+            _ => return None,
+        };
+        if !(domain.is_empty() || domain == "ai.onnx") {
+            return None;
+        }
+        let a = n.op.attrs();
+        let (axis, keep, last) =
+            (a.int_or("axis", 0)?, a.int_or("keepdims", 1)? != 0, a.int_or("select_last_index", 0)? != 0);
+        let (x, [y]) = (n.input(0)?, &n.outputs[..]) else { return None };
+        let ty = g.types.get(x)?;
+        let rank = ty.shape.as_ref()?.rank();
+        if !matches!(ty.dtype, DType::F32 | DType::F16 | DType::BF16) || rank == 0 {
+            return None;
+        }
+        let k = usize::try_from(if axis < 0 { axis + rank as i64 } else { axis }).ok().filter(|&k| k < rank)?;
+        let len = ty.shape.as_ref()?.0[k].known().filter(|&l| l > 0 && l <= 1 << 24)?;
+        let mut name = |stem: &str| fresh_name(g, taken, &format!("{}.{stem}", n.name));
+        let [rows, extreme, equal, itself, nan, hit, cols, none, picked, index, cast, axes, squeeze, back, at] = [
+            "rows", "extreme", "equal", "itself", "nan", "hit", "columns", "none", "picked", "index", "int64", "axes",
+            "squeeze", "back", "axis",
+        ]
+        .map(&mut name);
+        g.initializers
+            .insert(cols.clone(), Arc::new(Tensor::from_f32(vec![len], (0..len).map(|c| c as f32).collect())));
+        let miss = if last { -1.0 } else { len as f32 };
+        g.initializers.insert(none.clone(), Arc::new(Tensor::from_f32(vec![], vec![miss])));
+        let over_last = |kind| Op::Reduce { kind, axes: Some(vec![-1]), keepdims: true, noop_with_empty_axes: false };
+        let (by_value, by_column) = match (max, last) {
+            (true, false) => (ReduceKind::Max, ReduceKind::Min),
+            (true, true) => (ReduceKind::Max, ReduceKind::Max),
+            (false, false) => (ReduceKind::Min, ReduceKind::Min),
+            (false, true) => (ReduceKind::Min, ReduceKind::Max),
+        };
+        let some = |t: &String| Some(t.clone());
+        let mut out = Vec::new();
+        let to_last: Vec<usize> = (0..rank).filter(|&d| d != k).chain([k]).collect();
+        let xs = if k + 1 == rank {
+            x.to_string()
+        } else {
+            out.push(node(
+                rows.clone(),
+                Op::Transpose { perm: Some(to_last.clone()) },
+                vec![Some(x.to_string())],
+                rows.clone(),
+            ));
+            rows.clone()
+        };
+        out.extend([
+            node(extreme.clone(), over_last(by_value), vec![some(&xs)], extreme.clone()),
+            node(equal.clone(), Op::Compare(Compare::Equal), vec![some(&xs), some(&extreme)], equal.clone()),
+            node(itself.clone(), Op::Compare(Compare::Equal), vec![some(&xs), some(&xs)], itself.clone()),
+            node(nan.clone(), Op::Not, vec![some(&itself)], nan.clone()),
+            node(hit.clone(), Op::Logic(Logic::Or), vec![some(&equal), some(&nan)], hit.clone()),
+            node(picked.clone(), Op::Where, vec![some(&hit), some(&cols), some(&none)], picked.clone()),
+            // The index keeps the node's name (hosts map kernels back to model nodes by name).
+            node(n.name.clone(), over_last(by_column), vec![some(&picked)], index.clone()),
+        ]);
+        let to_int = |output: String| {
+            node(cast.clone(), Op::Cast { to: DType::I64, saturate: true }, vec![some(&index)], output)
+        };
+        if keep && k + 1 == rank {
+            out.push(to_int(y.clone()));
+        } else {
+            // The reduced axis squeezed; kept, it comes back at k as an Unsqueeze: views both.
+            g.initializers.insert(axes.clone(), Arc::new(Tensor::from_i64(vec![1], vec![-1])));
+            out.push(to_int(cast.clone()));
+            if keep {
+                g.initializers.insert(at.clone(), Arc::new(Tensor::from_i64(vec![1], vec![k as i64])));
+                out.push(node(squeeze, Op::Squeeze, vec![some(&cast), some(&axes)], back.clone()));
+                out.push(node(back.clone(), Op::Unsqueeze, vec![some(&back), Some(at)], y.clone()));
+            } else {
+                out.push(node(squeeze, Op::Squeeze, vec![some(&cast), some(&axes)], y.clone()));
+            }
+        }
+        Some(out)
+    })
+}
+
+/// Mod of int64 tensors (a recogniser's widths rounded to its stride, a frame count) is int64
+/// arithmetic the stitched kernels compute: r = a - (a / b) * b (C's remainder, division
+/// truncating toward zero) for fmod 1; for fmod 0 (Python's, the divisor's sign) r + b where
+/// r is not zero and its sign differs from b's. Other types stay with the host.
+fn int_remainders(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
+    use crate::ir::{Binary, Compare, Logic};
+    rewrite_each(g, |g, n| {
+        let Op::Opaque { domain, op_type, .. } = &n.op else { return None };
+        if !(domain.is_empty() || domain == "ai.onnx") || op_type != "Mod" || n.inputs.len() != 2 {
+            return None;
+        }
+        let fmod = n.op.attrs().int_or("fmod", 0)? != 0;
+        let (a, b, [y]) = (n.input(0)?, n.input(1)?, &n.outputs[..]) else { return None };
+        let int64 = |t: &str| g.types.get(t).is_some_and(|ty| ty.dtype == DType::I64 && ty.shape.is_some());
+        if !(int64(a) && int64(b) && int64(y)) {
+            return None;
+        }
+        let mut name = |stem: &str| fresh_name(g, taken, &format!("{}.{stem}", n.name));
+        let [quotient, product, rem, zero, nonzero_eq, nonzero, r_neg, b_neg, signs, fix, shifted, select] = [
+            "quotient",
+            "product",
+            "remainder",
+            "zero",
+            "is_zero",
+            "nonzero",
+            "r_negative",
+            "b_negative",
+            "signs_differ",
+            "fix",
+            "shifted",
+            "select",
+        ]
+        .map(&mut name);
+        let (a, b) = (Some(a.to_string()), Some(b.to_string()));
+        let some = |t: &String| Some(t.clone());
+        let out = |t: &String| if fmod { y.clone() } else { t.clone() };
+        let mut nodes = vec![
+            node(quotient.clone(), Op::Binary(Binary::Div), vec![a.clone(), b.clone()], quotient.clone()),
+            node(product.clone(), Op::Binary(Binary::Mul), vec![some(&quotient), b.clone()], product.clone()),
+            // The remainder keeps the node's name (hosts map kernels back to model nodes by name).
+            node(n.name.clone(), Op::Binary(Binary::Sub), vec![a, some(&product)], out(&rem)),
+        ];
+        if !fmod {
+            g.initializers.insert(zero.clone(), Arc::new(Tensor::from_i64(vec![], vec![0])));
+            let less = Op::Compare(Compare::Less);
+            nodes.extend([
+                node(
+                    nonzero_eq.clone(),
+                    Op::Compare(Compare::Equal),
+                    vec![some(&rem), some(&zero)],
+                    nonzero_eq.clone(),
+                ),
+                node(nonzero.clone(), Op::Not, vec![some(&nonzero_eq)], nonzero.clone()),
+                node(r_neg.clone(), less.clone(), vec![some(&rem), some(&zero)], r_neg.clone()),
+                node(b_neg.clone(), less, vec![b.clone(), some(&zero)], b_neg.clone()),
+                node(signs.clone(), Op::Logic(Logic::Xor), vec![some(&r_neg), some(&b_neg)], signs.clone()),
+                node(fix.clone(), Op::Logic(Logic::And), vec![some(&nonzero), some(&signs)], fix.clone()),
+                node(shifted.clone(), Op::Binary(Binary::Add), vec![some(&rem), b], shifted.clone()),
+                node(select, Op::Where, vec![some(&fix), some(&shifted), some(&rem)], y.clone()),
+            ]);
+        }
+        Some(nodes)
+    })
 }
 
 /// A Softmax, LogSoftmax or single-axis reduction (keeping its axis) over another axis than

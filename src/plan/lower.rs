@@ -52,6 +52,23 @@ pub fn stitch_storage(d: DType) -> Option<bolt_codegen::stitch::Storage> {
     }
 }
 
+/// The stitched kernels' function for a binary op (one mapping for lowering and for the
+/// regions' own meaning of integer steps).
+pub fn binary_fn(b: crate::ir::Binary) -> bolt_codegen::stitch::BinaryFn {
+    use crate::ir::Binary;
+    use bolt_codegen::stitch::BinaryFn;
+    match b {
+        Binary::Add => BinaryFn::Add,
+        Binary::Sub => BinaryFn::Sub,
+        Binary::Mul => BinaryFn::Mul,
+        Binary::Div => BinaryFn::Div,
+        Binary::Pow => BinaryFn::Pow,
+        Binary::Max => BinaryFn::Max,
+        Binary::Min => BinaryFn::Min,
+        Binary::PRelu => BinaryFn::PRelu,
+    }
+}
+
 pub fn activation(a: Activation) -> ep::Activation {
     match a {
         Activation::Relu => ep::Activation::Relu,
@@ -746,9 +763,9 @@ pub fn chains(g: &Graph, uses: &[KernelUse], skipped: &[Unlowered]) -> (Vec<Chai
 /// else through broadcast strides) and whether each output has one value per row. Symbolic
 /// dims count as equal when they have the same name. `Err`: why no stitched kernel takes it.
 pub fn stitch_spec(g: &Graph, n: &Node) -> Result<bolt_codegen::stitch::StitchSpec, String> {
-    use crate::ir::{Binary, Compare, Dim, Logic, Shape, Unary};
+    use crate::ir::{Compare, Dim, Logic, Shape, Unary};
     use crate::partition::stitch::{Reduce, Step};
-    use bolt_codegen::stitch::{self as st, Access, BinaryFn, CompareFn, LogicFn, Reduction, StitchSpec, UnaryFn};
+    use bolt_codegen::stitch::{self as st, Access, CompareFn, LogicFn, Reduction, StitchSpec, UnaryFn};
     let Op::Stitched(r) = &n.op else { return Err("not a stitched node".into()) };
     let ty = |t: &str| g.types.get(t).ok_or_else(|| format!("tensor '{t}' has no type"));
     let mut shapes = Vec::new();
@@ -847,20 +864,7 @@ pub fn stitch_spec(g: &Graph, n: &Node) -> Result<bolt_codegen::stitch::StitchSp
                 },
                 a,
             ),
-            Step::Binary(b, x, y) => st::Step::Binary(
-                match b {
-                    Binary::Add => BinaryFn::Add,
-                    Binary::Sub => BinaryFn::Sub,
-                    Binary::Mul => BinaryFn::Mul,
-                    Binary::Div => BinaryFn::Div,
-                    Binary::Pow => BinaryFn::Pow,
-                    Binary::Max => BinaryFn::Max,
-                    Binary::Min => BinaryFn::Min,
-                    Binary::PRelu => BinaryFn::PRelu,
-                },
-                x,
-                y,
-            ),
+            Step::Binary(b, x, y) => st::Step::Binary(binary_fn(b), x, y),
             Step::Compare(c, a, b) => st::Step::Compare(
                 match c {
                     Compare::Equal => CompareFn::Eq,
