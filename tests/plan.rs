@@ -758,6 +758,36 @@ fn arg_max_and_min_are_stitched_row_reductions() {
     }
 }
 
+/// A node nobody reads (trueocr's export keeps a TopK over the vocabulary whose results no
+/// one uses) is dropped, with what fed only it: the host would otherwise copy its input back
+/// and compute it on every run. Graph outputs and what feeds them stay.
+#[test]
+fn nodes_nobody_reads_are_dropped() {
+    use bolt::ir::builder::GraphBuilder;
+    use bolt::ir::{DType, Shape};
+    let mut b = GraphBuilder::new("unread");
+    let x = b.input("x", DType::F32, Shape::from_static(&[2, 9]));
+    let k = b.initializer("k", Tensor::from_i64(vec![1], vec![3]));
+    let logp = b.node("logp", Op::LogSoftmax { axis: -1 }, &[&x]);
+    let topk = Op::Opaque {
+        domain: String::new(),
+        op_type: "TopK".into(),
+        attrs: vec![],
+        why: bolt::ir::HOST_COMPUTED.into(),
+    };
+    b.node_multi("topk", topk, &[&logp, &k], 2);
+    let y = b.node("relu", Op::Unary(bolt::ir::Unary::Relu), &[&x]);
+    b.output(&y);
+    let g = b.finish().unwrap();
+    let plan = bolt::plan::plan(&g).unwrap();
+    let ops: Vec<&str> = plan.graph.nodes.iter().map(|n| n.op.op_type()).collect();
+    assert_eq!(ops, ["BoltStitched"], "only the ReLU is computed");
+    let feeds: HashMap<String, Tensor> = [("x".to_string(), common::random_tensor(&[2, 9], 5))].into();
+    let got = bolt::reference::run(&plan.graph, &feeds).unwrap();
+    let want: Vec<f32> = feeds["x"].to_f32_vec().iter().map(|v| v.max(0.0)).collect();
+    assert_eq!(got[&y].to_f32_vec(), want);
+}
+
 /// A Dropout with a mask output (caffe2 names one on every Dropout) is its input in inference:
 /// an Identity where nothing reads the mask; where the mask is a graph output it stays with the
 /// host, which gives the input and a mask of all true, as onnxruntime does outside training.

@@ -139,6 +139,9 @@ fn test_models_leave_only_shape_computations_and_copies_to_the_host() {
         // NeMo's front end: its int64 frame counts from the input lengths (a division by the
         // hop length) and the mask made from them are kernels.
         "onnxasr_nemo128",
+        // A CTC recogniser: its ArgMax and its widths' int64 arithmetic (Clip, Mod) are
+        // kernels; the TopK nobody reads is dropped.
+        "trueocr_rec",
         // keras2onnx's speech-quality net: its log-power spectrogram (Pow, Log, Sqrt) stitched.
         "dnsmos_p835",
         // tf2onnx's embeddings of float ids: the Cast to ids and each lookup are kernels.
@@ -167,16 +170,23 @@ fn test_models_leave_only_shape_computations_and_copies_to_the_host() {
 }
 
 /// An op no kernel took and the stitcher left is reported with the stitcher's reason, not a
-/// generic one: thai2rom's encoder multiplies int32 lengths (stitched kernels do int64
-/// arithmetic only; NeMo's int64 length division is a kernel, see the test above).
+/// generic one: integer powers (stitched kernels' integer arithmetic is add, subtract, multiply,
+/// divide, max, min, negate, abs and clip); the frame count beside it is a kernel.
 #[test]
 fn ops_the_stitcher_leaves_carry_its_reason() {
-    let Some(dir) = common::testdata("models/thai2rom_encoder") else { return };
-    let (ok, json, err) = bolt(&["report", "--json", dir.join("model.onnx").to_str().unwrap()]);
-    assert!(ok, "{err}");
-    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
-    let host = v["host"].as_array().unwrap();
-    let mul = host.iter().find(|h| h["ops"]["Mul"].is_number()).expect("the int32 product stays on the host");
-    let reason = mul["reason"].as_str().unwrap();
-    assert!(reason.starts_with("no stitched kernel: integer arithmetic other than int64"), "{reason}");
+    use bolt::ir::builder::GraphBuilder;
+    use bolt::ir::{Binary, DType, Op, Shape, Tensor};
+    let mut b = GraphBuilder::new("int_pow");
+    let lens = b.input("lens", DType::I64, Shape::from_static(&[4]));
+    let two = b.initializer("two", Tensor::from_i64(vec![], vec![2]));
+    let frames = b.node("frames", Op::Binary(Binary::Div), &[&lens, &two]);
+    let y = b.node("square", Op::Binary(Binary::Pow), &[&frames, &two]);
+    b.output(&y);
+    let g = b.finish().unwrap();
+    let opts = bolt::plan::PlanOptions::default();
+    let plan = bolt::plan::plan_with(&g, &opts).unwrap();
+    let report = bolt::plan::report::report("int_pow", &g, &plan, &opts);
+    let pow = report.host.iter().find(|h| h.ops.contains_key("Pow")).expect("the integer power stays on the host");
+    assert!(pow.reason.starts_with("no stitched kernel: integer arithmetic other than"), "{}", pow.reason);
+    assert!(report.host.iter().all(|h| !h.ops.contains_key("Div")), "{:?}", report.host);
 }

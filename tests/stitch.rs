@@ -815,6 +815,65 @@ fn int64_length_arithmetic_is_one_exact_kernel() {
     }
 }
 
+/// int32 arithmetic is stitched too, wrapped to 32 bits after every op as the reference's
+/// int32 ops wrap (kernels compute integers in int64): a square past 2^31 divided after.
+#[test]
+fn int32_arithmetic_wraps_after_every_op() {
+    let mut b = GraphBuilder::new("int32");
+    let x = b.input("x", DType::I32, Shape::from_static(&[4]));
+    let three = b.initializer("three", Tensor::from_i64_as(DType::I32, vec![], &[3]).unwrap());
+    let sq = b.node("square", Op::Binary(Binary::Mul), &[&x, &x]);
+    let y = b.node("third", Op::Binary(Binary::Div), &[&sq, &three]);
+    b.output(&y);
+    let g = b.finish().unwrap();
+    let plan = bolt::plan::plan(&g).unwrap();
+    let ops: Vec<&str> = plan.graph.nodes.iter().map(|n| n.op.op_type()).collect();
+    assert_eq!(ops, ["BoltStitched"]);
+    let x_val = Tensor::from_i64_as(DType::I32, vec![4], &[70000, -70000, 46341, 5]).unwrap();
+    let feeds = HashMap::from([("x".to_string(), x_val)]);
+    let (want, got) = (bolt::reference::run(&g, &feeds).unwrap(), bolt::reference::run(&plan.graph, &feeds).unwrap());
+    // 70000^2 = 4.9e9 wraps to 605032704; 46341^2 = 2147488281 wraps to -2147479015.
+    assert_eq!(want[&y].as_i64_vec().unwrap(), [201677568, 201677568, -715826338, 8]);
+    assert_eq!(got[&y].dtype(), DType::I32);
+    assert_eq!(got[&y].as_i64_vec(), want[&y].as_i64_vec());
+}
+
+/// A region with more results read outside it than a kernel writes (4) is cut into regions
+/// that each fit, not left to the host: five values of a chain each read again after a host
+/// op (a CumSum of the last) come back, so the chain's region would write five.
+#[test]
+fn regions_past_a_kernels_outputs_are_cut_not_left_to_the_host() {
+    let mut b = GraphBuilder::new("many_outputs");
+    let mut x = b.input("x", DType::F32, Shape::from_static(&[3, 7]));
+    let mut chain = Vec::new();
+    for (k, u) in [Unary::Exp, Unary::Tanh, Unary::Neg, Unary::Abs, Unary::Relu].into_iter().enumerate() {
+        x = b.node(&format!("u{k}"), Op::Unary(u), &[&x]);
+        chain.push(x.clone());
+    }
+    let axis = b.initializer("axis", Tensor::from_i64(vec![], vec![1]));
+    let cumsum = Op::Opaque {
+        domain: String::new(),
+        op_type: "CumSum".into(),
+        attrs: vec![],
+        why: bolt::ir::HOST_COMPUTED.into(),
+    };
+    let mut y = b.node("cumsum", cumsum, &[&x, &axis]);
+    for (k, c) in chain.iter().enumerate() {
+        y = b.node(&format!("add{k}"), Op::Binary(Binary::Add), &[&y, c]);
+    }
+    b.output(&y);
+    let g = b.finish().unwrap();
+    let plan = bolt::plan::plan(&g).unwrap();
+    let refused: Vec<_> = plan.stitched.iter().filter(|d| d.stitched.is_none()).collect();
+    assert!(refused.is_empty(), "{refused:?}");
+    let ops: Vec<&str> = plan.graph.nodes.iter().map(|n| n.op.op_type()).collect();
+    assert_eq!(ops.iter().filter(|o| **o != "BoltStitched").collect::<Vec<_>>(), [&"CumSum"], "{ops:?}");
+    assert!(plan.stitched.iter().all(|d| d.nodes.len() <= 5), "{:?}", plan.stitched);
+    let feeds = HashMap::from([("x".to_string(), random(&[3, 7], 9))]);
+    let (want, got) = (bolt::reference::run(&g, &feeds).unwrap(), bolt::reference::run(&plan.graph, &feeds).unwrap());
+    assert_eq!(got[&y].to_f32_vec(), want[&y].to_f32_vec());
+}
+
 /// A HuggingFace-style encoder layer from token ids, as its exports write it: embeddings
 /// (Gathers of the word table by the ids and of the position table by a slice of the position
 /// ids buffer up to the length, added, LayerNorm), the int64 attention mask made

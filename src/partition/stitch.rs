@@ -324,19 +324,24 @@ fn clip_unbounded(pos: usize) -> f64 {
     }
 }
 
-/// Whether `n` is int64 arithmetic a stitched kernel computes exactly (lengths and indices
+/// Whether `n` is integer arithmetic a stitched kernel computes exactly (lengths and indices
 /// computed from data: an ASR front end's frame counts, a recogniser's widths): every tensor
-/// int64 of known rank, the op one the kernels define on integers (wrapping; division
-/// truncating toward zero).
+/// int64 (or every one int32, wrapped after the op) of known rank, the op one the kernels
+/// define on integers (wrapping; division truncating toward zero).
 fn int_arithmetic(g: &Graph, n: &crate::ir::Node) -> bool {
-    let int64 = |t: &String| g.types.get(t).is_some_and(|ty| ty.dtype == DType::I64 && ty.shape.is_some());
+    let Some(dtype) = n.outputs.first().and_then(|y| g.types.get(y)).map(|t| t.dtype) else { return false };
+    let same_int = |t: &String| {
+        g.types
+            .get(t)
+            .is_some_and(|ty| ty.dtype == dtype && matches!(dtype, DType::I64 | DType::I32) && ty.shape.is_some())
+    };
     let op = match &n.op {
         Op::Binary(b) => matches!(b, Binary::Add | Binary::Sub | Binary::Mul | Binary::Div | Binary::Max | Binary::Min),
         Op::Unary(u) => matches!(u, Unary::Neg | Unary::Abs),
         Op::Clip => true,
         _ => false,
     };
-    op && n.inputs.iter().flatten().chain(&n.outputs).all(int64)
+    op && n.inputs.iter().flatten().chain(&n.outputs).all(same_int)
 }
 
 /// Ops a region reads its input through (strides and an offset), never computing them.
@@ -457,8 +462,8 @@ pub fn find_with(g: &Graph, taken: &HashSet<String>, leave_attention: bool) -> (
                     "a tensor of rank unknown when planning (after control flow, or a Squeeze without axes)"
                 }
                 (None, Some(_)) => {
-                    "integer arithmetic other than int64 add, subtract, multiply, divide, max, min, negate, abs \
-                     and clip"
+                    "integer arithmetic other than int64 / int32 add, subtract, multiply, divide, max, min, \
+                     negate, abs and clip"
                 }
                 (None, None) => return true,
             };
@@ -667,7 +672,7 @@ enum RegionError {
     /// The region cannot hold the node with the nodes before it (why, should the node still
     /// not fit once it starts a region of its own): its rows are of another length, its
     /// output is narrower than the region's space ([`narrow_output`]), or the region would
-    /// read more inputs than a kernel takes.
+    /// read more inputs or write more outputs than a kernel does.
     Cut(usize, &'static str),
 }
 
@@ -785,8 +790,13 @@ fn region(
                 args.push(r.steps.len() - 1);
             }
         }
-        let out = lower(&n.op, &args, &mut r.steps, rank)
+        let mut out = lower(&n.op, &args, &mut r.steps, rank)
             .map_err(|e| RegionError::Node(i, format!("{} '{}': {e}", n.op.op_type(), n.name)))?;
+        if g.types[&n.outputs[0]].dtype == DType::I32 && int_arithmetic(g, n) {
+            // Kernels compute integers in int64: int32 arithmetic wraps after every op.
+            r.steps.push(Step::Cast(DType::I32, out));
+            out = r.steps.len() - 1;
+        }
         if matches!(
             n.op,
             Op::Softmax { .. } | Op::LogSoftmax { .. } | Op::LayerNormalization { .. } | Op::Reduce { .. }
@@ -831,6 +841,16 @@ fn region(
         let at = (0..members.len()).find(|&k| after(k) > bolt_codegen::abi::STITCH_MAX_INPUTS).unwrap_or(0);
         let why = "with the region it joins it reads more inputs than a stitched kernel takes";
         return Err(RegionError::Cut(members[at], why));
+    }
+    if r.outputs.len() > bolt_codegen::abi::STITCH_MAX_OUTPUTS {
+        // Cut at the member whose outputs take the region past what a kernel writes.
+        let mut written = 0;
+        let at = members.iter().copied().find(|&i| {
+            written += r.outputs.iter().filter(|(y, _)| g.nodes[i].outputs.contains(y)).count();
+            written > bolt_codegen::abi::STITCH_MAX_OUTPUTS
+        });
+        let why = "with the region it joins it writes more outputs than a stitched kernel does";
+        return Err(RegionError::Cut(at.unwrap_or(members[0]), why));
     }
     if let Some(y) = narrow_output(g, &r) {
         let i = members.iter().copied().find(|&i| g.nodes[i].outputs.iter().any(|o| *o == y));

@@ -40,6 +40,7 @@ pub fn canonical(g: &Graph) -> Result<(Graph, usize)> {
     count += constant_identities(&mut out);
     count += value_identities(&mut out);
     count += fold_known_values(&mut out)?;
+    count += unread_nodes(&mut out);
     count += inline_known_branches(&mut out)?;
     count += crate::ir::control::hoist_constants(&mut out);
     let mut i = 0;
@@ -178,7 +179,6 @@ fn inline_known_branches(g: &mut Graph) -> Result<usize> {
 fn fold_known_values(g: &mut Graph) -> Result<usize> {
     let values = crate::ir::infer::known_weights(g)?;
     let before = g.nodes.len();
-    let read_before: HashSet<String> = g.nodes.iter().flat_map(|n| n.inputs.iter().flatten().cloned()).collect();
     let mut folded = Vec::new();
     g.nodes.retain(|n| {
         let known = !n.outputs.is_empty()
@@ -190,26 +190,29 @@ fn fold_known_values(g: &mut Graph) -> Result<usize> {
         !known
     });
     g.initializers.extend(folded);
-    // What fed only folded nodes (the Shape of a tensor of symbolic batch whose one known dim
-    // was used) is read by nobody now. Subgraphs (If, Loop) read the graph's values without
-    // naming them as inputs: with one, nothing is known dead.
-    let subgraphs = g.has_opaque_subgraphs();
-    while !subgraphs {
+    Ok(before - g.nodes.len())
+}
+
+/// Nodes whose outputs nobody reads and that are not graph outputs go, until none is left:
+/// what fed only folded nodes (the Shape of a tensor of symbolic batch whose one known dim
+/// was used), and what the exporter left unread (trueocr's TopK over the whole vocabulary's
+/// log-probabilities, which the host would otherwise compute on every run after copying them
+/// back). ONNX ops have no side effects. Subgraphs (If, Loop) read the graph's values without
+/// naming them as inputs: with one, nothing is known unread.
+fn unread_nodes(g: &mut Graph) -> usize {
+    let before = g.nodes.len();
+    if g.has_opaque_subgraphs() {
+        return 0;
+    }
+    loop {
         let used: HashSet<&String> = g.nodes.iter().flat_map(|n| n.inputs.iter().flatten()).chain(&g.outputs).collect();
-        let dead: HashSet<String> = g
-            .nodes
-            .iter()
-            .filter(|n| {
-                n.outputs.iter().all(|o| !used.contains(o)) && n.outputs.iter().any(|o| read_before.contains(o))
-            })
-            .map(|n| n.name.clone())
-            .collect();
+        let dead: HashSet<String> =
+            g.nodes.iter().filter(|n| n.outputs.iter().all(|o| !used.contains(o))).map(|n| n.name.clone()).collect();
         if dead.is_empty() {
-            break;
+            return before - g.nodes.len();
         }
         g.nodes.retain(|n| !dead.contains(&n.name));
     }
-    Ok(before - g.nodes.len())
 }
 
 /// Identity nodes of initializers (chains too) become initializers holding the same tensor;
