@@ -18,7 +18,7 @@
 # (kernels only CUTLASS 2.x has, and Bolt's own, are sm80 kernels built as sm_90 SASS + compute_80 PTX), DIR
 # target/bench-models: about 55 MiB (the binary 17). Fails if DIR is over the device's 64 MiB
 # carry limit. TF32 weights are twice the size: two packages carry them, e.g.
-#   --precisions tf32 --models small_conv_mlp,ppocrv4_det,ppocr_cls,magika,akiki_vad,silero_vad
+#   --precisions tf32 --models small_conv_mlp,ppocrv4_det,magika,akiki_vad,silero_vad,trueocr_rec
 #   --precisions tf32 --models mobilenet_v2,ppocrv4_rec
 # Cold, every model's kernels take about 25 minutes of nvcc here (2 cores); warm, seconds.
 set -euo pipefail
