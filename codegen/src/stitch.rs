@@ -23,7 +23,8 @@
 //!
 //! Values are typed ([`Kind`]): floats compute in f32, integers in int64 and bools as bools, so
 //! the masks exporters write around attention and padding (`Equal`, `Not`, `Where`, `Cast`
-//! of bools and token ids) stitch with the float ops they feed, exactly.
+//! of bools and token ids) stitch with the float ops they feed, exactly, and so does the
+//! integer arithmetic of lengths and frame counts ([`BinaryFn::apply_int`]).
 //!
 //! The element code and each thread's share of a row are `__host__ __device__`: `host_run`
 //! executes every thread's share of a row in turn on the host, the device's own column mapping
@@ -385,7 +386,7 @@ pub struct Output {
     pub per_row: bool,
 }
 
-/// One stitched kernel. Computes in f32 whatever its inputs' and outputs' types.
+/// One stitched kernel. Computes floats in f32 whatever their inputs' and outputs' types.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct StitchSpec {
     pub inputs: Vec<Input>,
@@ -428,8 +429,9 @@ impl StitchSpec {
     }
 
     /// The type each step computes in, or the first step whose arguments do not fit it
-    /// (arithmetic and reductions take floats, logic takes bools, a comparison or a select
-    /// two values of one kind). Steps must be in order.
+    /// (reductions take floats, arithmetic floats or integers (add, subtract, multiply,
+    /// divide, max, min, negate, abs), logic bools, a comparison or a select two values of one
+    /// kind). Steps must be in order.
     pub fn kinds(&self) -> Result<Vec<Kind>, StitchRejection> {
         let mut k: Vec<Kind> = Vec::with_capacity(self.steps.len());
         for (j, s) in self.steps.iter().enumerate() {
