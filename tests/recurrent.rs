@@ -107,8 +107,9 @@ fn recurrent_layers_plan_to_a_projection_gemm_and_a_scan_that_equal_them() {
     assert_eq!(n, 45);
 }
 
-/// The scan kernels' own code (`run_sequence`, the template's per-step phases), compiled with
-/// nvcc and run on the host one unit after another, equals the reference executor's
+/// The scan kernels' own code (the template's per-step phases), compiled with nvcc and its
+/// launch emulated on the host (a thread per CUDA thread, built with ThreadSanitizer: a phase
+/// reading another unit's state without a barrier fails the run), equals the reference executor's
 /// recurrence (checked against the ONNX conformance cases) on random projections, weights,
 /// lengths and states, for every cell and direction, both layouts, f32 and f16.
 #[test]
@@ -119,6 +120,7 @@ fn scan_kernels_run_on_the_host_equal_the_reference() {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("recurrent");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join(bolt_codegen::abi::HEADER_NAME), bolt_codegen::abi::HEADER).unwrap();
+    std::fs::write(dir.join(bolt_codegen::abi::HOST_LAUNCH_HEADER_NAME), bolt_codegen::abi::HOST_LAUNCH_HEADER).unwrap();
     let mut cases = Vec::new();
     for (k, cell) in [
         Cell::Rnn,
@@ -160,9 +162,16 @@ fn scan_kernels_run_on_the_host_equal_the_reference() {
     let source = dir.join("recurrent.cu");
     std::fs::write(&source, render_unit(&pairs).unwrap() + &main).unwrap();
     let object = dir.join("recurrent.o");
-    tc.compile(&source, &object).arch(bolt_cutlass::Arch::Sm80).include(&dir).run().unwrap_or_else(|e| panic!("{e}"));
+    let tsan = ["-Xcompiler=-fsanitize=thread", "-Xcompiler=-g"];
+    tc.compile(&source, &object)
+        .arch(bolt_cutlass::Arch::Sm80)
+        .include(&dir)
+        .arg(tsan[0])
+        .arg(tsan[1])
+        .run()
+        .unwrap_or_else(|e| panic!("{e}"));
     let exe = dir.join("recurrent_host");
-    let o = Command::new(tc.nvcc()).args(["-cudart", "static", "-o"]).arg(&exe).arg(&object).output().unwrap();
+    let o = Command::new(tc.nvcc()).args(tsan).args(["-cudart", "static", "-o"]).arg(&exe).arg(&object).output().unwrap();
     assert!(o.status.success(), "link: {}", String::from_utf8_lossy(&o.stderr));
 
     let (seq, batch, hidden) = (6usize, 3usize, 5usize);
@@ -247,11 +256,11 @@ template <class E> static void write_f32(std::string const &path, std::vector<E>
   for (E x : v) { float y = float(x); fwrite(&y, sizeof y, 1, f); }
   fclose(f);
 }
-struct NoSync { void operator()() const {} };
+#include "bolt_host_launch.h"
 "#;
 
-/// One kernel's host run: every (sequence, direction) by `run_sequence` with one caller for
-/// every unit, outputs first poisoned with NaN.
+/// One kernel's host run: the operator's launch emulated (a block per sequence and direction,
+/// a thread per unit and the block's barriers real), outputs first poisoned with NaN.
 const HOST_RUNNER: &str = r#"
 static int run_SYM(BoltRecurrentProblem p, std::string dir) {
   using E = SYM::Element;
@@ -263,9 +272,9 @@ static int run_SYM(BoltRecurrentProblem p, std::string dir) {
   std::vector<E> y(p.seq * D * p.batch * p.hidden, E(NAN)), yh(D * p.batch * p.hidden, E(NAN)), yc(D * p.batch * p.hidden, E(NAN));
   auto ptr = [](std::vector<E> const &v) { return v.empty() ? nullptr : v.data(); };
   SYM::Pointers a{ptr(xw), ptr(rt), ptr(bias), ptr(h0), ptr(c0), ptr(pe), lens.empty() ? nullptr : lens.data(), y.data(), yh.data(), yc.data()};
-  std::vector<float> shared((3 + SYM::kGates) * p.hidden);
-  for (int64_t b = 0; b < p.batch; ++b)
-    for (int64_t d = 0; d < D; ++d) SYM::run_sequence(p, a, b, d, 0, 1, shared.data(), NoSync{});
+  SYM::Operator op;
+  if (op.initialize(SYM::Operator::Arguments{p, a}, nullptr, nullptr) != cutlass::Status::kSuccess) return 3;
+  bolt_host::run(op);
   write_f32(dir + "/y", y);
   write_f32(dir + "/yh", yh);
   write_f32(dir + "/yc", yc);

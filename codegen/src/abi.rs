@@ -37,6 +37,14 @@ pub const HEADER: &str = include_str!("../include/bolt_kernel.h");
 /// File name under which [`HEADER`] is included by generated sources.
 pub const HEADER_NAME: &str = "bolt_kernel.h";
 
+/// For tests without a GPU: a launch of Bolt's own kernels (their bodies are templates on a
+/// thread type) emulated on the host, each CUDA thread an OS thread, barriers and warp
+/// shuffles real. Included as [`HOST_LAUNCH_HEADER_NAME`]; never part of a built library.
+pub const HOST_LAUNCH_HEADER: &str = include_str!("../include/bolt_host_launch.h");
+
+/// File name under which test units include [`HOST_LAUNCH_HEADER`].
+pub const HOST_LAUNCH_HEADER_NAME: &str = "bolt_host_launch.h";
+
 /// `BoltGemmProblem`: D = epilogue(A @ B) with A M x K, B K x N, C/D M x N in the kernel's
 /// layouts; leading dimensions and batch strides in elements.
 #[repr(C)]

@@ -11,10 +11,9 @@
 //!
 //! The epilogue tree is evaluated per element ([`epilogue_statements`]), so every epilogue the
 //! planner fuses (bias, residual, any activation) runs here, not only CUTLASS's functors.
-//! The element code is `__host__ __device__`: `host_run` executes the kernel's own per-thread
-//! function for every thread on the host (codegen/tests/depthwise.rs compares it with
-//! [`crate::epilogue::Expr::eval`] over a direct loop); the thread mapping is what only a GPU
-//! checks.
+//! The kernel's body is a template on its thread (`bolt_detail::DeviceThread` on the device):
+//! codegen/tests/depthwise.rs runs the operator's own launch emulated on the host
+//! (`bolt_host_launch.h`) and compares it with [`crate::epilogue::Expr::eval`] over a direct loop.
 
 use serde::Serialize;
 

@@ -6,8 +6,9 @@
 //! spec, one template (`templates/recurrent.cu.tera`), the same C ABI as every kernel
 //! (`BoltRecurrentProblem`, `BoltRecurrentArgs`; no workspace).
 //!
-//! The per-step work is a `__host__ __device__` function whose synchronisation is a parameter:
-//! the tests run it on the host, phase by phase, against the reference executor's recurrence.
+//! The kernel's body is a template on its thread: the tests run the operator's own launch on
+//! the host's emulation (`bolt_host_launch.h`: a thread per unit, the block's barriers real,
+//! built with ThreadSanitizer) against the reference executor's recurrence.
 
 use ordered_float::OrderedFloat;
 use serde::{Deserialize, Serialize};

@@ -28,8 +28,9 @@
 //!
 //! The element code and each thread's share of a row are `__host__ __device__`: `host_run`
 //! executes every thread's share of a row in turn on the host, the device's own column mapping
-//! and row cache included, which is how tests check the generated code without a GPU (the
-//! group reductions' shuffles aside).
+//! and row cache included; the kernel's body is a template on its thread, so tests also run the
+//! operator's own launch on the host's emulation (`bolt_host_launch.h`: a thread per CUDA
+//! thread, the group reductions' shuffles and barriers real, races caught by ThreadSanitizer).
 
 use ordered_float::OrderedFloat;
 use serde::{Deserialize, Serialize};
@@ -442,7 +443,7 @@ impl StitchSpec {
                 Step::Const(_) => Kind::Float,
                 Step::Unary(f, a) => match (of(a)?, f) {
                     (Kind::Float, _) => Kind::Float,
-                    (Kind::Int, UnaryFn::Neg | UnaryFn::Abs) => Kind::Int,
+                    (Kind::Int, f) if f.on_ints() => Kind::Int,
                     (other, _) => return bad(format!("{f:?} of a {other:?} value (step {a})")),
                 },
                 Step::Reduce(_, a) => match of(a)? {
@@ -659,11 +660,10 @@ impl StitchSpec {
                         Step::Input(i) => inputs[i].at(index(i, col)),
                         Step::Const(c) => Scalar::F(c.0 as f64),
                         // Every float step rounds to f32, as the kernel's registers do;
-                        // integer steps exactly (validated: Neg and Abs only).
-                        Step::Unary(f, a) => match (f, v[a]) {
-                            (UnaryFn::Neg, Scalar::I(x)) => Scalar::I(x.wrapping_neg()),
-                            (UnaryFn::Abs, Scalar::I(x)) => Scalar::I(x.wrapping_abs()),
-                            (f, x) => Scalar::F(f.apply(x.f()) as f32 as f64),
+                        // integer steps exactly.
+                        Step::Unary(f, a) => match v[a] {
+                            Scalar::I(x) => Scalar::I(f.apply_int(x)),
+                            x => Scalar::F(f.apply(x.f()) as f32 as f64),
                         },
                         Step::Binary(f, a, b) => match (v[a], v[b]) {
                             (Scalar::I(x), Scalar::I(y)) => Scalar::I(f.apply_int(x, y)),
@@ -727,6 +727,21 @@ impl StitchSpec {
 }
 
 impl UnaryFn {
+    /// Whether it is defined on integers (the arithmetic of lengths and indices).
+    pub fn on_ints(&self) -> bool {
+        matches!(self, UnaryFn::Neg | UnaryFn::Abs)
+    }
+
+    /// On int64 values as a kernel computes them: wrapping (the negation and the absolute
+    /// value of INT64_MIN are INT64_MIN).
+    pub fn apply_int(&self, x: i64) -> i64 {
+        match self {
+            UnaryFn::Neg => x.wrapping_neg(),
+            UnaryFn::Abs => x.wrapping_abs(),
+            _ => unreachable!("validated: not on integers"),
+        }
+    }
+
     pub fn apply(&self, x: f64) -> f64 {
         match self {
             UnaryFn::Exp => x.exp(),

@@ -2,10 +2,9 @@
 //! (f16 / bf16 / f32, channel vectors of 8 down to 1, 1 to 4 output columns per thread, 3x3 and
 //! 5x5 filters, strides 1 and 2, a dilation, MobileNetV2's bias + ReLU6, a SiLU, a C operand,
 //! ragged column strips and an odd channel count) compiled for sm_80 and linked twice. An
-//! executable runs each kernel's own per-thread function for every thread on the host
-//! (`host_run`) and the outputs are compared with a direct f64 loop through the epilogue's
-//! meaning (`Expr::eval`); a library answers the ABI's host-side calls. Needs the toolchain, no
-//! GPU; the thread-to-output mapping on the device stays unverified here.
+//! executable runs each kernel's launch (its grid, a thread per CUDA thread) emulated on the host
+//! and the outputs are compared with a direct f64 loop through the epilogue's meaning
+//! (`Expr::eval`); a library answers the ABI's host-side calls. Needs the toolchain, no GPU.
 
 mod host_build;
 
@@ -197,17 +196,18 @@ fn c_problem(p: &BoltConv2dProblem) -> String {
     format!("{{{}}}", f.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(", "))
 }
 
-/// A host `main` running every case (operands from `<c>_<name>.bin`, output to `<c>_d.bin`).
+/// A host `main` running every case by its operator's launch, emulated (operands from
+/// `<c>_<name>.bin`, output, first NaN, to `<c>_d.bin`).
 fn test_main(dir: &Path, cases: &[Case]) -> String {
     let mut m = String::from(
-        "\n#include <cstdio>\n#include <vector>\nstatic std::vector<char> slurp(char const *path) {\n  std::vector<char> b;\n  FILE *f = std::fopen(path, \"rb\");\n  if (!f) return b;\n  int ch;\n  while ((ch = std::fgetc(f)) != EOF) b.push_back(char(ch));\n  std::fclose(f);\n  return b;\n}\nint main() {\n",
+        "\n#include <cstdio>\n#include <vector>\n#include \"bolt_host_launch.h\"\nstatic std::vector<char> slurp(char const *path) {\n  std::vector<char> b;\n  FILE *f = std::fopen(path, \"rb\");\n  if (!f) return b;\n  int ch;\n  while ((ch = std::fgetc(f)) != EOF) b.push_back(char(ch));\n  std::fclose(f);\n  return b;\n}\nint main() {\n",
     );
     for (i, c) in cases.iter().enumerate() {
         let symbol = bolt_codegen::render::symbol_for(&c.spec);
         let file = |name: &str| dir.join(format!("{i}_{name}.bin")).display().to_string();
         let out_bytes = (c.p.n * c.p.p * c.p.q * c.p.k) as usize * c.spec.types.output.size_bytes();
         m += &format!(
-            "  {{\n    BoltConv2dProblem p = {};\n    BoltArgs args = {{}};\n    std::vector<char> x = slurp(\"{}\"), w = slurp(\"{}\"), c = slurp(\"{}\"), bias = slurp(\"{}\");\n    std::vector<char> d({out_bytes});\n    args.a = x.data(); args.b = w.data(); args.d = d.data();\n    args.c = c.empty() ? nullptr : c.data(); args.bias = bias.empty() ? nullptr : bias.data();\n    args.alpha = {:e}f; args.beta = {:e}f;\n    {symbol}::host_run(p, args);\n    FILE *f = std::fopen(\"{}\", \"wb\");\n    std::fwrite(d.data(), 1, d.size(), f);\n    std::fclose(f);\n  }}\n",
+            "  {{\n    BoltConv2dProblem p = {};\n    BoltArgs args = {{}};\n    std::vector<char> x = slurp(\"{}\"), w = slurp(\"{}\"), c = slurp(\"{}\"), bias = slurp(\"{}\");\n    std::vector<char> d({out_bytes}, char(0xff));\n    args.a = x.data(); args.b = w.data(); args.d = d.data();\n    args.c = c.empty() ? nullptr : c.data(); args.bias = bias.empty() ? nullptr : bias.data();\n    args.alpha = {:e}f; args.beta = {:e}f;\n    {symbol}::Operator op;\n    if (op.initialize({symbol}::Kernel::make_arguments(p, args), nullptr, nullptr) != cutlass::Status::kSuccess) return 1;\n    bolt_host::run(op);\n    FILE *f = std::fopen(\"{}\", \"wb\");\n    std::fwrite(d.data(), 1, d.size(), f);\n    std::fclose(f);\n  }}\n",
             c_problem(&c.p),
             file("x"),
             file("w"),
@@ -248,7 +248,7 @@ fn direct_depthwise_kernels_compute_the_convolution_and_answer_the_abi() {
     let unit = bolt_codegen::render::render_unit(&unit).unwrap() + &test_main(&dir, &cases);
     let built = host_build::build(&dir, "depthwise", &unit);
 
-    // The kernels' own per-thread code, run for every thread on the host.
+    // The kernels' own launches, emulated on the host.
     host_build::run(&built);
     for (i, (c, want)) in cases.iter().zip(&expected).enumerate() {
         let got = decode(c.spec.types.output, &std::fs::read(dir.join(format!("{i}_d.bin"))).unwrap());

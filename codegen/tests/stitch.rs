@@ -350,8 +350,8 @@ fn cases() -> Vec<(StitchSpec, Vec<usize>, Vec<Vec<usize>>)> {
             Output { step: 11, element: Storage::F32, per_row: false },
         ],
     };
-    let (softmax_f32, gelu_f16, masked_ids, embeddings_64) =
-        (softmax.clone(), gelu.clone(), masked.clone(), embeddings.clone());
+    let (softmax_f32, gelu_f16, masked_ids, embeddings_64, layer_norm_300) =
+        (softmax.clone(), gelu.clone(), masked.clone(), embeddings.clone(), layer_norm.clone());
     vec![
         (trig, vec![3, 37], vec![vec![3, 37]]),
         (activations, vec![5, 41], vec![vec![5, 41]]),
@@ -385,6 +385,10 @@ fn cases() -> Vec<(StitchSpec, Vec<usize>, Vec<Vec<usize>>)> {
         (argmax(37.0), vec![3, 37], vec![vec![3, 37], vec![37]]),
         (argmax(4099.0), vec![2, 4099], vec![vec![2, 4099], vec![4099]]),
         (lengths, vec![3, 37], vec![vec![3, 37], vec![37]]),
+        // Rows of 300 take 64 threads each, two rows per block of 128: each group's reductions
+        // through shared memory read back only its own warps' partials; the third block's
+        // second row is past the end and still reaches every barrier.
+        (layer_norm_300, vec![5, 300], vec![vec![5, 300], vec![300], vec![300]]),
     ]
 }
 
@@ -484,6 +488,10 @@ fn decode(e: Storage, b: &[u8]) -> Vec<Scalar> {
     }
 }
 
+fn output_is_float(e: Storage) -> bool {
+    matches!(e, Storage::F32 | Storage::F16 | Storage::BF16)
+}
+
 fn c_problem(p: &BoltStitchProblem) -> String {
     let list = |v: &[i64]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ");
     let strides: Vec<String> = p.strides.iter().map(|s| format!("{{{}}}", list(s))).collect();
@@ -504,11 +512,15 @@ fn c_problem(p: &BoltStitchProblem) -> String {
 /// every access element by element.
 const GROUPS: [(i32, bool); 4] = [(0, true), (1, true), (5, true), (0, false)];
 
-/// A host `main` running case `c` once per way `g` of [`GROUPS`] (read inputs
-/// `in_<c>_<i>.bin`, write `out_<c>_<o>_<g>.bin`), printing each case's vector mask.
+/// The way after [`GROUPS`]: the operator's own launch (grid, block, shared memory) emulated,
+/// a thread per CUDA thread, the group reductions' shuffles and barriers included.
+const EMULATED: usize = GROUPS.len();
+
+/// A host `main` running case `c` once per way `g` of [`GROUPS`] and by the emulated launch
+/// (read inputs `in_<c>_<i>.bin`, write `out_<c>_<o>_<g>.bin`), printing each case's vector mask.
 fn test_main(dir: &Path, cases: &[(String, StitchSpec, BoltStitchProblem, Vec<usize>)]) -> String {
     let mut m = String::from(
-        "\n#include <cstdio>\n#include <vector>\nstatic std::vector<char> slurp(char const *path) {\n  std::vector<char> b;\n  FILE *f = std::fopen(path, \"rb\");\n  if (!f) return b;\n  int ch;\n  while ((ch = std::fgetc(f)) != EOF) b.push_back(char(ch));\n  std::fclose(f);\n  return b;\n}\nint main() {\n",
+        "\n#include <algorithm>\n#include <cstdio>\n#include <vector>\n#include \"bolt_host_launch.h\"\nstatic std::vector<char> slurp(char const *path) {\n  std::vector<char> b;\n  FILE *f = std::fopen(path, \"rb\");\n  if (!f) return b;\n  int ch;\n  while ((ch = std::fgetc(f)) != EOF) b.push_back(char(ch));\n  std::fclose(f);\n  return b;\n}\nint main() {\n",
     );
     for (c, (symbol, spec, p, sizes)) in cases.iter().enumerate() {
         m += &format!("  {{\n    BoltStitchProblem p = {};\n    BoltStitchArgs args = {{}};\n", c_problem(p));
@@ -525,15 +537,31 @@ fn test_main(dir: &Path, cases: &[(String, StitchSpec, BoltStitchProblem, Vec<us
         m += &format!(
             "    std::printf(\"mask {c} %u\\n\", {symbol}::vector_mask(p, {symbol}::Kernel::make_arguments(p, args).pointers));\n"
         );
+        let save = |g: usize| {
+            (0..spec.outputs.len())
+                .map(|o| {
+                    format!(
+                        "    {{\n      FILE *f = std::fopen(\"{}\", \"wb\");\n      std::fwrite(out{o}.data(), 1, out{o}.size(), f);\n      std::fclose(f);\n    }}\n",
+                        dir.join(format!("out_{c}_{o}_{g}.bin")).display()
+                    )
+                })
+                .collect::<String>()
+        };
         for (g, (group, vectors)) in GROUPS.iter().enumerate() {
             m += &format!("    {symbol}::host_run(p, args, {group}, {vectors});\n");
-            for o in 0..spec.outputs.len() {
-                m += &format!(
-                    "    {{\n      FILE *f = std::fopen(\"{}\", \"wb\");\n      std::fwrite(out{o}.data(), 1, out{o}.size(), f);\n      std::fclose(f);\n    }}\n",
-                    dir.join(format!("out_{c}_{o}_{g}.bin")).display()
-                );
-            }
+            m += &save(g);
         }
+        m += &format!(
+            "    {{\n      {symbol}::Operator op;\n      if (op.initialize({symbol}::Kernel::make_arguments(p, args), nullptr, nullptr) != cutlass::Status::kSuccess) return 1;\n"
+        );
+        for o in 0..spec.outputs.len() {
+            // Whatever the launch leaves unwritten fails the comparison: NaN floats (0xff
+            // bytes), integers no case computes (0xa5 bytes; bools of 165).
+            let poison = if output_is_float(spec.outputs[o].element) { "0xff" } else { "0xa5" };
+            m += &format!("      std::fill(out{o}.begin(), out{o}.end(), char({poison}));\n");
+        }
+        m += "      bolt_host::run(op);\n    }\n";
+        m += &save(EMULATED);
         m += "  }\n";
     }
     m + "  return 0;\n}\n"
@@ -579,7 +607,7 @@ fn stitched_kernels_compute_their_specs_and_answer_the_abi() {
         }
     }
     let unit = stitch::render_unit(&unique).unwrap() + &test_main(&dir, &runs);
-    let built = host_build::build(&dir, "stitch", &unit);
+    let built = host_build::build_race_checked(&dir, "stitch", &unit);
 
     // The generated kernels' per-thread code, run on the host.
     let printed = host_build::run(&built);
@@ -588,8 +616,13 @@ fn stitched_kernels_compute_their_specs_and_answer_the_abi() {
         assert!(printed.lines().any(|l| l == line), "case {c}: want {want:#x} in\n{printed}");
     }
     for (c, ((symbol, spec, ..), want)) in runs.iter().zip(&expected).enumerate() {
+        let ways: Vec<String> = GROUPS
+            .iter()
+            .map(|(group, vectors)| format!("host_run, threads per row {group} (0: the device's), vectors {vectors}"))
+            .chain(["the emulated launch".to_string()])
+            .collect();
         for ((o, (output, want)), (g, way)) in
-            spec.outputs.iter().zip(want).enumerate().flat_map(|x| GROUPS.iter().enumerate().map(move |g| (x, g)))
+            spec.outputs.iter().zip(want).enumerate().flat_map(|x| ways.iter().enumerate().map(move |g| (x, g)))
         {
             let got = decode(output.element, &std::fs::read(dir.join(format!("out_{c}_{o}_{g}.bin"))).unwrap());
             assert_eq!(got.len(), want.len(), "case {c} output {o}");
@@ -608,7 +641,7 @@ fn stitched_kernels_compute_their_specs_and_answer_the_abi() {
                 };
                 assert!(
                     ok,
-                    "{symbol} case {c} output {o}[{k}], (group, vectors) {way:?} (0: the device's): {x:?} vs {w:?}"
+                    "{symbol} case {c} output {o}[{k}], {way}: {x:?} vs {w:?}"
                 );
             }
         }

@@ -336,8 +336,8 @@ fn int_arithmetic(g: &Graph, n: &crate::ir::Node) -> bool {
             .is_some_and(|ty| ty.dtype == dtype && matches!(dtype, DType::I64 | DType::I32) && ty.shape.is_some())
     };
     let op = match &n.op {
-        Op::Binary(b) => matches!(b, Binary::Add | Binary::Sub | Binary::Mul | Binary::Div | Binary::Max | Binary::Min),
-        Op::Unary(u) => matches!(u, Unary::Neg | Unary::Abs),
+        Op::Binary(b) => crate::plan::lower::binary_fn(*b).on_ints(),
+        Op::Unary(u) => crate::plan::lower::unary_fn(*u).on_ints(),
         Op::Clip => true,
         _ => false,
     };
@@ -1020,10 +1020,10 @@ impl Region {
                 },
                 Step::Const(c) => Value { shape: vec![], data: Data::F(vec![f32r(c)]) },
                 // Integer steps (int64 arithmetic) exactly, as the kernels compute them.
-                Step::Unary(u @ (Unary::Neg | Unary::Abs), a) if matches!(vals[a].data, Data::I(_)) => {
+                Step::Unary(u, a) if matches!(vals[a].data, Data::I(_)) => {
                     let Data::I(v) = &vals[a].data else { unreachable!("matched") };
-                    let f = |x: i64| if u == Unary::Neg || x < 0 { x.wrapping_neg() } else { x };
-                    Value { shape: vals[a].shape.clone(), data: Data::I(v.iter().map(|&x| f(x)).collect()) }
+                    let f = crate::plan::lower::unary_fn(u);
+                    Value { shape: vals[a].shape.clone(), data: Data::I(v.iter().map(|&x| f.apply_int(x)).collect()) }
                 }
                 Step::Unary(u, a) => {
                     let f = crate::reference::unary_fn(u);

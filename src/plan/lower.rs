@@ -69,6 +69,55 @@ pub fn binary_fn(b: crate::ir::Binary) -> bolt_codegen::stitch::BinaryFn {
     }
 }
 
+/// The stitched kernels' function for a unary op (one mapping for lowering and for the
+/// regions' own meaning of integer steps).
+pub fn unary_fn(u: crate::ir::Unary) -> bolt_codegen::stitch::UnaryFn {
+    use crate::ir::Unary;
+    use bolt_codegen::stitch::UnaryFn;
+    match u {
+        Unary::Sqrt => UnaryFn::Sqrt,
+        Unary::Erf => UnaryFn::Erf,
+        Unary::Exp => UnaryFn::Exp,
+        Unary::Neg => UnaryFn::Neg,
+        Unary::Abs => UnaryFn::Abs,
+        Unary::Reciprocal => UnaryFn::Reciprocal,
+        Unary::Log => UnaryFn::Log,
+        Unary::Ceil => UnaryFn::Ceil,
+        Unary::Floor => UnaryFn::Floor,
+        Unary::Round => UnaryFn::Round,
+        Unary::Sin => UnaryFn::Sin,
+        Unary::Cos => UnaryFn::Cos,
+        Unary::Tan => UnaryFn::Tan,
+        Unary::Asin => UnaryFn::Asin,
+        Unary::Acos => UnaryFn::Acos,
+        Unary::Atan => UnaryFn::Atan,
+        Unary::Sinh => UnaryFn::Sinh,
+        Unary::Cosh => UnaryFn::Cosh,
+        Unary::Asinh => UnaryFn::Asinh,
+        Unary::Acosh => UnaryFn::Acosh,
+        Unary::Atanh => UnaryFn::Atanh,
+        Unary::Sign => UnaryFn::Sign,
+        Unary::Elu { alpha } => UnaryFn::Elu { alpha: alpha.into() },
+        Unary::Selu { alpha, gamma } => UnaryFn::Selu { alpha: alpha.into(), gamma: gamma.into() },
+        Unary::Celu { alpha } => UnaryFn::Celu { alpha: alpha.into() },
+        Unary::ThresholdedRelu { alpha } => UnaryFn::ThresholdedRelu { alpha: alpha.into() },
+        Unary::Softsign => UnaryFn::Softsign,
+        Unary::Mish => UnaryFn::Mish,
+        Unary::Shrink { bias, lambd } => UnaryFn::Shrink { bias: bias.into(), lambd: lambd.into() },
+        Unary::Tanh => UnaryFn::Activation(ep::Activation::Tanh),
+        Unary::Relu => UnaryFn::Activation(ep::Activation::Relu),
+        Unary::Sigmoid => UnaryFn::Activation(ep::Activation::Sigmoid),
+        Unary::Softplus => UnaryFn::Activation(ep::Activation::Softplus),
+        Unary::HardSwish => UnaryFn::Activation(ep::Activation::HardSwish),
+        Unary::LeakyRelu { alpha } => UnaryFn::Activation(ep::Activation::LeakyRelu { alpha: alpha.into() }),
+        Unary::HardSigmoid { alpha, beta } => {
+            UnaryFn::Activation(ep::Activation::HardSigmoid { alpha: alpha.into(), beta: beta.into() })
+        }
+        Unary::Gelu { approximate: crate::ir::GeluApprox::None } => UnaryFn::Activation(ep::Activation::GeluErf),
+        Unary::Gelu { approximate: crate::ir::GeluApprox::Tanh } => UnaryFn::Activation(ep::Activation::GeluTanh),
+    }
+}
+
 pub fn activation(a: Activation) -> ep::Activation {
     match a {
         Activation::Relu => ep::Activation::Relu,
@@ -763,9 +812,9 @@ pub fn chains(g: &Graph, uses: &[KernelUse], skipped: &[Unlowered]) -> (Vec<Chai
 /// else through broadcast strides) and whether each output has one value per row. Symbolic
 /// dims count as equal when they have the same name. `Err`: why no stitched kernel takes it.
 pub fn stitch_spec(g: &Graph, n: &Node) -> Result<bolt_codegen::stitch::StitchSpec, String> {
-    use crate::ir::{Compare, Dim, Logic, Shape, Unary};
+    use crate::ir::{Compare, Dim, Logic, Shape};
     use crate::partition::stitch::{Reduce, Step};
-    use bolt_codegen::stitch::{self as st, Access, CompareFn, LogicFn, Reduction, StitchSpec, UnaryFn};
+    use bolt_codegen::stitch::{self as st, Access, CompareFn, LogicFn, Reduction, StitchSpec};
     let Op::Stitched(r) = &n.op else { return Err("not a stitched node".into()) };
     let ty = |t: &str| g.types.get(t).ok_or_else(|| format!("tensor '{t}' has no type"));
     let mut shapes = Vec::new();
@@ -813,57 +862,7 @@ pub fn stitch_spec(g: &Graph, n: &Node) -> Result<bolt_codegen::stitch::StitchSp
                 }
                 st::Step::Const(OrderedFloat(c))
             }
-            Step::Unary(u, a) => st::Step::Unary(
-                match u {
-                    Unary::Sqrt => UnaryFn::Sqrt,
-                    Unary::Erf => UnaryFn::Erf,
-                    Unary::Exp => UnaryFn::Exp,
-                    Unary::Neg => UnaryFn::Neg,
-                    Unary::Abs => UnaryFn::Abs,
-                    Unary::Reciprocal => UnaryFn::Reciprocal,
-                    Unary::Log => UnaryFn::Log,
-                    Unary::Ceil => UnaryFn::Ceil,
-                    Unary::Floor => UnaryFn::Floor,
-                    Unary::Round => UnaryFn::Round,
-                    Unary::Sin => UnaryFn::Sin,
-                    Unary::Cos => UnaryFn::Cos,
-                    Unary::Tan => UnaryFn::Tan,
-                    Unary::Asin => UnaryFn::Asin,
-                    Unary::Acos => UnaryFn::Acos,
-                    Unary::Atan => UnaryFn::Atan,
-                    Unary::Sinh => UnaryFn::Sinh,
-                    Unary::Cosh => UnaryFn::Cosh,
-                    Unary::Asinh => UnaryFn::Asinh,
-                    Unary::Acosh => UnaryFn::Acosh,
-                    Unary::Atanh => UnaryFn::Atanh,
-                    Unary::Sign => UnaryFn::Sign,
-                    Unary::Elu { alpha } => UnaryFn::Elu { alpha: alpha.into() },
-                    Unary::Selu { alpha, gamma } => UnaryFn::Selu { alpha: alpha.into(), gamma: gamma.into() },
-                    Unary::Celu { alpha } => UnaryFn::Celu { alpha: alpha.into() },
-                    Unary::ThresholdedRelu { alpha } => UnaryFn::ThresholdedRelu { alpha: alpha.into() },
-                    Unary::Softsign => UnaryFn::Softsign,
-                    Unary::Mish => UnaryFn::Mish,
-                    Unary::Shrink { bias, lambd } => UnaryFn::Shrink { bias: bias.into(), lambd: lambd.into() },
-                    Unary::Tanh => UnaryFn::Activation(ep::Activation::Tanh),
-                    Unary::Relu => UnaryFn::Activation(ep::Activation::Relu),
-                    Unary::Sigmoid => UnaryFn::Activation(ep::Activation::Sigmoid),
-                    Unary::Softplus => UnaryFn::Activation(ep::Activation::Softplus),
-                    Unary::HardSwish => UnaryFn::Activation(ep::Activation::HardSwish),
-                    Unary::LeakyRelu { alpha } => {
-                        UnaryFn::Activation(ep::Activation::LeakyRelu { alpha: alpha.into() })
-                    }
-                    Unary::HardSigmoid { alpha, beta } => {
-                        UnaryFn::Activation(ep::Activation::HardSigmoid { alpha: alpha.into(), beta: beta.into() })
-                    }
-                    Unary::Gelu { approximate: crate::ir::GeluApprox::None } => {
-                        UnaryFn::Activation(ep::Activation::GeluErf)
-                    }
-                    Unary::Gelu { approximate: crate::ir::GeluApprox::Tanh } => {
-                        UnaryFn::Activation(ep::Activation::GeluTanh)
-                    }
-                },
-                a,
-            ),
+            Step::Unary(u, a) => st::Step::Unary(unary_fn(u), a),
             Step::Binary(b, x, y) => st::Step::Binary(binary_fn(b), x, y),
             Step::Compare(c, a, b) => st::Step::Compare(
                 match c {

@@ -61,6 +61,22 @@ static inline bool is_aligned(void const *ptr, size_t bytes) {
   return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
 }
 
+/// The CUDA built-ins Bolt's own kernel bodies use, behind one type: a body is a template on
+/// its thread, launched on the device with this one and, in tests, on the host's emulation
+/// (bolt_host_launch.h's Thread, the same members) where barriers and shuffles are real.
+struct DeviceThread {
+  __device__ unsigned thread() const { return threadIdx.x; }
+  __device__ dim3 block() const { return blockIdx; }
+  __device__ dim3 grid() const { return gridDim; }
+  __device__ unsigned threads() const { return blockDim.x; }
+  __device__ void sync() const { __syncthreads(); }
+  __device__ float shfl_xor(float v, int lane_mask) const { return __shfl_xor_sync(0xffffffffu, v, lane_mask); }
+  __device__ float *shared() const {
+    extern __shared__ float bolt_dynamic_shared[];
+    return bolt_dynamic_shared;
+  }
+};
+
 /// What `<symbol>_initialize` builds in the caller's params buffer: everything `launch` needs,
 /// so a launch does no host work beyond the kernel launch itself.
 template <typename Kernel>

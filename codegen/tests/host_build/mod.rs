@@ -15,35 +15,60 @@ pub struct HostBuild {
     pub library: PathBuf,
 }
 
-/// The scratch folder of test `name`, with the ABI header the units include.
+/// The scratch folder of test `name`, with the ABI header and the host launch emulation the
+/// units include.
 pub fn scratch(name: &str) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join(bolt_codegen::abi::HEADER_NAME), bolt_codegen::abi::HEADER).unwrap();
+    std::fs::write(dir.join(bolt_codegen::abi::HOST_LAUNCH_HEADER_NAME), bolt_codegen::abi::HOST_LAUNCH_HEADER)
+        .unwrap();
     dir
 }
 
 /// Compiles `source` (kernels and a host `main`) as `<dir>/<name>.cu` for sm_80 and links it
 /// as `<dir>/<name>_host` and `<dir>/lib<name>.so`.
 pub fn build(dir: &Path, name: &str, source: &str) -> HostBuild {
+    build_with(dir, name, source, false)
+}
+
+/// As [`build`], the executable built with ThreadSanitizer: where its `main` emulates launches
+/// (`bolt_host_launch.h`), a kernel that reads what another thread wrote with no barrier
+/// between them fails the run (ThreadSanitizer's exit status 66), whatever the values.
+pub fn build_race_checked(dir: &Path, name: &str, source: &str) -> HostBuild {
+    build_with(dir, name, source, true)
+}
+
+fn build_with(dir: &Path, name: &str, source: &str, race_checked: bool) -> HostBuild {
     let tc = bolt_cutlass::Toolchain::discover().unwrap_or_else(|e| panic!("{e}"));
     let cu = dir.join(format!("{name}.cu"));
     std::fs::write(&cu, source).unwrap();
-    let object = dir.join(format!("{name}.o"));
-    let compiled =
-        tc.compile(&cu, &object).arch(bolt_cutlass::Arch::Sm80).include(dir).run().unwrap_or_else(|e| panic!("{e}"));
-    eprintln!("{name}: compiled in {:.1}s", compiled.elapsed.as_secs_f64());
-    let link = |out: &PathBuf, shared: bool| {
-        let mut c = Command::new(tc.nvcc());
-        if shared {
-            c.arg("-shared");
+    let compile = |object: &Path, flags: &[&str]| {
+        let mut c = tc.compile(&cu, object).arch(bolt_cutlass::Arch::Sm80).include(dir);
+        for f in flags {
+            c = c.arg(*f);
         }
-        let o = c.args(["-cudart", "static", "-o"]).arg(out).arg(&object).output().unwrap();
+        let compiled = c.run().unwrap_or_else(|e| panic!("{e}"));
+        eprintln!("{}: compiled in {:.1}s", object.display(), compiled.elapsed.as_secs_f64());
+    };
+    // The library is loaded into this (uninstrumented) process: never sanitized.
+    let object = dir.join(format!("{name}.o"));
+    compile(&object, &[]);
+    let tsan = ["-Xcompiler=-fsanitize=thread", "-Xcompiler=-g"];
+    let exe_object = if race_checked {
+        let o = dir.join(format!("{name}_tsan.o"));
+        compile(&o, &tsan);
+        o
+    } else {
+        object.clone()
+    };
+    let link = |out: &PathBuf, object: &Path, flags: &[&str]| {
+        let o = Command::new(tc.nvcc()).args(flags).args(["-cudart", "static", "-o"]).arg(out).arg(object).output().unwrap();
         assert!(o.status.success(), "link: {}", String::from_utf8_lossy(&o.stderr));
     };
     let build = HostBuild { exe: dir.join(format!("{name}_host")), library: dir.join(format!("lib{name}.so")) };
-    link(&build.exe, false);
-    link(&build.library, true);
+    link(&build.exe, &exe_object, if race_checked { &tsan } else { &[] });
+    link(&build.library, &object, &["-shared"]);
     build
 }
 
