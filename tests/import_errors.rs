@@ -120,6 +120,29 @@ fn mismatched_shapes_name_the_node() {
 }
 
 #[test]
+fn resize_constants_that_fit_no_input_are_named_even_when_sizes_are_dynamic() {
+    // x[N, 3, 4, 4] resized by constant scales: their count and signs do not depend on N, so
+    // a wrong count is an error at import (onnxruntime rejects the model at load too), not a
+    // node left to fail at run time.
+    let resize = |scales: &[i64]| {
+        let g = GraphProto {
+            name: Some("g".into()),
+            node: vec![node("up", "Resize", &["x", "", "scales"], &["y"])],
+            initializer: vec![weight("scales", scales)],
+            input: vec![value_info("x", &[-1, 3, 4, 4])],
+            output: vec![value_info("y", &[-1, 3, 2, 2])],
+            ..Default::default()
+        };
+        common::onnx_proto::model(17, g)
+    };
+    let e = import_err(&resize(&[3]));
+    assert!(e.contains("node 'up' (Resize)") && e.contains("scales has 3 entries for 4 axes"), "{e}");
+    // Four scales of 0.5: a valid model, its output sizes known once N is.
+    let g = import::load_bytes(&resize(&[4]).encode_to_vec(), None).unwrap().graph;
+    assert_eq!(g.tensor_type("y").unwrap().shape.as_ref().unwrap().rank(), 4);
+}
+
+#[test]
 fn declared_output_shapes_that_contradict_inference_yield_to_it() {
     // Exporters leave stale declared shapes (ddddocr's CRNN declares [1, -1] for a rank-3
     // output); onnxruntime runs such models with a warning, so Bolt keeps what the

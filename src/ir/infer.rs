@@ -913,7 +913,16 @@ pub fn infer_node(op: &Op, infos: &[Option<InputInfo>]) -> Result<Vec<TensorType
                         }
                     }
                 }
-                Some(s) => Some(unknown_dims(s.rank())),
+                Some(s) => {
+                    // The sizes come at run time; constant scales or sizes are checked now (their
+                    // count, signs, one of the two), with stand-in sizes of 1.
+                    let scales = infos.get(2).copied().flatten().map(|i| i.value.map(|v| v.to_f32_vec()));
+                    if let (Some(Some(_)) | None, Ok(sizes)) = (&scales, const_ints(infos, 3)) {
+                        let scales = scales.flatten().filter(|v| !v.is_empty());
+                        resize_output(&vec![1; s.rank()], attrs, scales.as_deref(), sizes.as_deref())?;
+                    }
+                    Some(unknown_dims(s.rank()))
+                }
                 None => None,
             };
             vec![TensorType { dtype: t.dtype, shape }]
