@@ -104,6 +104,18 @@ fn dangling_tensor_names_name_the_node_and_tensor() {
 }
 
 #[test]
+fn graph_inputs_of_undefined_element_type_are_named() {
+    let mut m = good_model();
+    if let Some(type_proto::Value::TensorType(t)) =
+        m.graph.as_mut().unwrap().input[0].r#type.as_mut().and_then(|t| t.value.as_mut())
+    {
+        t.elem_type = Some(0);
+    }
+    let e = import_err(&m);
+    assert!(e.contains("'x'") && e.contains("UNDEFINED"), "{e}");
+}
+
+#[test]
 fn missing_initializers_are_named() {
     let mut m = good_model();
     m.graph.as_mut().unwrap().initializer.clear();

@@ -219,6 +219,54 @@ fn one_d_convolutions_are_anchors() {
 }
 
 #[test]
+fn convolutions_by_weights_of_run_time_size_import_and_run_on_the_host() {
+    // Valid ONNX: a Conv (and a ConvTranspose) whose weight is a graph input with a symbolic
+    // window. Their outputs' spatial sizes are unknown until run time; nothing claims them
+    // (an anchor needs constant weights) and the reference runs them at the sizes given:
+    // a 1x1 window here, y[m] = Σ_c w[m, c] · x[c].
+    let sym = |n: &str| D::DimParam(n.into());
+    let g = GraphProto {
+        node: vec![node("conv", "Conv", &["x", "w"], &["y"]), node("up", "ConvTranspose", &["x", "wt"], &["z"])],
+        input: vec![
+            typed_value_info("x", 1, vec![D::DimValue(1), D::DimValue(3), D::DimValue(2), D::DimValue(2)]),
+            typed_value_info("w", 1, vec![D::DimValue(4), D::DimValue(3), sym("k"), sym("k")]),
+            typed_value_info("wt", 1, vec![D::DimValue(3), D::DimValue(2), sym("k"), sym("k")]),
+        ],
+        output: vec![
+            ValueInfoProto { name: Some("y".into()), ..Default::default() },
+            ValueInfoProto { name: Some("z".into()), ..Default::default() },
+        ],
+        ..Default::default()
+    };
+    let g = import(17, g);
+    assert_eq!(ty(&g, "y"), "f32[1, 4, ?, ?]");
+    assert_eq!(ty(&g, "z"), "f32[1, 2, ?, ?]");
+    assert!(claimed(&g).is_empty());
+    let x: Vec<f32> = (0..12).map(|i| i as f32 / 4.0 - 1.0).collect();
+    let w: Vec<f32> = (0..12).map(|i| (i % 5) as f32 - 2.0).collect();
+    let inputs = [
+        ("x".to_string(), bolt::ir::Tensor::from_f32(vec![1, 3, 2, 2], x.clone())),
+        ("w".to_string(), bolt::ir::Tensor::from_f32(vec![4, 3, 1, 1], w.clone())),
+        ("wt".to_string(), bolt::ir::Tensor::from_f32(vec![3, 2, 1, 1], w[..6].to_vec())),
+    ]
+    .into();
+    let out = bolt::reference::run(&g, &inputs).unwrap();
+    assert_eq!(out["y"].shape, [1, 4, 2, 2]);
+    assert_eq!(out["z"].shape, [1, 2, 2, 2]);
+    let y = out["y"].to_f32_vec();
+    for m in 0..4 {
+        for p in 0..4 {
+            let want: f32 = (0..3).map(|c| w[m * 3 + c] * x[c * 4 + p]).sum();
+            assert!((y[m * 4 + p] - want).abs() < 1e-5, "y[{m}, {p}]: {} vs {want}", y[m * 4 + p]);
+        }
+    }
+    // Planning keeps them as they are (the planned graph gives the same values).
+    let plan = bolt::plan::plan(&g).unwrap();
+    let planned = bolt::reference::run(&plan.graph, &inputs).unwrap();
+    assert_eq!((planned["y"].to_f32_vec(), planned["z"].to_f32_vec()), (y, out["z"].to_f32_vec()));
+}
+
+#[test]
 fn chunk_bounds_from_known_dims_are_constants() {
     // torch.chunk(h, 3, dim=1) of a GRU's gates, as torch.onnx 2.x writes it: the bounds are
     // (Shape(h)[1] + 2) / 3 * k. With h [N, 12] every bound is known though N is not: the

@@ -164,6 +164,12 @@ fn import_graph(g: &proto::GraphProto, opset: i64, base_dir: Option<&Path>, scop
             continue;
         }
         let mut ty = ty.ok_or_else(|| Error::tensor(name, "graph input has no tensor type"))?;
+        if ty.dtype == crate::ir::DType::Other(0) {
+            return Err(Error::tensor(
+                name,
+                "graph input's element type is 0 (UNDEFINED): a caller could feed anything",
+            ));
+        }
         // A dynamic input dim the exporter left unnamed gets the name `<input>.<axis>`, so
         // that `--dim` can size it and errors can name it.
         if let Some(s) = ty.shape.as_mut() {

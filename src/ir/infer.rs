@@ -493,27 +493,26 @@ pub fn infer_node(op: &Op, infos: &[Option<InputInfo>]) -> Result<Vec<TensorType
                     if !xs.0[1].compatible(&ws.0[0]) {
                         return Err(format!("input has {} channels but weight {ws} expects {}", xs.0[1], ws.0[0]));
                     }
-                    let kernel: Vec<usize> = match &window.kernel_shape {
-                        Some(k) => k.clone(),
-                        None => ws.0[2..]
-                            .iter()
-                            .map(|d| d.known().ok_or("weight has symbolic spatial dims"))
-                            .collect::<Result<_, _>>()?,
+                    // A window of symbolic size (weights computed at run time) leaves the
+                    // output's spatial sizes unknown.
+                    let kernel: Option<Vec<usize>> = match &window.kernel_shape {
+                        Some(k) => Some(k.clone()),
+                        None => ws.0[2..].iter().map(Dim::known).collect(),
                     };
                     let channels = match ws.0[1] {
                         Dim::Known(c) => Dim::Known(c * group),
                         _ => Dim::Unknown,
                     };
                     let mut out = vec![xs.0[0].clone(), channels];
-                    match xs.0[2..].iter().map(Dim::known).collect::<Option<Vec<_>>>() {
-                        Some(sp) => out.extend(
+                    match (xs.0[2..].iter().map(Dim::known).collect::<Option<Vec<_>>>(), kernel) {
+                        (Some(sp), Some(kernel)) => out.extend(
                             window
                                 .resolve_transposed(&sp, &kernel, output_padding.as_deref(), output_shape.as_deref())?
                                 .output
                                 .into_iter()
                                 .map(Dim::Known),
                         ),
-                        None => out.extend(std::iter::repeat_n(Dim::Unknown, kernel.len())),
+                        _ => out.extend(std::iter::repeat_n(Dim::Unknown, xs.rank() - 2)),
                     }
                     Some(Shape(out))
                 }
@@ -1155,10 +1154,16 @@ pub(super) fn conv_shape(x: &Shape, w: &Shape, window: &Window, group: usize) ->
     }
     let kernel: Vec<usize> = match &window.kernel_shape {
         Some(k) => k.clone(),
-        None => w.0[2..]
-            .iter()
-            .map(|d| d.known().ok_or_else(|| format!("weight {w} has symbolic spatial dims")))
-            .collect::<Result<_, _>>()?,
+        None => match w.0[2..].iter().map(Dim::known).collect::<Option<_>>() {
+            Some(k) => k,
+            // Weights computed at run time, their window's size unknown until then (valid ONNX):
+            // so are the output's spatial sizes.
+            None => {
+                let mut out = vec![x.0[0].clone(), w.0[0].clone()];
+                out.extend(std::iter::repeat_n(Dim::Unknown, x.rank() - 2));
+                return Ok(Shape(out));
+            }
+        },
     };
     if let Some(ws) = w.as_static() {
         if ws[2..] != kernel[..] {

@@ -267,6 +267,13 @@ fn anchor(cx: &Ctx, i: usize) -> Result<Option<(AnchorKind, String, String)>, St
         {
             return Err("Conv whose output channel count is not known (its weight's shape is not)".into())
         }
+        // A kernel is built for one window size.
+        Op::Conv { window, .. }
+            if window.kernel_shape.is_none()
+                && cx.shape(&b).is_some_and(|w| w.iter().skip(2).any(|d| d.known().is_none())) =>
+        {
+            return Err("Conv whose window size (its weight's spatial dims) is known only at run time".into())
+        }
         Op::Conv { window, group } => match cx.shape(&a) {
             Some(s) if s.len() == 4 => AnchorKind::Conv2d { window: window.clone(), group: *group, one_d: false },
             // The plan reshapes the weight to [M, C/g, 1, k]: it must be a constant.
