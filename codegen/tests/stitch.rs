@@ -609,18 +609,18 @@ fn stitched_kernels_compute_their_specs_and_answer_the_abi() {
     let unit = stitch::render_unit(&unique).unwrap() + &test_main(&dir, &runs);
     let built = host_build::build_race_checked(&dir, "stitch", &unit);
 
-    // The generated kernels' per-thread code, run on the host.
+    // The generated kernels' per-thread code and their launches, run on the host.
     let printed = host_build::run(&built);
     for (c, want) in VECTORS {
         let line = format!("mask {c} {want}");
         assert!(printed.lines().any(|l| l == line), "case {c}: want {want:#x} in\n{printed}");
     }
+    let ways: Vec<String> = GROUPS
+        .iter()
+        .map(|(group, vectors)| format!("host_run, threads per row {group} (0: the device's), vectors {vectors}"))
+        .chain(["the emulated launch".to_string()])
+        .collect();
     for (c, ((symbol, spec, ..), want)) in runs.iter().zip(&expected).enumerate() {
-        let ways: Vec<String> = GROUPS
-            .iter()
-            .map(|(group, vectors)| format!("host_run, threads per row {group} (0: the device's), vectors {vectors}"))
-            .chain(["the emulated launch".to_string()])
-            .collect();
         for ((o, (output, want)), (g, way)) in
             spec.outputs.iter().zip(want).enumerate().flat_map(|x| ways.iter().enumerate().map(move |g| (x, g)))
         {
@@ -639,10 +639,7 @@ fn stitched_kernels_compute_their_specs_and_answer_the_abi() {
                     (Scalar::F(x), Scalar::F(w)) => x == w || (x - w).abs() <= tol * (1.0 + w.abs()),
                     _ => false,
                 };
-                assert!(
-                    ok,
-                    "{symbol} case {c} output {o}[{k}], {way}: {x:?} vs {w:?}"
-                );
+                assert!(ok, "{symbol} case {c} output {o}[{k}], {way}: {x:?} vs {w:?}");
             }
         }
     }

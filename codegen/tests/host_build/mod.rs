@@ -63,7 +63,13 @@ fn build_with(dir: &Path, name: &str, source: &str, race_checked: bool) -> HostB
         object.clone()
     };
     let link = |out: &PathBuf, object: &Path, flags: &[&str]| {
-        let o = Command::new(tc.nvcc()).args(flags).args(["-cudart", "static", "-o"]).arg(out).arg(object).output().unwrap();
+        let o = Command::new(tc.nvcc())
+            .args(flags)
+            .args(["-cudart", "static", "-o"])
+            .arg(out)
+            .arg(object)
+            .output()
+            .unwrap();
         assert!(o.status.success(), "link: {}", String::from_utf8_lossy(&o.stderr));
     };
     let build = HostBuild { exe: dir.join(format!("{name}_host")), library: dir.join(format!("lib{name}.so")) };
