@@ -309,6 +309,121 @@ fn unknown_ops_import_as_host_only_nodes() {
     assert_eq!(g.tensor_type("y").unwrap().to_string(), "f32[2, 4]");
 }
 
+/// What ONNX's checker and onnxruntime's loader refuse, named at import: a node against its
+/// operator's schema in the model's opset (tests/python/test_onnx_schemas.py has onnxruntime
+/// refuse the same models).
+#[test]
+fn nodes_that_break_their_operators_schema_are_named() {
+    use common::onnx_proto::{with_int, with_ints};
+    type Edit = fn(&mut ModelProto);
+    fn relu(m: &mut ModelProto) -> &mut NodeProto {
+        &mut m.graph.as_mut().unwrap().node[1]
+    }
+    let cases: Vec<(&str, Edit, &str)> = vec![
+        ("an input too many", |m| relu(m).input.push("x".into()), "Relu-14 takes 1 input, found 2"),
+        (
+            "a required input left empty",
+            |m| m.graph.as_mut().unwrap().node[0].input[1] = String::new(),
+            "input 1 ('B') of MatMul-13 is required but the node leaves it empty",
+        ),
+        (
+            "an attribute the operator does not have",
+            |m| *relu(m) = with_ints(relu(m).clone(), "perm", &[1, 0]),
+            "attribute 'perm' is not one of Relu-14's (it has none)",
+        ),
+        (
+            "an attribute of the wrong type",
+            |m| {
+                let n = node("act", "LeakyRelu", &["h"], &["y"]);
+                *relu(m) = with_int(n, "alpha", 2);
+            },
+            "attribute 'alpha' of LeakyRelu-16 must be FLOAT, found INT",
+        ),
+        (
+            "a required attribute missing",
+            |m| *relu(m) = node("act", "Cast", &["h"], &["y"]),
+            "Cast-13 requires attribute 'to'",
+        ),
+        (
+            "an operator newer than the model's opset",
+            |m| relu(m).op_type = Some("Gelu".into()),
+            "Gelu does not exist in opset 17: ONNX defines it from opset 20",
+        ),
+        ("no such operator", |m| relu(m).op_type = Some("Frobnicate".into()), "'Frobnicate' is not an ONNX operator"),
+        (
+            "a deprecated operator",
+            |m| {
+                m.opset_import[0].version = Some(10);
+                relu(m).op_type = Some("Upsample".into());
+            },
+            "Upsample is deprecated in opset 10",
+        ),
+        (
+            "an element type the operator does not take",
+            |m| {
+                m.graph.as_mut().unwrap().input[0] = common::onnx_proto::typed_value_info(
+                    "x",
+                    3,
+                    vec![
+                        tensor_shape_proto::dimension::Value::DimValue(2),
+                        tensor_shape_proto::dimension::Value::DimValue(3),
+                    ],
+                )
+            },
+            "input 0 ('A', tensor 'x') of MatMul-13 is i8; it takes",
+        ),
+        (
+            "two types for one type parameter",
+            |m| {
+                let g = m.graph.as_mut().unwrap();
+                g.initializer.push(TensorProto { data_type: Some(10), int32_data: vec![0; 3], ..weight("b", &[3]) });
+                g.initializer[1].float_data.clear();
+                g.node[0] = node("mm", "Add", &["x", "b"], &["h"]);
+            },
+            "inputs 0 and 1 of Add-14 share type parameter T but are f32 and f16",
+        ),
+    ];
+    for (what, edit, want) in cases {
+        let mut m = good_model();
+        edit(&mut m);
+        let e = import_err(&m);
+        assert!(e.contains(want), "{what}: {e}");
+        assert!(e.contains("node 'act'") || e.contains("node 'mm'"), "{what}: {e}");
+    }
+}
+
+#[test]
+fn initializers_listed_as_inputs_must_agree_with_their_declared_type() {
+    // IR 3 lists every initializer as a graph input too; onnxruntime refuses a declaration that
+    // contradicts the data.
+    let mut m = good_model();
+    let g = m.graph.as_mut().unwrap();
+    g.input.push(value_info("w", &[3, 5]));
+    assert!(import_err(&m).contains("tensor 'w': graph input is declared [3, 5] but its initializer has dims [3, 4]"));
+    let g = m.graph.as_mut().unwrap();
+    g.input[1] = common::onnx_proto::typed_value_info("w", 10, vec![]);
+    assert!(import_err(&m).contains("tensor 'w': graph input is declared f16 but its initializer holds f32"));
+    let g = m.graph.as_mut().unwrap();
+    g.input[1] = value_info("w", &[3, 4]);
+    import::load_bytes(&m.encode_to_vec(), None).unwrap();
+}
+
+#[test]
+fn an_attribute_its_host_could_not_hand_over_keeps_the_node_with_the_host() {
+    // The ORT plugin marks an attribute it cannot read (a tensor of a type Bolt does not hold)
+    // UNDEFINED: read as absent it would change the op, so the node stays with the host.
+    let mut m = good_model();
+    let g = m.graph.as_mut().unwrap();
+    g.node[1] = node("act", "LeakyRelu", &["h"], &["y"]);
+    g.node[1].attribute.push(AttributeProto {
+        name: Some("alpha".into()),
+        r#type: Some(attribute_proto::AttributeType::Undefined as i32),
+        ..Default::default()
+    });
+    let g = import::load_bytes(&m.encode_to_vec(), None).unwrap().graph;
+    assert!(g.nodes[1].op.is_opaque(), "{:?}", g.nodes[1].op);
+}
+
 #[test]
 fn malformed_attributes_name_the_node_and_attribute() {
     let mut m = good_model();

@@ -33,15 +33,15 @@ fn bias_add(b: &mut GraphBuilder, y: String) -> String {
 
 /// `+ bias`, then GELU as exporters write it: `x * (1 + Erf(x / sqrt(2))) * 0.5`.
 fn bias_and_erf_gelu(b: &mut GraphBuilder, y: String) -> String {
-        let y = bias_add(b, y);
-        let sqrt2 = scalar(b, "sqrt2", std::f32::consts::SQRT_2);
-        let one = scalar(b, "one", 1.0);
-        let half = scalar(b, "half", 0.5);
-        let d = b.node("div", Op::Binary(Binary::Div), &[&y, &sqrt2]);
-        let e = b.node("erf", Op::Unary(Unary::Erf), &[&d]);
-        let a = b.node("add1", Op::Binary(Binary::Add), &[&e, &one]);
-        let m = b.node("mul_x", Op::Binary(Binary::Mul), &[&y, &a]);
-        b.node("mul_half", Op::Binary(Binary::Mul), &[&m, &half])
+    let y = bias_add(b, y);
+    let sqrt2 = scalar(b, "sqrt2", std::f32::consts::SQRT_2);
+    let one = scalar(b, "one", 1.0);
+    let half = scalar(b, "half", 0.5);
+    let d = b.node("div", Op::Binary(Binary::Div), &[&y, &sqrt2]);
+    let e = b.node("erf", Op::Unary(Unary::Erf), &[&d]);
+    let a = b.node("add1", Op::Binary(Binary::Add), &[&e, &one]);
+    let m = b.node("mul_x", Op::Binary(Binary::Mul), &[&y, &a]);
+    b.node("mul_half", Op::Binary(Binary::Mul), &[&m, &half])
 }
 
 #[test]
@@ -318,6 +318,39 @@ fn a_gemm_with_a_broadcast_non_constant_c_stays_with_the_host() {
     let p = partition(&b.finish().unwrap());
     assert!(p.partitions.is_empty());
     assert!(p.host[0].reason.contains("neither a constant per-column bias"), "{}", p.host[0].reason);
+}
+
+#[test]
+fn a_conv_whose_bias_is_a_graph_input_stays_with_the_host() {
+    // Valid ONNX (an IR-3 model whose bias initializer was dropped from the graph leaves its
+    // graph input behind): the epilogue folds constant per-channel biases only, so the Conv
+    // runs on the host and planning still succeeds (it failed with "bias is not constant").
+    let mut b = GraphBuilder::new("t");
+    let x = b.input("x", DType::F32, Shape::from_static(&[1, 2, 3, 3]));
+    let bias = b.input("bias", DType::F32, Shape::from_static(&[4]));
+    let w = b.initializer("w", f32s(&[4, 2, 1, 1], 0.5));
+    let window = Window { kernel_shape: None, strides: None, pads: None, dilations: None, auto_pad: AutoPad::NotSet };
+    let y = b.node("conv", Op::Conv { window, group: 1 }, &[&x, &w, &bias]);
+    b.output(&y);
+    let g = b.finish().unwrap();
+    let p = partition(&g);
+    assert!(p.partitions.is_empty(), "{:#?}", p.partitions);
+    assert!(p.host[0].reason.contains("bias is computed at run time"), "{}", p.host[0].reason);
+    let plan = bolt::plan::plan(&g).unwrap();
+    // y[m] = 0.5 * (x[0] + x[1]) + bias[m], by hand.
+    let xs: Vec<f32> = (0..18).map(|i| i as f32 / 3.0).collect();
+    let inputs = [
+        ("x".to_string(), Tensor::from_f32(vec![1, 2, 3, 3], xs.clone())),
+        ("bias".to_string(), Tensor::from_f32(vec![4], vec![1.0, -2.0, 0.25, 8.0])),
+    ]
+    .into();
+    let out = bolt::reference::run(&plan.graph, &inputs).unwrap()[&y].to_f32_vec();
+    for m in 0..4 {
+        for q in 0..9 {
+            let want = 0.5 * (xs[q] + xs[9 + q]) + [1.0, -2.0, 0.25, 8.0][m];
+            assert!((out[m * 9 + q] - want).abs() < 1e-5, "y[{m}, {q}] = {} vs {want}", out[m * 9 + q]);
+        }
+    }
 }
 
 /// The epilogue keeps the model's order: a scalar scales what precedes it only, and the

@@ -520,8 +520,8 @@ pub unsafe fn write_tensor(t: &Tensor, dst: *mut c_void) {
     }
 }
 
-/// One node attribute as an AttributeProto (None for kinds Bolt's ops never take: string
-/// lists and subgraphs).
+/// One node attribute as an AttributeProto: None for subgraphs, of type UNDEFINED where Bolt
+/// cannot hold its value.
 unsafe fn attribute(a: *const OrtOpAttr) -> Res<Option<proto::AttributeProto>> {
     use proto::attribute_proto::AttributeType as T;
     let ort = api().ort;
@@ -591,18 +591,34 @@ unsafe fn attribute(a: *const OrtOpAttr) -> Res<Option<proto::AttributeProto>> {
             ap.s = Some(b);
             ap.set_type(T::String);
         }
+        6 => {
+            // One buffer of NUL-terminated strings.
+            let mut b = read(OrtOpAttrType::ORT_OP_ATTR_STRINGS)?;
+            if b.last() == Some(&0) {
+                b.pop();
+            }
+            ap.strings = if b.is_empty() { vec![] } else { b.split(|&c| c == 0).map(<[u8]>::to_vec).collect() };
+            ap.set_type(T::Strings);
+        }
         8 => {
             let mut v: *mut OrtValue = std::ptr::null_mut();
             check((ort.OpAttr_GetTensorAttributeAsOrtValue)(a, &mut v))?;
             let t = value_to_proto(v, &name);
             (ort.ReleaseValue)(v);
             match t? {
-                Some(t) => ap.t = Some(t),
-                None => return Ok(None),
+                Some(t) => {
+                    ap.t = Some(t);
+                    ap.set_type(T::Tensor);
+                }
+                // Bolt holds no tensor of its type: the node stays with ORT (below).
+                None => ap.set_type(T::Undefined),
             }
-            ap.set_type(T::Tensor);
         }
-        _ => return Ok(None),
+        // Control-flow bodies: ORT offers them as graphs of their own.
+        7 => return Ok(None),
+        // An attribute read as a default would change the node's meaning: marked UNDEFINED, it
+        // keeps the node with ORT (`import::ops`).
+        _ => ap.set_type(T::Undefined),
     }
     Ok(Some(ap))
 }

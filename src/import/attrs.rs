@@ -143,7 +143,7 @@ impl<'a> Attrs<'a> {
 
 /// The attribute's type; files from old exporters leave `type` unset, so infer it from which
 /// field is filled.
-fn effective_type(a: &AttributeProto) -> AttributeType {
+pub(super) fn effective_type(a: &AttributeProto) -> AttributeType {
     if a.r#type.is_some() {
         return a.r#type();
     }

@@ -9,6 +9,7 @@ mod contrib;
 mod legacy;
 mod ops;
 pub mod proto;
+mod schema;
 mod tensor_proto;
 
 pub use tensor_proto::{decode_tensor, encode_tensor};
@@ -152,7 +153,24 @@ fn import_graph(g: &proto::GraphProto, opset: i64, base_dir: Option<&Path>, scop
         let ty = value_type(vi);
         // An initializer listed as an input is a default value the caller may override
         // (IR < 4 style); Bolt treats it as a constant weight and keeps its tensor type.
-        if graph.initializers.contains_key(name) || g.initializer.iter().any(|t| t.name() == name) {
+        if let Some(t) = g.initializer.iter().find(|t| t.name() == name) {
+            let (declared, held) = (ty.as_ref().map(|t| t.dtype), DType::from_onnx(t.data_type()));
+            if let Some(declared) = declared.filter(|&d| d != held && d != DType::Other(0)) {
+                return Err(Error::tensor(
+                    name,
+                    format!("graph input is declared {declared} but its initializer holds {held}"),
+                ));
+            }
+            if let Some(shape) = ty.as_ref().and_then(|t| t.shape.as_ref()) {
+                let fits = shape.0.len() == t.dims.len()
+                    && shape.0.iter().zip(&t.dims).all(|(d, &n)| d.known().is_none_or(|k| k as i64 == n));
+                if !fits {
+                    return Err(Error::tensor(
+                        name,
+                        format!("graph input is declared {shape} but its initializer has dims {:?}", t.dims),
+                    ));
+                }
+            }
             continue;
         }
         if scope == Scope::LoopBody {
@@ -198,6 +216,7 @@ fn import_graph(g: &proto::GraphProto, opset: i64, base_dir: Option<&Path>, scop
     let constants = if opset < 11 { small_constants(g, &graph, base_dir) } else { HashMap::new() };
     let mut retype: Vec<(String, String)> = Vec::new();
     let mut used_names: HashSet<String> = HashSet::new();
+    let mut node_names: Vec<String> = Vec::with_capacity(g.node.len());
     for (idx, n) in g.node.iter().enumerate() {
         let mut name = if n.name().is_empty() { format!("{}_{idx}", n.op_type()) } else { n.name().to_string() };
         if !used_names.insert(name.clone()) {
@@ -205,6 +224,14 @@ fn import_graph(g: &proto::GraphProto, opset: i64, base_dir: Option<&Path>, scop
             used_names.insert(name.clone());
         }
         let op_type = n.op_type().to_string();
+        if n.domain().is_empty() || n.domain() == "ai.onnx" {
+            schema::check_node(n, opset).map_err(|reason| Error::Node {
+                node: name.clone(),
+                op_type: op_type.clone(),
+                reason,
+            })?;
+        }
+        node_names.push(name.clone());
         let mut inputs: Vec<Option<String>> =
             n.input.iter().map(|s| if s.is_empty() { None } else { Some(s.clone()) }).collect();
         let legacy = legacy::upgrade(n, opset, &constants).map_err(|reason| Error::Node {
@@ -297,13 +324,27 @@ fn import_graph(g: &proto::GraphProto, opset: i64, base_dir: Option<&Path>, scop
         return Ok(graph);
     }
     graph.sort_and_check()?;
+    // The file's nodes' input types against their schemas: those of graph inputs and
+    // initializers first (inference would stop at them with a vaguer reason), then every value.
+    check_input_types(g, &node_names, &graph)?;
     crate::ir::infer::infer_graph(&mut graph, &declared)?;
+    check_input_types(g, &node_names, &graph)?;
     if legacy_softmax_on_last_axis(&mut graph) {
         graph.sort_and_check()?;
         crate::ir::infer::infer_graph(&mut graph, &declared)?;
     }
     retype_legacy_constants(&mut graph, &retype)?;
     Ok(graph)
+}
+
+fn check_input_types(g: &proto::GraphProto, names: &[String], graph: &Graph) -> Result<()> {
+    for (n, name) in g.node.iter().zip(names) {
+        if n.domain().is_empty() || n.domain() == "ai.onnx" {
+            schema::check_types(n, graph.opset, |v| graph.types.get(v).map(|t| t.dtype))
+                .map_err(|reason| Error::Node { node: name.clone(), op_type: n.op_type().to_string(), reason })?;
+        }
+    }
+    Ok(())
 }
 
 /// The graph's small constant tensors (scales and sizes, not weights), initializers and

@@ -37,6 +37,11 @@ pub fn parse_op(node: &NodeProto, opset: i64) -> Result<Parsed, String> {
     if opset < semantics_since(node.op_type()) {
         return Ok(Parsed::Opaque(OLDER_SEMANTICS));
     }
+    // Explicitly UNDEFINED: an attribute a host could not hand over (the ORT plugin's sign),
+    // which read as absent would change the op's meaning.
+    if node.attribute.iter().any(|a| a.r#type == Some(0)) {
+        return Ok(Parsed::Opaque("an attribute its host could not hand over (type UNDEFINED)"));
+    }
     let a = Attrs::new(node);
     let op = match node.op_type() {
         "MatMul" => Op::MatMul,

@@ -274,6 +274,10 @@ fn anchor(cx: &Ctx, i: usize) -> Result<Option<(AnchorKind, String, String)>, St
         {
             return Err("Conv whose window size (its weight's spatial dims) is known only at run time".into())
         }
+        // The bias joins the epilogue as per-channel constants (`plan::fuse` folds it).
+        Op::Conv { .. } if n.input(2).is_some_and(|c| !cx.consts.contains_key(c)) => {
+            return Err("Conv whose bias is computed at run time (or a graph input)".into())
+        }
         Op::Conv { window, group } => match cx.shape(&a) {
             Some(s) if s.len() == 4 => AnchorKind::Conv2d { window: window.clone(), group: *group, one_d: false },
             // The plan reshapes the weight to [M, C/g, 1, k]: it must be a constant.

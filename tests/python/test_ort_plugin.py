@@ -194,6 +194,32 @@ def test_recurrent_layers_run_in_bolt_through_ort(model_sessions, name):
         assert_close(*run_dataset(sess, MODELS / name / ds))
 
 
+def test_recurrent_activations_other_than_the_defaults_reach_bolt():
+    # An LSTM's `activations` is a list of strings; ORT's graph API hands those over too, and
+    # a provider that dropped them would run the default sigmoid/tanh: a wrong answer.
+    rng = np.random.default_rng(3)
+    hidden, inp, seq, batch = 5, 4, 6, 2
+    w = numpy_helper.from_array(rng.standard_normal((1, 4 * hidden, inp)).astype(np.float32), "W")
+    r = numpy_helper.from_array(rng.standard_normal((1, 4 * hidden, hidden)).astype(np.float32) * 0.5, "R")
+    lstm = helper.make_node(
+        "LSTM", ["X", "W", "R"], ["Y"], name="lstm", hidden_size=hidden,
+        activations=["HardSigmoid", "Relu", "Tanh"], activation_alpha=[0.3], activation_beta=[0.4],
+    )
+    g = helper.make_graph(
+        [lstm], "lstm",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [seq, batch, inp])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [seq, 1, batch, hidden])],
+        [w, r],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    x = rng.standard_normal((seq, batch, inp)).astype(np.float32)
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"X": x})[0]
+    sess = bolt_session(m.SerializeToString())
+    assert ("lstm", "LSTM") in assignment(sess).get(bolt_ort.EP_NAME, []), assignment(sess)
+    assert_close(["Y"], sess.run(None, {"X": x}), [want])
+
+
 def test_corpus_reaches_bolt(model_sessions):
     # The corpus is not all host ops: its CNN detectors and OCR models give Bolt most of
     # their anchors through the provider.
