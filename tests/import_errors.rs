@@ -132,6 +132,23 @@ fn mismatched_shapes_name_the_node() {
 }
 
 #[test]
+fn a_reshape_whose_minus_one_sits_beside_a_zero_size_is_named() {
+    // x [0, 3] (a constant of no elements) to [0, -1]: the -1 could be any size; onnxruntime
+    // refuses it at load. [-1, 3] is fine (0 rows).
+    let mut m = good_model();
+    let g = m.graph.as_mut().unwrap();
+    g.initializer = vec![weight("e", &[0, 3]), common::onnx_proto::ints("t", &[0, -1], false)];
+    g.node = vec![node("r", "Reshape", &["e", "t"], &["y"])];
+    g.input.clear();
+    g.output[0] = ValueInfoProto { name: Some("y".into()), ..Default::default() };
+    let e = import_err(&m);
+    assert!(e.contains("node 'r' (Reshape)") && e.contains("-1 beside a dim of size 0"), "{e}");
+    m.graph.as_mut().unwrap().initializer[1] = common::onnx_proto::ints("t", &[-1, 3], false);
+    let g = import::load_bytes(&m.encode_to_vec(), None).unwrap().graph;
+    assert_eq!(g.tensor_type("y").unwrap().to_string(), "f32[0, 3]");
+}
+
+#[test]
 fn resize_constants_that_fit_no_input_are_named_even_when_sizes_are_dynamic() {
     // x[N, 3, 4, 4] resized by constant scales: their count and signs do not depend on N, so
     // a wrong count is an error at import (onnxruntime rejects the model at load too), not a
@@ -403,6 +420,10 @@ fn initializers_listed_as_inputs_must_agree_with_their_declared_type() {
     let g = m.graph.as_mut().unwrap();
     g.input[1] = common::onnx_proto::typed_value_info("w", 10, vec![]);
     assert!(import_err(&m).contains("tensor 'w': graph input is declared f16 but its initializer holds f32"));
+    let g = m.graph.as_mut().unwrap();
+    g.input[1] = common::onnx_proto::typed_value_info("w", 0, vec![]);
+    let e = import_err(&m);
+    assert!(e.contains("tensor 'w': graph input is declared") && e.contains("but its initializer holds f32"), "{e}");
     let g = m.graph.as_mut().unwrap();
     g.input[1] = value_info("w", &[3, 4]);
     import::load_bytes(&m.encode_to_vec(), None).unwrap();

@@ -155,7 +155,7 @@ fn import_graph(g: &proto::GraphProto, opset: i64, base_dir: Option<&Path>, scop
         // (IR < 4 style); Bolt treats it as a constant weight and keeps its tensor type.
         if let Some(t) = g.initializer.iter().find(|t| t.name() == name) {
             let (declared, held) = (ty.as_ref().map(|t| t.dtype), DType::from_onnx(t.data_type()));
-            if let Some(declared) = declared.filter(|&d| d != held && d != DType::Other(0)) {
+            if let Some(declared) = declared.filter(|&d| d != held) {
                 return Err(Error::tensor(
                     name,
                     format!("graph input is declared {declared} but its initializer holds {held}"),

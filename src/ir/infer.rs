@@ -1242,6 +1242,12 @@ fn reshape_shape(
             v => Dim::Known(v as usize),
         });
     }
+    if let Some(pos) = raw.iter().position(|&v| v == -1) {
+        // A -1 beside a size 0 could be any size (onnxruntime refuses it at load).
+        if out.iter().enumerate().any(|(i, d)| i != pos && *d == Dim::Known(0)) {
+            return Err(format!("shape {raw:?} puts -1 beside a dim of size 0: the -1 could be any size"));
+        }
+    }
     if let (Some(pos), Some(s)) = (raw.iter().position(|&v| v == -1), input) {
         out[pos] = infer_minus_one(&s.0, &out, pos);
     } else if let Some(s) = input.and_then(Shape::as_static) {
