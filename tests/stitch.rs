@@ -1069,6 +1069,62 @@ fn reductions_over_several_axes_are_stitched_over_the_merged_axes() {
     }
 }
 
+/// PyTorch's `LayerNorm([C, H, W])` exports axis = -3: planned as the normalisation of rows
+/// of the merged axes (a view, a stitched kernel, a view back), with constant scale and bias
+/// flattened, or read through a view when computed. Checked against the formula written out
+/// here in f64, not against Bolt's LayerNormalization, on a symbolic batch.
+#[test]
+fn layer_norms_over_several_axes_are_stitched_over_the_merged_axes() {
+    let (c, h, w) = (3usize, 5, 7);
+    for (axis, computed_scale) in [(-3i64, false), (1, true), (-2, false)] {
+        let mut g = GraphBuilder::new("ln_multi_axis");
+        let x =
+            g.input("x", DType::F32, Shape(vec![Dim::Sym("N".into()), Dim::Known(c), Dim::Known(h), Dim::Known(w)]));
+        let k = (axis.rem_euclid(4)) as usize;
+        let norm: Vec<usize> = [c, h, w][k - 1..].to_vec();
+        let mut gamma = g.initializer("gamma", random(&norm, 5));
+        let beta = g.initializer("beta", random(&norm, 6));
+        if computed_scale {
+            gamma = g.node("gamma_abs", Op::Unary(Unary::Abs), &[&gamma]);
+        }
+        let op = Op::LayerNormalization { axis, epsilon: 1e-5, stash_type: DType::F32 };
+        let y = g.node("ln", op, &[&x, &gamma, &beta]);
+        g.output(&y);
+        let g = g.finish().unwrap();
+        let plan = bolt::plan::plan(&g).unwrap();
+        let left: Vec<&str> = plan
+            .graph
+            .nodes
+            .iter()
+            .filter(|n| !matches!(n.op, Op::Stitched(_) | Op::Reshape { .. } | Op::Shape { .. }))
+            .map(|n| n.op.op_type())
+            .collect();
+        assert!(left.is_empty(), "axis {axis}: {left:?}");
+        assert!(plan
+            .graph
+            .nodes
+            .iter()
+            .any(|n| matches!(&n.op, Op::Stitched(r) if r.nodes.contains(&"ln".to_string()))));
+        for n in [1usize, 2] {
+            let xs = random(&[n, c, h, w], 9);
+            let feeds = HashMap::from([("x".to_string(), xs.clone())]);
+            let got = bolt::reference::run(&plan.graph, &feeds).unwrap()[&y].to_f32_vec();
+            let (xv, gv, bv) = (xs.to_f32_vec(), random(&norm, 5).to_f32_vec(), random(&norm, 6).to_f32_vec());
+            let row: usize = norm.iter().product();
+            for (r, chunk) in xv.chunks(row).enumerate() {
+                let mean = chunk.iter().map(|&v| v as f64).sum::<f64>() / row as f64;
+                let var = chunk.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / row as f64;
+                for (i, &v) in chunk.iter().enumerate() {
+                    let g = if computed_scale { gv[i].abs() } else { gv[i] } as f64;
+                    let want = (v as f64 - mean) / (var + 1e-5).sqrt() * g + bv[i] as f64;
+                    let at = r * row + i;
+                    assert!((got[at] as f64 - want).abs() < 1e-4, "axis {axis}, N {n}, [{at}]: {} vs {want}", got[at]);
+                }
+            }
+        }
+    }
+}
+
 /// An f16 model's softmax computed in f32 as autocast exports write it (Cast up, Softmax, Cast
 /// down, then a scale): one stitched kernel rounding at the casts, equal to the reference; a
 /// cast between floats alone stays a glue kernel.

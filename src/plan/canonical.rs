@@ -116,6 +116,7 @@ pub fn canonical(g: &Graph) -> Result<(Graph, usize)> {
     count += reduce_keeping_dims(&mut out, &mut taken);
     count += spatial_means_of_run_time_size(&mut out);
     count += merge_reduced_axes(&mut out, &mut taken);
+    count += layer_norms_over_merged_axes(&mut out, &mut taken);
     count += row_ops_to_last_axis(&mut out, &mut taken);
     count += compose_transposes(&mut out);
     if count > 0 {
@@ -808,6 +809,79 @@ fn merge_reduced_axes(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
             out.push(node(t_out, Op::Transpose { perm: Some(back) }, vec![Some(unmerged)], y.clone()));
         }
         Some(out)
+    })
+}
+
+/// A LayerNormalization over several trailing axes (PyTorch's `LayerNorm([C, H, W])` exports
+/// axis = -3) is one over the last axis of the input with those axes merged: Reshape to
+/// [kept dims, -1] (a view), the normalisation over rows with its scale and bias flattened
+/// (they have the normalised axes' shape), and a Reshape back to the input's shape. Stitched
+/// kernels normalise rows; the op over several axes stayed with the host.
+fn layer_norms_over_merged_axes(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
+    rewrite_each(g, |g, n| {
+        let Op::LayerNormalization { axis, epsilon, stash_type } = &n.op else { return None };
+        let (x, [y]) = (n.input(0)?, &n.outputs[..]) else { return None };
+        if n.inputs.len() < 2 {
+            return None;
+        }
+        let shape = g.types.get(x)?.shape.clone()?;
+        let rank = shape.rank() as i64;
+        let a = if *axis < 0 { axis + rank } else { *axis };
+        if a < 0 || a >= rank - 1 {
+            return None;
+        }
+        let trailing = &shape.0[a as usize..];
+        // Scale and bias of exactly the normalised axes' shape flatten to the merged row.
+        let params: Vec<String> = n.inputs[1..].iter().flatten().cloned().collect();
+        let fits = |p: &String| g.types.get(p).and_then(|t| t.shape.as_ref()).is_some_and(|s| s.0 == trailing);
+        if params.is_empty() || !params.iter().all(fits) || trailing.iter().any(|d| *d == crate::ir::Dim::Unknown) {
+            return None;
+        }
+        let reshape = Op::Reshape { allowzero: false };
+        let flat = |g: &mut Graph, taken: &mut HashSet<String>, stem: &str, v: Vec<i64>| {
+            let name = fresh_name(g, taken, &format!("{}.{stem}", n.name));
+            g.initializers.insert(name.clone(), Arc::new(Tensor::from_i64(vec![v.len()], v)));
+            name
+        };
+        let rows_shape = flat(g, taken, "rows_shape", std::iter::repeat_n(0, a as usize).chain([-1]).collect());
+        let row_shape = flat(g, taken, "row_shape", vec![-1]);
+        let mut nodes = Vec::new();
+        let mut inputs = Vec::new();
+        for (i, p) in n.inputs.iter().enumerate() {
+            let Some(p) = p else {
+                inputs.push(None);
+                continue;
+            };
+            let flat_p = fresh_name(g, taken, &format!("{}.{}", n.name, if i == 0 { "rows" } else { "row" }));
+            let target = if i == 0 { rows_shape.clone() } else { row_shape.clone() };
+            match constant(g, p).filter(|_| i > 0) {
+                // Constant scale and bias flatten here; the input and computed ones through a view.
+                Some(c) => {
+                    let flat_c = c.reshaped(vec![c.len()]);
+                    g.initializers.insert(flat_p.clone(), Arc::new(flat_c));
+                }
+                None => nodes.push(node(
+                    flat_p.clone(),
+                    reshape.clone(),
+                    vec![Some(p.clone()), Some(target)],
+                    flat_p.clone(),
+                )),
+            }
+            inputs.push(Some(flat_p));
+        }
+        let mut name = |stem: &str| fresh_name(g, taken, &format!("{}.{stem}", n.name));
+        let (normed, shape_of) = (name("normed_rows"), name("shape"));
+        // The node's name stays on the normalisation (reports map back to model nodes by name).
+        let over_rows = Op::LayerNormalization { axis: -1, epsilon: *epsilon, stash_type: *stash_type };
+        nodes.push(node(n.name.clone(), over_rows, inputs, normed.clone()));
+        nodes.push(node(
+            shape_of.clone(),
+            Op::Shape { start: 0, end: None },
+            vec![Some(x.to_string())],
+            shape_of.clone(),
+        ));
+        nodes.push(node(name("back"), reshape, vec![Some(normed), Some(shape_of)], y.clone()));
+        Some(nodes)
     })
 }
 

@@ -13,8 +13,10 @@ token ids as HuggingFace exports write them; embedding lookups by token ids ahea
 and between conv blocks data movement and memory-intensive
 ops (Concat, Slice with and without steps, YOLOv5's Focus, Resize, pools, softmax over a
 channel or row axis, maybe through a transpose, PyTorch's `squeeze(dim)` as an If that static
-shapes decide, an If on a bool input that only the run decides). Every graph is checked three ways against things Bolt did
-not compute:
+shapes decide, an If on a bool input that only the run decides); and memory-intensive regions
+on their own for the stitcher (element-wise chains with every broadcast, reductions over any
+axes, softmax, LayerNormalization, Where, transposes, results read again). Every graph is
+checked three ways against things Bolt did not compute:
 
   1. the planned graph against the model, both on Bolt's reference executor (`bolt compile`
      fails when they differ beyond its written tolerance);
@@ -50,7 +52,7 @@ from onnx import TensorProto, helper, numpy_helper
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO / "fuzz" / "corpus" / "graphs"
 # Bump when the generator changes what a seed builds.
-GENERATOR_VERSION = 11
+GENERATOR_VERSION = 12
 OPSET = 17
 # (rtol, atol) per graph element type. f32: folding reorders rounding, and a fused Cast to f16
 # may differ by an f16 ulp. f16 graphs: ORT rounds after every op, a fused kernel once.
@@ -586,11 +588,122 @@ def embeddings(b: Builder) -> tuple[str, int]:
     return x, k
 
 
+def bcast_shape(rng, shape) -> tuple:
+    """A shape that broadcasts to `shape`: a scalar, the last axis, one axis kept, all of it,
+    or a lower rank."""
+    kind = rng.choice(["scalar", "last", "one_axis", "full", "lower_rank"])
+    r = len(shape)
+    if kind == "scalar" or r == 0:
+        return ()
+    if kind == "last":
+        return (shape[-1],)
+    if kind == "one_axis":
+        a = int(rng.integers(0, r))
+        return tuple(d if i == a else 1 for i, d in enumerate(shape))
+    if kind == "lower_rank" and r >= 2:
+        return tuple(shape[int(rng.integers(1, r)):])
+    return tuple(shape)
+
+
+def reduced(shape, axes, keep) -> tuple:
+    return tuple(1 if i in axes else d for i, d in enumerate(shape) if keep or i not in axes)
+
+
+def region_block(b: Builder) -> str:
+    """A memory-intensive region for the stitcher: 2 to 8 element-wise, broadcast, reduction,
+    normalisation and data-movement steps on a tensor of rank 1 to 4 with odd sizes (rows of
+    any width, reductions over any axes, keepdims either way, results of earlier steps read
+    again, a graph output in the middle). Values stay in a range where f32 rounding cannot
+    flip a comparison's side by more than the tolerance allows."""
+    rng = b.rng
+    rank = int(rng.integers(1, 5))
+    dims = [int(rng.choice([1, 2, 3, 5, 7, 8, 16, 33])) for _ in range(rank)]
+    if rng.random() < 0.4:
+        dims[-1] = int(rng.choice([64, 100, 300, 513]))  # a long row: block-wide reductions
+    x = b.input(tuple(dims))
+    seen = [x]  # earlier results, to read again
+    for _ in range(int(rng.integers(2, 9))):
+        shape = b.shapes[x]
+        r = len(shape)
+        kind = rng.choice(["unary", "bounded", "const", "other", "reduce", "reduce_back", "softmax",
+                           "layernorm", "where", "transpose", "clip", "powsq"] if r else
+                          ["unary", "bounded", "const", "other", "clip", "powsq"])
+        if kind == "unary":
+            x = b.op(str(rng.choice(["Relu", "Tanh", "Sigmoid", "Abs", "Neg", "Erf", "Softsign"])), [x], shape)
+        elif kind == "bounded":
+            # Exp, Log, Sqrt, Reciprocal on inputs that keep them finite and well-conditioned.
+            op = str(rng.choice(["Exp", "Log", "Sqrt", "Reciprocal"]))
+            if op == "Exp":
+                inner = b.op("Tanh", [x], shape)
+            else:
+                inner = b.op("Add", [b.op("Abs", [x], shape), b.const(np.float32(0.5))], shape)
+            x = b.op(op, [inner], shape)
+        elif kind == "const":
+            op = str(rng.choice(["Add", "Sub", "Mul", "Div", "Max", "Min"]))
+            c = rng.uniform(0.5, 1.5, bcast_shape(rng, shape)) * rng.choice([-1, 1])
+            ins = [x, b.const(c)] if op == "Div" or rng.random() < 0.5 else [b.const(c), x]
+            x = b.op(op, ins, np.broadcast_shapes(shape, np.shape(c)))
+        elif kind == "other":
+            y = seen[int(rng.integers(0, len(seen)))]
+            try:
+                out = np.broadcast_shapes(shape, b.shapes[y])
+            except ValueError:
+                continue
+            x = b.op(str(rng.choice(["Add", "Sub", "Mul", "Max"])), [x, y] if rng.random() < 0.5 else [y, x], out)
+        elif kind in ("reduce", "reduce_back"):
+            axes = sorted(int(a) for a in rng.choice(r, int(rng.integers(1, r + 1)), replace=False))
+            keep = kind == "reduce_back" or rng.random() < 0.5
+            op = str(rng.choice(["ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceL2"]))
+            # Negative axes count from the end.
+            written = [a - r if rng.random() < 0.3 else a for a in axes]
+            out_shape = reduced(shape, axes, keep)
+            if op == "ReduceSum":  # axes an input from opset 13
+                red = b.op(op, [x, b.const_i64(written)], out_shape, keepdims=int(keep))
+            else:
+                red = b.op(op, [x], out_shape, axes=written, keepdims=int(keep))
+            if kind == "reduce_back":
+                # Centre or scale by the reduction, as normalisations do.
+                x = b.op(str(rng.choice(["Sub", "Div"])) if op != "ReduceMean" else "Sub",
+                         [x, b.op("Add", [b.op("Abs", [red], out_shape), b.const(np.float32(1.0))], out_shape)],
+                         shape)
+            else:
+                x = red
+        elif kind == "softmax":
+            x = b.op(str(rng.choice(["Softmax", "LogSoftmax"])), [x], shape, axis=int(rng.integers(-r, r)))
+        elif kind == "layernorm":
+            axis = int(rng.integers(-r, r))
+            norm = shape[axis:] if axis >= 0 else shape[r + axis:]
+            gamma, beta = b.const(1 + 0.1 * rng.standard_normal(norm)), b.const(0.1 * rng.standard_normal(norm))
+            x = b.op("LayerNormalization", [x, gamma, beta], shape, axis=axis, epsilon=1e-5)
+        elif kind == "where":
+            cond = b.op(str(rng.choice(["Greater", "Less"])), [x, b.const(np.float32(rng.uniform(-0.3, 0.3)))], shape)
+            other = b.const(rng.standard_normal(bcast_shape(rng, shape)))
+            x = b.op("Where", [cond, x, other], shape)
+        elif kind == "transpose" and r >= 2:
+            perm = [int(a) for a in rng.permutation(r)]
+            x = b.op("Transpose", [x], tuple(shape[a] for a in perm), perm=perm)
+        elif kind == "clip":
+            lo = float(rng.uniform(-1, 0))
+            x = b.op("Clip", [x, b.const(np.float32(lo)), b.const(np.float32(lo + rng.uniform(0.2, 2)))], shape)
+        elif kind == "powsq":
+            # Squares of squares of squares outgrow f32's precision for the steps after them.
+            x = b.op("Pow", [b.op("Tanh", [x], shape) if len(seen) > 3 else x, b.const(np.float32(2.0))], shape)
+        seen.append(x)
+        if rng.random() < 0.1:
+            b.output(x)
+    return x
+
+
 def generate(seed: int) -> tuple[onnx.ModelProto, dict]:
     """The graph of `seed`: 1 to 3 anchor blocks of one family, each with its epilogue chain."""
     rng = np.random.default_rng([GENERATOR_VERSION, seed])
     b = Builder(rng, half=bool(rng.random() < 0.3))
-    family = b.rng.choice(["gemm", "conv", "attention"], p=[0.4, 0.4, 0.2])
+    family = b.rng.choice(["gemm", "conv", "attention", "region"], p=[0.35, 0.35, 0.15, 0.15])
+    if family == "region":
+        # f32: onnxruntime's CPU provider has no f16 kernels for most of these ops.
+        b.half = False
+        b.output(region_block(b))
+        return b.model(f"fuzz_v{GENERATOR_VERSION}_seed{seed}"), b.feeds
     if family == "attention":
         b.output(attention_block(b))
         return b.model(f"fuzz_v{GENERATOR_VERSION}_seed{seed}"), b.feeds
