@@ -219,6 +219,34 @@ def test_conv_nhwc_ohwi(tmp_path):
     np.testing.assert_allclose(got, tvm_reference(ConvNhwcBiasRelu, [x]), rtol=1e-4, atol=1e-4)
 
 
+BN = [randn(16, scale=0.5) + 1.0, randn(16, scale=0.2), randn(16, scale=0.2), np.abs(randn(16)) + 0.5]
+
+
+def conv_bn_relu(center: bool, scale: bool):
+    """conv2d -> batch_norm (inference, maybe without its shift or scale) -> relu."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((2, 16, 12, 12), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            c = bb.emit(relax.op.nn.conv2d(x, relax.const(CW), padding=[1, 1, 1, 1]))
+            bn = bb.emit(relax.op.nn.batch_norm(c, *[relax.const(p) for p in BN], axis=1, center=center,
+                                                scale=scale, training=False))
+            o = bb.emit_output(relax.op.nn.relu(relax.TupleGetItem(bn, 0)))
+        bb.emit_func_output(o)
+    return bb.get()
+
+
+@pytest.mark.parametrize("center,scale", [(True, True), (False, True), (True, False), (False, False)])
+def test_batch_norm_without_its_shift_or_scale_means_what_tvm_means(tmp_path, center, scale):
+    # batch_norm's center / scale switch its beta / gamma off: read as ONNX's BatchNormalization
+    # (which always applies both) they would be a wrong answer.
+    mod = conv_bn_relu(center, scale)
+    x = randn(2, 16, 12, 12)
+    offloaded, got, _ = build_export_run(mod, [x], tmp_path)
+    assert sum(offloaded.values(), []) == ["bolt.conv2d_bn_act"], offloaded
+    np.testing.assert_allclose(got, tvm_reference(mod, [x]), rtol=1e-4, atol=1e-4)
+
+
 def test_two_gemm_chain_is_one_back_to_back_kernel(tmp_path):
     x = randn(16384, 256, dtype="float16")
     offloaded, got, _ = build_export_run(TwoGemmChain, [x], tmp_path)

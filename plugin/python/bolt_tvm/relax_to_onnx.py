@@ -320,7 +320,17 @@ class Converter:
             raise UnsupportedRelax(f"'{hint}': batch_norm on axis {int(at.axis)} / in training mode")
         x = self.value(args[0], hint)
         params = []
+        # scale=False / center=False switch gamma / beta off (ONNX's op always applies both):
+        # ones / zeros of their shape take their place.
+        off = {0: None if bool(at.scale) else 1.0, 1: None if bool(at.center) else 0.0}
         for i, a in enumerate(args[1:]):
+            if off.get(i) is not None:
+                dims = _dims(a.ty, hint)
+                if not all(isinstance(d, int) for d in dims):
+                    raise UnsupportedRelax(f"'{hint}': batch_norm without gamma or beta of symbolic size")
+                neutral = np.full(dims, off[i], dtype=helper.tensor_dtype_to_np_dtype(onnx_dtype(a.ty.dtype, hint)))
+                params.append(self.constant(neutral, f"{hint}_p{i}"))
+                continue
             v = self.value(a, hint)
             params.append(self.plain(v, f"{hint}_p{i}"))
         gamma, beta, mean, var = params
