@@ -104,7 +104,13 @@ pub fn synthetic_inputs(g: &Graph, bindings: &DimBindings, seed: u64) -> Result<
     let mut rng = StdRng::seed_from_u64(seed);
     let mut out = HashMap::new();
     for name in &g.inputs {
-        let ty = g.types.get(name).ok_or_else(|| Error::tensor(name, "graph input has no type"))?;
+        let ty = g.types.get(name).ok_or_else(|| {
+            Error::tensor(
+                name,
+                "graph input is no tensor (a sequence, optional or map): Bolt's runtime takes tensors; \
+                 run the model through ONNX Runtime with Bolt's provider, which leaves it to ORT",
+            )
+        })?;
         let shape = ty.shape.as_ref().ok_or_else(|| Error::tensor(name, "graph input has no shape"))?;
         let dims = bind_shape(&shape.0, bindings);
         let n: usize = dims.iter().product();

@@ -252,6 +252,33 @@ fn ops_from_other_domains_and_control_flow_import_as_host_nodes() {
 }
 
 #[test]
+fn a_sequence_graph_input_imports_and_what_reads_it_stays_with_the_host() {
+    // Valid ONNX: a sequence input (untyped in Bolt) beside tensors; the MatMul is still a
+    // kernel, and `bolt compile` says why its runtime cannot take the model.
+    let mut m = good_model();
+    let g = m.graph.as_mut().unwrap();
+    g.input.push(ValueInfoProto {
+        name: Some("s".into()),
+        r#type: Some(TypeProto { value: Some(type_proto::Value::SequenceType(Box::default())), ..Default::default() }),
+        ..Default::default()
+    });
+    g.node.push(node("len", "SequenceLength", &["s"], &["n"]));
+    g.output.push(ValueInfoProto { name: Some("n".into()), ..Default::default() });
+    let graph = import::load_bytes(&m.encode_to_vec(), None).unwrap().graph;
+    assert!(graph.tensor_type("s").is_none() && graph.nodes[2].op.is_opaque());
+    assert_eq!(bolt::partition::partition(&graph).partitions.len(), 1);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("seq.onnx");
+    std::fs::write(&path, m.encode_to_vec()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_bolt"))
+        .args(["compile", path.to_str().unwrap(), "-o", dir.path().join("seq.bolt").to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("tensor 's': graph input is no tensor"), "{err}");
+}
+
+#[test]
 fn squeeze_and_unsqueeze_with_axes_attributes_keep_shape_arithmetic_visible() {
     // Opset 12, as torch.onnx < 1.10 writes a dynamic flatten: Shape -> Gather(0) ->
     // Unsqueeze(axes=[0]) -> Concat with [-1] -> Reshape. The Reshape's output is [N, 6]

@@ -321,6 +321,17 @@ unsafe fn value_info(vi: *const OrtValueInfo) -> Res<proto::ValueInfoProto> {
     let mut onnx_type = ONNXType::ONNX_TYPE_UNKNOWN;
     check((ort.GetOnnxTypeFromTypeInfo)(ti, &mut onnx_type))?;
     if onnx_type != ONNXType::ONNX_TYPE_TENSOR {
+        // Its kind (what Bolt does not compute with: the nodes reading it stay with ORT); a
+        // value of no type at all would make the graph fail to import.
+        use proto::type_proto::Value as V;
+        let kind = match onnx_type {
+            ONNXType::ONNX_TYPE_SEQUENCE => Some(V::SequenceType(Default::default())),
+            ONNXType::ONNX_TYPE_MAP => Some(V::MapType(Default::default())),
+            ONNXType::ONNX_TYPE_OPTIONAL => Some(V::OptionalType(Default::default())),
+            ONNXType::ONNX_TYPE_SPARSETENSOR => Some(V::SparseTensorType(Default::default())),
+            _ => None,
+        };
+        out.r#type = kind.map(|v| proto::TypeProto { value: Some(v), ..Default::default() });
         return Ok(out);
     }
     let mut info: *const OrtTensorTypeAndShapeInfo = std::ptr::null();

@@ -181,6 +181,17 @@ fn import_graph(g: &proto::GraphProto, opset: i64, base_dir: Option<&Path>, scop
             graph.inputs.push(name.to_string());
             continue;
         }
+        // A sequence, optional or map (valid ONNX that Bolt does not compute with): an input
+        // of no tensor type, which the ops reading it leave to the host.
+        let other_kind = vi
+            .r#type
+            .as_ref()
+            .and_then(|t| t.value.as_ref())
+            .is_some_and(|v| !matches!(v, proto::type_proto::Value::TensorType(_)));
+        if other_kind {
+            graph.inputs.push(name.to_string());
+            continue;
+        }
         let mut ty = ty.ok_or_else(|| Error::tensor(name, "graph input has no tensor type"))?;
         if ty.dtype == crate::ir::DType::Other(0) {
             return Err(Error::tensor(

@@ -104,3 +104,24 @@ def test_what_onnxruntime_refuses_for_its_schema_bolt_refuses_by_node(what, vali
         assert ort_refuses(broken), f"{what}: onnxruntime loads the broken model"
         rc, err = bolt_report(broken, Path(tmp))
         assert rc == 1 and "error: node 'n'" in err and "panicked" not in err, f"{what}: exit {rc}: {err}"
+
+
+def test_every_model_of_onnxs_node_tests_imports():
+    # onnx's own backend node tests (every operator, sequences and optionals included) are
+    # valid models nobody here wrote: each imports (the schema check refuses none of them), and
+    # what Bolt does not compute stays with the host. Only opsets older than 7 are refused.
+    from onnx.backend.test.case import node
+
+    import numpy as np
+
+    with np.errstate(all="ignore"):  # some generators divide by zero on purpose
+        cases = node.collect_testcases()
+    assert len(cases) > 1500, len(cases)
+    refused = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for c in cases:
+            rc, err = bolt_report(c.model, Path(tmp))
+            opset = max([o.version for o in c.model.opset_import if o.domain in ("", "ai.onnx")], default=99)
+            if rc != 0 and not (opset < 7 and "Bolt imports opsets 7 to" in err):
+                refused.append(f"{c.name}: exit {rc}: {err.strip().splitlines()[-1] if err.strip() else ''}")
+    assert not refused, "\n".join(refused)

@@ -480,6 +480,38 @@ def test_graph_bolt_cannot_import_stays_with_ort():
     np.testing.assert_allclose(sess.run(None, {"X": np.ones((2, 4), np.float32)})[0], np.full((2, 3), 4.0))
 
 
+def test_a_sequence_input_stays_with_ort_and_the_rest_reaches_bolt():
+    # A graph input of sequence type (valid ONNX Bolt does not compute with): the sequence ops
+    # stay with ORT, the MatMul and Relu beside them are Bolt's (before, the whole graph
+    # failed to import and stayed with ORT).
+    rng = np.random.default_rng(5)
+    w = numpy_helper.from_array(rng.standard_normal((8, 16)).astype(np.float32), "w")
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["y"], name="mm"),
+        helper.make_node("Relu", ["y"], ["z"], name="relu"),
+        helper.make_node("SequenceInsert", ["s", "z"], ["s2"], name="ins"),
+        helper.make_node("SequenceLength", ["s2"], ["n"], name="len"),
+    ]
+    g = helper.make_graph(
+        nodes, "seq",
+        [helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [4, 16]),
+         helper.make_tensor_value_info("n", TensorProto.INT64, [])],
+        [w],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    sess = bolt_session(m.SerializeToString())
+    a = assignment(sess)
+    assert sorted(op for _, op in a.get(bolt_ort.EP_NAME, [])) == ["MatMul", "Relu"], a
+    feeds = {"s": [np.zeros(3, np.float32)], "x": rng.standard_normal((4, 8)).astype(np.float32)}
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = sess.run(None, feeds)
+    assert_close(["z"], got[:1], want[:1])
+    assert got[1] == want[1] == 2
+
+
 def test_ort_own_option_keys_are_accepted():
     # Keys written for ORT's own EPs (device_id, arena.*) do not fail the session; Bolt's
     # allocator is not ORT's arena, so arena keys change nothing.
