@@ -834,7 +834,7 @@ fn layer_norms_over_merged_axes(g: &mut Graph, taken: &mut HashSet<String>) -> u
         // Scale and bias of exactly the normalised axes' shape flatten to the merged row.
         let params: Vec<String> = n.inputs[1..].iter().flatten().cloned().collect();
         let fits = |p: &String| g.types.get(p).and_then(|t| t.shape.as_ref()).is_some_and(|s| s.0 == trailing);
-        if params.is_empty() || !params.iter().all(fits) || trailing.iter().any(|d| *d == crate::ir::Dim::Unknown) {
+        if params.is_empty() || !params.iter().all(fits) || trailing.contains(&crate::ir::Dim::Unknown) {
             return None;
         }
         let reshape = Op::Reshape { allowzero: false };
