@@ -395,6 +395,16 @@ fn nodes_that_break_their_operators_schema_are_named() {
         ),
         ("no such operator", |m| relu(m).op_type = Some("Frobnicate".into()), "'Frobnicate' is not an ONNX operator"),
         (
+            "an element type code that names no type",
+            |m| *relu(m) = with_int(node("act", "Cast", &["h"], &["y"]), "to", 1234),
+            "attribute 'to' of Cast-13 is 1234, which is no element type it produces",
+        ),
+        (
+            "an attribute given twice",
+            |m| *relu(m) = with_int(with_int(node("act", "Softmax", &["h"], &["y"]), "axis", 1), "axis", 0),
+            "attribute 'axis' is given twice",
+        ),
+        (
             "a deprecated operator",
             |m| {
                 m.opset_import[0].version = Some(10);

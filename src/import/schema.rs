@@ -112,7 +112,10 @@ pub fn check_node(n: &NodeProto, opset: i64) -> Result<(), String> {
             }
         }
     }
-    for a in &n.attribute {
+    for (i, a) in n.attribute.iter().enumerate() {
+        if n.attribute[..i].iter().any(|b| b.name() == a.name()) {
+            return Err(format!("attribute '{}' is given twice", a.name()));
+        }
         if a.ref_attr_name.is_some() {
             continue; // a function body's reference to its caller's attribute
         }
@@ -133,6 +136,17 @@ pub fn check_node(n: &NodeProto, opset: i64) -> Result<(), String> {
                 attr_type_name(ty),
                 attr_type_name(found)
             ));
+        }
+    }
+    // Attributes naming an element type: one the operator's type parameter admits.
+    for &(op_type, attr, param) in TYPE_ATTRIBUTES {
+        let (Some(a), Some((types, _))) =
+            (n.attribute.iter().find(|a| a.name() == attr).filter(|_| op == op_type), s.constraints.get(param))
+        else {
+            continue;
+        };
+        if !i32::try_from(a.i()).is_ok_and(|c| types.contains(&c)) {
+            return Err(format!("attribute '{attr}' of {at} is {}, which is no element type it produces", a.i()));
         }
     }
     for (name, &(ty, required)) in &s.attributes {
@@ -188,6 +202,18 @@ pub fn check_types(n: &NodeProto, opset: i64, type_of: impl Fn(&str) -> Option<D
     }
     Ok(())
 }
+
+/// (operator, attribute, type parameter): attributes whose value is an element type code.
+const TYPE_ATTRIBUTES: &[(&str, &str, &str)] = &[
+    ("Cast", "to", "T2"),
+    ("EyeLike", "dtype", "T2"),
+    ("RandomNormal", "dtype", "T"),
+    ("RandomUniform", "dtype", "T"),
+    ("RandomNormalLike", "dtype", "T2"),
+    ("RandomUniformLike", "dtype", "T2"),
+    ("Bernoulli", "dtype", "T2"),
+    ("Multinomial", "dtype", "T2"),
+];
 
 fn attr_type_name(code: i32) -> &'static str {
     match code {

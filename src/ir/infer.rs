@@ -736,6 +736,10 @@ pub fn infer_node(op: &Op, infos: &[Option<InputInfo>]) -> Result<Vec<TensorType
         }
         Op::Slice => {
             let t = x?;
+            // A constant step of 0 slices nothing in any direction (onnxruntime refuses it).
+            if const_ints(infos, 4).ok().flatten().is_some_and(|steps| steps.contains(&0)) {
+                return Err("a step of 0".into());
+            }
             let shape = match &t.shape {
                 None => None,
                 Some(s) => match slice_params(infos, s.rank()) {

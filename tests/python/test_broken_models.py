@@ -1,7 +1,8 @@
 """Broken models from real ones: the corpus's models (exporters nobody here wrote) with one
 semantic defect each, as a hand-edited or half-converted model has them: a dangling input, an
-attribute out of range, an initializer whose dims disagree with its data, a missing initializer
-or node, an input of an unsupported type or size, a node retyped, inputs shuffled. The protobuf
+attribute out of range, added or retyped, an initializer whose dims disagree with its data, a
+missing initializer or node, an input of an unsupported type or size, a node retyped, inputs
+shuffled, added or left empty. The protobuf
 stays valid (byte-level corruption is the fuzz target's). `bolt report` (import, shape
 inference, partition, plan) must answer each with a plan or an `error:` line, exit 1, never a
 panic or a signal; and a model onnxruntime refuses to load for a reason of the operator schemas
@@ -38,7 +39,7 @@ def mutate(m: onnx.ModelProto, rng: random.Random):
     """One defect in place; what it did, or None where the drawn kind does not apply."""
     g = m.graph
     n = rng.choice(list(g.node)) if len(g.node) else None
-    kind = rng.randrange(9)
+    kind = rng.randrange(13)
     if kind == 0 and n is not None and n.input:
         i = rng.randrange(len(n.input))
         n.input[i] = rng.choice(["", "nonexistent", n.output[0] if n.output else ""])
@@ -87,6 +88,26 @@ def mutate(m: onnx.ModelProto, rng: random.Random):
         del n.input[:]
         n.input.extend(inputs)
         return f"inputs of {n.name} shuffled"
+    if kind == 9 and n is not None:
+        n.attribute.append(onnx.helper.make_attribute(rng.choice(["perm", "axis", "bogus", "alpha"]), 1))
+        return f"an attribute added to {n.name}"
+    if kind == 10 and n is not None and n.attribute:
+        a = rng.choice(list(n.attribute))
+        if a.type == onnx.AttributeProto.INT:
+            a.ClearField("i")
+            a.f, a.type = 1.5, onnx.AttributeProto.FLOAT
+        elif a.type == onnx.AttributeProto.FLOAT:
+            a.ClearField("f")
+            a.i, a.type = 2, onnx.AttributeProto.INT
+        else:
+            return None
+        return f"attribute {a.name} of {n.name} retyped"
+    if kind == 11 and n is not None and n.input:
+        n.input.append(rng.choice(list(n.input)))
+        return f"an input added to {n.name}"
+    if kind == 12 and n is not None and n.input:
+        n.input[0] = ""
+        return f"input 0 of {n.name} left empty"
     return None
 
 

@@ -69,6 +69,23 @@ CASES = [
               inits=[h.make_tensor("w", T.FLOAT, [2, 3, 1, 1], [0.5] * 6)]),
     ),
     (
+        "an element type code that names no type",
+        model([node("Cast", ["x"], to=T.FLOAT)]),
+        model([node("Cast", ["x"], to=1234)]),
+    ),
+    (
+        "an attribute given twice",
+        model([node("Softmax", ["x"], axis=1)]),
+        model([h.make_node("Softmax", ["x"], ["y"], name="n", axis=1)]),
+    ),
+    (
+        "a Slice step of 0",
+        model([node("Slice", ["x", "s", "e", "a", "t"])], inits=[h.make_tensor(k, T.INT64, [1], [v]) for k, v in
+                                                                (("s", 0), ("e", 2), ("a", 1), ("t", 1))]),
+        model([node("Slice", ["x", "s", "e", "a", "t"])], inits=[h.make_tensor(k, T.INT64, [1], [v]) for k, v in
+                                                                (("s", 0), ("e", 2), ("a", 1), ("t", 0))]),
+    ),
+    (
         "two types for one type parameter",
         model([node("Add", ["x", "b"])], inits=[h.make_tensor("b", T.FLOAT, [3], [1, 2, 3])]),
         model([node("Add", ["x", "b"])], inits=[h.make_tensor("b", T.FLOAT16, [3], [1, 2, 3])]),
@@ -89,6 +106,11 @@ def ort_refuses(m: onnx.ModelProto) -> str:
     except Exception as e:  # onnxruntime raises its own exception types per status
         return str(e)
     return ""
+
+
+# The second axis attribute (protobuf keeps repeated fields as given).
+CASES[[c[0] for c in CASES].index("an attribute given twice")][2].graph.node[0].attribute.append(
+    h.make_attribute("axis", 0))
 
 
 @pytest.mark.parametrize("what,valid,broken", CASES, ids=[c[0] for c in CASES])
