@@ -103,3 +103,27 @@ fn connected_work_with_a_host_op_between_its_parts_is_cut_into_two_groups() {
     assert!(!second.nodes.iter().any(|n| n.starts_with("relu")), "the first conv's relu is not in it: {second:?}");
     groups_compute_the_model(&g, &o.groups);
 }
+
+#[test]
+fn stitched_work_is_offloaded_alone_only_where_no_host_op_feeds_or_reads_it() {
+    // A softmax between a host op and the output: two crossings for one kernel, left to the
+    // host. A model of memory-intensive ops only (an island between the graph's inputs and
+    // outputs): one group, so a GPU runs all of it.
+    let softmax = Op::Softmax { axis: -1 };
+    let mut n = Net::new(DType::F32);
+    let x = n.input("x", &[2, 3, 8, 8]);
+    let y = host_copy(&mut n, &x);
+    let y = n.op("softmax", softmax.clone(), &[&y]);
+    let g = n.finish(&[&y]);
+    assert!(offload(&g, &any_partition).groups.is_empty());
+
+    let mut n = Net::new(DType::F32);
+    let x = n.input("x", &[2, 3, 8, 8]);
+    let y = n.op("softmax", softmax, &[&x]);
+    let y = n.op("mul", Op::Binary(Binary::Mul), &[&y, &x]);
+    let g = n.finish(&[&y]);
+    let o = offload(&g, &any_partition);
+    assert_eq!(o.groups.len(), 1, "{:?}", o.notes);
+    assert!(o.groups[0].anchors.is_empty());
+    groups_compute_the_model(&g, &o.groups);
+}

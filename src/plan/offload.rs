@@ -165,9 +165,20 @@ pub fn offload(g: &Graph, claimable: &dyn Fn(&Partition) -> Result<(), String>) 
             partitions.iter().filter(|p| p.nodes.iter().all(|n| members.contains(n))).cloned().collect();
         let recurrent =
             nodes.iter().any(|n| index.get(n.as_str()).is_some_and(|&i| matches!(g.nodes[i].op, Op::Recurrent(_))));
-        if inside.is_empty() && !recurrent {
-            // Stitched or glue work alone between host ops: not worth a fused node of its own
-            // (a recurrent layer is: its projection GEMM and scan).
+        // Stitched or glue work alone between host ops is not worth a fused node of its own
+        // (two crossings for one kernel); a recurrent layer is (its projection GEMM and scan),
+        // and so is such work that no host op feeds or reads: the whole model, or an island
+        // of it between its inputs and outputs.
+        let touches_host = nodes.iter().any(|name| {
+            let n = &g.nodes[index[name.as_str()]];
+            let fed =
+                n.inputs.iter().flatten().any(|x| producer.get(x.as_str()).is_some_and(|p| !members.contains(*p)));
+            let read = n.outputs.iter().any(|y| {
+                g.nodes.iter().any(|m| !members.contains(&m.name) && m.inputs.iter().flatten().any(|x| x == y))
+            });
+            fed || read
+        });
+        if inside.is_empty() && !recurrent && touches_host {
             continue;
         }
         let anchors = inside.iter().map(|p| p.anchor.clone()).collect::<Vec<_>>();

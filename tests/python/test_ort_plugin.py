@@ -66,7 +66,7 @@ def assert_close(names, got, want, rtol=1e-3, atol_scale=2e-4):
     assert len(got) == len(want)
     for n, g, w in zip(names, got, want):
         assert g.shape == w.shape, n
-        atol = atol_scale * max(1.0, float(np.abs(w).max()))
+        atol = atol_scale * max(1.0, float(np.abs(w).max(initial=0.0)))
         np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, err_msg=n)
 
 
@@ -235,16 +235,11 @@ def test_corpus_reaches_bolt(model_sessions):
 
 
 def conformance_cases():
+    # Every generated case: GEMM/conv anchors, and the memory-intensive ops Bolt stitches (a
+    # graph of nothing else is one island of device work, which the provider takes).
     if not CONFORMANCE.exists():
         return []
-    return sorted(
-        p.name for p in CONFORMANCE.iterdir()
-        if p.is_dir() and any(k in p.name.lower() for k in ("gemm", "matmul", "conv"))
-        and "convtranspose" not in p.name.lower() and "integer" not in p.name.lower()
-        # Einsum spelling a batched MatMul: no Bolt kernel, and its cases are IR 14, newer than
-        # this onnxruntime loads.
-        and "einsum" not in p.name.lower()
-    )
+    return sorted(p.name for p in CONFORMANCE.iterdir() if p.is_dir())
 
 
 CONF = conformance_cases()
@@ -262,10 +257,29 @@ def conformance_claims():
 @pytest.mark.parametrize("case", CONF)
 def test_conformance_through_ep(case, conformance_claims):
     d = CONFORMANCE / case
+    try:
+        cpu = ort.InferenceSession(str(d / "model.onnx"), providers=["CPUExecutionProvider"])
+    except Exception as e:  # onnxruntime raises its own exception types per status
+        # Its IR version or an op version this onnxruntime has no kernel for: nothing to compare.
+        pytest.skip(f"onnxruntime itself does not load it: {str(e).splitlines()[0][-160:]}")
     sess = bolt_session(d / "model.onnx")
     conformance_claims[case] = bool(assignment(sess).get(bolt_ort.EP_NAME))
     for ds in sorted(d.glob("test_data_set_*")):
-        assert_close(*run_dataset(sess, ds), rtol=1e-4, atol_scale=1e-5)
+        feeds = {t.name: numpy_helper.to_array(t) for t in load_dataset(ds, "input")}
+        try:
+            ort_cpu = cpu.run(None, feeds)
+        except Exception as e:  # onnxruntime raises its own exception types per status
+            pytest.skip(f"onnxruntime itself does not run it: {str(e).splitlines()[0][-160:]}")
+        names, got, expected = run_dataset(sess, ds)
+        # onnx's expected outputs; where onnxruntime's own differ from them (values written to
+        # 4 decimals, its PRelu broadcast, its cubic resize), what ORT CPU gives: the provider
+        # must change nothing.
+        try:
+            assert_close(names, ort_cpu, expected, rtol=1e-4, atol_scale=1e-5)
+            want = expected
+        except AssertionError:
+            want = ort_cpu
+        assert_close(names, got, want, rtol=1e-4, atol_scale=1e-5)
 
 
 def test_conformance_cases_reach_bolt(conformance_claims):
@@ -275,7 +289,9 @@ def test_conformance_cases_reach_bolt(conformance_claims):
     if not conformance_claims:
         pytest.skip("conformance cases not run in this selection")
     taken = [c for c, t in conformance_claims.items() if t]
-    assert len(taken) >= 20, sorted(set(conformance_claims) - set(taken))
+    assert len(taken) >= 300, sorted(set(conformance_claims) - set(taken))
+    # Memory-intensive ops alone reach Bolt too (stitched kernels).
+    assert [c for c in taken if "softmax" in c] and [c for c in taken if "sigmoid" in c], taken
     assert not [c for c in taken if "conv" in c.lower() and "3d" in c.lower()]
     assert [c for c in taken if "conv1d" in c.lower()]
     assert any("gemm" in c for c in taken) and any("matmul" in c for c in taken) and any("conv" in c.lower() for c in taken)
