@@ -47,8 +47,10 @@ BOLT_OPS = frozenset("""
     GatherElements GatherND ScatterND CumSum TopK NonZero Mod IsNaN IsInf ReverseSequence Einsum
     QuantizeLinear DequantizeLinear DynamicQuantizeLinear MatMulInteger ConvInteger
     Trilu EyeLike Hardmax SpaceToDepth DFT STFT InstanceNormalization LRN
+    CastLike Size RMSNormalization Attention RotaryEmbedding
 """.split())
-# ArgMax to ScatterElements, ReduceProd and GatherElements to InstanceNormalization are host-only (no kernel;
+# ArgMax to ScatterElements, ReduceProd, GatherElements to InstanceNormalization, CastLike and
+# the opset-23 transformer ops are host-only as ops (no kernel; the planner lowers the common forms;
 # LRN is one too, which the planner rewrites as a conv), and
 # so are Sum, Mean, Max and Min of other than two inputs: the reference computes them so that
 # models holding them run whole (src/reference/ops/host.rs and the files it dispatches to).

@@ -48,6 +48,10 @@ pub const COMPUTED: &[&str] = &[
     "InstanceNormalization",
     "LRN",
     "Dropout",
+    "CastLike",
+    "RMSNormalization",
+    "Attention",
+    "RotaryEmbedding",
 ];
 
 /// The outputs of default-domain op `op_type`, or `None` when the reference does not compute it.
@@ -110,6 +114,14 @@ pub fn eval(op_type: &str, attrs: &[(String, AttrValue)], inputs: &[Option<&Tens
             false => Err("LRN needs its size attribute".into()),
         },
         "Dropout" => dropout(inputs),
+        // Cast to the second input's element type (ONNX functions and the dynamo exporter write
+        // it to match a constant's type to a value's).
+        "CastLike" => {
+            req(inputs, 0).and_then(|x| super::elementwise::cast(x, req(inputs, 1)?.dtype(), int("saturate", 1) != 0))
+        }
+        "RMSNormalization" => super::norm::rms_norm(inputs, int("axis", -1), a.float("epsilon").unwrap_or(1e-5)),
+        "Attention" => super::attention::attention(inputs, &super::attention::AttentionAttrs::read(&a)),
+        "RotaryEmbedding" => super::attention::rotary_embedding(inputs, &a),
         _ => return None,
     })
 }

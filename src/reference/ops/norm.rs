@@ -227,6 +227,36 @@ pub fn layer_norm(
     ])
 }
 
+/// RMSNormalization (opset 23): `X / sqrt(mean(X²) + epsilon)` over the axes from `axis` on,
+/// times Scale (broadcast to X), in the type of Scale. Computed in f64: stash_type only asks
+/// for at least f32.
+pub fn rms_norm(inputs: &[Option<&Tensor>], axis: i64, epsilon: f64) -> OpResult {
+    let (x, scale) = (req(inputs, 0)?, req(inputs, 1)?);
+    float_check(x, "X")?;
+    float_check(scale, "scale")?;
+    if x.rank() == 0 {
+        return Err("X must have rank >= 1".into());
+    }
+    let a = norm_axis(axis, x.rank(), false)?;
+    if broadcast_static(&scale.shape, &x.shape).as_deref() != Some(&x.shape[..]) {
+        return Err(format!("scale of shape {:?} does not broadcast to X's {:?}", scale.shape, x.shape));
+    }
+    let size: usize = x.shape[a..].iter().product();
+    let xs = x.to_f64_vec();
+    let sv = scale.to_f64_vec();
+    let si = broadcast_index(&scale.shape, &x.shape);
+    let mut y = vec![0.0; xs.len()];
+    if size > 0 {
+        y.par_chunks_mut(size).zip(xs.par_chunks(size)).enumerate().for_each(|(r, (yr, xr))| {
+            let rms = (xr.iter().map(|v| v * v).sum::<f64>() / size as f64 + epsilon).sqrt();
+            for (i, (o, &v)) in yr.iter_mut().zip(xr).enumerate() {
+                *o = v / rms * sv[si[r * size + i]];
+            }
+        });
+    }
+    Ok(vec![out(scale.dtype(), x.shape.clone(), &y)])
+}
+
 /// ReduceMean / Sum / Max / Min over `axes` (attribute, or input 1 in later opsets); no axes
 /// reduce all dims unless `noop_with_empty_axes`.
 pub fn reduce(
