@@ -1111,3 +1111,125 @@ fn projections_of_one_input_become_one_gemm_read_in_place() {
         }
     }
 }
+
+// ------------------------------------------------------------------ ONNX's Attention op
+
+/// An opset-23 `Attention` node over inputs of `shapes` (Q, K, V, then an optional mask),
+/// with `attrs`; random inputs (a boolean mask from `keep`).
+fn onnx_attention(
+    dtype: DType,
+    shapes: &[&[usize]],
+    mask: Option<(&[usize], DType, &dyn Fn(usize) -> bool)>,
+    attrs: Vec<(&str, bolt::ir::AttrValue)>,
+) -> (Graph, HashMap<String, Tensor>) {
+    let mut g = GraphBuilder::new("onnx_attention");
+    let mut feeds = HashMap::new();
+    let mut names = Vec::new();
+    for (i, (name, shape)) in ["q", "k", "v"].iter().zip(shapes).enumerate() {
+        let t = random(shape, 40 + i as u64);
+        feeds.insert(name.to_string(), Tensor::from_f64_as(dtype, t.shape.clone(), &t.to_f64_vec()).unwrap());
+        names.push(g.input(name, dtype, Shape::from_static(shape)));
+    }
+    if let Some((shape, mdtype, keep)) = mask {
+        let n: usize = shape.iter().product();
+        let v: Vec<f64> = (0..n)
+            .map(|i| match mdtype {
+                DType::Bool => f64::from(u8::from(keep(i))),
+                _ if keep(i) => 0.0,
+                _ => f64::NEG_INFINITY,
+            })
+            .collect();
+        feeds.insert("mask".into(), Tensor::from_f64_as(mdtype, shape.to_vec(), &v).unwrap());
+        names.push(g.input("mask", mdtype, Shape::from_static(shape)));
+    }
+    let op = Op::Opaque {
+        domain: String::new(),
+        op_type: "Attention".into(),
+        attrs: attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+        why: "a host-only op".into(),
+    };
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let y = g.node("sdpa", op, &refs);
+    g.output(&y);
+    (g.finish().unwrap(), feeds)
+}
+
+/// The ONNX Attention op (what torch.onnx writes for `scaled_dot_product_attention` from
+/// opset 23) is expanded into the attention core and planned as one fused attention kernel:
+/// 4-D and 3-D (heads split and merged around it) inputs, grouped KV heads, causal, boolean
+/// and additive masks, at f32 and f16. The planned graph computes what the reference's own
+/// Attention (written from the operator's definition, not from the expansion) computes,
+/// including a run-time mask that masks whole query rows: zeros there, as ONNX defines.
+#[test]
+fn onnx_attention_ops_plan_as_fused_attention_kernels() {
+    use bolt::ir::AttrValue::Int;
+    let (b, h, s, d) = (2, 4, 9, 16);
+    let heads = |hq: i64, hk: i64| vec![("q_num_heads", Int(hq)), ("kv_num_heads", Int(hk))];
+    // Every third query row of the first batch item keeps no key.
+    let rows_masked = |i: usize| !((i / s) % s % 3 == 0 && i < s * s) && (i % s) % 2 == 0;
+    let cases: Vec<(&str, DType, Vec<Vec<usize>>, Option<(Vec<usize>, DType)>, Vec<(&str, bolt::ir::AttrValue)>)> = vec![
+        ("4-D", DType::F32, vec![vec![b, h, s, d]; 3], None, vec![]),
+        ("4-D causal f16", DType::F16, vec![vec![b, h, s, d]; 3], None, vec![("is_causal", Int(1))]),
+        ("3-D", DType::F32, vec![vec![b, s, h * d]; 3], None, heads(4, 4)),
+        ("3-D grouped heads causal", DType::F32, vec![vec![b, s, h * d], vec![b, s, d], vec![b, s, d]], None, {
+            let mut a = heads(4, 1);
+            a.push(("is_causal", Int(1)));
+            a
+        }),
+        (
+            "4-D boolean mask masking rows",
+            DType::F32,
+            vec![vec![b, h, s, d]; 3],
+            Some((vec![b, 1, s, s], DType::Bool)),
+            vec![],
+        ),
+        ("4-D additive mask", DType::F16, vec![vec![b, h, s, d]; 3], Some((vec![s, s], DType::F16)), vec![]),
+    ];
+    for (what, dtype, shapes, mask, attrs) in cases {
+        let shapes: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
+        let mask = mask.as_ref().map(|(s, t)| (s.as_slice(), *t, &rows_masked as &dyn Fn(usize) -> bool));
+        let (g, feeds) = onnx_attention(dtype, &shapes, mask, attrs);
+        let plan = bolt::plan::plan(&g).unwrap();
+        assert!(!plan.canonical.nodes.iter().any(|n| n.op.op_type() == "Attention"), "{what}: not expanded");
+        assert_eq!(plan.attention.len(), 1, "{what}");
+        let fused = plan.attention[0].fused.as_ref();
+        assert!(fused.is_some(), "{what}: {:?}", plan.attention[0].reason);
+        let want = bolt::reference::run(&g, &feeds).unwrap().remove(&g.outputs[0]).unwrap();
+        let got = bolt::reference::run(&plan.graph, &feeds).unwrap().remove(&g.outputs[0]).unwrap();
+        let tol = if dtype == DType::F16 { 1e-2 } else { 1e-5 };
+        let worst = max_abs_diff(&got, &want);
+        assert!(worst <= tol, "{what}: planned graph vs the Attention op: {worst}");
+        if what.contains("masking rows") {
+            // The first batch item's rows 0, 3 and 6 keep no key: zeros, not NaN.
+            let y = got.to_f64_vec();
+            assert!(y.iter().all(|v| v.is_finite()), "{what}");
+            assert!(y[..d].iter().all(|&v| v == 0.0) && y[3 * d..4 * d].iter().all(|&v| v == 0.0), "{what}");
+            assert!(y[d..2 * d].iter().any(|&v| v != 0.0), "{what}");
+        }
+    }
+}
+
+/// Forms the expansion does not cover stay the Attention op, which the host computes: here
+/// the debug output of the scores (a fourth output the graph reads).
+#[test]
+fn onnx_attention_forms_left_to_the_host_stay_the_op() {
+    let mut g = GraphBuilder::new("scores_read");
+    let x: Vec<String> =
+        ["q", "k", "v"].iter().map(|n| g.input(n, DType::F32, Shape::from_static(&[1, 2, 5, 8]))).collect();
+    let op = Op::Opaque {
+        domain: String::new(),
+        op_type: "Attention".into(),
+        attrs: vec![("qk_matmul_output_mode".into(), bolt::ir::AttrValue::Int(1))],
+        why: "a host-only op".into(),
+    };
+    let outs = g.node_multi("sdpa", op, &[&x[0], &x[1], &x[2]], 4);
+    g.output(&outs[0]);
+    g.output(&outs[3]);
+    let g = g.finish().unwrap();
+    let plan = bolt::plan::plan(&g).unwrap();
+    assert!(plan.canonical.nodes.iter().any(|n| n.op.op_type() == "Attention"));
+    assert!(plan.attention.is_empty());
+    // Its outputs still type: [B, H, S, D] and the scores [B, H, S_q, S_kv].
+    let dims = |t: &str| plan.graph.types[t].shape.as_ref().and_then(|s| s.as_static());
+    assert_eq!((dims(&outs[0]), dims(&outs[3])), (Some(vec![1, 2, 5, 8]), Some(vec![1, 2, 5, 5])));
+}

@@ -1402,3 +1402,59 @@ fn regions_reading_more_inputs_than_a_kernel_takes_are_cut() {
     let (want, got) = (bolt::reference::run(&g, &feeds).unwrap(), bolt::reference::run(&plan.graph, &feeds).unwrap());
     assert_eq!(got[&acc].to_f32_vec(), want[&acc].to_f32_vec());
 }
+
+/// ONNX's RMSNormalization (opset 23; LLaMA-style decoders) is `x / sqrt(mean(x²) + ε) · scale`
+/// over the axes from `axis`: planned as one stitched row reduction (several trailing axes
+/// merged into the row by views), computed in f32 for f16 data (stash_type), against the
+/// formula in f64 here. A symbolic batch stays symbolic.
+#[test]
+fn rms_normalizations_are_stitched_row_reductions() {
+    let (c, t) = (6usize, 40);
+    for (axis, dtype) in [(-1i64, DType::F32), (-1, DType::F16), (1, DType::F32)] {
+        let mut g = GraphBuilder::new("rms");
+        let x = g.input("x", dtype, Shape(vec![Dim::Sym("N".into()), Dim::Known(c), Dim::Known(t)]));
+        let norm: Vec<usize> = if axis == 1 { vec![c, t] } else { vec![t] };
+        let scale_t = random(&norm, 3);
+        let scale = g.initializer("scale", Tensor::from_f64_as(dtype, norm.clone(), &scale_t.to_f64_vec()).unwrap());
+        let op = Op::Opaque {
+            domain: String::new(),
+            op_type: "RMSNormalization".into(),
+            attrs: vec![
+                ("axis".into(), bolt::ir::AttrValue::Int(axis)),
+                ("epsilon".into(), bolt::ir::AttrValue::Float(1e-3)),
+            ],
+            why: "a host-only op".into(),
+        };
+        let y = g.node("rms", op, &[&x, &scale]);
+        g.output(&y);
+        let g = g.finish().unwrap();
+        let plan = bolt::plan::plan(&g).unwrap();
+        let what = format!("axis {axis} {dtype}");
+        let left: Vec<&str> = plan
+            .graph
+            .nodes
+            .iter()
+            .filter(|n| !matches!(n.op, Op::Stitched(_) | Op::Reshape { .. } | Op::Shape { .. }))
+            .map(|n| n.op.op_type())
+            .collect();
+        assert!(left.is_empty(), "{what}: {left:?}");
+        let stitched: Vec<_> = plan.graph.nodes.iter().filter(|n| matches!(n.op, Op::Stitched(_))).collect();
+        assert_eq!(stitched.len(), 1, "{what}");
+        let xs = random(&[2, c, t], 9);
+        let xs = Tensor::from_f64_as(dtype, xs.shape.clone(), &xs.to_f64_vec()).unwrap();
+        let feeds = HashMap::from([("x".to_string(), xs.clone())]);
+        let got = bolt::reference::run(&plan.graph, &feeds).unwrap()[&y].to_f64_vec();
+        let (xv, sv) =
+            (xs.to_f64_vec(), Tensor::from_f64_as(dtype, norm.clone(), &scale_t.to_f64_vec()).unwrap().to_f64_vec());
+        let row: usize = norm.iter().product();
+        let tol = if dtype == DType::F16 { 1e-2 } else { 1e-5 };
+        for (r, chunk) in xv.chunks(row).enumerate() {
+            let rms = (chunk.iter().map(|v| v * v).sum::<f64>() / row as f64 + 1e-3).sqrt();
+            for (i, &v) in chunk.iter().enumerate() {
+                let want = v / rms * sv[i];
+                let at = r * row + i;
+                assert!((got[at] - want).abs() <= tol * want.abs().max(1.0), "{what} [{at}]: {} vs {want}", got[at]);
+            }
+        }
+    }
+}

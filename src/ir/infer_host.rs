@@ -354,6 +354,12 @@ pub fn infer_host(
             one(Some(TensorType::new(DType::I64, Shape(vec![]))))
         }
         "LSTM" | "GRU" | "RNN" => recurrent(attrs, infos, op_type == "LSTM"),
+        "RotaryEmbedding" => one(same()),
+        // Y takes the type of the scale (its type parameter V).
+        "RMSNormalization" => {
+            one(x.map(|t| TensorType { dtype: ty(infos, 1).map_or(t.dtype, |s| s.dtype), shape: t.shape.clone() }))
+        }
+        "Attention" => attention(attrs, infos),
         "DynamicQuantizeLinear" => {
             let scalar = |d| Some(TensorType::new(d, Shape(vec![])));
             vec![
@@ -399,6 +405,63 @@ pub fn infer_host(
             .map(|v| v.iter().map(|&n| if n >= 0 { Dim::Known(n as usize) } else { Dim::Unknown }).collect());
     }
     out
+}
+
+/// Attention's outputs: Y ([B, H_q, S_q, D_v], or [B, S_q, H_q·D_v] for 3-D inputs),
+/// present_key and present_value ([B, H_kv, past + S_kv, D]) and qk_matmul_output
+/// ([B, H_q, S_q, past + S_kv]).
+fn attention(attrs: &[(String, AttrValue)], infos: &[Option<InputInfo>]) -> Vec<Option<TensorType>> {
+    let a = Attrs(attrs);
+    let heads = |k: &str| a.int(k).filter(|&h| h > 0).map_or(Dim::Unknown, |h| Dim::Known(h as usize));
+    let (q_heads, kv_heads) = (heads("q_num_heads"), heads("kv_num_heads"));
+    // An operand as [B, H, S, D], splitting a 3-D one's hidden size over `h` heads.
+    let split = |i: usize, h: &Dim| -> Option<Vec<Dim>> {
+        let s = shape(infos, i)?;
+        match &s.0[..] {
+            [_, _, _, _] => Some(s.0.clone()),
+            [b, seq, hidden] => {
+                let d = match (hidden, h) {
+                    (Dim::Known(n), Dim::Known(h)) if n % h == 0 => Dim::Known(n / h),
+                    _ => Dim::Unknown,
+                };
+                Some(vec![b.clone(), h.clone(), seq.clone(), d])
+            }
+            _ => None,
+        }
+    };
+    let (q, k, v) = (split(0, &q_heads), split(1, &kv_heads), split(2, &kv_heads));
+    let past = shape(infos, 4).filter(|s| s.rank() == 4).map(|s| s.0[2].clone());
+    let total = |seq: &Dim| match (past.as_ref(), seq) {
+        (None, s) => s.clone(),
+        (Some(Dim::Known(p)), Dim::Known(s)) => Dim::Known(p + s),
+        _ => Dim::Unknown,
+    };
+    let three_d = shape(infos, 0).is_some_and(|s| s.rank() == 3);
+    let dtype = |i: usize| ty(infos, i).map(|t| t.dtype);
+    let y = match (&q, &v, dtype(0)) {
+        (Some(q), Some(v), Some(t)) if three_d => {
+            let hidden = match (&q[1], &v[3]) {
+                (Dim::Known(h), Dim::Known(d)) => Dim::Known(h * d),
+                _ => Dim::Unknown,
+            };
+            with_shape(t, Some(Shape(vec![q[0].clone(), q[2].clone(), hidden])))
+        }
+        (Some(q), Some(v), Some(t)) => {
+            with_shape(t, Some(Shape(vec![q[0].clone(), q[1].clone(), q[2].clone(), v[3].clone()])))
+        }
+        _ => None,
+    };
+    let present = |x: &Option<Vec<Dim>>, i: usize| {
+        let x = x.as_ref()?;
+        with_shape(dtype(i)?, Some(Shape(vec![x[0].clone(), x[1].clone(), total(&x[2]), x[3].clone()])))
+    };
+    let qk = match (&q, &k, dtype(0)) {
+        (Some(q), Some(k), Some(t)) => {
+            with_shape(t, Some(Shape(vec![q[0].clone(), q[1].clone(), q[2].clone(), total(&k[2])])))
+        }
+        _ => None,
+    };
+    vec![y, present(&k, 1), present(&v, 2), qk]
 }
 
 /// QuantizeLinear's and DequantizeLinear's `output_dtype` attribute (0: not given).

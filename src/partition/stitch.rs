@@ -834,6 +834,13 @@ fn region(
             }
         }
         joined(&mut r, &mut value, n, out);
+        let ranked = r.inputs.iter().all(|x| g.types.get(x).is_some_and(|t| t.shape.is_some()));
+        if ranked && inputs_from.last().is_some_and(|&k| k < r.inputs.len()) && space(g, &r).is_none() {
+            // Inputs of another space than the region's (a value per row of one length
+            // applied to rows of another: attention's guard of fully masked rows over its
+            // output): the node starts a region of its own.
+            return Err(RegionError::Cut(i, "its inputs do not broadcast with the region's"));
+        }
     }
     if r.inputs.len() > bolt_codegen::abi::STITCH_MAX_INPUTS {
         // Cut at the member whose inputs take the region past what a kernel reads.
@@ -858,6 +865,16 @@ fn region(
         return Err(RegionError::Cut(i, "its output is narrower than the region it joins, and read outside it"));
     }
     Ok(r)
+}
+
+/// The region's iteration space: the broadcast of its inputs as it reads them (a gather's
+/// table by its rows' width), `None` when they do not broadcast (or a shape is unknown).
+fn space(g: &Graph, r: &Region) -> Option<Shape> {
+    r.inputs.iter().enumerate().try_fold(Shape(vec![]), |acc, (i, x)| {
+        let s = r.viewed_shape(i, g.types.get(x)?.shape.as_ref()?).ok()?;
+        let s = if r.is_table(i) { Shape(s.0.last().cloned().into_iter().collect()) } else { s };
+        crate::ir::broadcast_shapes(&acc, &s)
+    })
 }
 
 /// A region output narrower than the region's iteration space (the broadcast of its inputs),

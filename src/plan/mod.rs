@@ -31,6 +31,7 @@ pub mod attention;
 pub mod b2b;
 pub mod canonical;
 pub mod edit;
+pub mod expand;
 mod fuse;
 pub mod layout;
 pub mod lower;

@@ -2,7 +2,7 @@
 //! omitted optional inputs) and returns its outputs, or a reason it cannot.
 
 mod along_axis;
-mod attention;
+pub(crate) mod attention;
 mod conv;
 mod conv_transpose;
 mod einsum;
