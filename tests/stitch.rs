@@ -1458,3 +1458,60 @@ fn rms_normalizations_are_stitched_row_reductions() {
         }
     }
 }
+
+/// GroupNormalization (opset 18's per-group and opset 21's per-channel scale and bias; the
+/// UNets of diffusion models) plans as stitched kernels: the groups' normalisation as a row
+/// reduction over a view, then the per-channel scale and shift; nothing is left to the host
+/// but views and the shape they read. Against the formula in f64 here, at f32 and f16.
+#[test]
+fn group_normalizations_are_stitched_row_reductions() {
+    let (c, hw, groups) = (8usize, 5, 4);
+    for (per_group, dtype) in [(false, DType::F32), (true, DType::F32), (false, DType::F16)] {
+        let mut g = GraphBuilder::new("group_norm");
+        let x = g.input("x", dtype, Shape(vec![Dim::Sym("N".into()), Dim::Known(c), Dim::Known(hw), Dim::Known(hw)]));
+        let n_params = if per_group { groups } else { c };
+        let as_type = |t: Tensor| Tensor::from_f64_as(dtype, t.shape.clone(), &t.to_f64_vec()).unwrap();
+        let (scale_t, bias_t) = (as_type(random(&[n_params], 3)), as_type(random(&[n_params], 4)));
+        let scale = g.initializer("scale", scale_t.clone());
+        let bias = g.initializer("bias", bias_t.clone());
+        let op = Op::Opaque {
+            domain: String::new(),
+            op_type: "GroupNormalization".into(),
+            attrs: vec![("num_groups".into(), bolt::ir::AttrValue::Int(groups as i64))],
+            why: "a host-only op".into(),
+        };
+        let y = g.node("gn", op, &[&x, &scale, &bias]);
+        g.output(&y);
+        let g = g.finish().unwrap();
+        let plan = bolt::plan::plan(&g).unwrap();
+        let what = format!("per group {per_group} {dtype}");
+        let left: Vec<&str> = plan
+            .graph
+            .nodes
+            .iter()
+            .filter(|n| !matches!(n.op, Op::Stitched(_) | Op::Reshape { .. } | Op::Shape { .. }))
+            .map(|n| n.op.op_type())
+            .collect();
+        assert!(left.is_empty(), "{what}: {left:?}");
+        let xs = as_type(random(&[2, c, hw, hw], 9));
+        let feeds = HashMap::from([("x".to_string(), xs.clone())]);
+        let got = bolt::reference::run(&plan.graph, &feeds).unwrap()[&y].to_f64_vec();
+        // The reference's own GroupNormalization (the op, unexpanded) too.
+        let op = bolt::reference::run(&g, &feeds).unwrap()[&y].to_f64_vec();
+        let (xv, sv, bv) = (xs.to_f64_vec(), scale_t.to_f64_vec(), bias_t.to_f64_vec());
+        let block = c / groups * hw * hw;
+        let tol = if dtype == DType::F16 { 1e-2 } else { 1e-5 };
+        for (k, chunk) in xv.chunks(block).enumerate() {
+            let mean = chunk.iter().sum::<f64>() / block as f64;
+            let var = chunk.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / block as f64;
+            for (i, &v) in chunk.iter().enumerate() {
+                let group = k % groups;
+                let p = if per_group { group } else { group * (c / groups) + i / (hw * hw) };
+                let want = (v - mean) / (var + 1e-5).sqrt() * sv[p] + bv[p];
+                let at = k * block + i;
+                assert!((got[at] - want).abs() <= tol * want.abs().max(1.0), "{what} [{at}]: {} vs {want}", got[at]);
+                assert!((op[at] - want).abs() <= tol * want.abs().max(1.0), "{what} op [{at}]: {} vs {want}", op[at]);
+            }
+        }
+    }
+}

@@ -96,7 +96,12 @@ pub fn canonical(g: &Graph) -> Result<(Graph, usize)> {
         count += 1;
     }
     count += conv_transposes_as_convs(&mut out, &mut taken);
-    count += super::expand::function_ops(&mut out, &mut taken);
+    // Later rewrites read the expansions' types (a GroupNormalization's InstanceNormalization).
+    let expanded = super::expand::function_ops(&mut out, &mut taken);
+    if expanded > 0 {
+        finish(&mut out)?;
+    }
+    count += expanded;
     count += quantize_dequantize_pairs(&mut out, &mut taken);
     count += same_type_casts(&mut out);
     count += same_shape_expands(&mut out);

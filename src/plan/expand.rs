@@ -9,6 +9,9 @@
 //! - **RMSNormalization** (opset 23) is `x / sqrt(mean(x²) + ε) · scale` over the trailing
 //!   axes from `axis`, merged into one row (a view) when there are several: one stitched
 //!   row-reduction kernel, computed in f32 for 16-bit inputs as `stash_type` asks.
+//! - **GroupNormalization** (diffusion UNets) is an InstanceNormalization of the groups (a
+//!   view of [N, G, C/G · spatial], which the instance-norm rewrite makes a stitched row
+//!   reduction), a view back, and the per-channel scale and shift.
 //! - **Attention** (opsets 23-25) is the core PyTorch's exporter writes for
 //!   `scaled_dot_product_attention`: `MatMul(Q, Kᵀ) · scale (+ bias) -> Softmax -> MatMul(·, V)`,
 //!   with the head split / merge of 3-D inputs, grouped KV heads repeated, the KV cache
@@ -44,6 +47,7 @@ pub fn function_ops(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
                 let done = match op_type.as_str() {
                     "CastLike" => cast_like(&mut b, &n),
                     "RMSNormalization" => rms_norm(&mut b, &n),
+                    "GroupNormalization" => group_norm(&mut b, &n),
                     "Attention" => attention(&mut b, &n, &used[&n.name]),
                     _ => None,
                 };
@@ -197,6 +201,62 @@ fn rms_norm(b: &mut Builder, n: &Node) -> Option<()> {
     } else {
         b.binary("scaled", Binary::Mul, &normed, &flat_scale, Some(y));
     }
+    Some(())
+}
+
+fn group_norm(b: &mut Builder, n: &Node) -> Option<()> {
+    let (x, scale, bias, [y]) = (n.input(0)?, n.input(1)?, n.input(2)?, &n.outputs[..]) else { return None };
+    let dims = b.dims(x)?;
+    let dtype = b.dtype(x)?;
+    let c = dims.get(1)?.known()?;
+    let attrs = n.op.attrs();
+    let groups = usize::try_from(attrs.int("num_groups")?).ok().filter(|&g| g > 0 && c % g == 0)?;
+    let epsilon = attrs.float_or("epsilon", 1e-5)?;
+    let stash = DType::from_onnx(attrs.int_or("stash_type", 1)? as i32);
+    if !dtype.is_float() || [scale, bias].iter().any(|t| b.dtype(t) != Some(dtype)) {
+        return None;
+    }
+    // Per channel [C, 1, ...] against [N, C, spatial...]: constants (per-group ones of
+    // opset 18 repeated over their channels), or a view of computed per-channel ones.
+    let trailing = vec![1usize; dims.len() - 2];
+    let per_channel = |b: &mut Builder, t: &str, what: &str| -> Option<String> {
+        let shape: Vec<usize> = [c].into_iter().chain(trailing.iter().copied()).collect();
+        match super::edit::constant(b.g, t) {
+            Some(v) if v.len() == c || v.len() == groups => {
+                let v = v.to_f64_vec();
+                let full: Vec<f64> = (0..c).map(|k| if v.len() == c { v[k] } else { v[k / (c / groups)] }).collect();
+                Some(b.constant(what, Tensor::from_f64_as(dtype, shape, &full)?))
+            }
+            None if b.dims(t)? == [Dim::Known(c)] => {
+                let shape = shape.iter().map(|&d| d as i64).collect();
+                Some(b.reshape(what, t, shape, None))
+            }
+            _ => None,
+        }
+    };
+    let (s, t) = (per_channel(b, scale, "scale")?, per_channel(b, bias, "bias")?);
+    // The instance norm of the groups: its own scale and shift are 1 and 0.
+    let compute = if stash == DType::F32 && dtype != DType::F64 { DType::F32 } else { dtype };
+    let mut v = b.reshape("groups", x, vec![0, groups as i64, -1], None);
+    if compute != dtype {
+        v = b.op("stash", Op::Cast { to: compute, saturate: true }, &[&v], None);
+    }
+    let ones = b.constant("unit_scale", Tensor::from_f64_as(compute, vec![groups], &vec![1.0; groups])?);
+    let zeros = b.constant("zero_shift", Tensor::from_f64_as(compute, vec![groups], &vec![0.0; groups])?);
+    let instance = Op::Opaque {
+        domain: String::new(),
+        op_type: "InstanceNormalization".into(),
+        attrs: vec![("epsilon".into(), crate::ir::AttrValue::Float(epsilon as f32))],
+        why: crate::ir::HOST_COMPUTED.into(),
+    };
+    let mut normed = b.op("normed_groups", instance, &[&v, &ones, &zeros], None);
+    if compute != dtype {
+        normed = b.op("unstash", Op::Cast { to: dtype, saturate: true }, &[&normed], None);
+    }
+    let shape = b.op("shape", Op::Shape { start: 0, end: None }, &[x], None);
+    let back = b.op("back", Op::Reshape { allowzero: false }, &[&normed, &shape], None);
+    let scaled = b.binary("scaled", Binary::Mul, &back, &s, None);
+    b.binary("shifted", Binary::Add, &scaled, &t, Some(y));
     Some(())
 }
 

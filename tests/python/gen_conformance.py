@@ -47,7 +47,7 @@ BOLT_OPS = frozenset("""
     GatherElements GatherND ScatterND CumSum TopK NonZero Mod IsNaN IsInf ReverseSequence Einsum
     QuantizeLinear DequantizeLinear DynamicQuantizeLinear MatMulInteger ConvInteger
     Trilu EyeLike Hardmax SpaceToDepth DFT STFT InstanceNormalization LRN
-    CastLike Size RMSNormalization Attention RotaryEmbedding
+    CastLike Size RMSNormalization Attention RotaryEmbedding GroupNormalization
 """.split())
 # ArgMax to ScatterElements, ReduceProd, GatherElements to InstanceNormalization, CastLike and
 # the opset-23 transformer ops are host-only as ops (no kernel; the planner lowers the common forms;

@@ -52,6 +52,7 @@ pub const COMPUTED: &[&str] = &[
     "RMSNormalization",
     "Attention",
     "RotaryEmbedding",
+    "GroupNormalization",
 ];
 
 /// The outputs of default-domain op `op_type`, or `None` when the reference does not compute it.
@@ -122,6 +123,10 @@ pub fn eval(op_type: &str, attrs: &[(String, AttrValue)], inputs: &[Option<&Tens
         "RMSNormalization" => super::norm::rms_norm(inputs, int("axis", -1), a.float("epsilon").unwrap_or(1e-5)),
         "Attention" => super::attention::attention(inputs, &super::attention::AttentionAttrs::read(&a)),
         "RotaryEmbedding" => super::attention::rotary_embedding(inputs, &a),
+        "GroupNormalization" => match a.int("num_groups") {
+            Some(groups) => super::norm::group_norm(inputs, groups, a.float("epsilon").unwrap_or(1e-5)),
+            None => Err("GroupNormalization needs its num_groups attribute".into()),
+        },
         _ => return None,
     })
 }

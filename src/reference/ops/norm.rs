@@ -110,6 +110,47 @@ pub fn instance_norm(inputs: &[Option<&Tensor>], epsilon: f64) -> OpResult {
     Ok(vec![out(x.dtype(), x.shape.clone(), &v)])
 }
 
+/// GroupNormalization: each sample's channels in `groups` consecutive groups, each group
+/// normalised over its channels and positions, then scaled and shifted per channel (opset 21)
+/// or per group (opset 18: scale and bias of `groups` elements; with as many groups as
+/// channels the two agree).
+pub fn group_norm(inputs: &[Option<&Tensor>], groups: i64, epsilon: f64) -> OpResult {
+    let (x, scale, bias) = (req(inputs, 0)?, req(inputs, 1)?, req(inputs, 2)?);
+    float_check(x, "X")?;
+    if x.rank() < 2 {
+        return Err(format!("X must have rank >= 2 ([N, C, ...]), has shape {:?}", x.shape));
+    }
+    let c = x.shape[1];
+    let g = usize::try_from(groups)
+        .ok()
+        .filter(|&g| g > 0 && c % g == 0)
+        .ok_or_else(|| format!("num_groups {groups} must be positive and divide the {c} channels"))?;
+    let per_group = scale.len() != c;
+    for (t, what) in [(scale, "scale"), (bias, "bias")] {
+        if t.len() != c && t.len() != g {
+            return Err(format!("{what} has {} elements for {c} channels in {g} groups", t.len()));
+        }
+        if (t.len() != c) != per_group {
+            return Err("scale and bias must both be per channel or both per group".into());
+        }
+    }
+    let (s, b) = (scale.to_f64_vec(), bias.to_f64_vec());
+    let spatial: usize = x.shape[2..].iter().product();
+    let size = c / g * spatial;
+    let mut v = x.to_f64_vec();
+    for (k, block) in v.chunks_mut(size.max(1)).enumerate() {
+        let group = k % g;
+        let mean = block.iter().sum::<f64>() / size as f64;
+        let var = block.iter().map(|&y| (y - mean) * (y - mean)).sum::<f64>() / size as f64;
+        let inv = 1.0 / (var + epsilon).sqrt();
+        for (i, y) in block.iter_mut().enumerate() {
+            let at = if per_group { group } else { group * (c / g) + i / spatial.max(1) };
+            *y = (*y - mean) * inv * s[at] + b[at];
+        }
+    }
+    Ok(vec![out(x.dtype(), x.shape.clone(), &v)])
+}
+
 /// LRN: each element over `(bias + alpha / size * sum of squares)^beta`, the sum over the
 /// channels from `c - floor((size - 1) / 2)` to `c + ceil((size - 1) / 2)` (those that exist).
 pub fn lrn(inputs: &[Option<&Tensor>], size: i64, alpha: f64, beta: f64, bias: f64) -> OpResult {
