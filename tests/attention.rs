@@ -1229,6 +1229,9 @@ fn onnx_attention_forms_left_to_the_host_stay_the_op() {
     let plan = bolt::plan::plan(&g).unwrap();
     assert!(plan.canonical.nodes.iter().any(|n| n.op.op_type() == "Attention"));
     assert!(plan.attention.is_empty());
+    // The report says why.
+    let why = &plan.host_reasons()["sdpa"];
+    assert!(why.starts_with("Attention not expanded") && why.contains("qk_matmul_output"), "{why}");
     // Its outputs still type: [B, H, S, D] and the scores [B, H, S_q, S_kv].
     let dims = |t: &str| plan.graph.types[t].shape.as_ref().and_then(|s| s.as_static());
     assert_eq!((dims(&outs[0]), dims(&outs[3])), (Some(vec![1, 2, 5, 8]), Some(vec![1, 2, 5, 5])));

@@ -835,11 +835,22 @@ fn region(
         }
         joined(&mut r, &mut value, n, out);
         let ranked = r.inputs.iter().all(|x| g.types.get(x).is_some_and(|t| t.shape.is_some()));
-        if ranked && inputs_from.last().is_some_and(|&k| k < r.inputs.len()) && space(g, &r).is_none() {
-            // Inputs of another space than the region's (a value per row of one length
-            // applied to rows of another: attention's guard of fully masked rows over its
-            // output): the node starts a region of its own.
-            return Err(RegionError::Cut(i, "its inputs do not broadcast with the region's"));
+        if ranked && inputs_from.last().is_some_and(|&k| k < r.inputs.len()) {
+            // Inputs of another space than the region's, or whose last axis is not the
+            // region's rows (a value per row of one length applied to rows of another:
+            // attention's guard of fully masked rows over its output): the node starts a
+            // region of its own.
+            let fits = match (space(g, &r), &row) {
+                (None, _) => false,
+                (Some(s), Some(Dim::Known(len))) => match s.0.last() {
+                    Some(Dim::Known(w)) => w == len,
+                    _ => true,
+                },
+                (Some(_), _) => true,
+            };
+            if !fits {
+                return Err(RegionError::Cut(i, "its inputs do not broadcast with the region's rows"));
+            }
         }
     }
     if r.inputs.len() > bolt_codegen::abi::STITCH_MAX_INPUTS {

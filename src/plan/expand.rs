@@ -267,12 +267,7 @@ fn attention(b: &mut Builder, n: &Node, used: &[bool]) -> Option<()> {
     let (q, k, v) = (n.input(0)?, n.input(1)?, n.input(2)?);
     let (mask, past_k, past_v) = (n.input(3), n.input(4), n.input(5));
     let dtype = b.dtype(q)?;
-    if n.input(6).is_some()
-        || used.get(3).copied().unwrap_or(false)
-        || past_k.is_some() != past_v.is_some()
-        || !dtype.is_float()
-        || [k, v].iter().any(|t| b.dtype(t) != Some(dtype))
-    {
+    if attention_refusal(b.g, n, used).is_some() {
         return None;
     }
     let (qd, kd, vd) = (b.dims(q)?, b.dims(k)?, b.dims(v)?);
@@ -428,6 +423,68 @@ fn attention(b: &mut Builder, n: &Node, used: &[bool]) -> Option<()> {
         b.reshape("merged", &merged, vec![0, 0, -1], Some(&n.outputs[0]));
     }
     Some(())
+}
+
+/// Why an Attention node is not expanded, for the forms left to the host by design; `None`
+/// for the others (which may still fail on shapes unknown when planning).
+fn attention_refusal(g: &Graph, n: &Node, used: &[bool]) -> Option<&'static str> {
+    let dtype = |i: usize| n.input(i).and_then(|t| g.types.get(t)).map(|t| t.dtype);
+    let at = crate::reference::ops::attention::AttentionAttrs::read(&n.op.attrs());
+    let seq_of = |i: usize| -> Option<Dim> {
+        let s = g.types.get(n.input(i)?)?.shape.as_ref()?;
+        s.0.get(if s.rank() == 3 { 1 } else { 2 }).cloned()
+    };
+    if n.input(6).is_some() {
+        return Some("an external KV cache's lengths (nonpad_kv_seqlen): left to the host");
+    }
+    if used.get(3).copied().unwrap_or(false) {
+        return Some("its qk_matmul_output (the scores, a debug output) is read: left to the host");
+    }
+    if n.input(4).is_some() != n.input(5).is_some() {
+        return Some("past_key without past_value or the other way round");
+    }
+    if !dtype(0).is_some_and(DType::is_float) || dtype(1) != dtype(0) || dtype(2) != dtype(0) {
+        return Some("Q, K and V are not of one float type");
+    }
+    let frontier = at.is_causal || at.left_window >= 0 || at.right_window >= 0;
+    let known = |d: Option<Dim>| d.is_some_and(|d| d.known().is_some());
+    let past_known = n.input(4).is_none_or(|p| {
+        g.types.get(p).and_then(|t| t.shape.as_ref()).is_some_and(|s| s.0.get(2).is_some_and(|d| d.known().is_some()))
+    });
+    if frontier && !(known(seq_of(0)) && known(seq_of(1)) && past_known) {
+        return Some("a causal or window frontier over sequence lengths unknown when planning");
+    }
+    if let Some(m) = n.input(3).and_then(|m| g.types.get(m)?.shape.as_ref()) {
+        let keys = match (seq_of(1), n.input(4).and_then(|p| g.types.get(p)?.shape.as_ref()?.0.get(2).cloned())) {
+            (Some(k), None) => Some(k),
+            (Some(Dim::Known(k)), Some(Dim::Known(p))) => Some(Dim::Known(k + p)),
+            _ => None,
+        };
+        if m.0.last().is_none_or(|d| *d == Dim::Unknown) || m.0.last() != keys.as_ref() {
+            return Some("a mask not proved as long as the keys (a shorter one pads with masked keys)");
+        }
+    }
+    None
+}
+
+/// Why a function operator the planner expands stays one op (with the host), for reports.
+pub fn why_left(g: &Graph, n: &Node) -> Option<String> {
+    let Op::Opaque { op_type, .. } = &n.op else { return None };
+    let readers = super::edit::consumers(g);
+    let used: Vec<bool> = n
+        .outputs
+        .iter()
+        .map(|o| !o.is_empty() && (g.outputs.contains(o) || readers.contains_key(o.as_str())))
+        .collect();
+    Some(match op_type.as_str() {
+        "Attention" => attention_refusal(g, n, &used)
+            .unwrap_or("a form its expansion does not cover (head counts, head size or ranks unknown when planning)")
+            .to_string(),
+        "RMSNormalization" | "GroupNormalization" | "CastLike" => {
+            "its expansion needs types and shapes unknown when planning (or a scale that does not fit them)".to_string()
+        }
+        _ => return None,
+    })
 }
 
 /// The sequence length of a past KV cache (0 without one), when known.

@@ -113,9 +113,13 @@ impl Plan {
             .host
             .iter()
             .map(|h| {
+                let expandable = || {
+                    let n = self.canonical.nodes.iter().find(|n| n.name == h.node)?;
+                    Some(format!("{} not expanded: {}", n.op.op_type(), expand::why_left(&self.canonical, n)?))
+                };
                 let why = match stitcher.get(h.node.as_str()) {
                     Some(why) if h.reason == crate::partition::NOT_AN_ANCHOR => format!("no stitched kernel: {why}"),
-                    _ => h.reason.clone(),
+                    _ => expandable().unwrap_or_else(|| h.reason.clone()),
                 };
                 (h.node.as_str(), why)
             })

@@ -64,6 +64,35 @@ pub fn offload(g: &Graph, claimable: &dyn Fn(&Partition) -> Result<(), String>) 
             .filter(|n| super::lower::recurrent_scan_kernel(&plan.graph, n).is_ok())
             .map(|n| n.name.clone()),
     );
+    // A model node the planner expanded into several (ONNX's function operators: Attention,
+    // RMSNormalization, GroupNormalization; its nodes are named after it, the first keeps its
+    // name) runs on the device where its expansion does: every node of it a device node, a
+    // copy or host work by design (shape arithmetic), some on the device.
+    let by_design: HashSet<&str> = plan
+        .partitioning
+        .host
+        .iter()
+        .filter(|h| h.reason == crate::partition::SHAPE_COMPUTATION)
+        .map(|h| h.node.as_str())
+        .collect();
+    let c = &plan.canonical;
+    // The canonical graph holds fused attention cores as one node of their own name.
+    let fused_attention: HashSet<&str> = plan.attention.iter().filter_map(|d| d.fused.as_deref()).collect();
+    let mut expanded_on_device = Vec::new();
+    for n in g.nodes.iter().filter(|n| !device.contains(&n.name) && matches!(n.op, Op::Opaque { .. })) {
+        let prefix = format!("{}.", n.name);
+        let parts: Vec<&crate::ir::Node> =
+            c.nodes.iter().filter(|m| m.name == n.name || m.name.starts_with(&prefix)).collect();
+        let on_device = |m: &&crate::ir::Node| device.contains(&m.name) || fused_attention.contains(m.name.as_str());
+        let fine = |m: &&crate::ir::Node| {
+            on_device(m) || by_design.contains(m.name.as_str()) || super::lower::is_copy_node(c, m)
+        };
+        let expanded = parts.iter().any(|m| m.name != n.name) && parts.iter().all(|m| m.op.op_type() != n.op.op_type());
+        if expanded && parts.iter().all(fine) && parts.iter().any(on_device) {
+            expanded_on_device.push(n.name.clone());
+        }
+    }
+    device.extend(expanded_on_device);
     // Copy ops (views, Concat) reading a device tensor stay with it (model order: chains of
     // them follow).
     let producer: HashMap<&str, &str> =
