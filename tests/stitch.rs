@@ -1091,13 +1091,7 @@ fn layer_norms_over_several_axes_are_stitched_over_the_merged_axes() {
         g.output(&y);
         let g = g.finish().unwrap();
         let plan = bolt::plan::plan(&g).unwrap();
-        let left: Vec<&str> = plan
-            .graph
-            .nodes
-            .iter()
-            .filter(|n| !matches!(n.op, Op::Stitched(_) | Op::Reshape { .. } | Op::Shape { .. }))
-            .map(|n| n.op.op_type())
-            .collect();
+        let left = beside_stitched_kernels(&plan);
         assert!(left.is_empty(), "axis {axis}: {left:?}");
         assert!(plan
             .graph
@@ -1429,13 +1423,7 @@ fn rms_normalizations_are_stitched_row_reductions() {
         let g = g.finish().unwrap();
         let plan = bolt::plan::plan(&g).unwrap();
         let what = format!("axis {axis} {dtype}");
-        let left: Vec<&str> = plan
-            .graph
-            .nodes
-            .iter()
-            .filter(|n| !matches!(n.op, Op::Stitched(_) | Op::Reshape { .. } | Op::Shape { .. }))
-            .map(|n| n.op.op_type())
-            .collect();
+        let left = beside_stitched_kernels(&plan);
         assert!(left.is_empty(), "{what}: {left:?}");
         let stitched: Vec<_> = plan.graph.nodes.iter().filter(|n| matches!(n.op, Op::Stitched(_))).collect();
         assert_eq!(stitched.len(), 1, "{what}");
@@ -1484,13 +1472,7 @@ fn group_normalizations_are_stitched_row_reductions() {
         let g = g.finish().unwrap();
         let plan = bolt::plan::plan(&g).unwrap();
         let what = format!("per group {per_group} {dtype}");
-        let left: Vec<&str> = plan
-            .graph
-            .nodes
-            .iter()
-            .filter(|n| !matches!(n.op, Op::Stitched(_) | Op::Reshape { .. } | Op::Shape { .. }))
-            .map(|n| n.op.op_type())
-            .collect();
+        let left = beside_stitched_kernels(&plan);
         assert!(left.is_empty(), "{what}: {left:?}");
         let xs = as_type(random(&[2, c, hw, hw], 9));
         let feeds = HashMap::from([("x".to_string(), xs.clone())]);
@@ -1513,4 +1495,15 @@ fn group_normalizations_are_stitched_row_reductions() {
             }
         }
     }
+}
+
+/// The ops of a plan other than stitched kernels and the views (and the shapes they read)
+/// around them.
+fn beside_stitched_kernels(plan: &bolt::plan::Plan) -> Vec<&str> {
+    plan.graph
+        .nodes
+        .iter()
+        .filter(|n| !matches!(n.op, Op::Stitched(_) | Op::Reshape { .. } | Op::Shape { .. }))
+        .map(|n| n.op.op_type())
+        .collect()
 }
