@@ -261,11 +261,18 @@ pub fn infer_host(
                     info(infos, i).and_then(|x| x.value).map(|t| t.to_f64_vec()).filter(|v| v.len() == 1).map(|v| v[0])
                 })
                 .collect();
-            let len = v.and_then(|v| {
+            let len = v.as_ref().and_then(|v| {
                 let n = ((v[1] - v[0]) / v[2]).ceil();
                 (n.is_finite()).then(|| n.max(0.0) as usize)
             });
-            one(x.map(|t| TensorType::new(t.dtype, Shape(vec![len.map_or(Dim::Unknown, Dim::Known)]))))
+            // `Range(0, n, 1)` of a symbolic size n (a sequence's positions) has n elements.
+            let constant = |i: usize| info(infos, i).and_then(|x| x.value).map(|t| t.to_f64_vec());
+            let symbolic = match (constant(0).as_deref(), constant(2).as_deref(), info(infos, 1).and_then(|x| x.dims)) {
+                (Some([start]), Some([step]), Some([n])) if *start == 0.0 && *step == 1.0 => Some(n.clone()),
+                _ => None,
+            };
+            let dim = len.map(Dim::Known).or(symbolic).unwrap_or(Dim::Unknown);
+            one(x.map(|t| TensorType::new(t.dtype, Shape(vec![dim]))))
         }
         "Tile" => {
             let reps = ints(infos, 1);

@@ -18,8 +18,9 @@
 //!   concatenated, the soft cap, and the additive bias made of the mask (a boolean mask selects
 //!   0 or -inf) and the causal and sliding-window frontiers (a constant at known lengths). A query row the bias
 //!   masks entirely gives zeros, as ONNX defines it, where a run-time mask could mask one.
-//!   Left with the host: `nonpad_kv_seqlen`, the `qk_matmul_output` debug output, masks
-//!   shorter than the keys, frontiers at lengths unknown when planning.
+//!   At lengths known only at run time the frontier is computed from the shapes (host
+//!   arithmetic on sizes) and read as a mask. Left with the host: `nonpad_kv_seqlen`, the
+//!   `qk_matmul_output` debug output, masks not proved as long as the keys.
 
 use super::edit::{fresh_name, node};
 use crate::ir::{Binary, Compare, DType, Dim, Graph, Node, Op, ReduceKind, Tensor, Unary};
@@ -380,21 +381,30 @@ fn attention(b: &mut Builder, n: &Node, used: &[bool]) -> Option<()> {
         // The frontiers at the cache offset (bottom-right aligned): query i, at absolute
         // position i + past, attends key j iff j <= i + past (causal) and j lies within the
         // window around it.
-        let (sq, skv) = (q_len.known()?, kv_len.known()?);
-        let past = past_len(b, past_k)? as i64;
-        let allowed = |i: usize, j: usize| {
-            let diff = i as i64 + past - j as i64;
-            !(at.is_causal && diff < 0)
-                && !(at.left_window >= 0 && diff > at.left_window)
-                && !(at.right_window >= 0 && -diff > at.right_window)
+        let frontier = match (q_len.known(), kv_len.known(), past_len(b, past_k)) {
+            (Some(sq), Some(skv), Some(past)) => {
+                let past = past as i64;
+                let allowed = |i: usize, j: usize| {
+                    let diff = i as i64 + past - j as i64;
+                    !(at.is_causal && diff < 0)
+                        && !(at.left_window >= 0 && diff > at.left_window)
+                        && !(at.right_window >= 0 && -diff > at.right_window)
+                };
+                let v: Vec<f64> = (0..sq)
+                    .flat_map(|i| (0..skv).map(move |j| (i, j)))
+                    .map(|(i, j)| if allowed(i, j) { 0.0 } else { f64::NEG_INFINITY })
+                    .collect();
+                // A row the frontier masks entirely (a window past the keys) attends nothing.
+                may_mask_a_row |= v.chunks(skv).any(|row| row.iter().all(|x| x.is_infinite()));
+                b.constant("frontier", Tensor::from_f64_as(dtype, vec![sq, skv], &v)?)
+            }
+            _ => {
+                // Lengths known at run time only (a decoder exported with a dynamic sequence):
+                // the same frontier from the shapes, host arithmetic on sizes, read as a mask.
+                may_mask_a_row |= at.left_window >= 0 || at.right_window >= 0;
+                run_time_frontier(b, &q4, &kq, past_k, &at, dtype)?
+            }
         };
-        let v: Vec<f64> = (0..sq)
-            .flat_map(|i| (0..skv).map(move |j| (i, j)))
-            .map(|(i, j)| if allowed(i, j) { 0.0 } else { f64::NEG_INFINITY })
-            .collect();
-        // A row the frontier masks entirely (a window past the keys) attends nothing.
-        may_mask_a_row |= v.chunks(skv).any(|row| row.iter().all(|x| x.is_infinite()));
-        let frontier = b.constant("frontier", Tensor::from_f64_as(dtype, vec![sq, skv], &v)?);
         bias = Some(match bias {
             Some(m) => b.binary("bias", Binary::Add, &m, &frontier, None),
             None => frontier,
@@ -425,11 +435,68 @@ fn attention(b: &mut Builder, n: &Node, used: &[bool]) -> Option<()> {
     Some(())
 }
 
+/// The additive causal / window frontier `[S_q, S_kv]` (0 where query i, at absolute
+/// position i + past, may attend key j; -inf elsewhere) computed from the operands' shapes at
+/// run time: `Range`s of the lengths and comparisons, shape arithmetic the host does.
+fn run_time_frontier(
+    b: &mut Builder,
+    q4: &str,
+    k4: &str,
+    past_k: Option<&str>,
+    at: &crate::reference::ops::attention::AttentionAttrs,
+    dtype: DType,
+) -> Option<String> {
+    let int = |b: &mut Builder, what: &str, v: i64| b.constant(what, Tensor::from_i64(vec![], vec![v]));
+    let length = |b: &mut Builder, t: &str, what: &str| {
+        let s = b.op(&format!("{what}_length"), Op::Shape { start: 2, end: Some(3) }, &[t], None);
+        b.reshape(&format!("{what}_length_scalar"), &s, vec![], None)
+    };
+    let (sq, skv) = (length(b, q4, "query"), length(b, k4, "key"));
+    let (zero, one) = (int(b, "zero_index", 0), int(b, "unit_step", 1));
+    let queries = b.op("query_positions", Op::Range, &[&zero, &sq, &one], None);
+    let keys = b.op("key_positions", Op::Range, &[&zero, &skv, &one], None);
+    let queries = match past_k {
+        Some(p) => {
+            let past = length(b, p, "past");
+            b.binary("absolute_positions", Binary::Add, &queries, &past, None)
+        }
+        None => queries,
+    };
+    let axis = b.ints("column_axis", vec![1]);
+    let column = b.op("query_column", Op::Unsqueeze, &[&queries, &axis], None);
+    // diff[i][j] = (i + past) - j
+    let diff = b.binary("distance", Binary::Sub, &column, &keys, None);
+    let mut allowed: Option<String> = None;
+    let mut and = |b: &mut Builder, cond: String| {
+        allowed = Some(match allowed.take() {
+            Some(a) => b.op("allowed", Op::Logic(crate::ir::Logic::And), &[&a, &cond], None),
+            None => cond,
+        });
+    };
+    if at.is_causal {
+        let c = b.op("causal", Op::Compare(Compare::GreaterOrEqual), &[&diff, &zero], None);
+        and(b, c);
+    }
+    if at.left_window >= 0 {
+        let w = int(b, "left_window", at.left_window);
+        let c = b.op("within_left", Op::Compare(Compare::LessOrEqual), &[&diff, &w], None);
+        and(b, c);
+    }
+    if at.right_window >= 0 {
+        let w = int(b, "right_window", -at.right_window);
+        let c = b.op("within_right", Op::Compare(Compare::GreaterOrEqual), &[&diff, &w], None);
+        and(b, c);
+    }
+    let allowed = allowed?;
+    let kept = b.scalar("frontier_kept", dtype, 0.0)?;
+    let masked = b.scalar("frontier_masked", dtype, f64::NEG_INFINITY)?;
+    Some(b.op("frontier", Op::Where, &[&allowed, &kept, &masked], None))
+}
+
 /// Why an Attention node is not expanded, for the forms left to the host by design; `None`
 /// for the others (which may still fail on shapes unknown when planning).
 fn attention_refusal(g: &Graph, n: &Node, used: &[bool]) -> Option<&'static str> {
     let dtype = |i: usize| n.input(i).and_then(|t| g.types.get(t)).map(|t| t.dtype);
-    let at = crate::reference::ops::attention::AttentionAttrs::read(&n.op.attrs());
     let seq_of = |i: usize| -> Option<Dim> {
         let s = g.types.get(n.input(i)?)?.shape.as_ref()?;
         s.0.get(if s.rank() == 3 { 1 } else { 2 }).cloned()
@@ -445,14 +512,6 @@ fn attention_refusal(g: &Graph, n: &Node, used: &[bool]) -> Option<&'static str>
     }
     if !dtype(0).is_some_and(DType::is_float) || dtype(1) != dtype(0) || dtype(2) != dtype(0) {
         return Some("Q, K and V are not of one float type");
-    }
-    let frontier = at.is_causal || at.left_window >= 0 || at.right_window >= 0;
-    let known = |d: Option<Dim>| d.is_some_and(|d| d.known().is_some());
-    let past_known = n.input(4).is_none_or(|p| {
-        g.types.get(p).and_then(|t| t.shape.as_ref()).is_some_and(|s| s.0.get(2).is_some_and(|d| d.known().is_some()))
-    });
-    if frontier && !(known(seq_of(0)) && known(seq_of(1)) && past_known) {
-        return Some("a causal or window frontier over sequence lengths unknown when planning");
     }
     if let Some(m) = n.input(3).and_then(|m| g.types.get(m)?.shape.as_ref()) {
         let keys = match (seq_of(1), n.input(4).and_then(|p| g.types.get(p)?.shape.as_ref()?.0.get(2).cloned())) {
