@@ -127,3 +127,33 @@ fn stitched_work_is_offloaded_alone_only_where_no_host_op_feeds_or_reads_it() {
     assert!(o.groups[0].anchors.is_empty());
     groups_compute_the_model(&g, &o.groups);
 }
+
+/// A function operator the planner expands (here ONNX's Attention on 3-D inputs, a fused attention
+/// kernel between views) is the device's when its expansion is: claimed by name, even beside a model
+/// node whose name extends it (`attn.after`, a host op: a node of its own, not a part of
+/// `attn`'s expansion).
+#[test]
+fn an_expanded_function_op_is_claimed_beside_a_node_whose_name_extends_its_own() {
+    let mut n = Net::new(DType::F32);
+    let x = n.input("x", &[1, 8, 4, 4]);
+    let x = n.conv(&x, 8, 8, 1, 1, 0);
+    // [1, 8, 4, 4] read as 8 tokens of 2 heads of 8: Q = K = V.
+    let shape = n.b.initializer("tokens", bolt::ir::Tensor::from_i64(vec![3], vec![1, 8, 16]));
+    let qkv = n.op("split_heads", Op::Reshape { allowzero: false }, &[&x, &shape]);
+    let attention = Op::Opaque {
+        domain: String::new(),
+        op_type: "Attention".into(),
+        attrs: ["q_num_heads", "kv_num_heads"].map(|k| (k.into(), bolt::ir::AttrValue::Int(2))).to_vec(),
+        why: "a host-only op".into(),
+    };
+    let y = n.b.node("attn", attention, &[&qkv, &qkv, &qkv]);
+    let scales = n.b.initializer("after.scales", bolt::ir::Tensor::from_f32(vec![3], vec![1.0; 3]));
+    let attrs = bolt::ir::ResizeAttrs { mode: bolt::ir::ResizeMode::Cubic, ..Default::default() };
+    let z = n.b.node("attn.after", Op::Resize(attrs), &[&y, "", &scales]);
+    let g = n.finish(&[&y, &z]);
+    let o = offload(&g, &any_partition);
+    assert_eq!(o.groups.len(), 1, "{:?} {:?}", o.groups, o.notes);
+    assert!(o.groups[0].nodes.iter().any(|m| m == "attn"), "{:?} {:?}", o.groups, o.notes);
+    assert!(!o.groups[0].nodes.iter().any(|m| m == "attn.after"), "{:?}", o.groups);
+    groups_compute_the_model(&g, &o.groups);
+}

@@ -529,16 +529,22 @@ fn attention_refusal(g: &Graph, n: &Node, used: &[bool]) -> Option<&'static str>
 /// Why a function operator the planner expands stays one op (with the host), for reports.
 pub fn why_left(g: &Graph, n: &Node) -> Option<String> {
     let Op::Opaque { op_type, .. } = &n.op else { return None };
-    let readers = super::edit::consumers(g);
-    let used: Vec<bool> = n
-        .outputs
-        .iter()
-        .map(|o| !o.is_empty() && (g.outputs.contains(o) || readers.contains_key(o.as_str())))
-        .collect();
     Some(match op_type.as_str() {
-        "Attention" => attention_refusal(g, n, &used)
-            .unwrap_or("a form its expansion does not cover (head counts, head size or ranks unknown when planning)")
-            .to_string(),
+        "Attention" => {
+            // Which outputs are read: only an Attention's reasons need it (a pass over the graph).
+            let read: HashSet<&str> =
+                g.nodes.iter().flat_map(|m| m.inputs.iter().flatten()).map(String::as_str).collect();
+            let used: Vec<bool> = n
+                .outputs
+                .iter()
+                .map(|o| !o.is_empty() && (g.outputs.contains(o) || read.contains(o.as_str())))
+                .collect();
+            attention_refusal(g, n, &used)
+                .unwrap_or(
+                    "a form its expansion does not cover (head counts, head size or ranks unknown when planning)",
+                )
+                .to_string()
+        }
         "RMSNormalization" | "GroupNormalization" | "CastLike" => {
             "its expansion needs types and shapes unknown when planning (or a scale that does not fit them)".to_string()
         }

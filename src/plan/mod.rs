@@ -109,12 +109,14 @@ impl Plan {
             .filter(|d| d.stitched.is_none())
             .flat_map(|d| d.nodes.iter().filter_map(|n| Some((n.as_str(), d.reason.as_deref()?))))
             .collect();
+        let canonical: std::collections::HashMap<&str, &crate::ir::Node> =
+            self.canonical.nodes.iter().map(|n| (n.name.as_str(), n)).collect();
         self.partitioning
             .host
             .iter()
             .map(|h| {
                 let expandable = || {
-                    let n = self.canonical.nodes.iter().find(|n| n.name == h.node)?;
+                    let n = canonical.get(h.node.as_str())?;
                     Some(format!("{} not expanded: {}", n.op.op_type(), expand::why_left(&self.canonical, n)?))
                 };
                 let why = match stitcher.get(h.node.as_str()) {

@@ -78,11 +78,27 @@ pub fn offload(g: &Graph, claimable: &dyn Fn(&Partition) -> Result<(), String>) 
     let c = &plan.canonical;
     // The canonical graph holds fused attention cores as one node of their own name.
     let fused_attention: HashSet<&str> = plan.attention.iter().filter_map(|d| d.fused.as_deref()).collect();
+    // Each canonical node's model node: the longest model node name that is its name or a
+    // dotted prefix of it (so that `attn.out_proj`, a model node of its own, is not a part of
+    // `attn`'s expansion).
+    let model_names: HashSet<&str> = g.nodes.iter().map(|n| n.name.as_str()).collect();
+    let mut parts_of: HashMap<&str, Vec<&crate::ir::Node>> = HashMap::new();
+    for m in &c.nodes {
+        let mut name = m.name.as_str();
+        loop {
+            if model_names.contains(name) {
+                parts_of.entry(name).or_default().push(m);
+                break;
+            }
+            match name.rfind('.') {
+                Some(dot) => name = &name[..dot],
+                None => break,
+            }
+        }
+    }
     let mut expanded_on_device = Vec::new();
     for n in g.nodes.iter().filter(|n| !device.contains(&n.name) && matches!(n.op, Op::Opaque { .. })) {
-        let prefix = format!("{}.", n.name);
-        let parts: Vec<&crate::ir::Node> =
-            c.nodes.iter().filter(|m| m.name == n.name || m.name.starts_with(&prefix)).collect();
+        let parts = parts_of.get(n.name.as_str()).map(Vec::as_slice).unwrap_or_default();
         let on_device = |m: &&crate::ir::Node| device.contains(&m.name) || fused_attention.contains(m.name.as_str());
         let fine = |m: &&crate::ir::Node| {
             on_device(m) || by_design.contains(m.name.as_str()) || super::lower::is_copy_node(c, m)
