@@ -199,13 +199,13 @@ fn negative_zero_and_unnamed_dims_are_dynamic() {
 
 #[test]
 fn ops_from_other_domains_and_control_flow_import_as_host_nodes() {
-    // com.microsoft's Gelu, and an If decided at run time whose branches give
+    // com.microsoft's Inverse (an op Bolt has no rule for), and an If decided at run time whose branches give
     // different ranks. Their outputs have unknown types (the If's rank); the MatMul reading
     // one still imports and the partitioner leaves it to the host with the reason.
     let mut m = good_model();
     m.opset_import.push(OperatorSetIdProto { domain: Some("com.microsoft".into()), version: Some(1) });
     let g = m.graph.as_mut().unwrap();
-    let mut ms = node("ms", "Gelu", &["x"], &["p"]);
+    let mut ms = node("ms", "Inverse", &["x"], &["p"]);
     ms.domain = Some("com.microsoft".into());
     let branch = |name: &str, nodes: Vec<NodeProto>, out: &str| AttributeProto {
         name: Some(name.into()),

@@ -225,6 +225,37 @@ fn an_output_cast_fuses_when_the_kernel_reads_no_source() {
     assert_eq!(p.partitions[0].nodes.len(), 3, "mm, bias, cast");
 }
 
+/// The kernels read the bias in the output's type too: a Cast to f16 fuses only where the bias
+/// is exactly an f16 value. The model adds the bias in f32 and rounds the sum; a bias of
+/// 1000.3 rounded first (to 1000.5) moves an output near 0.3 by 0.2, where the sum cancels.
+/// So the Cast stays a node of its own, and the planned graph (run on the reference
+/// executor) rounds where the model does.
+#[test]
+fn an_output_cast_stays_out_when_the_bias_does_not_fit_its_type() {
+    let mut b = GraphBuilder::new("t");
+    let x = b.input("x", DType::F32, Shape::from_static(&[4, 8]));
+    let w = b.initializer("w", f32s(&[8, 16], 0.1));
+    let bias = b.initializer("bias", f32s(&[16], 1000.3));
+    let y = b.node("mm", Op::MatMul, &[&x, &w]);
+    let y = b.node("add", Op::Binary(Binary::Add), &[&y, &bias]);
+    let y = b.node("cast", Op::Cast { to: DType::F16, saturate: true }, &[&y]);
+    b.output(&y);
+    let g = b.finish().unwrap();
+    let p = partition(&g);
+    assert_eq!(p.partitions[0].epilogue.output_dtype, DType::F32);
+    assert_eq!(p.partitions[0].nodes, ["mm", "add"], "not the cast");
+    // x * w sums to about -1000: outputs near 0.3.
+    let xs: Vec<f32> = (0..32).map(|i| -1250.0 + (i % 7) as f32 * 0.125).collect();
+    let feeds = std::collections::HashMap::from([("x".to_string(), Tensor::from_f32(vec![4, 8], xs))]);
+    let plan = bolt::plan::plan(&g).unwrap();
+    let want = bolt::reference::run(&g, &feeds).unwrap()[&y].to_f64_vec();
+    let got = bolt::reference::run(&plan.graph, &feeds).unwrap()[&y].to_f64_vec();
+    assert!(want.iter().all(|v| v.abs() < 1.0), "{want:?}");
+    for (g, w) in got.iter().zip(&want) {
+        assert!((g - w).abs() <= w.abs() * 2f64.powi(-10), "planned {g} vs model {w}");
+    }
+}
+
 #[test]
 fn gemm_bias_and_scalar_scaling_fold_into_alpha_and_bias_scale() {
     let mut b = GraphBuilder::new("t");

@@ -1,9 +1,15 @@
-//! Operators onnxruntime writes into the models it saves after optimising them (the
-//! `com.microsoft` FusedConv, FusedGemm and FusedMatMul of a session's
-//! `optimized_model_filepath`): each is an ONNX op with an activation after it (or a scale,
-//! or transposes before it), so such a model imports as the ONNX ops that were fused, which
-//! Bolt plans like any other. Forms these rules do not cover (FusedMatMul's batch transposes,
-//! an activation Bolt has no name for) stay with the host as operators of another domain.
+//! Operators onnxruntime writes into the models it saves after optimising them (a session's
+//! `optimized_model_filepath`, what many deployed models are): the `com.microsoft` FusedConv,
+//! FusedGemm and FusedMatMul (an ONNX op with an activation after it, or a scale, or
+//! transposes before it); Gelu, BiasGelu, FastGelu and QuickGelu (GELU's and SiLU's fusions);
+//! SkipLayerNormalization and SkipSimplifiedLayerNormalization (a residual sum, then a layer or
+//! RMS normalisation); and the two it registers in ONNX's own domain: LayerNormalization at
+//! opsets before 17 (its contrib version, whose inputs, outputs, attributes and meaning
+//! ONNX's LayerNormalization-17 took over) and SimplifiedLayerNormalization (ONNX's
+//! RMSNormalization-23). Such a model imports as the ONNX ops that were fused, which Bolt
+//! plans like any other. Forms these rules do not cover (FusedMatMul's batch transposes, an
+//! activation Bolt has no name for, an output only training reads) stay with the host as
+//! operators of another domain.
 
 use super::attrs::Attrs;
 use super::proto::{attribute_proto::AttributeType, AttributeProto, GraphProto, NodeProto, TensorProto};
@@ -11,35 +17,238 @@ use std::collections::HashMap;
 
 const DOMAIN: &str = "com.microsoft";
 
-/// `g` with every fused onnxruntime op it can expand written as ONNX ops, and the node each
-/// added node comes from (the first of an expansion keeps the fused node's name), or `None`
-/// when it has none. `opset` is the model's default-domain opset (Clip took attributes
-/// before 11).
-pub fn expand(g: &GraphProto, opset: i64) -> Option<(GraphProto, HashMap<String, String>)> {
-    let fused =
-        |n: &NodeProto| n.domain() == DOMAIN && matches!(n.op_type(), "FusedConv" | "FusedGemm" | "FusedMatMul");
+/// ONNX's first opset with LayerNormalization, the op onnxruntime's contrib version became.
+const LAYER_NORM_OPSET: i64 = 17;
+/// ONNX's first opset with Gelu (GELU's fusions are written as it).
+const GELU_OPSET: i64 = 20;
+/// ONNX's first opset with RMSNormalization (onnxruntime's SimplifiedLayerNormalization).
+const RMS_NORM_OPSET: i64 = 23;
+/// ONNX's first opset with Einsum (a FusedMatMul's transposed operand of unknown rank).
+const EINSUM_OPSET: i64 = 12;
+/// ONNX's first opset with CastLike (a fused op's constant given its input's type).
+const CAST_LIKE_OPSET: i64 = 15;
+
+/// A model graph with onnxruntime's fused ops written as ONNX ops.
+pub struct Expanded {
+    pub graph: GraphProto,
+    /// Each added node's fused node, by name (the first node of an expansion keeps the fused
+    /// node's name and is not listed).
+    pub origin: HashMap<String, String>,
+    /// Nodes (by index in `graph`) read as of a later opset than the model's: ONNX ops an
+    /// expansion wrote that the model's opset does not have yet.
+    pub at_opset: HashMap<usize, i64>,
+}
+
+/// The opset default-domain node `n` of a model at `opset` is checked and read as of:
+/// onnxruntime's contrib LayerNormalization (ONNX domain, before opset 17) as ONNX's
+/// LayerNormalization-17, which has its inputs, outputs, attributes and meaning; else `opset`.
+pub fn node_opset(n: &NodeProto, opset: i64) -> i64 {
+    if n.op_type() == "LayerNormalization" && opset < LAYER_NORM_OPSET {
+        LAYER_NORM_OPSET
+    } else {
+        opset
+    }
+}
+
+/// Whether default-domain `n` is one of onnxruntime's own operators, which ONNX's schemas do
+/// not describe (a SimplifiedLayerNormalization whose inverse-RMS output is read: not
+/// expanded, the host's).
+pub fn ort_own(n: &NodeProto) -> bool {
+    n.op_type() == "SimplifiedLayerNormalization"
+}
+
+/// `g` with every fused onnxruntime op it can expand written as ONNX ops, or `None` when it
+/// has none. `opset` is the model's default-domain opset (Clip took attributes before 11).
+pub fn expand(g: &GraphProto, opset: i64) -> Option<Expanded> {
+    let default_domain = |n: &NodeProto| n.domain().is_empty() || n.domain() == "ai.onnx";
+    let fused = |n: &NodeProto| {
+        (n.domain() == DOMAIN
+            && matches!(
+                n.op_type(),
+                "FusedConv"
+                    | "FusedGemm"
+                    | "FusedMatMul"
+                    | "Gelu"
+                    | "BiasGelu"
+                    | "FastGelu"
+                    | "QuickGelu"
+                    | "SkipLayerNormalization"
+                    | "SkipSimplifiedLayerNormalization"
+            ))
+            || (default_domain(n) && n.op_type() == "SimplifiedLayerNormalization")
+    };
     if !g.node.iter().any(fused) {
         return None;
     }
     let mut out = g.clone();
     out.node.clear();
     let mut origin = HashMap::new();
+    let mut at_opset = HashMap::new();
     for (i, n) in g.node.iter().enumerate() {
         let expanded = if fused(n) { expand_node(g, n, i, opset, &mut out.initializer) } else { None };
         match expanded {
             Some(nodes) => {
-                for m in nodes.iter().filter(|m| m.name() != n.name()) {
-                    origin.insert(m.name().to_string(), n.name().to_string());
+                for (m, since) in nodes {
+                    if m.name() != n.name() {
+                        origin.insert(m.name().to_string(), n.name().to_string());
+                    }
+                    if since > opset {
+                        at_opset.insert(out.node.len(), since);
+                    }
+                    out.node.push(m);
                 }
-                out.node.extend(nodes)
             }
             None => out.node.push(n.clone()),
         }
     }
-    Some((out, origin))
+    Some(Expanded { graph: out, origin, at_opset })
 }
 
+/// The ONNX nodes of fused node `n`, each with the opset it needs (the model's unless an op
+/// of a later one), or `None` where no rule takes it.
 fn expand_node(
+    g: &GraphProto,
+    n: &NodeProto,
+    index: usize,
+    opset: i64,
+    inits: &mut Vec<TensorProto>,
+) -> Option<Vec<(NodeProto, i64)>> {
+    match n.op_type() {
+        "FusedConv" | "FusedGemm" | "FusedMatMul" => {
+            let nodes = expand_fused_anchor(g, n, index, opset, inits)?;
+            let since = |m: &NodeProto| if m.op_type() == "Einsum" { opset.max(EINSUM_OPSET) } else { opset };
+            Some(nodes.into_iter().map(|m| (since(&m), m)).map(|(since, m)| (m, since)).collect())
+        }
+        _ => expand_transformer_op(n, index, opset, inits),
+    }
+}
+
+/// GELU's and SiLU's fusions and the normalisations after a residual sum.
+fn expand_transformer_op(
+    n: &NodeProto,
+    index: usize,
+    opset: i64,
+    inits: &mut Vec<TensorProto>,
+) -> Option<Vec<(NodeProto, i64)>> {
+    let name = if n.name().is_empty() { format!("{}_{index}", n.op_type()) } else { n.name().to_string() };
+    let a = Attrs::new(n);
+    let input = |i: usize| n.input.get(i).filter(|x| !x.is_empty()).cloned();
+    let output = |i: usize| n.output.get(i).filter(|y| !y.is_empty()).cloned();
+    let mut nodes: Vec<(NodeProto, i64)> = Vec::new();
+    // `x + b` where a bias is given (the first node keeps the fused node's name).
+    let add = |nodes: &mut Vec<(NodeProto, i64)>, x: String, b: Option<String>, what: &str| -> String {
+        match b {
+            None => x,
+            Some(b) => {
+                let node_name = if nodes.is_empty() { name.clone() } else { format!("{name}.{what}") };
+                let node = proto_node(&node_name, "Add", vec![x, b]);
+                let y = node.output[0].clone();
+                nodes.push((node, opset));
+                y
+            }
+        }
+    };
+    let gelu = |nodes: &mut Vec<(NodeProto, i64)>, x: String, tanh: bool| {
+        let node_name = if nodes.is_empty() { name.clone() } else { format!("{name}.gelu") };
+        let mut node = proto_node(&node_name, "Gelu", vec![x]);
+        if tanh {
+            node.attribute.push(string_attr_proto("approximate", "tanh"));
+        }
+        nodes.push((node, opset.max(GELU_OPSET)));
+    };
+    match (n.domain(), n.op_type()) {
+        (DOMAIN, "Gelu") => gelu(&mut nodes, input(0)?, false),
+        (DOMAIN, "BiasGelu") => {
+            let x = add(&mut nodes, input(0)?, Some(input(1)?), "bias");
+            gelu(&mut nodes, x, false);
+        }
+        (DOMAIN, "FastGelu") => {
+            let x = add(&mut nodes, input(0)?, input(1), "bias");
+            gelu(&mut nodes, x, true);
+        }
+        (DOMAIN, "QuickGelu") => {
+            // x * sigmoid(alpha * x); alpha 1 (what the fusion of SiLU writes) needs no scale.
+            let x = input(0)?;
+            let alpha = a.float_or("alpha", 1.702).ok()?;
+            let scaled = if alpha == 1.0 {
+                x.clone()
+            } else {
+                let c = format!("{name}.alpha");
+                inits.push(scalar(&c, alpha));
+                let like = proto_node(&format!("{name}.alpha_typed"), "CastLike", vec![c, x.clone()]);
+                let mul = proto_node(&format!("{name}.scaled"), "Mul", vec![x.clone(), like.output[0].clone()]);
+                let y = mul.output[0].clone();
+                nodes.push((like, opset.max(CAST_LIKE_OPSET)));
+                nodes.push((mul, opset));
+                y
+            };
+            let sig = proto_node(&format!("{name}.sigmoid"), "Sigmoid", vec![scaled]);
+            let mul = proto_node(&name, "Mul", vec![x, sig.output[0].clone()]);
+            nodes.push((sig, opset));
+            nodes.push((mul, opset));
+        }
+        (DOMAIN, "SkipLayerNormalization" | "SkipSimplifiedLayerNormalization") => {
+            let simplified = n.op_type() == "SkipSimplifiedLayerNormalization";
+            // Inputs: input, skip, gamma, then beta and bias (LayerNorm) or bias (RMS).
+            let (gamma, beta, bias) =
+                if simplified { (input(2)?, None, input(3)) } else { (input(2)?, input(3), input(4)) };
+            // RMSNormalization has no statistics outputs.
+            if simplified && (output(1).is_some() || output(2).is_some()) {
+                return None;
+            }
+            let sum = proto_node(&name, "Add", vec![input(0)?, input(1)?]);
+            let mut s = sum.output[0].clone();
+            nodes.push((sum, opset));
+            s = add(&mut nodes, s, bias, "bias");
+            // The residual sum, an output of its own (the next block's skip).
+            if let Some(y3) = output(3) {
+                let last = nodes.last_mut().expect("the sum");
+                last.0.output[0] = y3.clone();
+                s = y3;
+            }
+            let epsilon = a.float_or("epsilon", 1e-5).ok()?;
+            let (op, since) = if simplified {
+                ("RMSNormalization", RMS_NORM_OPSET)
+            } else {
+                ("LayerNormalization", LAYER_NORM_OPSET)
+            };
+            let mut inputs = vec![s, gamma];
+            inputs.extend(beta);
+            let mut norm = proto_node(&format!("{name}.norm"), op, inputs);
+            norm.attribute.push(float_attr("epsilon", epsilon));
+            norm.output = vec![output(0)?];
+            if !simplified {
+                // LayerNormalization's Mean and InvStdDev are SkipLayerNormalization's too.
+                for k in [1, 2] {
+                    if let Some(y) = output(k) {
+                        norm.output.resize(k, String::new());
+                        norm.output.push(y);
+                    }
+                }
+            }
+            nodes.push((norm, opset.max(since)));
+            return Some(nodes);
+        }
+        ("" | "ai.onnx", "SimplifiedLayerNormalization") => {
+            if output(1).is_some() {
+                return None;
+            }
+            let mut norm = n.clone();
+            norm.op_type = Some("RMSNormalization".into());
+            norm.domain = None;
+            norm.output.truncate(1);
+            nodes.push((norm, opset.max(RMS_NORM_OPSET)));
+            return Some(nodes);
+        }
+        _ => return None,
+    }
+    // The last node writes the fused op's output.
+    nodes.last_mut()?.0.output[0] = output(0)?;
+    Some(nodes)
+}
+
+/// FusedConv, FusedGemm, FusedMatMul: the ONNX op, then the activation.
+fn expand_fused_anchor(
     g: &GraphProto,
     n: &NodeProto,
     index: usize,
@@ -89,26 +298,38 @@ fn expand_node(
             if a.int_or("transBatchA", 0).ok()? != 0 || a.int_or("transBatchB", 0).ok()? != 0 {
                 return None;
             }
-            let mut inputs = Vec::new();
-            for (k, flag) in ["transA", "transB"].iter().enumerate() {
-                let x = n.input.get(k)?.clone();
-                if a.int_or(flag, 0).ok()? == 0 {
-                    inputs.push(x);
-                    continue;
+            let (trans_a, trans_b) = (a.int_or("transA", 0).ok()? != 0, a.int_or("transB", 0).ok()? != 0);
+            let (x, w) = (n.input.first()?.clone(), n.input.get(1)?.clone());
+            let ranks = (rank_of(g, &x), rank_of(g, &w));
+            let known = |t: bool, r: Option<usize>| !t || r.is_some_and(|r| r >= 2);
+            let mm = if known(trans_a, ranks.0) && known(trans_b, ranks.1) {
+                let mut inputs = Vec::new();
+                for (x, flag, t, rank) in [(x, "transA", trans_a, ranks.0), (w, "transB", trans_b, ranks.1)] {
+                    if !t {
+                        inputs.push(x);
+                        continue;
+                    }
+                    // The last two axes swapped.
+                    let rank = rank?;
+                    let mut perm: Vec<i64> = (0..rank as i64).collect();
+                    perm.swap(rank - 2, rank - 1);
+                    let mut t = proto_node(&format!("{name}.{flag}"), "Transpose", vec![x]);
+                    t.attribute.push(ints_attr("perm", perm));
+                    inputs.push(t.output[0].clone());
+                    nodes.push(t);
                 }
-                // The last two axes swapped: the perm needs the operand's rank.
-                let rank = rank_of(g, &x)?;
-                if rank < 2 {
-                    return None;
-                }
-                let mut perm: Vec<i64> = (0..rank as i64).collect();
-                perm.swap(rank - 2, rank - 1);
-                let mut t = proto_node(&format!("{name}.{flag}"), "Transpose", vec![x]);
-                t.attribute.push(ints_attr("perm", perm));
-                inputs.push(t.output[0].clone());
-                nodes.push(t);
-            }
-            let mm = proto_node(&name, "MatMul", inputs);
+                proto_node(&name, "MatMul", inputs)
+            } else {
+                // A rank the file does not say (no value_info): the product over the last two
+                // axes as an Einsum, whose ellipsis takes the batch axes of any rank.
+                let side = |t: bool, rows: &str, cols: &str| {
+                    format!("...{}", if t { cols.to_owned() + rows } else { rows.to_owned() + cols })
+                };
+                let mut e = proto_node(&name, "Einsum", vec![x, w]);
+                let equation = format!("{},{}->...ij", side(trans_a, "i", "k"), side(trans_b, "k", "j"));
+                e.attribute.push(string_attr_proto("equation", &equation));
+                e
+            };
             let t = mm.output[0].clone();
             nodes.push(mm);
             let alpha = a.float_or("alpha", 1.0).ok()?;
@@ -187,6 +408,15 @@ fn float_attr(name: &str, v: f32) -> AttributeProto {
         name: Some(name.into()),
         r#type: Some(AttributeType::Float as i32),
         f: Some(v),
+        ..Default::default()
+    }
+}
+
+fn string_attr_proto(name: &str, v: &str) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(AttributeType::String as i32),
+        s: Some(v.as_bytes().to_vec()),
         ..Default::default()
     }
 }

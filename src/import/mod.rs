@@ -84,12 +84,23 @@ pub fn load_bytes(bytes: &[u8], base_dir: Option<&Path>) -> Result<Model> {
         )));
     }
     // A model onnxruntime saved after optimising it: its fused ops as the ONNX ops they fused.
-    let (expanded, expanded_from) = match contrib::expand(g, opset) {
-        Some((e, from)) => (Some(e), from),
-        None => (None, HashMap::new()),
-    };
-    let graph = import_graph(expanded.as_ref().unwrap_or(g), opset, base_dir, Scope::Main)?;
+    let (graph, expanded_from) = import_expanded(g, opset, base_dir, Scope::Main)?;
     Ok(Model { graph, ir_version: model.ir_version(), producer: model.producer_name().to_string(), expanded_from })
+}
+
+/// Imports graph `g` (the model's, or a body's: onnxruntime fuses inside them too) with
+/// onnxruntime's fused ops written as ONNX ops ([`contrib`]); also each added node's fused
+/// node, by name.
+fn import_expanded(
+    g: &proto::GraphProto,
+    opset: i64,
+    base_dir: Option<&Path>,
+    scope: Scope,
+) -> Result<(Graph, HashMap<String, String>)> {
+    match contrib::expand(g, opset) {
+        Some(e) => Ok((import_graph(&e.graph, opset, &e.at_opset, base_dir, scope)?, e.origin)),
+        None => Ok((import_graph(g, opset, &HashMap::new(), base_dir, scope)?, HashMap::new())),
+    }
 }
 
 /// Which graph is being imported: the model's, or a branch of an `If` (which reads values of
@@ -103,7 +114,15 @@ enum Scope {
     LoopBody,
 }
 
-fn import_graph(g: &proto::GraphProto, opset: i64, base_dir: Option<&Path>, scope: Scope) -> Result<Graph> {
+/// `at_opset`: nodes (by index) read as of a later opset than `opset` (ONNX ops that an
+/// expansion of onnxruntime's fused ops wrote, see [`contrib`]).
+fn import_graph(
+    g: &proto::GraphProto,
+    opset: i64,
+    at_opset: &HashMap<usize, i64>,
+    base_dir: Option<&Path>,
+    scope: Scope,
+) -> Result<Graph> {
     let mut graph = Graph { name: g.name().to_string(), opset, ..Default::default() };
 
     for t in &g.initializer {
@@ -235,7 +254,8 @@ fn import_graph(g: &proto::GraphProto, opset: i64, base_dir: Option<&Path>, scop
             used_names.insert(name.clone());
         }
         let op_type = n.op_type().to_string();
-        if n.domain().is_empty() || n.domain() == "ai.onnx" {
+        let opset = node_opset(n, idx, opset, at_opset);
+        if (n.domain().is_empty() || n.domain() == "ai.onnx") && !contrib::ort_own(n) {
             schema::check_node(n, opset).map_err(|reason| Error::Node {
                 node: name.clone(),
                 op_type: op_type.clone(),
@@ -337,9 +357,9 @@ fn import_graph(g: &proto::GraphProto, opset: i64, base_dir: Option<&Path>, scop
     graph.sort_and_check()?;
     // The file's nodes' input types against their schemas: those of graph inputs and
     // initializers first (inference would stop at them with a vaguer reason), then every value.
-    check_input_types(g, &node_names, &graph)?;
+    check_input_types(g, &node_names, &graph, at_opset)?;
     crate::ir::infer::infer_graph(&mut graph, &declared)?;
-    check_input_types(g, &node_names, &graph)?;
+    check_input_types(g, &node_names, &graph, at_opset)?;
     if legacy_softmax_on_last_axis(&mut graph) {
         graph.sort_and_check()?;
         crate::ir::infer::infer_graph(&mut graph, &declared)?;
@@ -348,10 +368,20 @@ fn import_graph(g: &proto::GraphProto, opset: i64, base_dir: Option<&Path>, scop
     Ok(graph)
 }
 
-fn check_input_types(g: &proto::GraphProto, names: &[String], graph: &Graph) -> Result<()> {
-    for (n, name) in g.node.iter().zip(names) {
-        if n.domain().is_empty() || n.domain() == "ai.onnx" {
-            schema::check_types(n, graph.opset, |v| graph.types.get(v).map(|t| t.dtype))
+/// The opset node `idx` of a graph at `opset` is checked and read as of.
+fn node_opset(n: &proto::NodeProto, idx: usize, opset: i64, at_opset: &HashMap<usize, i64>) -> i64 {
+    at_opset.get(&idx).copied().unwrap_or_else(|| contrib::node_opset(n, opset))
+}
+
+fn check_input_types(
+    g: &proto::GraphProto,
+    names: &[String],
+    graph: &Graph,
+    at_opset: &HashMap<usize, i64>,
+) -> Result<()> {
+    for (idx, (n, name)) in g.node.iter().zip(names).enumerate() {
+        if (n.domain().is_empty() || n.domain() == "ai.onnx") && !contrib::ort_own(n) {
+            schema::check_types(n, node_opset(n, idx, graph.opset, at_opset), |v| graph.types.get(v).map(|t| t.dtype))
                 .map_err(|reason| Error::Node { node: name.clone(), op_type: n.op_type().to_string(), reason })?;
         }
     }
@@ -409,7 +439,7 @@ fn import_body<'a>(
     base_dir: Option<&Path>,
 ) -> std::result::Result<(&'a proto::GraphProto, Graph), String> {
     let g = n.attribute.iter().find(|a| a.name() == "body").and_then(|a| a.g.as_ref()).ok_or("no body")?;
-    let body = import_graph(g, opset, base_dir, Scope::LoopBody).map_err(|e| format!("body: {e}"))?;
+    let (body, _) = import_expanded(g, opset, base_dir, Scope::LoopBody).map_err(|e| format!("body: {e}"))?;
     Ok((g, body))
 }
 
@@ -532,7 +562,7 @@ fn import_if(
             .find(|a| a.name() == attr)
             .and_then(|a| a.g.as_ref())
             .ok_or_else(|| format!("attribute '{attr}' (a graph) is missing"))?;
-        let b = import_graph(g, opset, base_dir, Scope::Branch).map_err(|e| format!("{attr}: {e}"))?;
+        let (b, _) = import_expanded(g, opset, base_dir, Scope::Branch).map_err(|e| format!("{attr}: {e}"))?;
         if b.outputs.len() != n.output.len() {
             return Err(format!("{attr} has {} outputs; the node has {}", b.outputs.len(), n.output.len()));
         }

@@ -9,7 +9,8 @@
 //! the op stays with the host: the epilogue is right by construction or not fused at all.
 
 use super::activation::Activation;
-use crate::ir::{DType, ResidualAt};
+use crate::ir::{DType, Graph, Node, Op, ResidualAt};
+use crate::plan::edit::constant;
 use std::fmt;
 
 /// One model op absorbed into the epilogue.
@@ -192,6 +193,101 @@ impl fmt::Display for FusedEpilogue {
             write!(f, "[{} folded] ", names.join(", "))?;
         }
         write!(f, "{}", self.form)
+    }
+}
+
+/// What a kernel adds and multiplies per output channel.
+pub struct ChannelTerms {
+    /// The one bias vector: every constant bias term times its coefficient in the kernel form,
+    /// the folds' shifts included; `None` when the kernel adds none.
+    pub bias: Option<Vec<f64>>,
+    /// The folds' per-channel scale of the weights; `None` without folds.
+    pub scale: Option<Vec<f64>>,
+}
+
+/// The bias and weight scale of the kernel of `anchor` (of `kind`) with epilogue `e`, over
+/// `channels` output channels (the partitioner asks too, before it lets the kernel write a
+/// narrower type: see `partition::grow`).
+pub fn channel_terms(
+    g: &Graph,
+    anchor: &Node,
+    kind: &super::AnchorKind,
+    e: &FusedEpilogue,
+    channels: usize,
+) -> std::result::Result<ChannelTerms, String> {
+    let form = e.form();
+    let mut bias = vec![0.0f64; channels];
+    let mut has_bias = !form.bias.is_empty();
+    // The anchor's own bias (a conv's B, a Gemm's C) is the first bias term and comes before
+    // the folds: it is scaled by them.
+    let own_bias = match (kind, &anchor.op) {
+        (super::AnchorKind::Conv2d { .. }, _) => anchor.input(2).is_some(),
+        (_, Op::Gemm { .. }) => anchor.input(2).is_some() && !form.bias.is_empty(),
+        _ => false,
+    };
+    // The folds compose to one map y = s * x + t per channel: the weights are scaled per
+    // output channel by s and t joins the bias.
+    let mut fold_scale: Option<Vec<f64>> = None;
+    if !e.folds.is_empty() {
+        let (mut s, mut t) = (vec![1.0f64; channels], vec![0.0f64; channels]);
+        for fold in &e.folds {
+            let (fs, ft) = channel_map(g, fold, channels)?;
+            for c in 0..channels {
+                s[c] *= fs[c];
+                t[c] = t[c] * fs[c] + ft[c];
+            }
+        }
+        for c in 0..channels {
+            bias[c] += form.alpha as f64 * t[c];
+        }
+        fold_scale = Some(s);
+        has_bias |= t.iter().any(|&x| x != 0.0);
+    }
+    for (k, term) in form.bias.iter().enumerate() {
+        let t = constant(g, &term.tensor).ok_or_else(|| format!("bias '{}' is not constant", term.tensor))?;
+        let v = t.to_f64_vec();
+        if v.len() != 1 && v.len() != channels {
+            return Err(format!("bias '{}' has {} values for {channels} channels", term.tensor, v.len()));
+        }
+        for (c, b) in bias.iter_mut().enumerate() {
+            let x = if v.len() == 1 { v[0] } else { v[c] };
+            let through_folds = match &fold_scale {
+                Some(s) if own_bias && k == 0 => s[c],
+                _ => 1.0,
+            };
+            *b += term.scale as f64 * through_folds * x;
+        }
+    }
+    Ok(ChannelTerms { bias: has_bias.then_some(bias), scale: fold_scale })
+}
+
+/// The per-channel map `(s, t)` of a fold: `y = s * x + t`.
+fn channel_map(g: &Graph, fold: &ChannelFold, channels: usize) -> std::result::Result<(Vec<f64>, Vec<f64>), String> {
+    let values = |name: &str, what: &str| -> std::result::Result<Vec<f64>, String> {
+        let v = constant(g, name).ok_or_else(|| format!("{what} '{name}' is not constant"))?.to_f64_vec();
+        match v.len() {
+            1 => Ok(vec![v[0]; channels]),
+            n if n == channels => Ok(v),
+            n => Err(format!("{what} '{name}' has {n} values for {channels} channels")),
+        }
+    };
+    match fold {
+        ChannelFold::BatchNorm(name) => {
+            let bn = g.nodes.iter().find(|n| &n.name == name).ok_or_else(|| format!("no node '{name}'"))?;
+            let Op::BatchNormalization { epsilon, .. } = bn.op else {
+                return Err(format!("'{name}' is not a BatchNormalization"));
+            };
+            let stat = |i: usize| values(bn.input(i).unwrap_or_default(), "BatchNormalization input");
+            let (gamma, beta, mean, var) = (stat(1)?, stat(2)?, stat(3)?, stat(4)?);
+            let s: Vec<f64> = gamma.iter().zip(&var).map(|(g, v)| g / (v + epsilon as f64).sqrt()).collect();
+            let t = (0..channels).map(|c| beta[c] - s[c] * mean[c]).collect();
+            Ok((s, t))
+        }
+        ChannelFold::Scale { tensor, divide, .. } => {
+            let v = values(tensor, "channel scale")?;
+            let s = if *divide { v.iter().map(|x| 1.0 / x).collect() } else { v };
+            Ok((s, vec![0.0; channels]))
+        }
     }
 }
 

@@ -504,15 +504,30 @@ fn grow(cx: &mut Ctx, i: usize, kind: AnchorKind, a: String, b: String) -> Parti
             _ => break,
         }
     }
-    // Output conversion. The kernels read a source (C) in the output's type (ElementC is
-    // ElementD), so a cast past a residual of another type stays a separate node.
+    // Output conversion. The kernels read a source (C) and the bias in the output's type
+    // (ElementC is ElementD), so a cast past a residual of another type stays a separate node,
+    // and so does one to a type the bias does not fit: the model adds the bias before it
+    // rounds, and a bias rounded to f16 is off by up to half its own unit in the last place,
+    // far more than the output's where the sum cancels.
     if let Some(ni) = cx.sole_consumer(&cur) {
         if let Op::Cast { to, .. } = g.nodes[ni].op {
             let source_of_another_type = e
                 .steps()
                 .iter()
                 .any(|s| matches!(s, Step::Source { tensor, .. } if g.types.get(tensor).map(|t| t.dtype) != Some(to)));
-            if kernel_dtype(to) && !source_of_another_type {
+            let bias_fits = || {
+                let terms = channels.map(|c| epilogue::channel_terms(g, n, &kind, &e, c));
+                match terms {
+                    Some(Ok(epilogue::ChannelTerms { bias: None, .. })) => true,
+                    Some(Ok(epilogue::ChannelTerms { bias: Some(b), .. })) => {
+                        let round = |t: DType| Tensor::from_f64_as(t, vec![b.len()], &b).map(|x| x.to_f64_vec());
+                        round(to).is_some() && round(to) == round(e.output_dtype)
+                    }
+                    // The fused node will say what is wrong.
+                    _ => true,
+                }
+            };
+            if kernel_dtype(to) && !source_of_another_type && bias_fits() {
                 e.output_dtype = to;
                 take(cx, ni, &mut nodes, &mut cur);
             }

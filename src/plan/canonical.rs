@@ -100,6 +100,8 @@ pub fn canonical(g: &Graph) -> Result<(Graph, usize)> {
     let expanded = super::expand::function_ops(&mut out, &mut taken);
     if expanded > 0 {
         finish(&mut out)?;
+        // An expansion's casts of constants (a CastLike of a scalar) are constants.
+        count += fold_known_values(&mut out)?;
     }
     count += expanded;
     count += quantize_dequantize_pairs(&mut out, &mut taken);
@@ -1030,12 +1032,16 @@ fn einsums_as_matmuls(g: &mut Graph, taken: &mut HashSet<String>) -> usize {
             (sizes.iter().filter(|s| s.is_none()).count() <= 1)
                 .then(|| batch.iter().map(|_| 0).chain(sizes.iter().map(|s| s.map_or(-1, |s| s as i64))).collect())
         };
+        // A product with a matrix (B: one contracted and one free axis, no batch axes) keeps
+        // A's free axes apart: MatMul broadcasts the matrix over A's leading axes, so neither
+        // A nor the product is reshaped (no sizes needed: a batch and a length both symbolic).
+        let matrix_b = batch.is_empty() && free_b.len() == 1 && contracted.len() == 1 && !free_a.is_empty();
         let (reshape_a, reshape_b) =
-            (free_a.len() != 1 || contracted.len() != 1, free_b.len() != 1 || contracted.len() != 1);
+            (!matrix_b && (free_a.len() != 1 || contracted.len() != 1), free_b.len() != 1 || contracted.len() != 1);
         let target_a = if reshape_a { Some(target([&free_a, &contracted])?) } else { None };
         let target_b = if reshape_b { Some(target([&contracted, &free_b])?) } else { None };
         // The product back to one axis per free label: every dim of a free label known but one.
-        let unmerge = free_a.len() != 1 || free_b.len() != 1;
+        let unmerge = !matrix_b && (free_a.len() != 1 || free_b.len() != 1);
         let target_out: Option<Vec<i64>> = if unmerge {
             let dims: Vec<Option<usize>> = free_a.iter().chain(&free_b).map(|&l| dim(l).known()).collect();
             if dims.iter().filter(|d| d.is_none()).count() > 1 {

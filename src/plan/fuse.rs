@@ -6,7 +6,8 @@
 use super::edit::{constant, finish, scale_cols, scale_rows};
 use crate::error::{Error, Result};
 use crate::ir::{FusedKernel, Graph, Node, Op, Tensor};
-use crate::partition::{AnchorKind, ChannelFold, Partition, Partitioning};
+use crate::partition::epilogue::{channel_terms, ChannelTerms};
+use crate::partition::{AnchorKind, Partition, Partitioning};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
@@ -121,27 +122,9 @@ fn fuse(g: &Graph, p: &Partition, out: &mut Graph) -> Result<Node> {
     };
 
     let mut weight_name = p.b.clone();
-    let mut bias = vec![0.0f64; channels];
-    let mut has_bias = !form.bias.is_empty();
-    // The anchor's own bias (a conv's B, a Gemm's C) is the first bias term and comes before
-    // the folds: it is scaled by them.
-    let own_bias = match (&p.kind, &anchor_node.op) {
-        (AnchorKind::Conv2d { .. }, _) => anchor_node.input(2).is_some(),
-        (_, Op::Gemm { .. }) => anchor_node.input(2).is_some() && !form.bias.is_empty(),
-        _ => false,
-    };
-    // The folds compose to one map y = s * x + t per channel: the weights are scaled per
-    // output channel by s and t joins the bias.
-    let mut fold_scale: Option<Vec<f64>> = None;
-    if !e.folds.is_empty() {
-        let (mut s, mut t) = (vec![1.0f64; channels], vec![0.0f64; channels]);
-        for fold in &e.folds {
-            let (fs, ft) = channel_map(g, fold, channels).map_err(err)?;
-            for c in 0..channels {
-                s[c] *= fs[c];
-                t[c] = t[c] * fs[c] + ft[c];
-            }
-        }
+    let ChannelTerms { bias, scale } = channel_terms(g, anchor_node, &p.kind, e, channels).map_err(err)?;
+    let has_bias = bias.is_some();
+    if let Some(s) = scale {
         let w = constant(g, &p.b).ok_or_else(|| err(format!("weight '{}' is not constant", p.b)))?;
         // Output channels lead a conv's weights and a transposed Gemm B; they are the last
         // axis of a [K, N] B.
@@ -156,26 +139,6 @@ fn fuse(g: &Graph, p: &Partition, out: &mut Graph) -> Result<Node> {
         })?;
         weight_name = format!("{}.bolt_folded_weight", p.anchor);
         out.initializers.insert(weight_name.clone(), Arc::new(wt));
-        for c in 0..channels {
-            bias[c] += form.alpha as f64 * t[c];
-        }
-        fold_scale = Some(s);
-        has_bias |= t.iter().any(|&x| x != 0.0);
-    }
-    for (k, term) in form.bias.iter().enumerate() {
-        let t = constant(g, &term.tensor).ok_or_else(|| err(format!("bias '{}' is not constant", term.tensor)))?;
-        let v = t.to_f64_vec();
-        if v.len() != 1 && v.len() != channels {
-            return Err(err(format!("bias '{}' has {} values for {channels} channels", term.tensor, v.len())));
-        }
-        for (c, b) in bias.iter_mut().enumerate() {
-            let x = if v.len() == 1 { v[0] } else { v[c] };
-            let through_folds = match &fold_scale {
-                Some(s) if own_bias && k == 0 => s[c],
-                _ => 1.0,
-            };
-            *b += term.scale as f64 * through_folds * x;
-        }
     }
     g.types.get(&p.a).ok_or_else(|| err("input type unknown".into()))?;
     let mut inputs = vec![Some(p.a.clone()), Some(weight_name), None, None];
@@ -183,7 +146,7 @@ fn fuse(g: &Graph, p: &Partition, out: &mut Graph) -> Result<Node> {
         // In the output's type: the kernels read the bias as they read C (ElementC is ElementD),
         // which differs from the operands' type when the epilogue took an output Cast.
         let name = format!("{}.bolt_bias", p.anchor);
-        let bias = Tensor::from_f64_as(e.output_dtype, vec![channels], &bias).expect("float");
+        let bias = Tensor::from_f64_as(e.output_dtype, vec![channels], &bias.unwrap_or_default()).expect("float");
         out.initializers.insert(name.clone(), Arc::new(bias));
         inputs[2] = Some(name);
     }
@@ -206,36 +169,6 @@ fn fuse(g: &Graph, p: &Partition, out: &mut Graph) -> Result<Node> {
         row: None,
     };
     Ok(Node { name: p.anchor.clone(), op: Op::Fused(Arc::new(kernel)), inputs, outputs: vec![p.output.clone()] })
-}
-
-/// The per-channel map `(s, t)` of a fold: `y = s * x + t`.
-fn channel_map(g: &Graph, fold: &ChannelFold, channels: usize) -> std::result::Result<(Vec<f64>, Vec<f64>), String> {
-    let values = |name: &str, what: &str| -> std::result::Result<Vec<f64>, String> {
-        let v = constant(g, name).ok_or_else(|| format!("{what} '{name}' is not constant"))?.to_f64_vec();
-        match v.len() {
-            1 => Ok(vec![v[0]; channels]),
-            n if n == channels => Ok(v),
-            n => Err(format!("{what} '{name}' has {n} values for {channels} channels")),
-        }
-    };
-    match fold {
-        ChannelFold::BatchNorm(name) => {
-            let bn = g.nodes.iter().find(|n| &n.name == name).ok_or_else(|| format!("no node '{name}'"))?;
-            let Op::BatchNormalization { epsilon, .. } = bn.op else {
-                return Err(format!("'{name}' is not a BatchNormalization"));
-            };
-            let stat = |i: usize| values(bn.input(i).unwrap_or_default(), "BatchNormalization input");
-            let (gamma, beta, mean, var) = (stat(1)?, stat(2)?, stat(3)?, stat(4)?);
-            let s: Vec<f64> = gamma.iter().zip(&var).map(|(g, v)| g / (v + epsilon as f64).sqrt()).collect();
-            let t = (0..channels).map(|c| beta[c] - s[c] * mean[c]).collect();
-            Ok((s, t))
-        }
-        ChannelFold::Scale { tensor, divide, .. } => {
-            let v = values(tensor, "channel scale")?;
-            let s = if *divide { v.iter().map(|x| 1.0 / x).collect() } else { v };
-            Ok((s, vec![0.0; channels]))
-        }
-    }
 }
 
 /// Inference BatchNormalizations no conv absorbed become `x * a + b` with `a = scale /

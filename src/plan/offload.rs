@@ -113,10 +113,17 @@ pub fn offload(g: &Graph, claimable: &dyn Fn(&Partition) -> Result<(), String>) 
     // them follow).
     let producer: HashMap<&str, &str> =
         g.nodes.iter().flat_map(|n| n.outputs.iter().map(move |o| (o.as_str(), n.name.as_str()))).collect();
+    // So do model nodes the planner made copies of, or constants (a CastLike of a constant: the
+    // tensor it reads gives only its type; left outside, the node would sit between a group
+    // and itself).
+    let copies_only = |n: &crate::ir::Node| {
+        let parts = parts_of.get(n.name.as_str()).map(Vec::as_slice).unwrap_or_default();
+        n.op.is_opaque() && parts.iter().all(|m| super::lower::is_copy_node(c, m))
+    };
     for n in &g.nodes {
         let reads_device =
             n.inputs.iter().flatten().any(|x| producer.get(x.as_str()).is_some_and(|p| device.contains(*p)));
-        if super::lower::is_copy_node(g, n) && reads_device {
+        if (super::lower::is_copy_node(g, n) || copies_only(n)) && reads_device {
             device.insert(n.name.clone());
         }
     }

@@ -511,7 +511,12 @@ impl Report {
                 let _ = writeln!(s, "- {} ({}): `{}`", p.node, p.op_type, p.kernel.as_deref().unwrap_or("-"));
             }
         }
-        let _ = writeln!(s, "\n## Left to the host\n\n| reason | ops | e.g. |\n|---|---|---|");
+        let _ = writeln!(s, "\n## Left to the host\n");
+        if self.host.is_empty() {
+            let _ = writeln!(s, "Nothing: every op runs on the device.");
+        } else {
+            let _ = writeln!(s, "| reason | ops | e.g. |\n|---|---|---|");
+        }
         for h in &self.host {
             let ops: Vec<String> = h.ops.iter().map(|(k, v)| format!("{k} x{v}")).collect();
             let _ = writeln!(s, "| {} | {} | {} |", h.reason, ops.join(", "), h.examples.join(", "));

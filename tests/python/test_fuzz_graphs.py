@@ -420,13 +420,21 @@ def test_stitched_regions_round_every_step_to_f32_as_ort_does():
     assert not out.failures, out.failures
 
 
-def ort_optimized(build):
+def ort_optimized(build, opset=None):
     """The model onnxruntime saves after its extended optimisations: com.microsoft FusedConv,
-    FusedGemm and FusedMatMul where it fused an activation, a Z sum, a scale or a transpose."""
+    FusedGemm and FusedMatMul where it fused an activation, a Z sum, a scale or a transpose.
+    With `opset`, the model is declared at that opset (its ops mean the same there) with a
+    symbolic batch and no value_info, as older exporters write it."""
     import onnx
     import onnxruntime as ort
 
     model, feeds = regression(build)
+    if opset is not None:
+        for o in model.opset_import:
+            o.version = opset
+        for v in list(model.graph.input) + list(model.graph.output):
+            v.type.tensor_type.shape.dim[0].dim_param = "batch"
+        del model.graph.value_info[:]
     with tempfile.TemporaryDirectory() as tmp:
         so = ort.SessionOptions()
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
@@ -468,6 +476,66 @@ def test_models_onnxruntime_saved_after_optimising_match_ort():
     ops = [(n.op_type, sub.ep_name) for sub in sess.get_provider_graph_assignment_info() for n in sub.get_nodes()]
     fused_ops = [(op, ep) for op, ep in ops if op.startswith("Fused")]
     assert fused_ops and all(ep == bolt_ort.EP_NAME for _, ep in fused_ops), ops
+
+
+def layer_norm(b, x, shape, rms=False):
+    """LayerNormalization as exporters before opset 17 write it (RMS: without the mean)."""
+    row = shape[:-1] + (1,)
+    c = x if rms else b.op("Sub", [x, b.op("ReduceMean", [x], row, axes=[-1])], shape)
+    v = b.op("ReduceMean", [b.op("Pow", [c, fz.scalar(b, 2.0)], shape)], row, axes=[-1])
+    y = b.op("Div", [c, b.op("Sqrt", [b.op("Add", [v, fz.scalar(b, 1e-5)], row)], row)], shape)
+    y = b.op("Mul", [y, b.const(1 + 0.1 * b.rng.standard_normal(shape[-1]))], shape)
+    return y if rms else b.op("Add", [y, b.const(0.1 * b.rng.standard_normal(shape[-1]))], shape)
+
+
+def linear(b, x, shape, n):
+    y = b.op("MatMul", [x, fz.weight(b, (shape[-1], n), shape[-1])], shape[:-1] + (n,))
+    return b.op("Add", [y, b.const(0.1 * b.rng.standard_normal(n))], shape[:-1] + (n,))
+
+
+def transformer_block_fused_by_ort(b):
+    s, f = (2, 8, 32), (2, 8, 64)
+    x = b.input(s)
+    y = layer_norm(b, b.op("Add", [linear(b, x, s, 32), x], s), s)  # SkipLayerNormalization
+    h = linear(b, y, s, 64)
+    erf = b.op("Erf", [b.op("Div", [h, fz.scalar(b, 1.4142135)], f)], f)
+    h = b.op("Mul", [b.op("Mul", [h, b.op("Add", [erf, fz.scalar(b, 1.0)], f)], f), fz.scalar(b, 0.5)], f)  # BiasGelu
+    h = linear(b, h, f, 32)
+    cube = b.op("Mul", [b.op("Pow", [h, fz.scalar(b, 3.0)], s), fz.scalar(b, 0.044715)], s)
+    inner = b.op("Mul", [b.op("Add", [h, cube], s), fz.scalar(b, 0.7978845608)], s)
+    h = b.op("Mul", [b.op("Mul", [h, fz.scalar(b, 0.5)], s), b.op("Add", [b.op("Tanh", [inner], s), fz.scalar(b, 1.0)], s)], s)  # FastGelu
+    h = b.op("Mul", [h, b.op("Sigmoid", [h], s)], s)  # QuickGelu (SiLU, alpha 1)
+    h = b.op("Mul", [h, b.op("Sigmoid", [b.op("Mul", [h, fz.scalar(b, 1.702)], s)], s)], s)  # QuickGelu
+    h = layer_norm(b, layer_norm(b, h, s, rms=True), s)  # SimplifiedLayerNormalization, LayerNormalization
+    t = b.op("Transpose", [h], (2, 32, 8), perm=[0, 2, 1])  # FusedMatMul's transA
+    return b.op("MatMul", [t, fz.weight(b, (8, 16), 8)], (2, 32, 16))
+
+
+@pytest.mark.parametrize("opset", [13, 17])
+def test_transformer_blocks_onnxruntime_saved_after_optimising_match_ort(opset):
+    # What onnxruntime's transformer fusions write: com.microsoft SkipLayerNormalization,
+    # BiasGelu, FastGelu, QuickGelu; SimplifiedLayerNormalization and (before opset 17, its
+    # contrib version) LayerNormalization in ONNX's own domain; a FusedMatMul whose transposed
+    # operand's rank the file does not declare. Bolt reads them as the ONNX ops they fused.
+    model, feeds = ort_optimized(transformer_block_fused_by_ort, opset=opset)
+    ops = {(n.domain, n.op_type) for n in model.graph.node}
+    ms = "com.microsoft"
+    fused = {(ms, "SkipLayerNormalization"), (ms, "BiasGelu"), (ms, "FastGelu"), (ms, "QuickGelu"), (ms, "FusedMatMul"),
+             ("", "SimplifiedLayerNormalization"), ("", "LayerNormalization")}
+    assert fused <= ops, ops
+    assert not model.graph.value_info
+    out = fz.check_cases({f"transformer_block_opset{opset}": (model, feeds)})
+    assert not out.failures, out.failures
+    # Every node runs in Bolt's provider: one fused node for the block.
+    import bolt_ort
+    import onnxruntime as ort
+
+    bolt_ort.register()
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    sess = bolt_ort.session(model.SerializeToString(), so=so)
+    eps = [(n.op_type, sub.ep_name) for sub in sess.get_provider_graph_assignment_info() for n in sub.get_nodes()]
+    assert all(ep == bolt_ort.EP_NAME for _, ep in eps), eps
 
 
 # Each group's graphs, planned by one rewrite, against onnxruntime three ways (fuzz_graphs.py).
