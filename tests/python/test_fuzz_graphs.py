@@ -420,6 +420,19 @@ def test_stitched_regions_round_every_step_to_f32_as_ort_does():
     assert not out.failures, out.failures
 
 
+def provider_assignment(model) -> list:
+    """(op type, whether Bolt runs it) of each node of `model` in a session with Bolt's provider."""
+    import bolt_ort
+    import onnxruntime as ort
+
+    bolt_ort.register()
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    sess = bolt_ort.session(model.SerializeToString(), so=so)
+    return [(n.op_type, sub.ep_name == bolt_ort.EP_NAME) for sub in sess.get_provider_graph_assignment_info()
+            for n in sub.get_nodes()]
+
+
 def ort_optimized(build, opset=None):
     """The model onnxruntime saves after its extended optimisations: com.microsoft FusedConv,
     FusedGemm and FusedMatMul where it fused an activation, a Z sum, a scale or a transpose.
@@ -466,16 +479,9 @@ def test_models_onnxruntime_saved_after_optimising_match_ort():
     out = fz.check_cases({"fused_by_ort": (model, feeds)})
     assert not out.failures, out.failures
     # Every node ORT fused (and the plain ops beside them) runs in Bolt's provider.
-    import bolt_ort
-    import onnxruntime as ort
-
-    bolt_ort.register()
-    so = ort.SessionOptions()
-    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
-    sess = bolt_ort.session(model.SerializeToString(), so=so)
-    ops = [(n.op_type, sub.ep_name) for sub in sess.get_provider_graph_assignment_info() for n in sub.get_nodes()]
-    fused_ops = [(op, ep) for op, ep in ops if op.startswith("Fused")]
-    assert fused_ops and all(ep == bolt_ort.EP_NAME for _, ep in fused_ops), ops
+    ops = provider_assignment(model)
+    fused_ops = [(op, on_bolt) for op, on_bolt in ops if op.startswith("Fused")]
+    assert fused_ops and all(on_bolt for _, on_bolt in fused_ops), ops
 
 
 def layer_norm(b, x, shape, rms=False):
@@ -526,16 +532,9 @@ def test_transformer_blocks_onnxruntime_saved_after_optimising_match_ort(opset):
     assert not model.graph.value_info
     out = fz.check_cases({f"transformer_block_opset{opset}": (model, feeds)})
     assert not out.failures, out.failures
-    # Every node runs in Bolt's provider: one fused node for the block.
-    import bolt_ort
-    import onnxruntime as ort
-
-    bolt_ort.register()
-    so = ort.SessionOptions()
-    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
-    sess = bolt_ort.session(model.SerializeToString(), so=so)
-    eps = [(n.op_type, sub.ep_name) for sub in sess.get_provider_graph_assignment_info() for n in sub.get_nodes()]
-    assert all(ep == bolt_ort.EP_NAME for _, ep in eps), eps
+    # Every node runs in Bolt's provider.
+    ops = provider_assignment(model)
+    assert all(on_bolt for _, on_bolt in ops), ops
 
 
 # Each group's graphs, planned by one rewrite, against onnxruntime three ways (fuzz_graphs.py).
