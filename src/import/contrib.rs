@@ -74,6 +74,7 @@ pub fn expand(g: &GraphProto, opset: i64) -> Option<Expanded> {
                     | "QuickGelu"
                     | "SkipLayerNormalization"
                     | "SkipSimplifiedLayerNormalization"
+                    | "Attention"
             ))
             || (default_domain(n) && n.op_type() == "SimplifiedLayerNormalization")
     };
@@ -119,8 +120,129 @@ fn expand_node(
             let since = |m: &NodeProto| if m.op_type() == "Einsum" { opset.max(EINSUM_OPSET) } else { opset };
             Some(nodes.into_iter().map(|m| (since(&m), m)).map(|(since, m)| (m, since)).collect())
         }
+        "Attention" if n.domain() == DOMAIN => expand_attention(g, n, index, opset, inits),
         _ => expand_transformer_op(n, index, opset, inits),
     }
+}
+
+/// ONNX's first opset with Attention (what onnxruntime's fused self-attention is written as).
+const ATTENTION_OPSET: i64 = 23;
+
+/// onnxruntime's fused self-attention (com.microsoft Attention: BERT-style models through its
+/// transformer optimiser): the packed Q/K/V projection (one MatMul, its bias), sliced into Q, K
+/// and V, then ONNX's Attention over them (the heads, the scale, causal for `unidirectional`),
+/// with the raw attention mask (2-D [batch, keys] or 3-D [batch, queries, keys], 1 = attend)
+/// as the additive mask onnxruntime applies: `mask_filter_value` where it is 0, which a
+/// fully masked row shifts away as onnxruntime's kernel does. Other forms (a past or present
+/// KV cache, key lengths as the mask, an attention bias, rotary embeddings) stay onnxruntime's.
+fn expand_attention(
+    g: &GraphProto,
+    n: &NodeProto,
+    index: usize,
+    opset: i64,
+    inits: &mut Vec<TensorProto>,
+) -> Option<Vec<(NodeProto, i64)>> {
+    let name = if n.name().is_empty() { format!("{}_{index}", n.op_type()) } else { n.name().to_string() };
+    let a = Attrs::new(n);
+    let input = |i: usize| n.input.get(i).filter(|x| !x.is_empty()).cloned();
+    let output = |i: usize| n.output.get(i).filter(|y| !y.is_empty()).cloned();
+    // Slices take their bounds as inputs from opset 10.
+    if opset < 10 || (4..=6).any(|i| input(i).is_some()) || output(1).is_some() || output(2).is_some() {
+        return None;
+    }
+    if a.int_or("do_rotary", 0).ok()? != 0 {
+        return None;
+    }
+    let heads = a.int("num_heads").ok()??;
+    let (x, w, y) = (input(0)?, input(1)?, output(0)?);
+    let dims = g.initializer.iter().find(|t| t.name() == w)?.dims.clone();
+    let [_, total] = dims[..] else { return None };
+    let sizes = match a.ints("qkv_hidden_sizes").ok()? {
+        Some(s) => s,
+        None if total % 3 == 0 => vec![total / 3; 3],
+        None => return None,
+    };
+    let [hq, hk, hv] = sizes[..] else { return None };
+    if heads < 1 || hq != hk || hq % heads != 0 || hv % heads != 0 || hq + hk + hv != total {
+        return None;
+    }
+    let mut nodes: Vec<(NodeProto, i64)> = Vec::new();
+    let i64s = |inits: &mut Vec<TensorProto>, what: &str, v: Vec<i64>| -> String {
+        let t = format!("{name}.{what}");
+        inits.push(TensorProto {
+            name: Some(t.clone()),
+            dims: vec![v.len() as i64],
+            data_type: Some(7),
+            int64_data: v,
+            ..Default::default()
+        });
+        t
+    };
+    let mm = proto_node(&name, "MatMul", vec![x.clone(), w]);
+    let mut qkv = mm.output[0].clone();
+    nodes.push((mm, opset));
+    if let Some(b) = input(2) {
+        let add = proto_node(&format!("{name}.bias"), "Add", vec![qkv, b]);
+        qkv = add.output[0].clone();
+        nodes.push((add, opset));
+    }
+    let axes = i64s(inits, "qkv_axis", vec![-1]);
+    let mut parts = Vec::new();
+    for (what, start, end) in [("q", 0, hq), ("k", hq, hq + hk), ("v", hq + hk, total)] {
+        let (s0, s1) =
+            (i64s(inits, &format!("{what}_start"), vec![start]), i64s(inits, &format!("{what}_end"), vec![end]));
+        let slice = proto_node(&format!("{name}.{what}"), "Slice", vec![qkv.clone(), s0, s1, axes.clone()]);
+        parts.push(slice.output[0].clone());
+        nodes.push((slice, opset));
+    }
+    if let Some(mask) = input(3) {
+        // Rank 2 ([batch, keys]) or 3 ([batch, queries, keys]); 1-D key lengths are not a mask.
+        let rank = rank_of(g, &mask).filter(|r| (2..=3).contains(r))?;
+        let filter = a.float_or("mask_filter_value", -10000.0).ok()?;
+        let zero = format!("{name}.mask_zero");
+        inits.push(TensorProto {
+            name: Some(zero.clone()),
+            data_type: Some(6),
+            int32_data: vec![0],
+            ..Default::default()
+        });
+        let kept = proto_node(&format!("{name}.mask_kept"), "Greater", vec![mask, zero]);
+        let typed = |what: &str, v: f32, nodes: &mut Vec<(NodeProto, i64)>, inits: &mut Vec<TensorProto>| {
+            let c = format!("{name}.{what}_value");
+            inits.push(scalar(&c, v));
+            let like = proto_node(&format!("{name}.{what}"), "CastLike", vec![c, x.clone()]);
+            let t = like.output[0].clone();
+            nodes.push((like, opset.max(CAST_LIKE_OPSET)));
+            t
+        };
+        let (on, off) = (typed("attend", 0.0, &mut nodes, inits), typed("masked", filter, &mut nodes, inits));
+        let bias = proto_node(&format!("{name}.mask_bias"), "Where", vec![kept.output[0].clone(), on, off]);
+        nodes.push((kept, opset));
+        // Heads (and, for a 2-D mask, queries) broadcast.
+        let axes: Vec<i64> = if rank == 2 { vec![1, 2] } else { vec![1] };
+        let mut unsq = proto_node(&format!("{name}.mask_4d"), "Unsqueeze", vec![bias.output[0].clone()]);
+        if opset >= 13 {
+            unsq.input.push(i64s(inits, "mask_axes", axes));
+        } else {
+            unsq.attribute.push(ints_attr("axes", axes));
+        }
+        parts.push(unsq.output[0].clone());
+        nodes.push((bias, opset));
+        nodes.push((unsq, opset));
+    }
+    let mut att = proto_node(&format!("{name}.attention"), "Attention", parts);
+    att.attribute.push(int_attr("q_num_heads", heads));
+    att.attribute.push(int_attr("kv_num_heads", heads));
+    if a.int_or("unidirectional", 0).ok()? != 0 {
+        att.attribute.push(int_attr("is_causal", 1));
+    }
+    let scale = a.float_or("scale", 0.0).ok()?;
+    if scale != 0.0 {
+        att.attribute.push(float_attr("scale", scale));
+    }
+    att.output = vec![y];
+    nodes.push((att, opset.max(ATTENTION_OPSET)));
+    Some(nodes)
 }
 
 /// GELU's and SiLU's fusions and the normalisations after a residual sum.
@@ -417,6 +539,15 @@ fn string_attr_proto(name: &str, v: &str) -> AttributeProto {
         name: Some(name.into()),
         r#type: Some(AttributeType::String as i32),
         s: Some(v.as_bytes().to_vec()),
+        ..Default::default()
+    }
+}
+
+fn int_attr(name: &str, v: i64) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(AttributeType::Int as i32),
+        i: Some(v),
         ..Default::default()
     }
 }

@@ -840,10 +840,12 @@ fn region(
             // region's rows (a value per row of one length applied to rows of another:
             // attention's guard of fully masked rows over its output): the node starts a
             // region of its own.
+            // Rows of a length known or named (a symbol) against a space whose last axis is
+            // another: two symbols, or a symbol and a size, are not proved equal.
             let fits = match (space(g, &r), &row) {
                 (None, _) => false,
-                (Some(s), Some(Dim::Known(len))) => match s.0.last() {
-                    Some(Dim::Known(w)) => w == len,
+                (Some(s), Some(len)) if *len != Dim::Unknown => match s.0.last() {
+                    Some(w) if *w != Dim::Unknown => w == len,
                     _ => true,
                 },
                 (Some(_), _) => true,

@@ -361,9 +361,11 @@ fn attention(b: &mut Builder, n: &Node, used: &[bool]) -> Option<()> {
         if md.last() != Some(&kv_len) || kv_len == Dim::Unknown || md.len() > 4 {
             return None;
         }
+        // Only -inf masks a key: a float mask of finite values (onnxruntime's fused
+        // attention's `mask_filter_value` mask) keeps every row.
         let keeps_every_row = match super::edit::constant(b.g, m) {
             Some(c) => rows_keep_a_key(&c),
-            None => false,
+            None => b.dtype(m)? != DType::Bool && finite(b.g, m, 8),
         };
         may_mask_a_row |= !keeps_every_row;
         bias = Some(match b.dtype(m)? {
@@ -557,6 +559,29 @@ fn past_len(b: &Builder, past: Option<&str>) -> Option<usize> {
     match past {
         None => Some(0),
         Some(p) => b.dims(p)?.get(2)?.known(),
+    }
+}
+
+/// Whether every value of `t` is proved finite: a constant's, or what selects between, views
+/// or casts to a float type wide enough such values (`depth` producers back at most).
+fn finite(g: &Graph, t: &str, depth: usize) -> bool {
+    if let Some(c) = super::edit::constant(g, t) {
+        return c.dtype().is_float() && c.to_f64_vec().iter().all(|v| v.is_finite());
+    }
+    let Some(n) = g.nodes.iter().find(|n| n.outputs.iter().any(|o| o == t)).filter(|_| depth > 0) else {
+        return false;
+    };
+    let input = |i: usize| n.input(i).is_some_and(|x| finite(g, x, depth - 1));
+    match &n.op {
+        Op::Where => input(1) && input(2),
+        op if op.is_view() || matches!(op, Op::Expand | Op::Transpose { .. }) => input(0),
+        // A cast of a constant: finite where the target type holds its values.
+        Op::Cast { to, .. } => n.input(0).and_then(|x| super::edit::constant(g, x)).is_some_and(|c| {
+            c.dtype().is_float()
+                && Tensor::from_f64_as(*to, c.shape.clone(), &c.to_f64_vec())
+                    .is_some_and(|y| y.to_f64_vec().iter().all(|v| v.is_finite()))
+        }),
+        _ => false,
     }
 }
 

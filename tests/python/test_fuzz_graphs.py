@@ -537,6 +537,64 @@ def test_transformer_blocks_onnxruntime_saved_after_optimising_match_ort(opset):
     assert all(on_bolt for _, on_bolt in ops), ops
 
 
+def ort_attention(rng, mask: str, causal: bool, scale, v_hidden: int):
+    """One com.microsoft Attention node (what onnxruntime's transformer optimiser writes for a
+    BERT layer's self-attention: packed Q/K/V weights, 4 heads) over [batch, seq, 32], with a
+    raw int32 mask of rank `mask` ("none", "2d": [batch, keys], "3d": [batch, queries, keys])."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    b, s, hidden, heads = 2, 7, 32, 4
+    total = 2 * hidden + v_hidden
+    inits = [numpy_helper.from_array((rng.standard_normal((hidden, total)) / np.sqrt(hidden)).astype(np.float32), "w")]
+    # onnxruntime's CPU kernel needs the bias (it crashes without one).
+    inits.append(numpy_helper.from_array((0.1 * rng.standard_normal(total)).astype(np.float32), "b"))
+    inputs = ["x", "w", "b"]
+    feeds = {"x": rng.standard_normal((b, s, hidden)).astype(np.float32)}
+    graph_inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", hidden])]
+    if mask != "none":
+        shape = (b, s) if mask == "2d" else (b, s, s)
+        m = (rng.random(shape) > 0.3).astype(np.int32)
+        m[0] = 0  # the first batch item attends to nothing: onnxruntime's shifted softmax
+        feeds["mask"] = m
+        dims = ["batch", "seq"] if mask == "2d" else ["batch", "seq", "seq"]
+        graph_inputs.append(helper.make_tensor_value_info("mask", TensorProto.INT32, dims))
+        inputs.append("mask")
+    attrs = {"num_heads": heads, "unidirectional": int(causal)}
+    if scale is not None:
+        attrs["scale"] = scale
+    if v_hidden != hidden:
+        attrs["qkv_hidden_sizes"] = [hidden, hidden, v_hidden]
+    node = helper.make_node("Attention", inputs, ["y"], name="attention", domain="com.microsoft", **attrs)
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", v_hidden])
+    model = helper.make_model(helper.make_graph([node], "ort_attention", graph_inputs, [y], inits),
+                              opset_imports=[helper.make_opsetid("", 14), helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 8
+    return model, feeds
+
+
+ATTENTION_FORMS = [  # mask, unidirectional, scale, V's hidden size
+    ("none", False, None, 32),
+    ("2d", False, None, 32),
+    ("2d", True, 0.3, 32),
+    ("3d", False, None, 16),
+    ("3d", True, None, 32),
+]
+
+
+def test_onnxruntime_fused_attention_matches_ort():
+    # com.microsoft Attention is read as the packed projection, Q/K/V slices and ONNX's
+    # Attention (one fused attention kernel): against onnxruntime's own Attention kernel, three
+    # ways, and through Bolt's provider, which runs every node.
+    rng = np.random.default_rng(11)
+    cases = {f"attention_{m}_{'causal' if c else 'full'}_scale{s}_v{v}": ort_attention(rng, m, c, s, v)
+             for m, c, s, v in ATTENTION_FORMS}
+    out = fz.check_cases(cases)
+    assert not out.failures, out.failures
+    for name, (model, _) in cases.items():
+        ops = provider_assignment(model)
+        assert all(on_bolt for _, on_bolt in ops), (name, ops)
+
+
 # Each group's graphs, planned by one rewrite, against onnxruntime three ways (fuzz_graphs.py).
 PLANNER_REWRITES = [
     ("reductions_over_every_axis", REDUCTIONS_OVER_EVERY_AXIS),  # Planned as one-row stitched reductions (merged axes) and scalar stitched kernels.
