@@ -617,3 +617,37 @@ fn string_initializers_and_constants_import_as_host_constants() {
     let err = bolt::reference::run(&g, &std::collections::HashMap::from([("x".to_string(), x)])).unwrap_err();
     assert!(err.to_string().contains("labels.initializer") || err.to_string().contains("table_const"), "{err}");
 }
+
+/// onnxruntime's fused self-attention (com.microsoft Attention) is read as ONNX ops where Bolt
+/// has a rule for its form (a raw [batch, keys] mask), and kept, with the reason in the host
+/// table, where it has none by design (key lengths as the mask: a 1-D mask_index).
+#[test]
+fn onnxruntime_attention_is_expanded_or_kept_with_its_reason() {
+    use common::onnx_proto::typed_value_info;
+    use tensor_shape_proto::dimension::Value::DimValue;
+    for (mask_dims, expanded) in [(vec![2, 5], true), (vec![2], false)] {
+        let mut m = good_model();
+        m.opset_import.push(OperatorSetIdProto { domain: Some("com.microsoft".into()), version: Some(1) });
+        let g = m.graph.as_mut().unwrap();
+        let mut att =
+            common::onnx_proto::with_int(node("att", "Attention", &["x", "w", "b", "mask"], &["y"]), "num_heads", 2);
+        att.domain = Some("com.microsoft".into());
+        g.node = vec![att];
+        g.initializer = vec![weight("w", &[8, 24]), weight("b", &[24])];
+        g.input = vec![
+            value_info("x", &[2, 5, 8]),
+            typed_value_info("mask", 6, mask_dims.into_iter().map(DimValue).collect()),
+        ];
+        g.output = vec![value_info("y", &[2, 5, 8])];
+        let g = import::load_bytes(&m.encode_to_vec(), None).unwrap().graph;
+        let onnx_attention = g.nodes.iter().any(|n| {
+            n.op.op_type() == "Attention" && matches!(&n.op, bolt::ir::Op::Opaque { domain, .. } if domain.is_empty())
+        });
+        assert_eq!(onnx_attention, expanded, "{:?}", g.nodes.iter().map(|n| n.op.op_type()).collect::<Vec<_>>());
+        if !expanded {
+            let parts = bolt::partition::partition(&g);
+            let h = parts.host.iter().find(|h| h.node == "att").unwrap();
+            assert!(h.reason.contains("key lengths as its mask"), "{}", h.reason);
+        }
+    }
+}

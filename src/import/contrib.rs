@@ -34,10 +34,22 @@ pub struct Expanded {
     /// Each added node's fused node, by name (the first node of an expansion keeps the fused
     /// node's name and is not listed).
     pub origin: HashMap<String, String>,
-    /// Nodes (by index in `graph`) read as of a later opset than the model's: ONNX ops an
-    /// expansion wrote that the model's opset does not have yet.
-    pub at_opset: HashMap<usize, i64>,
+    pub notes: Notes,
 }
+
+/// What the importer reads differently in an expanded graph, by node index.
+#[derive(Default)]
+pub struct Notes {
+    /// Nodes read as of a later opset than the model's: ONNX ops an expansion wrote that the
+    /// model's opset does not have yet.
+    pub at_opset: HashMap<usize, i64>,
+    /// Fused ops left as they are, and why (the host's reason in reports).
+    pub kept: HashMap<usize, &'static str>,
+}
+
+/// Why a fused op of a form no rule here covers stays onnxruntime's.
+const NOT_COVERED: &str =
+    "one of onnxruntime's fused ops in a form Bolt does not read as ONNX ops (an input, output or attribute its rules do not cover): left to the host";
 
 /// The opset default-domain node `n` of a model at `opset` is checked and read as of:
 /// onnxruntime's contrib LayerNormalization (ONNX domain, before opset 17) as ONNX's
@@ -84,45 +96,73 @@ pub fn expand(g: &GraphProto, opset: i64) -> Option<Expanded> {
     let mut out = g.clone();
     out.node.clear();
     let mut origin = HashMap::new();
-    let mut at_opset = HashMap::new();
+    let mut notes = Notes::default();
     for (i, n) in g.node.iter().enumerate() {
-        let expanded = if fused(n) { expand_node(g, n, i, opset, &mut out.initializer) } else { None };
-        match expanded {
-            Some(nodes) => {
+        if !fused(n) {
+            out.node.push(n.clone());
+            continue;
+        }
+        match expand_node(g, n, i, opset, &mut out.initializer) {
+            Ok(nodes) => {
                 for (m, since) in nodes {
                     if m.name() != n.name() {
                         origin.insert(m.name().to_string(), n.name().to_string());
                     }
                     if since > opset {
-                        at_opset.insert(out.node.len(), since);
+                        notes.at_opset.insert(out.node.len(), since);
                     }
                     out.node.push(m);
                 }
             }
-            None => out.node.push(n.clone()),
+            Err(why) => {
+                notes.kept.insert(out.node.len(), why);
+                out.node.push(n.clone());
+            }
         }
     }
-    Some(Expanded { graph: out, origin, at_opset })
+    Some(Expanded { graph: out, origin, notes })
 }
 
 /// The ONNX nodes of fused node `n`, each with the opset it needs (the model's unless an op
-/// of a later one), or `None` where no rule takes it.
+/// of a later one), or why no rule takes it.
 fn expand_node(
     g: &GraphProto,
     n: &NodeProto,
     index: usize,
     opset: i64,
     inits: &mut Vec<TensorProto>,
-) -> Option<Vec<(NodeProto, i64)>> {
+) -> Result<Vec<(NodeProto, i64)>, &'static str> {
     match n.op_type() {
         "FusedConv" | "FusedGemm" | "FusedMatMul" => {
-            let nodes = expand_fused_anchor(g, n, index, opset, inits)?;
+            let nodes = expand_fused_anchor(g, n, index, opset, inits).ok_or(NOT_COVERED)?;
             let since = |m: &NodeProto| if m.op_type() == "Einsum" { opset.max(EINSUM_OPSET) } else { opset };
-            Some(nodes.into_iter().map(|m| (since(&m), m)).map(|(since, m)| (m, since)).collect())
+            Ok(nodes.into_iter().map(|m| (since(&m), m)).map(|(since, m)| (m, since)).collect())
         }
-        "Attention" if n.domain() == DOMAIN => expand_attention(g, n, index, opset, inits),
-        _ => expand_transformer_op(n, index, opset, inits),
+        "Attention" if n.domain() == DOMAIN => match attention_kept(g, n, opset) {
+            Some(why) => Err(why),
+            None => expand_attention(g, n, index, opset, inits).ok_or(NOT_COVERED),
+        },
+        _ => expand_transformer_op(n, index, opset, inits).ok_or(NOT_COVERED),
     }
+}
+
+/// Why onnxruntime's Attention `n` stays onnxruntime's, for the forms left to it by design.
+fn attention_kept(g: &GraphProto, n: &NodeProto, opset: i64) -> Option<&'static str> {
+    let given = |v: &[String], i: usize| v.get(i).is_some_and(|x| !x.is_empty());
+    if given(&n.input, 4) || given(&n.input, 6) || given(&n.output, 1) {
+        return Some("onnxruntime's Attention with a KV cache (past / present): left to the host");
+    }
+    if given(&n.input, 5) {
+        return Some("onnxruntime's Attention with an attention bias (relative positions): left to the host");
+    }
+    if Attrs::new(n).int_or("do_rotary", 0).is_ok_and(|r| r != 0) {
+        return Some("onnxruntime's Attention with rotary embeddings (do_rotary): left to the host");
+    }
+    if given(&n.input, 3) && rank_of(g, &n.input[3]).is_some_and(|r| r == 1) {
+        return Some("onnxruntime's Attention with key lengths as its mask (a 1-D mask_index): left to the host");
+    }
+    // Slices take their bounds as inputs from opset 10.
+    (opset < 10).then_some("onnxruntime's Attention in a model before opset 10: left to the host")
 }
 
 /// ONNX's first opset with Attention (what onnxruntime's fused self-attention is written as).
@@ -133,8 +173,8 @@ const ATTENTION_OPSET: i64 = 23;
 /// and V, then ONNX's Attention over them (the heads, the scale, causal for `unidirectional`),
 /// with the raw attention mask (2-D [batch, keys] or 3-D [batch, queries, keys], 1 = attend)
 /// as the additive mask onnxruntime applies: `mask_filter_value` where it is 0, which a
-/// fully masked row shifts away as onnxruntime's kernel does. Other forms (a past or present
-/// KV cache, key lengths as the mask, an attention bias, rotary embeddings) stay onnxruntime's.
+/// fully masked row shifts away as onnxruntime's kernel does. Other forms stay onnxruntime's
+/// ([`attention_kept`] says why).
 fn expand_attention(
     g: &GraphProto,
     n: &NodeProto,
@@ -146,11 +186,8 @@ fn expand_attention(
     let a = Attrs::new(n);
     let input = |i: usize| n.input.get(i).filter(|x| !x.is_empty()).cloned();
     let output = |i: usize| n.output.get(i).filter(|y| !y.is_empty()).cloned();
-    // Slices take their bounds as inputs from opset 10.
-    if opset < 10 || (4..=6).any(|i| input(i).is_some()) || output(1).is_some() || output(2).is_some() {
-        return None;
-    }
-    if a.int_or("do_rotary", 0).ok()? != 0 {
+    // The forms `attention_kept` names are not here.
+    if output(2).is_some() {
         return None;
     }
     let heads = a.int("num_heads").ok()??;

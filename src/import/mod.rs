@@ -98,8 +98,8 @@ fn import_expanded(
     scope: Scope,
 ) -> Result<(Graph, HashMap<String, String>)> {
     match contrib::expand(g, opset) {
-        Some(e) => Ok((import_graph(&e.graph, opset, &e.at_opset, base_dir, scope)?, e.origin)),
-        None => Ok((import_graph(g, opset, &HashMap::new(), base_dir, scope)?, HashMap::new())),
+        Some(e) => Ok((import_graph(&e.graph, opset, &e.notes, base_dir, scope)?, e.origin)),
+        None => Ok((import_graph(g, opset, &contrib::Notes::default(), base_dir, scope)?, HashMap::new())),
     }
 }
 
@@ -114,12 +114,12 @@ enum Scope {
     LoopBody,
 }
 
-/// `at_opset`: nodes (by index) read as of a later opset than `opset` (ONNX ops that an
-/// expansion of onnxruntime's fused ops wrote, see [`contrib`]).
+/// `notes`: what an expansion of onnxruntime's fused ops ([`contrib`]) says of nodes by index:
+/// those read as of a later opset than `opset`, and why fused ops are kept.
 fn import_graph(
     g: &proto::GraphProto,
     opset: i64,
-    at_opset: &HashMap<usize, i64>,
+    notes: &contrib::Notes,
     base_dir: Option<&Path>,
     scope: Scope,
 ) -> Result<Graph> {
@@ -254,7 +254,7 @@ fn import_graph(
             used_names.insert(name.clone());
         }
         let op_type = n.op_type().to_string();
-        let opset = node_opset(n, idx, opset, at_opset);
+        let opset = node_opset(n, idx, opset, &notes.at_opset);
         if (n.domain().is_empty() || n.domain() == "ai.onnx") && !contrib::ort_own(n) {
             schema::check_node(n, opset).map_err(|reason| Error::Node {
                 node: name.clone(),
@@ -329,6 +329,7 @@ fn import_graph(
         let op = match parsed {
             Ok(ops::Parsed::Op(op)) => op,
             Ok(ops::Parsed::Opaque(why)) => {
+                let why = notes.kept.get(&idx).copied().unwrap_or(why);
                 let mut attrs = attrs::Attrs::new(n).generic();
                 if op_type == "If" && !crate::ir::Attrs(&attrs).hold_graph() {
                     attrs.push(("then_branch".into(), crate::ir::AttrValue::Unsupported("graph".into())));
@@ -357,9 +358,9 @@ fn import_graph(
     graph.sort_and_check()?;
     // The file's nodes' input types against their schemas: those of graph inputs and
     // initializers first (inference would stop at them with a vaguer reason), then every value.
-    check_input_types(g, &node_names, &graph, at_opset)?;
+    check_input_types(g, &node_names, &graph, &notes.at_opset)?;
     crate::ir::infer::infer_graph(&mut graph, &declared)?;
-    check_input_types(g, &node_names, &graph, at_opset)?;
+    check_input_types(g, &node_names, &graph, &notes.at_opset)?;
     if legacy_softmax_on_last_axis(&mut graph) {
         graph.sort_and_check()?;
         crate::ir::infer::infer_graph(&mut graph, &declared)?;
